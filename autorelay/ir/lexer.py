@@ -1,0 +1,201 @@
+"""Tokens of the Relay text format (version 0.0.5).
+
+The lexer is a single hand-written pass: it keeps every token's line and column so the parser can
+point a caret at the offending character, skips `//` and `/* … */` comments (so printed type
+comments `/* ty=… */` never reach the parser) and stops at a `#[metadata]` line, handing the rest of
+the text over as the metadata section.
+
+Numbers carry their Relay suffix: `1f` and `2.5f16` are floats, `-3i64` an int64, `1` an int32, and
+`1.5` a float32. A `-` directly followed by a digit starts a negative literal: the text format has
+no infix arithmetic, so there is nothing else it could mean.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autorelay.errors import ParseError
+
+# Token kinds.
+IDENT = "ident"  # name, keyword or dotted op name (`nn.conv2d`)
+LOCAL = "local"  # %x or %0
+GLOBAL = "global"  # @main
+NUMBER = "number"
+STRING = "string"
+PUNCT = "punct"
+EOF = "eof"
+
+_SUFFIX_DTYPES = {
+    "f": "float32", "f16": "float16", "f32": "float32", "f64": "float64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+}
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|u8|u16|u32|u64)?")
+_INT_ONLY = re.compile(r"\d+")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_LOCAL = re.compile(r"%[A-Za-z0-9_]+")
+_GLOBAL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
+_PUNCTS = ("=>", "->", "#[", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?")
+METADATA_MARK = "#[metadata]"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str
+    text: str
+    line: int
+    column: int
+    value: object = None  # for NUMBER: (python value, dtype); for STRING: the unescaped text
+
+    def is_punct(self, p: str) -> bool:
+        return self.kind == PUNCT and self.text == p
+
+    def is_word(self, w: str) -> bool:
+        return self.kind == IDENT and self.text == w
+
+
+@dataclass
+class Lexed:
+    tokens: list[Token]
+    metadata: str | None  # text after `#[metadata]`, if present
+    metadata_line: int
+
+
+class Lexer:
+    def __init__(self, text: str, source: str = "<string>") -> None:
+        self.text = text
+        self.source = source
+        self.lines = text.split("\n")
+        self.pos = 0
+        self.line = 1
+        self.col = 1
+
+    def error(self, message: str, line: int, column: int) -> ParseError:
+        src = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return ParseError(message, line, column, src, self.source)
+
+    def _advance(self, n: int) -> None:
+        chunk = self.text[self.pos:self.pos + n]
+        nl = chunk.count("\n")
+        if nl:
+            self.line += nl
+            self.col = n - chunk.rfind("\n")
+        else:
+            self.col += n
+        self.pos += n
+
+    def tokenize(self) -> Lexed:
+        text = self.text
+        toks: list[Token] = []
+        n = len(text)
+        while True:
+            self._skip_space_and_comments()
+            if self.pos >= n:
+                toks.append(Token(EOF, "", self.line, self.col))
+                return Lexed(toks, None, 0)
+            if text.startswith(METADATA_MARK, self.pos):
+                line = self.line
+                toks.append(Token(EOF, "", self.line, self.col))
+                return Lexed(toks, text[self.pos + len(METADATA_MARK):], line)
+            toks.append(self._token(toks[-1] if toks else None))
+
+    def _skip_space_and_comments(self) -> None:
+        text, n = self.text, len(self.text)
+        while self.pos < n:
+            c = text[self.pos]
+            if c in " \t\r\n":
+                self._advance(1)
+            elif text.startswith("//", self.pos):
+                end = text.find("\n", self.pos)
+                self._advance((n if end < 0 else end) - self.pos)
+            elif text.startswith("/*", self.pos):
+                end = text.find("*/", self.pos + 2)
+                if end < 0:
+                    raise self.error("unterminated comment: '/*' has no matching '*/'", self.line, self.col)
+                self._advance(end + 2 - self.pos)
+            else:
+                return
+
+    def _token(self, prev: Token | None) -> Token:
+        text, pos, line, col = self.text, self.pos, self.line, self.col
+        c = text[pos]
+        if c == "%":
+            m = _LOCAL.match(text, pos)
+            if not m:
+                raise self.error("expected a variable name after '%'", line, col)
+            return self._emit(LOCAL, m.group())
+        if c == "@":
+            m = _GLOBAL.match(text, pos)
+            if not m:
+                raise self.error("expected a global name after '@'", line, col)
+            return self._emit(GLOBAL, m.group())
+        if c == '"':
+            return self._string()
+        if c.isdigit() or (c == "-" and pos + 1 < len(text) and text[pos + 1].isdigit()):
+            if prev is not None and prev.is_punct("."):  # `%t.0.1`: a projection index, not `0.1`
+                m = _INT_ONLY.match(text, pos)
+                assert m is not None
+                return self._emit(NUMBER, m.group(), (int(m.group()), "int32"))
+            return self._number()
+        if c.isalpha() or c == "_":
+            m = _IDENT.match(text, pos)
+            assert m is not None
+            return self._emit(IDENT, m.group())
+        for p in _PUNCTS:
+            if text.startswith(p, pos):
+                return self._emit(PUNCT, p)
+        raise self.error(f"unexpected character {c!r}", line, col)
+
+    def _emit(self, kind: str, text: str, value: object = None) -> Token:
+        tok = Token(kind, text, self.line, self.col, value)
+        self._advance(len(text))
+        return tok
+
+    def _number(self) -> Token:
+        m = _NUMBER.match(self.text, self.pos)
+        assert m is not None
+        lit = m.group()
+        end = m.end()
+        if end < len(self.text) and (self.text[end].isalnum() or self.text[end] == "_"):
+            bad = re.match(r"[A-Za-z0-9_.]+", self.text[self.pos:])
+            word = bad.group() if bad else lit
+            raise self.error(f"malformed number {word!r}", self.line, self.col)
+        suffix = m.group(3)
+        body = lit[: len(lit) - len(suffix)] if suffix else lit
+        is_float_text = m.group(1) is not None or m.group(2) is not None
+        if suffix:
+            dtype = _SUFFIX_DTYPES[suffix]
+        else:
+            dtype = "float32" if is_float_text else "int32"
+        if dtype.startswith("float"):
+            value: object = float(body)
+        else:
+            if is_float_text:
+                msg = f"integer literal {lit!r} has a fractional part or exponent"
+                raise self.error(msg, self.line, self.col)
+            value = int(body)
+        return self._emit(NUMBER, lit, (value, dtype))
+
+    def _string(self) -> Token:
+        text, i = self.text, self.pos + 1
+        out: list[str] = []
+        escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "r": "\r"}
+        while i < len(text):
+            c = text[i]
+            if c == '"':
+                return self._emit(STRING, text[self.pos:i + 1], "".join(out))
+            if c == "\n":
+                break
+            if c == "\\" and i + 1 < len(text):
+                out.append(escapes.get(text[i + 1], text[i + 1]))
+                i += 2
+                continue
+            out.append(c)
+            i += 1
+        raise self.error("unterminated string literal", self.line, self.col)
+
+
+def tokenize(text: str, source: str = "<string>") -> Lexed:
+    return Lexer(text, source).tokenize()

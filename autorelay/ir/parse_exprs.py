@@ -1,0 +1,336 @@
+"""The expression half of the Relay text parser: blocks, bindings, calls, control flow, patterns.
+
+`ExprParser` resolves every name while it parses (locals in `scopes`, constructors, ops from the
+registry), so errors point at the name itself. `autorelay.ir.parser.Parser` adds the top level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.errors import AutoRelayError
+from autorelay.ir.expr import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from autorelay.ir.lexer import GLOBAL, IDENT, LOCAL, NUMBER, Token
+from autorelay.ir.parse_types import TokenCursor, describe
+from autorelay.op import registry
+
+_KEYWORDS = {"fn", "let", "if", "else", "match", "def", "type", "ref", "ref_read", "ref_write", "meta"}
+
+
+class ExprParser(TokenCursor):
+    def __init__(self, tokens: list[Token], lines: list[str], source: str) -> None:
+        super().__init__(tokens, lines, source)
+        self.scopes: list[dict[str, Expr]] = []  # `%name` -> Var or graph-bound expression
+        self.constructors: dict[str, Constructor] = {}
+        self.global_refs: list[tuple[str, Token]] = []  # checked once all defs are known
+        self.constants: list[np.ndarray] | None = None
+        self.const_nodes: dict[int, Constant] = {}
+
+    # ---- functions and blocks -----------------------------------------------------------------
+
+    def function_rest(self, start: Token) -> Function:
+        """`[A](%x: T, Attr=1) -> R { body }` after `fn` or `def @name`."""
+        tparams = self.parse_type_params() if self.at("[") else []
+        if not tparams:
+            self.type_scopes.append({})
+        try:
+            self.expect("(", "to start the parameter list")
+            params: list[Var] = []
+            attrs: dict[str, object] = {}
+            while not self.at(")"):
+                t = self.tok
+                if t.kind == IDENT and self.peek().is_punct("="):
+                    self.next()
+                    self.next()
+                    attrs[t.text] = self.parse_attr_value()
+                elif t.kind == LOCAL:
+                    params.append(self.binder())
+                else:
+                    self.fail("expected a parameter like %x or an attribute like Primitive=1, "
+                              f"found {describe(t)}")
+                if not self.accept(","):
+                    break
+            self.expect(")", "to close the parameter list")
+            ret = None
+            if self.accept("->"):
+                ret = self.parse_type()
+            self.scopes.append({("%" + p.name_hint): p for p in params})
+            body = self.block()
+            self.scopes.pop()
+        finally:
+            self.type_scopes.pop()
+        return Function(tuple(params), body, ret, tuple(tparams), attrs).with_span(self.span(start))
+
+    def binder(self) -> Var:
+        """`%x` or `%x: T` at a binding site (not yet put in scope)."""
+        t = self.next()
+        ann = self.parse_type() if self.accept(":") else None
+        return Var(t.text[1:], ann).with_span(self.span(t))
+
+    def block(self) -> Expr:
+        self.expect("{", "to start a block")
+        body = self.body()
+        self.expect("}", "to close the block")
+        return body
+
+    def body(self) -> Expr:
+        """Statements (`let %x = e;`, `%0 = e;`) then the result expression, in a new scope."""
+        scope: dict[str, Expr] = {}
+        self.scopes.append(scope)
+        lets: list[tuple[Var, Expr, Token]] = []
+        while True:
+            t = self.tok
+            if t.is_word("let"):
+                self.next()
+                if self.tok.kind != LOCAL:
+                    self.fail(f"expected a variable after 'let', found {describe(self.tok)}")
+                var = self.binder()
+                scope["%" + var.name_hint] = var  # in scope in its own value: recursive closures
+                self.expect("=", "in a let binding")
+                value = self.expr()
+                self.expect(";", "after the let binding's value")
+                lets.append((var, value, t))
+            elif t.kind == LOCAL and self.peek().is_punct("="):
+                self.next()
+                self.next()
+                scope[t.text] = self.expr()
+                self.expect(";", f"after the value of {t.text}")
+            else:
+                break
+        result = self.expr()
+        self.scopes.pop()
+        for var, value, tok in reversed(lets):
+            result = Let(var, value, result).with_span(self.span(tok))
+        return result
+
+    # ---- expressions --------------------------------------------------------------------------
+
+    def expr(self) -> Expr:
+        start = self.tok
+        e = self.primary()
+        while True:
+            if self.at("("):
+                e = self.call(e, start)
+            elif self.at(".") and self.peek().kind == NUMBER:
+                self.next()
+                idx = self.next()
+                e = TupleGetItem(e, int(idx.value[0])).with_span(self.span(idx))  # type: ignore[index]
+            else:
+                return e
+
+    def primary(self) -> Expr:
+        t = self.tok
+        if t.kind == LOCAL:
+            self.next()
+            for scope in reversed(self.scopes):
+                if t.text in scope:
+                    return scope[t.text]
+            self.fail(f"unknown variable {t.text}", t)
+        if t.kind == GLOBAL:
+            self.next()
+            self.global_refs.append((t.text[1:], t))
+            return GlobalVar(t.text[1:])
+        if t.kind == NUMBER or t.is_word("True") or t.is_word("False"):
+            self.next()
+            return Constant(self.literal_array(t)).with_span(self.span(t))
+        if t.is_punct("("):
+            return self.paren()
+        if t.kind != IDENT:
+            self.fail(f"expected an expression, found {describe(t)}")
+        if t.text in _KEYWORDS:
+            return self.keyword_expr(t)
+        self.next()
+        if t.text in self.constructors:
+            return self.constructors[t.text]
+        if registry.exists(t.text):
+            return Op(t.text).with_span(self.span(t))
+        kind = "constructor" if t.text[:1].isupper() else "operator"
+        self.fail(f"unknown {kind} {t.text}", t)
+
+    def keyword_expr(self, t: Token) -> Expr:
+        w = t.text
+        if w == "fn":
+            self.next()
+            return self.function_rest(t)
+        if w == "if":
+            return self.if_()
+        if w == "match":
+            return self.match()
+        if w in ("ref", "ref_read", "ref_write"):
+            self.next()
+            self.expect("(", f"after {w}")
+            args = self.comma_list(")", self.expr)
+            n = 2 if w == "ref_write" else 1
+            if len(args) != n:
+                self.fail(f"{w} takes {n} argument(s), got {len(args)}", t)
+            if w == "ref_write":
+                return RefWrite(*args).with_span(self.span(t))
+            node = RefCreate(args[0]) if w == "ref" else RefRead(args[0])
+            return node.with_span(self.span(t))
+        if w == "meta":
+            return self.meta(t)
+        self.fail(f"'{w}' cannot start an expression here")
+
+    def paren(self) -> Expr:
+        open_tok = self.next()
+        if self.accept(")"):
+            return Tuple(()).with_span(self.span(open_tok))
+        if self.at_word("let") or (self.tok.kind == LOCAL and self.peek().is_punct("=")):
+            e = self.body()
+            self.expect(")", "to close the parenthesised block")
+            return e
+        first = self.expr()
+        if self.accept(","):
+            rest = self.comma_list(")", self.expr, "the tuple")
+            return Tuple((first, *rest)).with_span(self.span(open_tok))
+        self.expect(")", "to close the parenthesis")
+        return first
+
+    def call(self, callee: Expr, start: Token) -> Expr:
+        self.expect("(")
+        args: list[Expr] = []
+        kwargs: dict[str, object] = {}
+        kw_toks: dict[str, Token] = {}
+        while not self.at(")"):
+            t = self.tok
+            if t.kind == IDENT and self.peek().is_punct("="):
+                self.next()
+                self.next()
+                if t.text in kwargs:
+                    self.fail(f"attribute {t.text} given twice", t)
+                kwargs[t.text] = self.parse_attr_value()
+                kw_toks[t.text] = t
+            else:
+                if kwargs:
+                    self.fail("positional argument after keyword attributes")
+                args.append(self.expr())
+            if not self.accept(","):
+                break
+        self.expect(")", "to close the argument list")
+        span = self.span(start)
+        if isinstance(callee, Op):
+            return self.op_call(callee.name, args, kwargs, kw_toks, start).with_span(span)
+        if kwargs:
+            self.fail("keyword attributes are only allowed in operator calls", next(iter(kw_toks.values())))
+        if isinstance(callee, Constructor) and len(args) != len(callee.inputs):
+            n = len(callee.inputs)
+            self.fail(f"constructor {callee.name} takes {n} argument(s), got {len(args)}", start)
+        return Call(callee, tuple(args)).with_span(span)
+
+    def op_call(self, name: str, args: list[Expr], kwargs: dict[str, object],
+                kw_toks: dict[str, Token], start: Token) -> Call:
+        opdef = registry.get(name)
+        if len(args) != opdef.num_args:
+            self.fail(f"{name} takes {opdef.num_args} argument(s) ({', '.join(opdef.arg_names)}), "
+                      f"got {len(args)}", start)
+        for k, tok in kw_toks.items():
+            if k not in opdef.attrs:
+                known = ", ".join(opdef.attrs) or "none"
+                self.fail(f"{name} has no attribute {k!r} (known: {known})", tok)
+        try:
+            attrs = opdef.make_attrs(kwargs)
+        except (AutoRelayError, ValueError, TypeError) as e:
+            self.fail(f"bad attributes for {name}: {getattr(e, 'message', e)}", start)
+        return Call(Op(name), tuple(args), attrs)
+
+    def if_(self) -> Expr:
+        t = self.next()
+        self.expect("(", "after 'if'")
+        cond = self.expr()
+        self.expect(")", "to close the if condition")
+        then = self.block()
+        self.expect_word("else")
+        other = self.if_() if self.at_word("if") else self.block()
+        return If(cond, then, other).with_span(self.span(t))
+
+    def match(self) -> Expr:
+        t = self.next()
+        complete = not self.accept("?")
+        if not self.at("("):
+            self.fail(f"expected '(' after 'match', found {describe(self.tok)}")
+        data = self.paren()  # `match (%xs, %ys)` matches a tuple, as in Relay's prelude
+        self.expect("{", "to start the match clauses")
+
+        def clause() -> Clause:
+            self.scopes.append({})
+            lhs = self.pattern()
+            self.expect("=>", "after the pattern")
+            rhs = self.block() if self.at("{") else self.expr()
+            self.scopes.pop()
+            return Clause(lhs, rhs)
+
+        clauses = self.comma_list("}", clause)
+        return Match(data, tuple(clauses), complete).with_span(self.span(t))
+
+    def pattern(self) -> Pattern:
+        t = self.tok
+        if t.is_word("_"):
+            self.next()
+            return PatternWildcard().with_span(self.span(t))
+        if t.kind == LOCAL:
+            if t.text in self.scopes[-1]:
+                self.fail(f"variable {t.text} is bound twice in this pattern", t)
+            var = self.binder()
+            self.scopes[-1][t.text] = var
+            return PatternVar(var).with_span(self.span(t))
+        if t.is_punct("("):
+            self.next()
+            return PatternTuple(tuple(self.comma_list(")", self.pattern))).with_span(self.span(t))
+        if t.kind == IDENT:
+            ctor = self.constructors.get(t.text)
+            if ctor is None:
+                self.fail(f"unknown constructor {t.text}", t)
+            self.next()
+            subs = self.comma_list(")", self.pattern) if self.accept("(") else []
+            if len(subs) != len(ctor.inputs):
+                self.fail(f"constructor {ctor.name} takes {len(ctor.inputs)} argument(s), "
+                          f"its pattern has {len(subs)}", t)
+            return PatternConstructor(ctor, tuple(subs)).with_span(self.span(t))
+        self.fail(f"expected a pattern (_, %x, a constructor or a tuple), found {describe(t)}")
+
+    def meta(self, t: Token) -> Expr:
+        self.next()
+        self.expect("[")
+        kind = self.tok
+        if not kind.is_word("relay.Constant"):
+            self.fail(f"only meta[relay.Constant][i] is supported, found {describe(kind)}")
+        self.next()
+        self.expect("]")
+        self.expect("[")
+        idx_tok = self.tok
+        if idx_tok.kind != NUMBER or idx_tok.value[1] != "int32" or idx_tok.value[0] < 0:  # type: ignore[index]
+            self.fail(f"expected a constant index, found {describe(idx_tok)}")
+        self.next()
+        self.expect("]")
+        i = int(idx_tok.value[0])  # type: ignore[index]
+        have = 0 if self.constants is None else len(self.constants)
+        if i >= have:
+            self.fail(f"meta[relay.Constant][{i}] refers to constant {i}, but {have} constant(s) were "
+                      "supplied (pass constants= or include a #[metadata] section)", idx_tok)
+        if i not in self.const_nodes:
+            assert self.constants is not None
+            self.const_nodes[i] = Constant(self.constants[i]).with_span(self.span(t))
+        return self.const_nodes[i]
