@@ -1,0 +1,23 @@
+"""Operators, one `OpDef` each, grouped by family. Importing this package registers them all."""
+
+from autorelay.op import (  # noqa: F401  (imported for registration)
+    broadcast,
+    conv,
+    conv_transpose,
+    elemwise,
+    image,
+    nn,
+    nn_activation,
+    nn_norm,
+    nn_spatial,
+    pool,
+    pool_adaptive,
+    qnn,
+    reduce,
+    transform,
+    transform_index,
+    transform_join,
+)
+from autorelay.op.registry import REQUIRED, NotReady, OpDef, OpPattern, all_ops, call, exists, get, register
+
+__all__ = ["REQUIRED", "NotReady", "OpDef", "OpPattern", "all_ops", "call", "exists", "get", "register"]

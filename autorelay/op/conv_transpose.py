@@ -1,0 +1,169 @@
+"""Transposed convolutions `nn.conv1d_transpose` and `nn.conv2d_transpose` (Relay's "deconvolution").
+
+The kernel is `IO<spatial>` by default: `(in_channels, out_channels / groups, *kernel)`. The output
+extent is `(in - 1) * stride - pad_before - pad_after + dilation * (kernel - 1) + 1 + output_padding`.
+The forward computation scatters every input element times the kernel into a full-size buffer and
+crops the padding, which is exactly the adjoint of the strided, padded correlation in `conv.py` —
+so the gradient rules of the two ops are each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Expr
+from autorelay.ir.types import AnyDim, IncompleteType, TensorType, Type, TypeVar
+from autorelay.op.conv import SPATIAL, conv_attrs, normalize_conv_attrs, static_canonical
+from autorelay.op.layout import (
+    from_canonical_array,
+    from_canonical_shape,
+    parse_layout,
+    swap_io,
+    to_canonical_array,
+    to_canonical_shape,
+)
+from autorelay.op.registry import NotReady, OpDef, OpPattern, call, register, rel_error
+from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
+
+
+def conv_transpose_rel(op: str, nsp: int, arg_types: list[Type], attrs: Attrs) -> Any:
+    sp = SPATIAL[nsp]
+    data = tensor_arg(op, arg_types, 0, "data")
+    dl = parse_layout(op, attrs["data_layout"], "NC" + sp, "data_layout")
+    kl = parse_layout(op, attrs["kernel_layout"], "IO" + sp, "kernel_layout")
+    ol = parse_layout(op, attrs["out_layout"] or attrs["data_layout"], "NC" + sp, "out_layout")
+    n, c, *spatial = to_canonical_shape(op, data.shape, dl, "NC" + sp, "data")
+    groups = attrs["groups"]
+    w = arg_types[1]
+    refined = None
+    if isinstance(w, IncompleteType | TypeVar):
+        if attrs["channels"] is None or attrs["kernel_size"] is None:
+            raise NotReady(f"{op}: weight type unknown and channels/kernel_size not given")
+        if attrs["channels"] % groups:
+            raise rel_error(op, f"channels={attrs['channels']} is not divisible by groups={groups}")
+        canon = (c, attrs["channels"] // groups, *attrs["kernel_size"])
+        refined = TensorType(from_canonical_shape(op, canon, kl, "IO" + sp, "weight"), data.dtype)
+        w = refined
+    weight = w if isinstance(w, TensorType) else tensor_arg(op, arg_types, 1, "weight")
+    i, o_per_group, *kshape = to_canonical_shape(op, weight.shape, kl, "IO" + sp, "weight")
+    if dim_known_different(c, i):
+        raise rel_error(
+            op, f"channel mismatch: data of shape {fmt_shape(data.shape)} has {c} input channels "
+            f"({attrs['data_layout']}), but weight of shape {fmt_shape(weight.shape)} "
+            f"({attrs['kernel_layout']}) expects {i}"
+        )
+    if isinstance(c, int) and c % groups:
+        raise rel_error(op, f"data of shape {fmt_shape(data.shape)} has {c} channels, "
+                            f"not divisible by groups={groups}")
+    o = o_per_group * groups if isinstance(o_per_group, int) else AnyDim()
+    if attrs["channels"] is not None and dim_known_different(o, attrs["channels"]):
+        raise rel_error(op, f"weight of shape {fmt_shape(weight.shape)} gives {o} output channels, "
+                            f"but channels={attrs['channels']}")
+    ks = attrs["kernel_size"]
+    if ks is not None and any(dim_known_different(a, b) for a, b in zip(ks, kshape)):
+        raise rel_error(op, f"weight of shape {fmt_shape(weight.shape)} has kernel size {tuple(kshape)}, "
+                            f"but kernel_size={ks}")
+    if not attrs["out_dtype"] and weight.dtype != data.dtype:
+        raise rel_error(op, f"data has dtype {data.dtype} but weight has dtype {weight.dtype}")
+    pads, s, d, opad = attrs["padding"], attrs["strides"], attrs["dilation"], attrs["output_padding"]
+    out_sp: list[Any] = []
+    for ax in range(nsp):
+        if opad[ax] < 0 or (opad[ax] >= s[ax] and opad[ax] >= d[ax]):
+            raise rel_error(op, f"output_padding={opad} must be smaller than the stride {s} or dilation {d}")
+        size, k = spatial[ax], kshape[ax]
+        if not (isinstance(size, int) and isinstance(k, int)):
+            out_sp.append(AnyDim())
+            continue
+        ext = (size - 1) * s[ax] - pads[ax] - pads[nsp + ax] + d[ax] * (k - 1) + 1 + opad[ax]
+        if ext <= 0:
+            raise rel_error(op, f"padding {pads} leaves no output for data of shape {fmt_shape(data.shape)}")
+        out_sp.append(ext)
+    out_shape = from_canonical_shape(op, (n, o, *out_sp), ol, "NC" + sp, "output")
+    out = TensorType(out_shape, attrs["out_dtype"] or data.dtype)
+    return ([data, refined], out) if refined is not None else out
+
+
+def conv_transpose_canonical(x: np.ndarray, w: np.ndarray, strides, pads, dilation, out_pad,
+                             groups: int, dtype) -> np.ndarray:
+    """Scatter-add form of the transposed convolution of `x` (N, C, *S) with `w` (C, O/groups, *K)."""
+    nsp = x.ndim - 2
+    x = x.astype(dtype, copy=False)
+    w = w.astype(dtype, copy=False)
+    n, c, in_sp = x.shape[0], x.shape[1], x.shape[2:]
+    og, kshape = w.shape[1], w.shape[2:]
+    full_sp = [(in_sp[i] - 1) * strides[i] + dilation[i] * (kshape[i] - 1) + 1 + out_pad[i]
+               for i in range(nsp)]
+    full = np.zeros((n, groups, og, *full_sp), dtype=dtype)
+    size, ksize = int(np.prod(in_sp, dtype=np.int64)), int(np.prod(kshape, dtype=np.int64))
+    xg = x.reshape(n, groups, c // groups, size)
+    # (G, O/G * K, C/G) @ (N, G, C/G, S): every (output channel, kernel offset) contribution at once
+    wt = np.swapaxes(w.reshape(groups, c // groups, og * ksize), 1, 2)
+    cols = np.matmul(wt[None], xg).reshape(n, groups, og, ksize, *in_sp)
+    for j, k in enumerate(itertools.product(*(range(s) for s in kshape))):
+        contrib = cols[:, :, :, j]
+        window = tuple(
+            slice(k[i] * dilation[i], k[i] * dilation[i] + strides[i] * (in_sp[i] - 1) + 1, strides[i])
+            for i in range(nsp)
+        )
+        full[(Ellipsis, *window)] += contrib
+    crop = tuple(slice(pads[i], full_sp[i] - pads[nsp + i]) for i in range(nsp))
+    return full[(Ellipsis, *crop)].reshape(n, groups * og, *[s_.stop - s_.start for s_ in crop])
+
+
+def _reference(nsp: int):
+    sp = SPATIAL[nsp]
+
+    def reference(attrs: Attrs, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        dl = parse_layout("conv_transpose", attrs["data_layout"], "NC" + sp)
+        kl = parse_layout("conv_transpose", attrs["kernel_layout"], "IO" + sp)
+        ol = parse_layout("conv_transpose", attrs["out_layout"] or attrs["data_layout"], "NC" + sp)
+        out = conv_transpose_canonical(
+            to_canonical_array(data, dl, "NC" + sp), to_canonical_array(weight, kl, "IO" + sp),
+            attrs["strides"], attrs["padding"], attrs["dilation"], attrs["output_padding"], attrs["groups"],
+            np.dtype(attrs["out_dtype"] or data.dtype),
+        )
+        return np.ascontiguousarray(from_canonical_array(out, ol, "NC" + sp))
+
+    return reference
+
+
+def _gradient(nsp: int, op: str):
+    sp = SPATIAL[nsp]
+
+    def gradient(c: Call, g: Expr) -> list[Expr]:
+        a = c.attrs
+        x, w = c.args
+        xs = static_canonical(op, x.checked_type, a["data_layout"], "NC" + sp, "data")
+        ws = static_canonical(op, w.checked_type, a["kernel_layout"], "IO" + sp, "weight")
+        out_layout = a["out_layout"] or a["data_layout"]
+        common = dict(strides=a["strides"], padding=a["padding"], dilation=a["dilation"], groups=a["groups"],
+                      channels=xs[1], kernel_size=ws[2:], kernel_layout=swap_io(a["kernel_layout"]))
+        # y = T(x, w) is linear in x with adjoint conv(., w); in w, the adjoint correlates x with g.
+        dx = call(f"nn.conv{nsp}d", g, w, data_layout=out_layout, out_layout=a["data_layout"],
+                  out_dtype=x.checked_type.dtype, **common)
+        dw = call(f"nn.conv{nsp}d_backward_weight", x, g, grad_layout=a["data_layout"],
+                  data_layout=out_layout, out_dtype=w.checked_type.dtype, **common)
+        return [dx, dw]
+
+    return gradient
+
+
+for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():
+    _name = f"nn.conv{_nsp}d_transpose"
+    _attrs = conv_attrs(_nsp, _dl, _kl)
+    _attrs["output_padding"] = (0,) * _nsp
+    register(OpDef(
+        name=_name,
+        arg_names=("data", "weight"),
+        type_rel=lambda ts, a, _op=_name, _n=_nsp: conv_transpose_rel(_op, _n, ts, a),
+        pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+        attrs=_attrs,
+        reference=_reference(_nsp),
+        gradient=_gradient(_nsp, _name),
+        normalize_attrs=lambda a, _op=_name, _n=_nsp: normalize_conv_attrs(_op, _n, a),
+        doc=f"{_nsp}-d transposed convolution with strides, padding, output_padding, dilation and groups.",
+    ))

@@ -1,0 +1,182 @@
+"""Image resizing: `image.resize2d` (nearest neighbour and bilinear) and its gradient helper
+`image.resize2d_grad`.
+
+Both supported methods are linear maps applied separately along H and W: `out = A_h @ x @ A_w.T` per
+image and channel, where row `o` of `A` holds the interpolation weights of output position `o`. The
+reference builds the two small matrices from the coordinate transformation, so the forward pass
+and its adjoint (`A_h.T @ g @ A_w`, the gradient) share one definition of where a pixel comes from.
+
+Coordinate transformations map an output index `o` to an input coordinate `y` (scale = in / out):
+`half_pixel` `(o + 0.5) * scale - 0.5`; `pytorch_half_pixel` the same unless out == 1 (then 0);
+`align_corners` `o * (in - 1) / (out - 1)`; `asymmetric` `o * scale`; `tf_half_pixel_for_nn`
+`(o + 0.5) * scale`. Nearest rounds `y` (default: `round` for align_corners, else `floor`, as TVM);
+linear interpolates between `floor(y)` and `floor(y) + 1`, indices clamped to the image.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Expr
+from autorelay.ir.types import TensorType, Type
+from autorelay.op.layout import (
+    from_canonical_array,
+    from_canonical_shape,
+    int_tuple,
+    parse_layout,
+    to_canonical_array,
+    to_canonical_shape,
+)
+from autorelay.op.registry import REQUIRED, OpDef, OpPattern, call, register, rel_error
+from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
+
+METHODS = ("nearest_neighbor", "linear")
+MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+ROUNDING = ("", "round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def _normalize(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    a = dict(attrs)
+    a["size"] = int_tuple(op, "size", a["size"], 2)
+    if any(s <= 0 for s in a["size"]):
+        raise rel_error(op, f"size must be positive, got {a['size']}")
+    if a["method"] == "bilinear":  # older Relay spelling
+        a["method"] = "linear"
+    for key, allowed in (("method", METHODS), ("coordinate_transformation_mode", MODES),
+                         ("rounding_method", ROUNDING)):
+        if a[key] not in allowed:
+            extra = " (cubic interpolation is not implemented)" if a[key] == "cubic" else ""
+            raise rel_error(op, f"{key}={a[key]!r} is not one of {', '.join(map(repr, allowed))}{extra}")
+    return a
+
+
+def source_coordinate(o: np.ndarray, in_size: int, out_size: int, mode: str) -> np.ndarray:
+    scale = in_size / out_size
+    if mode == "half_pixel":
+        return (o + 0.5) * scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (o + 0.5) * scale - 0.5 if out_size > 1 else np.zeros_like(o)
+    if mode == "align_corners":
+        return o * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(o)
+    if mode == "asymmetric":
+        return o * scale
+    return (o + 0.5) * scale  # tf_half_pixel_for_nn
+
+
+def _round(y: np.ndarray, how: str) -> np.ndarray:
+    if how == "floor":
+        return np.floor(y)
+    if how == "ceil":
+        return np.ceil(y)
+    if how == "round_prefer_floor":
+        return np.ceil(y - 0.5)
+    if how == "round_prefer_ceil":
+        return np.floor(y + 0.5)
+    return np.sign(y) * np.floor(np.abs(y) + 0.5)  # round: half away from zero
+
+
+def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding: str) -> np.ndarray:
+    """`A` with `out = A @ x` along one axis (shape out_size x in_size)."""
+    y = source_coordinate(np.arange(out_size, dtype=np.float64), in_size, out_size, mode)
+    a = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    if method == "nearest_neighbor":
+        how = rounding or ("round" if mode == "align_corners" else "floor")
+        idx = np.clip(_round(y, how), 0, in_size - 1).astype(np.int64)
+        a[rows, idx] = 1.0
+        return a
+    y0 = np.floor(y)
+    frac = y - y0
+    lo = np.clip(y0, 0, in_size - 1).astype(np.int64)
+    hi = np.clip(y0 + 1, 0, in_size - 1).astype(np.int64)
+    np.add.at(a, (rows, lo), 1.0 - frac)
+    np.add.at(a, (rows, hi), frac)
+    return a
+
+
+def _matrices(attrs: Attrs, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    m, mode, r = attrs["method"], attrs["coordinate_transformation_mode"], attrs["rounding_method"]
+    oh, ow = attrs["size"]
+    return interp_matrix(h, oh, m, mode, r), interp_matrix(w, ow, m, mode, r)
+
+
+def _cast(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return v.astype(dtype) if np.issubdtype(dtype, np.floating) else np.round(v).astype(dtype)
+
+
+def resize_canonical(x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    ah, aw = _matrices(attrs, *x.shape[2:])
+    out = np.einsum("oh,nchw,pw->ncop", ah, x.astype(np.float64), aw)
+    return _cast(out, np.dtype(attrs.get("out_dtype") or x.dtype))
+
+
+def resize_grad_canonical(g: np.ndarray, x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    ah, aw = _matrices(attrs, *x.shape[2:])
+    return _cast(np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw), g.dtype)
+
+
+def in_layout(fn, attrs: Attrs, *arrays: np.ndarray) -> np.ndarray:
+    lay = parse_layout("image", attrs["layout"], "NCHW")
+    res = fn(*(to_canonical_array(a, lay, "NCHW") for a in arrays), attrs)
+    return np.ascontiguousarray(from_canonical_array(res, lay, "NCHW"))
+
+
+def resized_type(op: str, data: TensorType, layout: str, size: tuple, dtype: str) -> TensorType:
+    lay = parse_layout(op, layout, "NCHW", "layout")
+    n, c, _, _ = to_canonical_shape(op, data.shape, lay, "NCHW", "data")
+    return TensorType(from_canonical_shape(op, (n, c, *size), lay, "NCHW", "output"), dtype)
+
+
+def _resize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    data = tensor_arg("image.resize2d", arg_types, 0, "data")
+    dtype = attrs["out_dtype"] or data.dtype
+    return resized_type("image.resize2d", data, attrs["layout"], attrs["size"], dtype)
+
+
+def _grad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    g = tensor_arg("image.resize2d_grad", arg_types, 0, "out_grad")
+    data = tensor_arg("image.resize2d_grad", arg_types, 1, "data")
+    want = resized_type("image.resize2d_grad", data, attrs["layout"], attrs["size"], data.dtype)
+    if len(g.shape) != len(want.shape) or any(map(dim_known_different, g.shape, want.shape)):
+        raise rel_error("image.resize2d_grad", f"out_grad of shape {fmt_shape(g.shape)} does not match the "
+                                               f"resized shape {fmt_shape(want.shape)}")
+    return data
+
+
+def _resize_gradient(c: Call, g: Expr) -> list[Expr]:
+    attrs = {k: v for k, v in c.attrs.items() if k != "out_dtype"}
+    return [call("image.resize2d_grad", g, c.args[0], **attrs)]
+
+
+_ATTRS = {
+    "size": REQUIRED, "roi": None, "layout": "NCHW", "method": "linear",
+    "coordinate_transformation_mode": "half_pixel", "rounding_method": "", "cubic_alpha": -0.5,
+    "cubic_exclude": 0, "extrapolation_value": 0.0,
+}
+
+register(OpDef(
+    name="image.resize2d",
+    arg_names=("data",),
+    type_rel=_resize_rel,
+    pattern=OpPattern.INJECTIVE,
+    attrs={**_ATTRS, "out_dtype": ""},
+    reference=lambda a, x: in_layout(resize_canonical, a, x),
+    gradient=_resize_gradient,
+    normalize_attrs=lambda a: _normalize("image.resize2d", a),
+    doc="Resize H and W to `size` by nearest-neighbour or bilinear interpolation.",
+))
+
+register(OpDef(
+    name="image.resize2d_grad",
+    arg_names=("out_grad", "data"),
+    type_rel=_grad_rel,
+    pattern=OpPattern.OPAQUE,
+    attrs=dict(_ATTRS),
+    reference=lambda a, g, x: in_layout(resize_grad_canonical, a, g, x),
+    normalize_attrs=lambda a: _normalize("image.resize2d_grad", a),
+    doc="Adjoint of image.resize2d (the gradient with respect to its data).",
+))
+

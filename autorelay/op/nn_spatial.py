@@ -1,0 +1,211 @@
+"""Spatial rearrangements: `nn.pad` (constant / reflect / edge), its gradient helper `nn.pad_grad`,
+and `nn.upsampling` (which is `image.resize2d` with an integer-ish scale).
+
+`nn.pad` takes the fill value as a tensor argument, as Relay does: `nn.pad(%x, 0f, pad_width=…)`.
+Padding is separable per axis, so its adjoint is too: every output position reads exactly one input
+position (or the fill value), and the gradient scatters back along that map (`_source_index`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Expr
+from autorelay.ir.types import AnyDim, TensorType, Type
+from autorelay.op.image import in_layout, resize_canonical, resized_type
+from autorelay.op.layout import parse_layout, to_canonical_shape
+from autorelay.op.registry import REQUIRED, OpDef, OpPattern, call, register, rel_error
+from autorelay.op.shape_utils import fmt_shape, tensor_arg
+
+MODES = ("constant", "reflect", "edge")
+
+
+def _normalize_pad(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    a = dict(attrs)
+    try:
+        width = tuple((int(b), int(e)) for b, e in a["pad_width"])
+    except (TypeError, ValueError):
+        raise rel_error(op, f"pad_width must be (before, after) pairs, got {a['pad_width']!r}") from None
+    if any(b < 0 or e < 0 for b, e in width):
+        raise rel_error(op, f"pad_width must be non-negative, got {width}")
+    if a["pad_mode"] not in MODES:
+        raise rel_error(op, f"pad_mode={a['pad_mode']!r} is not one of {', '.join(MODES)}")
+    a["pad_width"] = width
+    return a
+
+
+def _padded_shape(op: str, data: TensorType, attrs: Attrs) -> tuple:
+    width = attrs["pad_width"]
+    if len(width) != len(data.shape):
+        raise rel_error(op, f"pad_width has {len(width)} pairs but data of shape {fmt_shape(data.shape)} "
+                            f"has rank {len(data.shape)}")
+    out = []
+    for ax, (d, (b, e)) in enumerate(zip(data.shape, width)):
+        if isinstance(d, int) and (b or e):
+            if attrs["pad_mode"] == "reflect" and max(b, e) >= d:
+                raise rel_error(op, f"reflect padding {(b, e)} of axis {ax} must be smaller than its extent "
+                                    f"{d} (data of shape {fmt_shape(data.shape)})")
+            if attrs["pad_mode"] == "edge" and d == 0:
+                raise rel_error(op, f"edge padding of the empty axis {ax} of data {fmt_shape(data.shape)}")
+        out.append(d + b + e if isinstance(d, int) else (d if b == e == 0 else AnyDim()))
+    return tuple(out)
+
+
+def _pad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    data = tensor_arg("nn.pad", arg_types, 0, "data")
+    value = tensor_arg("nn.pad", arg_types, 1, "pad_value")
+    if value.shape != () or value.dtype != data.dtype:
+        raise rel_error("nn.pad", f"pad_value must be a {data.dtype} scalar, got {value}")
+    return TensorType(_padded_shape("nn.pad", data, attrs), data.dtype)
+
+
+def _pad_ref(attrs: Attrs, x: np.ndarray, value: np.ndarray) -> np.ndarray:
+    if attrs["pad_mode"] == "constant":
+        return np.pad(x, attrs["pad_width"], mode="constant", constant_values=value.item())
+    return np.pad(x, attrs["pad_width"], mode=attrs["pad_mode"])
+
+
+def _source_index(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """For each padded position along one axis, the input index it copies (-1: the fill value)."""
+    i = np.arange(-before, n + after)
+    if mode == "constant":
+        return np.where((i >= 0) & (i < n), i, -1)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    period = 2 * (n - 1)
+    if period == 0:
+        return np.zeros_like(i)
+    i = np.abs(i) % period
+    return np.where(i > n - 1, period - i, i)
+
+
+def _pad_grad_ref(attrs: Attrs, g: np.ndarray, x: np.ndarray) -> np.ndarray:
+    out = g
+    for ax, (b, e) in enumerate(attrs["pad_width"]):
+        n = x.shape[ax]
+        src = _source_index(n, b, e, attrs["pad_mode"])
+        moved = np.moveaxis(out, ax, 0)
+        acc = np.zeros((n,) + moved.shape[1:], dtype=g.dtype)
+        keep = src >= 0
+        np.add.at(acc, src[keep], moved[keep])
+        out = np.moveaxis(acc, 0, ax)
+    return out
+
+
+def _pad_gradient(c: Call, g: Expr) -> list[Expr]:
+    x, value = c.args
+    dx = call("nn.pad_grad", g, x, pad_width=c.attrs["pad_width"], pad_mode=c.attrs["pad_mode"])
+    if c.attrs["pad_mode"] != "constant":
+        return [dx, call("zeros_like", value)]
+    # every output position not copied from x holds the fill value
+    return [dx, call("subtract", call("sum", g), call("sum", dx))]
+
+
+register(OpDef(
+    name="nn.pad",
+    arg_names=("data", "pad_value"),
+    type_rel=_pad_rel,
+    pattern=OpPattern.INJECTIVE,
+    attrs={"pad_width": REQUIRED, "pad_mode": "constant"},
+    reference=_pad_ref,
+    gradient=_pad_gradient,
+    normalize_attrs=lambda a: _normalize_pad("nn.pad", a),
+    doc="Pad each axis by (before, after) with a constant, a reflection (no edge repeat) or the edge.",
+))
+
+
+def _pad_grad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    g = tensor_arg("nn.pad_grad", arg_types, 0, "out_grad")
+    data = tensor_arg("nn.pad_grad", arg_types, 1, "data")
+    want = _padded_shape("nn.pad_grad", data, attrs)
+    if len(g.shape) != len(want) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                        for a, b in zip(g.shape, want)):
+        raise rel_error("nn.pad_grad", f"out_grad of shape {fmt_shape(g.shape)} does not match the padded "
+                                       f"shape {fmt_shape(want)}")
+    return data
+
+
+register(OpDef(
+    name="nn.pad_grad",
+    arg_names=("out_grad", "data"),
+    type_rel=_pad_grad_rel,
+    pattern=OpPattern.INJECTIVE,
+    attrs={"pad_width": REQUIRED, "pad_mode": "constant"},
+    reference=_pad_grad_ref,
+    normalize_attrs=lambda a: _normalize_pad("nn.pad_grad", a),
+    doc="Gradient of nn.pad with respect to its data (reflected/edge copies add up).",
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.upsampling
+
+
+def _upsampled(size: Any, scale: float) -> Any:
+    """Relay's `round(size * scale)`; `?` when the extent is symbolic."""
+    if not isinstance(size, int):
+        return size if scale == 1 else AnyDim()
+    return int(np.floor(size * scale + 0.5))
+
+
+def _resize_attrs(attrs: Attrs, h: int, w: int) -> dict[str, Any]:
+    """The image.resize2d call that this upsampling is (TVM's definition)."""
+    bilinear = attrs["method"] in ("bilinear", "linear")
+    return {
+        "size": (_upsampled(h, attrs["scale_h"]), _upsampled(w, attrs["scale_w"])),
+        "layout": attrs["layout"],
+        "method": "linear" if bilinear else "nearest_neighbor",
+        "coordinate_transformation_mode": "align_corners" if attrs["align_corners"] else "asymmetric",
+        "rounding_method": "" if bilinear else "floor",
+    }
+
+
+def _spatial(op: str, shape: tuple, layout: str) -> tuple:
+    return to_canonical_shape(op, shape, parse_layout(op, layout, "NCHW", "layout"), "NCHW", "data")[2:]
+
+
+def _upsampling_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    op = "nn.upsampling"
+    data = tensor_arg(op, arg_types, 0, "data")
+    if attrs["method"] not in ("nearest_neighbor", "bilinear", "linear"):
+        raise rel_error(op, f"method={attrs['method']!r} is not nearest_neighbor or bilinear")
+    if attrs["scale_h"] <= 0 or attrs["scale_w"] <= 0:
+        raise rel_error(op, f"scales must be positive, got {attrs['scale_h']}, {attrs['scale_w']}")
+    h, w = _spatial(op, data.shape, attrs["layout"])
+    size = (_upsampled(h, attrs["scale_h"]), _upsampled(w, attrs["scale_w"]))
+    for d in size:
+        if isinstance(d, int) and d <= 0:
+            raise rel_error(op, f"scales ({attrs['scale_h']}, {attrs['scale_w']}) leave data of shape "
+                                f"{fmt_shape(data.shape)} empty")
+    return resized_type(op, data, attrs["layout"], size, data.dtype)
+
+
+def _upsampling_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
+    h, w = _spatial("nn.upsampling", x.shape, attrs["layout"])
+    r = _resize_attrs(attrs, h, w)
+    return in_layout(resize_canonical, Attrs(r), x)
+
+
+def _upsampling_gradient(c: Call, g: Expr) -> list[Expr]:
+    shape = c.args[0].checked_type.shape
+    h, w = _spatial("nn.upsampling", shape, c.attrs["layout"])
+    if not (isinstance(h, int) and isinstance(w, int)):
+        raise rel_error("nn.upsampling", f"gradient needs static spatial extents, got {fmt_shape(shape)}")
+    return [call("image.resize2d_grad", g, c.args[0], **_resize_attrs(c.attrs, h, w))]
+
+
+register(OpDef(
+    name="nn.upsampling",
+    arg_names=("data",),
+    type_rel=_upsampling_rel,
+    pattern=OpPattern.INJECTIVE,
+    attrs={"scale_h": 1.0, "scale_w": 1.0, "layout": "NCHW", "method": "nearest_neighbor",
+           "align_corners": False},
+    reference=_upsampling_ref,
+    gradient=_upsampling_gradient,
+    doc="Scale H and W by scale_h / scale_w (nearest: floor(o / scale); bilinear: asymmetric or "
+        "align_corners coordinates).",
+))

@@ -1,0 +1,133 @@
+"""Adaptive average pooling, `nn.adaptive_avg_pool2d(data, output_size, layout, out_layout)`.
+
+Output cell `i` of an axis of extent `H` pooled to `OH` averages input rows
+`floor(i * H / OH)` up to `ceil((i + 1) * H / OH)` (exclusive) — bins that may overlap when `H` is not
+a multiple of `OH`. `output_size=None` keeps the input extent; a `None` entry keeps that axis.
+The gradient is the helper op `nn.adaptive_avg_pool2d_grad(out_grad, data)` (not a Relay op).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Expr
+from autorelay.ir.types import AnyDim, TensorType, Type
+from autorelay.op.layout import (
+    from_canonical_array,
+    from_canonical_shape,
+    parse_layout,
+    to_canonical_array,
+    to_canonical_shape,
+)
+from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
+from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
+
+OP = "nn.adaptive_avg_pool2d"
+GRAD_OP = "nn.adaptive_avg_pool2d_grad"
+
+
+def _normalize(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    a = dict(attrs)
+    size = a["output_size"]
+    if size is None:
+        size = (None, None)
+    elif isinstance(size, int):
+        size = (size, size)
+    size = tuple(size)
+    if len(size) == 1:
+        size = size * 2
+    if len(size) != 2 or any(s is not None and (not isinstance(s, int) or s <= 0) for s in size):
+        raise rel_error(op, f"output_size must be None, a positive int or two, got {attrs['output_size']!r}")
+    a["output_size"] = size
+    return a
+
+
+def _out_extents(attrs: Attrs, h: Any, w: Any) -> tuple:
+    return tuple(d if s is None else s for s, d in zip(attrs["output_size"], (h, w)))
+
+
+def adaptive_rel(op: str, arg_types: list[Type], attrs: Attrs, index: int = 0) -> TensorType:
+    data = tensor_arg(op, arg_types, index, "data")
+    lay = parse_layout(op, attrs["layout"], "NCHW", "layout")
+    out_lay = parse_layout(op, attrs.get("out_layout") or attrs["layout"], "NCHW", "out_layout")
+    n, c, h, w = to_canonical_shape(op, data.shape, lay, "NCHW", "data")
+    for name, d in (("height", h), ("width", w)):
+        if d == 0:
+            raise rel_error(op, f"data of shape {fmt_shape(data.shape)} has zero {name}")
+    return TensorType(from_canonical_shape(op, (n, c, *_out_extents(attrs, h, w)), out_lay, "NCHW", "output"),
+                      data.dtype)
+
+
+def _bins(size: int, out: int) -> list[tuple[int, int]]:
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def adaptive_canonical(x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    oh, ow = _out_extents(attrs, *x.shape[2:])
+    out = np.empty(x.shape[:2] + (oh, ow), dtype=np.float64)
+    for i, (h0, h1) in enumerate(_bins(x.shape[2], oh)):
+        for j, (w0, w1) in enumerate(_bins(x.shape[3], ow)):
+            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return out.astype(x.dtype)
+
+
+def adaptive_grad_canonical(g: np.ndarray, x: np.ndarray, attrs: Attrs) -> np.ndarray:
+    oh, ow = _out_extents(attrs, *x.shape[2:])
+    dx = np.zeros(x.shape, dtype=g.dtype)
+    for i, (h0, h1) in enumerate(_bins(x.shape[2], oh)):
+        for j, (w0, w1) in enumerate(_bins(x.shape[3], ow)):
+            dx[:, :, h0:h1, w0:w1] += g[:, :, i: i + 1, j: j + 1] / ((h1 - h0) * (w1 - w0))
+    return dx
+
+
+def _run(fn, attrs: Attrs, *arrays: np.ndarray, out_key: str) -> np.ndarray:
+    lay = parse_layout(OP, attrs["layout"], "NCHW")
+    out_lay = parse_layout(OP, attrs.get(out_key) or attrs["layout"], "NCHW")
+    res = fn(*(to_canonical_array(a, lay, "NCHW") for a in arrays), attrs)
+    return np.ascontiguousarray(from_canonical_array(res, out_lay, "NCHW"))
+
+
+def grad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    g = tensor_arg(GRAD_OP, arg_types, 0, "out_grad")
+    data = tensor_arg(GRAD_OP, arg_types, 1, "data")
+    out = adaptive_rel(GRAD_OP, arg_types, attrs, index=1)
+    if len(g.shape) != len(out.shape) or any(map(dim_known_different, g.shape, out.shape)):
+        raise rel_error(GRAD_OP, f"out_grad of shape {fmt_shape(g.shape)} does not match the pooled shape "
+                                 f"{fmt_shape(out.shape)} of data {fmt_shape(data.shape)}")
+    return data
+
+
+def _gradient(c: Call, g: Expr) -> list[Expr]:
+    if c.attrs["out_layout"] and c.attrs["out_layout"] != c.attrs["layout"]:
+        raise rel_error(OP, "gradient needs out_layout equal to layout")
+    t = c.args[0].checked_type
+    if any(isinstance(d, AnyDim) for d in getattr(t, "shape", ())):
+        raise rel_error(OP, f"gradient needs a static data shape, got {t}")
+    return [call(GRAD_OP, g, c.args[0], output_size=c.attrs["output_size"], layout=c.attrs["layout"])]
+
+
+register(OpDef(
+    name=OP,
+    arg_names=("data",),
+    type_rel=lambda ts, a: adaptive_rel(OP, ts, a),
+    pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs={"output_size": None, "layout": "NCHW", "out_layout": ""},
+    reference=lambda a, x: _run(adaptive_canonical, a, x, out_key="out_layout"),
+    gradient=_gradient,
+    normalize_attrs=lambda a: _normalize(OP, a),
+    doc="Average pooling to a fixed output size with possibly overlapping bins.",
+))
+
+register(OpDef(
+    name=GRAD_OP,
+    arg_names=("out_grad", "data"),
+    type_rel=grad_rel,
+    pattern=OpPattern.OPAQUE,
+    attrs={"output_size": None, "layout": "NCHW"},
+    reference=lambda a, g, x: _run(adaptive_grad_canonical, a, g, x, out_key="layout"),
+    normalize_attrs=lambda a: _normalize(GRAD_OP, a),
+    doc="Gradient of nn.adaptive_avg_pool2d with respect to its data.",
+))

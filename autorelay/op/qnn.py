@@ -1,0 +1,148 @@
+"""Quantisation: `qnn.quantize`, `qnn.dequantize`, `qnn.requantize`.
+
+As in Relay, scales and zero points are tensor *arguments* (float32 and int32), either scalars
+(per-tensor) or 1-d tensors along `axis` (per-channel):
+
+* quantize    `q = clip(round(x / scale) + zero_point, qmin, qmax)` (round half to even)
+* dequantize  `x = (q - zero_point) * scale`
+* requantize  `q' = clip(round((q - zp_in) * scale_in / scale_out) + zp_out, qmin', qmax')`, with
+  `rounding` "UPWARD" (half toward +inf, Relay's default) or "TONEAREST" (half away from zero).
+
+The references compute in float64: the exact real-number semantics that Relay's fixed-point
+lowering approximates (they can differ by one step exactly at rounding ties that fixed point
+cannot represent). These ops are not differentiable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.types import TensorType, Type
+from autorelay.op.registry import OpDef, OpPattern, register, rel_error
+from autorelay.op.shape_utils import dim_known_different, fmt_shape, normalize_axis, tensor_arg
+
+QUANT_DTYPES = ("int8", "uint8", "int16", "int32")
+FLOATS = ("float16", "float32", "float64")
+
+
+def _check_qparam(op: str, t: TensorType, name: str, dtype: str, data: TensorType, axis: int) -> None:
+    if t.dtype != dtype:
+        raise rel_error(op, f"{name} must have dtype {dtype}, got {t.dtype}")
+    if t.shape == () or (len(t.shape) == 1 and t.shape[0] == 1):
+        return
+    if len(t.shape) != 1 or dim_known_different(t.shape[0], data.shape[axis]):
+        raise rel_error(op, f"{name} of shape {fmt_shape(t.shape)} must be a scalar or ({data.shape[axis]},) "
+                            f"for axis {axis} of data of shape {fmt_shape(data.shape)}")
+
+
+def _params(op: str, arg_types: list[Type], attrs: Attrs, spec: tuple[tuple[str, str], ...],
+            data_dtypes: tuple[str, ...]) -> TensorType:
+    data = tensor_arg(op, arg_types, 0, "data")
+    if data.dtype not in data_dtypes:
+        raise rel_error(op, f"data must have dtype in {data_dtypes}, got {data.dtype}")
+    axis = normalize_axis(op, attrs["axis"], max(len(data.shape), 1))
+    for i, (name, dtype) in enumerate(spec, start=1):
+        _check_qparam(op, tensor_arg(op, arg_types, i, name), name, dtype, data, axis)
+    return data
+
+
+def _out_dtype(op: str, attrs: Attrs, allowed: tuple[str, ...]) -> str:
+    if attrs["out_dtype"] not in allowed:
+        raise rel_error(op, f"out_dtype must be one of {', '.join(allowed)}, got {attrs['out_dtype']!r}")
+    return attrs["out_dtype"]
+
+
+def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """A per-tensor or per-channel parameter shaped to broadcast against the data."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim == 0 or v.size == 1:
+        return v.reshape(())
+    return v.reshape((-1,) + (1,) * (ndim - axis % ndim - 1))
+
+
+def _saturate(v: np.ndarray, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(v, info.min, info.max).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _quantize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    op = "qnn.quantize"
+    spec = (("output_scale", "float32"), ("output_zero_point", "int32"))
+    data = _params(op, arg_types, attrs, spec, FLOATS)
+    return TensorType(data.shape, _out_dtype(op, attrs, QUANT_DTYPES))
+
+
+def _quantize_ref(attrs: Attrs, x: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    ax, nd = attrs["axis"], max(x.ndim, 1)
+    q = np.round(x.astype(np.float64) / _along(scale, ax, nd)) + _along(zp, ax, nd)
+    return _saturate(q, attrs["out_dtype"])
+
+
+register(OpDef(
+    name="qnn.quantize",
+    arg_names=("data", "output_scale", "output_zero_point"),
+    type_rel=_quantize_rel,
+    pattern=OpPattern.BROADCAST,
+    attrs={"axis": -1, "out_dtype": "int8"},
+    reference=_quantize_ref,
+    doc="float -> int: clip(round(x / scale) + zero_point).",
+))
+
+
+def _dequantize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    op = "qnn.dequantize"
+    data = _params(op, arg_types, attrs, (("input_scale", "float32"), ("input_zero_point", "int32")),
+                   QUANT_DTYPES)
+    return TensorType(data.shape, _out_dtype(op, attrs, FLOATS))
+
+
+def _dequantize_ref(attrs: Attrs, q: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    ax, nd = attrs["axis"], max(q.ndim, 1)
+    return ((q.astype(np.float64) - _along(zp, ax, nd)) * _along(scale, ax, nd)).astype(attrs["out_dtype"])
+
+
+register(OpDef(
+    name="qnn.dequantize",
+    arg_names=("data", "input_scale", "input_zero_point"),
+    type_rel=_dequantize_rel,
+    pattern=OpPattern.BROADCAST,
+    attrs={"axis": -1, "out_dtype": "float32"},
+    reference=_dequantize_ref,
+    doc="int -> float: (q - zero_point) * scale.",
+))
+
+
+def _requantize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
+    op = "qnn.requantize"
+    spec = (("input_scale", "float32"), ("input_zero_point", "int32"),
+            ("output_scale", "float32"), ("output_zero_point", "int32"))
+    data = _params(op, arg_types, attrs, spec, QUANT_DTYPES)
+    if attrs["rounding"] not in ("None", "UPWARD", "TONEAREST"):
+        raise rel_error(op, f"rounding must be UPWARD or TONEAREST, got {attrs['rounding']!r}")
+    return TensorType(data.shape, _out_dtype(op, attrs, QUANT_DTYPES))
+
+
+def _requantize_ref(attrs: Attrs, q, in_scale, in_zp, out_scale, out_zp) -> np.ndarray:
+    ax, nd = attrs["axis"], max(q.ndim, 1)
+    ratio = _along(in_scale, ax, nd) / _along(out_scale, ax, nd)
+    real = (q.astype(np.float64) - _along(in_zp, ax, nd)) * ratio
+    if attrs["rounding"] == "TONEAREST":
+        rounded = np.sign(real) * np.floor(np.abs(real) + 0.5)
+    else:  # "UPWARD" and Relay's "None" default
+        rounded = np.floor(real + 0.5)
+    return _saturate(rounded + _along(out_zp, ax, nd), attrs["out_dtype"])
+
+
+register(OpDef(
+    name="qnn.requantize",
+    arg_names=("data", "input_scale", "input_zero_point", "output_scale", "output_zero_point"),
+    type_rel=_requantize_rel,
+    pattern=OpPattern.BROADCAST,
+    attrs={"axis": -1, "rounding": "None", "compute_dtype": "None", "out_dtype": "int8"},
+    reference=_requantize_ref,
+    doc="int -> int under a new scale and zero point.",
+))

@@ -1,0 +1,184 @@
+"""Ops that join, split or repeat tensors: `concatenate`, `split`, `stack` (tuple-typed
+arguments or results), `tile`, `repeat`.
+
+`concatenate` keeps symbolic extents: `(n, t, 100)` twice on axis -1 is `(n, t, 200)`; a
+symbolic extent on the joined axis itself makes the result `?` there.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Expr, Tuple, TupleGetItem
+from autorelay.ir.types import Dim, TensorType, TupleType, Type
+from autorelay.op.registry import REQUIRED, call, rel_error
+from autorelay.op.shape_utils import (
+    ANY,
+    dim_known_different,
+    fmt_shape,
+    merge_dims,
+    normalize_axis,
+    tensor_arg,
+    tuple_arg,
+)
+from autorelay.op.transform import as_tuple, mul_dims, reg
+
+# ---- concatenate / split / stack -------------------------------------------------------------
+
+
+def _same_shapes(op: str, fields: list[TensorType], skip: int | None) -> list[Dim]:
+    """Merge the extents of all fields (except axis `skip`), which must agree."""
+    first = fields[0]
+    merged = list(first.shape)
+    for k, f in enumerate(fields[1:], start=1):
+        if f.ndim != first.ndim or f.dtype != first.dtype:
+            raise rel_error(op, f"data.{k} is {f} but data.0 is {first}: ranks and dtypes must match")
+        for i, (a, b) in enumerate(zip(merged, f.shape)):
+            if i == skip:
+                continue
+            if dim_known_different(a, b):
+                raise rel_error(
+                    op, f"data.{k} of shape {fmt_shape(f.shape)} does not match data.0 of shape "
+                    f"{fmt_shape(first.shape)} on axis {i}"
+                )
+            merged[i] = merge_dims(a, b)
+    return merged
+
+
+def _concatenate_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    fields = tuple_arg("concatenate", arg_types, 0, "data")
+    if not fields:
+        raise rel_error("concatenate", "needs at least one tensor")
+    axis = normalize_axis("concatenate", attrs["axis"], fields[0].ndim)
+    shape = _same_shapes("concatenate", fields, axis)
+    parts = [f.shape[axis] for f in fields]
+    shape[axis] = sum(parts) if all(isinstance(p, int) for p in parts) else ANY  # type: ignore[arg-type]
+    return TensorType(tuple(shape), fields[0].dtype)
+
+
+def _concatenate_grad(c: Call, g: Expr) -> list[Expr]:
+    fields = c.args[0].checked_type.fields
+    axis = normalize_axis("concatenate", c.attrs["axis"], fields[0].ndim)
+    sizes = [f.shape[axis] for f in fields]
+    if not all(isinstance(s, int) for s in sizes):
+        raise rel_error("concatenate", f"gradient needs static extents on axis {axis}, got {sizes}")
+    pieces = call("split", g, indices_or_sections=[int(i) for i in np.cumsum(sizes)[:-1]], axis=axis)
+    return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(len(fields))))]
+
+
+reg("concatenate", ("data",), _concatenate_rel,
+     lambda attrs, xs: np.concatenate(xs, axis=attrs["axis"]), grad=_concatenate_grad,
+     attrs={"axis": 0}, doc="join a tuple of tensors along an existing axis")
+
+
+def _split_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    t = tensor_arg("split", arg_types, 0, "data")
+    axis = normalize_axis("split", attrs["axis"], t.ndim)
+    d = t.shape[axis]
+    spec = attrs["indices_or_sections"]
+    if isinstance(spec, int):
+        if spec <= 0:
+            raise rel_error("split", f"indices_or_sections={spec} must be positive")
+        if isinstance(d, int) and d % spec:
+            raise rel_error("split", f"axis {axis} of data {fmt_shape(t.shape)} does not split into {spec} "
+                            "equal sections")
+        sizes: list[Dim] = [d // spec if isinstance(d, int) else ANY] * spec
+    else:
+        bounds = [0, *spec]
+        if any(b > a for a, b in zip(bounds[1:], bounds[:-1])):
+            raise rel_error("split", f"indices_or_sections={tuple(spec)} must be increasing")
+        if isinstance(d, int):
+            bounds = [min(b, d) for b in bounds] + [d]
+            sizes = [b - a for a, b in pairwise(bounds)]
+        else:
+            sizes = [b - a for a, b in pairwise(bounds)] + [ANY]
+    return TupleType(tuple(TensorType(t.shape[:axis] + (s,) + t.shape[axis + 1 :], t.dtype) for s in sizes))
+
+
+def _split_ref(attrs: Attrs, x: np.ndarray) -> tuple:
+    spec = attrs["indices_or_sections"]
+    return tuple(p.copy() for p in np.split(x, spec if isinstance(spec, int) else list(spec), attrs["axis"]))
+
+
+def _split_grad(c: Call, g: Expr) -> list[Expr]:
+    n = len(c.checked_type.fields)
+    return [call("concatenate", Tuple(tuple(TupleGetItem(g, i) for i in range(n))), axis=c.attrs["axis"])]
+
+
+reg("split", ("data",), _split_rel, _split_ref, grad=_split_grad,
+     attrs={"indices_or_sections": REQUIRED, "axis": 0},
+     doc="split into equal sections (an int) or at indices (a list); returns a tuple")
+
+
+def _stack_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    fields = tuple_arg("stack", arg_types, 0, "data")
+    if not fields:
+        raise rel_error("stack", "needs at least one tensor")
+    axis = normalize_axis("stack", attrs["axis"], fields[0].ndim, extra=1)
+    shape = _same_shapes("stack", fields, None)
+    return TensorType(tuple(shape[:axis]) + (len(fields),) + tuple(shape[axis:]), fields[0].dtype)
+
+
+def _stack_grad(c: Call, g: Expr) -> list[Expr]:
+    fields = c.args[0].checked_type.fields
+    axis = normalize_axis("stack", c.attrs["axis"], fields[0].ndim, extra=1)
+    pieces = call("split", g, indices_or_sections=len(fields), axis=axis)
+    return [Tuple(tuple(call("squeeze", TupleGetItem(pieces, i), axis=[axis]) for i in range(len(fields))))]
+
+
+reg("stack", ("data",), _stack_rel, lambda attrs, xs: np.stack(xs, axis=attrs["axis"]), grad=_stack_grad,
+     attrs={"axis": 0}, doc="join a tuple of equal-shaped tensors along a new axis")
+
+
+# ---- tile / repeat --------------------------------------------------------------------------
+
+
+def _tile_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    t = tensor_arg("tile", arg_types, 0, "data")
+    reps = as_tuple(attrs["reps"])
+    if any(r < 0 for r in reps):
+        raise rel_error("tile", f"reps={reps} must be non-negative")
+    n = max(len(reps), t.ndim)
+    shape = (1,) * (n - t.ndim) + t.shape
+    reps = (1,) * (n - len(reps)) + reps
+    return TensorType(tuple(mul_dims(d, r) for d, r in zip(shape, reps)), t.dtype)
+
+
+def _tile_grad(c: Call, g: Expr) -> list[Expr]:
+    # View g as (r0, d0, r1, d1, ...) with -4 splits and sum the repetition axes.
+    x = c.args[0]
+    reps = as_tuple(c.attrs["reps"])
+    n = max(len(reps), x.checked_type.ndim)
+    reps = (1,) * (n - len(reps)) + reps
+    newshape = [v for r in reps for v in (-4, r, -1)]
+    summed = call("sum", call("reshape", g, newshape=newshape), axis=list(range(0, 2 * n, 2)))
+    return [call("reshape_like", summed, x)]
+
+
+reg("tile", ("data",), _tile_rel, lambda attrs, x: np.tile(x, as_tuple(attrs["reps"])), grad=_tile_grad,
+     attrs={"reps": REQUIRED}, doc="NumPy tile")
+
+
+def _repeat_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    t = tensor_arg("repeat", arg_types, 0, "data")
+    axis = normalize_axis("repeat", attrs["axis"], t.ndim)
+    if attrs["repeats"] < 0:
+        raise rel_error("repeat", f"repeats={attrs['repeats']} must be non-negative")
+    shape = list(t.shape)
+    shape[axis] = mul_dims(shape[axis], attrs["repeats"])
+    return TensorType(tuple(shape), t.dtype)
+
+
+def _repeat_grad(c: Call, g: Expr) -> list[Expr]:
+    axis = normalize_axis("repeat", c.attrs["axis"], c.args[0].checked_type.ndim)
+    newshape = [0] * axis + [-4, -1, c.attrs["repeats"], -2]
+    return [call("sum", call("reshape", g, newshape=newshape), axis=axis + 1)]
+
+
+reg("repeat", ("data",), _repeat_rel, lambda attrs, x: np.repeat(x, attrs["repeats"], attrs["axis"]),
+     grad=_repeat_grad, attrs={"repeats": REQUIRED, "axis": REQUIRED}, doc="repeat each element along axis")
+
+
