@@ -1,0 +1,32 @@
+"""The converter table: ONNX op type -> `fn(builder, node) -> output expr(s)`, merged by family."""
+
+from __future__ import annotations
+
+from autorelay.frontend.onnx import (
+    converters_activation,
+    converters_math,
+    converters_nn,
+    converters_norm,
+    converters_quant,
+    converters_resize,
+    converters_rnn,
+    converters_shape,
+)
+
+CONVERTERS: dict = {}
+for _table in (
+    converters_math.TABLE,
+    converters_nn.TABLE,
+    converters_shape.TABLE,
+    converters_rnn.TABLE,
+    converters_resize.TABLE,
+    converters_quant.TABLE,
+    converters_activation.TABLE,
+    converters_norm.TABLE,
+):
+    _clash = set(_table) & set(CONVERTERS)
+    if _clash:
+        raise RuntimeError(f"ONNX converters registered twice: {sorted(_clash)}")
+    CONVERTERS.update(_table)
+
+SUPPORTED_OPS = frozenset(CONVERTERS)

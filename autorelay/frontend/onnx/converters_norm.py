@@ -1,0 +1,120 @@
+"""Normalisations beyond BatchNormalization: LayerNormalization, InstanceNormalization, LRN, and the
+composite reductions ReduceL1/L2/LogSum/LogSumExp/SumSquare.
+
+LayerNormalization over the last axis maps to `nn.layer_norm`; over several trailing axes (and
+InstanceNormalization over the spatial axes) it is written with `mean` and `variance`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis
+from autorelay.ir.expr import Expr
+
+TABLE: dict = {}
+
+
+def _reg(*names: str):
+    def deco(fn):
+        for n in names:
+            TABLE[n] = fn
+        return fn
+
+    return deco
+
+
+def _x(node: NodeView, i: int = 0) -> Expr:
+    e = node.input(i)
+    if e is None:
+        raise node.fail(f"input {i} is required")
+    return e
+
+
+def _normalise(g: GraphBuilder, x: Expr, axes: list[int], eps: float) -> Expr:
+    mean = g.call("mean", x, axis=axes, keepdims=True)
+    var = g.call("variance", x, mean, axis=axes, keepdims=True)
+    inv = g.call("rsqrt", g.call("add", var, g.scalar(eps, var)))
+    return g.call("multiply", g.call("subtract", x, mean), inv)
+
+
+@_reg("LayerNormalization")
+def _layer_norm(g: GraphBuilder, node: NodeView) -> Expr | list[Expr | None]:
+    x, scale, bias = _x(node, 0), _x(node, 1), node.input(2)
+    if node.attr("stash_type", 1) != 1:
+        raise node.fail("stash_type other than float32 is not supported")
+    ndim = g.ndim(x)
+    axis = normalize_axis(g, node.attr("axis", -1), ndim)
+    eps = float(node.attr("epsilon", 1e-5))
+    stats = node.num_outputs > 1 and any(node.output_names[1:])
+    if not stats and axis == ndim - 1 and g.ndim(scale) == 1 and (bias is None or g.ndim(bias) == 1):
+        beta = g.call("zeros_like", scale) if bias is None else bias
+        return g.call("nn.layer_norm", x, scale, beta, axis=-1, epsilon=eps, center=bias is not None)
+    axes = list(range(axis, ndim))
+    mean = g.call("mean", x, axis=axes, keepdims=True)
+    var = g.call("variance", x, mean, axis=axes, keepdims=True)
+    inv = g.call("rsqrt", g.call("add", var, g.scalar(eps, var)))
+    y = g.call("multiply", g.call("multiply", g.call("subtract", x, mean), inv), scale)
+    y = y if bias is None else g.call("add", y, bias)
+    return [y, mean, inv]
+
+
+@_reg("InstanceNormalization")
+def _instance_norm(g: GraphBuilder, node: NodeView) -> Expr:
+    x, scale, bias = _x(node, 0), _x(node, 1), _x(node, 2)
+    ndim = g.ndim(x)
+    y = _normalise(g, x, list(range(2, ndim)), float(node.attr("epsilon", 1e-5)))
+    scale = g.call("expand_dims", scale, axis=1, num_newaxis=ndim - 2)
+    bias = g.call("expand_dims", bias, axis=1, num_newaxis=ndim - 2)
+    return g.call("add", g.call("multiply", y, scale), bias)
+
+
+@_reg("LRN")
+def _lrn(g: GraphBuilder, node: NodeView) -> Expr:
+    size = int(node.attr("size"))
+    return g.call(
+        "nn.lrn",
+        _x(node),
+        size=size,
+        axis=1,
+        bias=float(node.attr("bias", 1.0)),
+        alpha=float(node.attr("alpha", 1e-4)),
+        beta=float(node.attr("beta", 0.75)),
+    )
+
+
+@_reg("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+def _composite_reduce(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    if node.opset >= 18:
+        axes = g.ints(node.input(1), "axes") if node.input(1) is not None else []
+    else:
+        axes = list(node.attr("axes", []))
+    keep = bool(node.attr("keepdims", 1))
+    if not axes and node.opset >= 18 and node.attr("noop_with_empty_axes", 0):
+        axis = None
+        if node.op_type in ("ReduceL1", "ReduceL2"):
+            return g.call("abs", x)
+        if node.op_type == "ReduceSumSquare":
+            return g.call("multiply", x, x)
+        return g.call("log", x) if node.op_type == "ReduceLogSum" else x
+    axis = None if not axes else sorted({normalize_axis(g, a, g.ndim(x), "axes") for a in axes})
+    op = node.op_type
+    if op == "ReduceL1":
+        return g.call("sum", g.call("abs", x), axis=axis, keepdims=keep)
+    if op == "ReduceSumSquare":
+        return g.call("sum", g.call("multiply", x, x), axis=axis, keepdims=keep)
+    if op == "ReduceL2":
+        return g.call("sqrt", g.call("sum", g.call("multiply", x, x), axis=axis, keepdims=keep))
+    if op == "ReduceLogSum":
+        return g.call("log", g.call("sum", x, axis=axis, keepdims=keep))
+    # log-sum-exp, shifted by the maximum so large inputs do not overflow
+    shape = g.static_shape(x)
+    reduced = range(len(shape)) if axis is None else axis
+    if any(shape[a] == 0 for a in reduced):  # log(sum of nothing) = log(0)
+        out = [1 if i in reduced else d for i, d in enumerate(shape) if keep or i not in reduced]
+        return g.const(np.full(out, -np.inf, dtype=g.dtype(x)))
+    m = g.call("max", x, axis=axis, keepdims=True)
+    s = g.call("sum", g.call("exp", g.call("subtract", x, m)), axis=axis, keepdims=keep)
+    m_out = m if keep else g.call("reshape", m, newshape=g.shape(s) or ())
+    return g.call("add", g.call("log", s), m_out)

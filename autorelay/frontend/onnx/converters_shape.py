@@ -1,0 +1,307 @@
+"""Shape and data-movement converters: Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split,
+Slice, Gather, Pad, Expand, Shape, Constant, ConstantOfShape, Range.
+
+Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes, pads, starts…)
+must be known at import time: constants, integer initializers, or values folded from `Shape`.
+Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis
+from autorelay.ir.expr import Expr
+
+TABLE: dict = {}
+_INT_MAX = 2**63 - 1
+
+
+def _reg(*names: str):
+    def deco(fn):
+        for n in names:
+            TABLE[n] = fn
+        return fn
+
+    return deco
+
+
+def _x(node: NodeView, i: int = 0) -> Expr:
+    e = node.input(i)
+    if e is None:
+        raise node.fail(f"input {i} is required")
+    return e
+
+
+def _axes(g: GraphBuilder, node: NodeView, since: int, index: int = 1) -> list[int] | None:
+    """`axes` as an attribute before opset `since`, as input `index` from then on."""
+    if node.opset >= since:
+        return None if node.input(index) is None else g.ints(node.input(index), "axes")
+    return None if node.attr("axes") is None else list(node.attr("axes"))
+
+
+@_reg("Reshape")
+def _reshape(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    if node.opset < 5:
+        target = list(node.attr("shape", []))
+    else:
+        target = g.ints(_x(node, 1), "shape")
+    allowzero = bool(node.attr("allowzero", 0))
+    if allowzero and 0 in target and -1 in target:
+        raise node.fail(f"shape {target} has both 0 (with allowzero=1) and -1")
+    shape = g.shape(x)
+    if all(isinstance(d, int) for d in shape) and len(target) >= 1:
+        # resolve 0 and -1 now: later passes and the printer see the plain static shape
+        out = [shape[i] if v == 0 and not allowzero and i < len(shape) else v for i, v in enumerate(target)]
+        if out.count(-1) == 1:
+            rest = int(np.prod([v for v in out if v != -1]))
+            total = int(np.prod(shape))
+            if rest == 0 or total % rest:
+                raise node.fail(f"cannot reshape {shape} to {target}")
+            out[out.index(-1)] = total // rest
+        target = out
+    return g.call("reshape", x, newshape=tuple(target), allowzero=allowzero)
+
+
+@_reg("Flatten")
+def _flatten(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    shape = g.shape(x)
+    ndim = len(shape)
+    axis = node.attr("axis", 1)
+    axis = axis + ndim if axis < 0 else axis
+    if not 0 <= axis <= ndim:
+        raise node.fail(f"axis={node.attr('axis')} is out of range for rank {ndim}")
+    head, tail = shape[:axis], shape[axis:]
+    if all(isinstance(d, int) for d in tail) and not all(isinstance(d, int) for d in head):
+        # a dynamic batch: keep it symbolic, the tail is static
+        return g.call("reshape", x, newshape=(-1, int(np.prod(tail))))
+    s = g.static_shape(x)
+    return g.call("reshape", x, newshape=(int(np.prod(s[:axis])), int(np.prod(s[axis:]))))
+
+
+@_reg("Transpose")
+def _transpose(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    perm = node.attr("perm")
+    return g.call("transpose", x, axes=None if perm is None else tuple(perm))
+
+
+@_reg("Squeeze")
+def _squeeze(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    axes = _axes(g, node, 13)
+    if axes is None:
+        s = g.static_shape(x)
+        axes = [i for i, d in enumerate(s) if d == 1]
+    ndim = g.ndim(x)
+    return g.call("squeeze", x, axis=sorted({normalize_axis(g, a, ndim, "axes") for a in axes}))
+
+
+@_reg("Unsqueeze")
+def _unsqueeze(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    axes = _axes(g, node, 13)
+    if not axes:
+        raise node.fail("axes is required")
+    out_rank = g.ndim(x) + len(axes)
+    norm = sorted({normalize_axis(g, a, out_rank, "axes") for a in axes})
+    if len(norm) != len(axes):
+        raise node.fail(f"axes {axes} has duplicates")
+    for a in norm:  # ascending, so each index is already final
+        x = g.call("expand_dims", x, axis=a)
+    return x
+
+
+@_reg("Concat")
+def _concat(g: GraphBuilder, node: NodeView) -> Expr:
+    parts = [e for e in node.inputs if e is not None]
+    if node.attr("axis") is None:
+        raise node.fail("attribute axis is required")
+    # ONNX lets empty tensors join; drop them (the IR's concatenate needs equal ranks anyway)
+    ndim = g.ndim(parts[0])
+    axis = normalize_axis(g, node.attr("axis"), ndim)
+    if len(parts) == 1:
+        return parts[0]
+    return g.call("concatenate", g.tuple(parts), axis=axis)
+
+
+@_reg("Split")
+def _split(g: GraphBuilder, node: NodeView) -> list[Expr]:
+    x = _x(node)
+    ndim = g.ndim(x)
+    axis = normalize_axis(g, node.attr("axis", 0), ndim)
+    extent = g.static_shape(x)[axis]
+    n = node.num_outputs
+    if node.opset >= 13:
+        sizes = g.ints(node.input(1), "split") if node.input(1) is not None else None
+    else:
+        sizes = node.attr("split")
+    if sizes is None:
+        num = node.attr("num_outputs", n)
+        if node.opset >= 18 and num != n:
+            raise node.fail(f"num_outputs={num} but the node has {n} outputs")
+        chunk = -(-extent // num)  # the last chunk may be smaller (opset 18)
+        sizes = [min(chunk, extent - i * chunk) for i in range(num)]
+    if sum(sizes) != extent or len(sizes) != n:
+        raise node.fail(
+            f"split sizes {list(sizes)} must sum to axis {axis} extent {extent} with one per output ({n})"
+        )
+    if n == 1:
+        return [x]
+    bounds = list(np.cumsum(sizes)[:-1])
+    tup = g.call("split", x, indices_or_sections=tuple(int(b) for b in bounds), axis=axis)
+    return [g.item(tup, i) for i in range(n)]
+
+
+@_reg("Slice")
+def _slice(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    ndim = g.ndim(x)
+    if node.opset < 10:
+        starts, ends = list(node.attr("starts")), list(node.attr("ends"))
+        axes = node.attr("axes")
+        steps = None
+    else:
+        starts, ends = g.ints(_x(node, 1), "starts"), g.ints(_x(node, 2), "ends")
+        axes = g.ints(node.input(3), "axes") if node.input(3) is not None else None
+        steps = g.ints(node.input(4), "steps") if node.input(4) is not None else None
+    axes = list(range(len(starts))) if axes is None else [normalize_axis(g, a, ndim, "axes") for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise node.fail(f"starts {starts}, ends {ends}, axes {axes}, steps {steps} must have equal lengths")
+    shape = g.shape(x)
+    begin, end = [], []
+    for b, e, a, s in zip(starts, ends, axes, steps):
+        if s == 0:
+            raise node.fail(f"step 0 on axis {a}")
+        d = shape[a]
+        if isinstance(d, int):  # clamp as ONNX does, then write Python-slice bounds
+            lo, hi = (0, d) if s > 0 else (-1, d - 1)
+            b = min(max(b + d if b < 0 else b, lo), hi)
+            e = min(max(e + d if e < 0 else e, lo), hi)
+            if s < 0 and e == -1:
+                e = -d - 1  # "before index 0" in Python slice terms
+        begin.append(int(b))
+        end.append(int(e))
+    return g.call(
+        "strided_slice", x, begin=tuple(begin), end=tuple(end), strides=tuple(steps), axes=tuple(axes)
+    )
+
+
+@_reg("Gather")
+def _gather(g: GraphBuilder, node: NodeView) -> Expr:
+    x, ind = _x(node, 0), _x(node, 1)
+    axis = normalize_axis(g, node.attr("axis", 0), g.ndim(x))
+    v = g.value_or_none(ind)
+    if v is not None:
+        n = g.shape(x)[axis]
+        if isinstance(n, int):
+            if np.any((v < -n) | (v >= n)):
+                raise node.fail(f"indices {v.tolist()} out of range for axis {axis} of extent {n}")
+            return g.call("take", x, g.const(np.where(v < 0, v + n, v), str(v.dtype)), axis=axis, mode="clip")
+    return g.call("take", x, ind, axis=axis, mode="wrap")
+
+
+@_reg("Expand")
+def _expand(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    target = g.ints(_x(node, 1), "shape")
+    s = g.static_shape(x)
+    try:
+        out = tuple(np.broadcast_shapes(s, tuple(target)))
+    except ValueError:
+        raise node.fail(f"shape {target} does not broadcast with input shape {s}") from None
+    return x if out == s else g.call("broadcast_to", x, shape=out)
+
+
+@_reg("Shape")
+def _shape(g: GraphBuilder, node: NodeView) -> Expr:
+    s = g.static_shape(_x(node), "the input of Shape")
+    n = len(s)
+    start, end = node.attr("start", 0), node.attr("end", n)
+    return g.const(np.array(s[slice(start, end)], dtype="int64"))
+
+
+@_reg("Constant")
+def _constant(g: GraphBuilder, node: NodeView) -> Expr:
+    for key, dtype in (
+        ("value_float", "float32"),
+        ("value_floats", "float32"),
+        ("value_int", "int64"),
+        ("value_ints", "int64"),
+    ):
+        if key in node.attrs:
+            return g.const(np.array(node.attrs[key], dtype=dtype))
+    if "value" in node.attrs:
+        return g.const(node.attrs["value"])
+    raise node.fail(f"unsupported Constant form (attributes {sorted(node.attrs)})")
+
+
+@_reg("ConstantOfShape")
+def _constant_of_shape(g: GraphBuilder, node: NodeView) -> Expr:
+    shape = g.ints(_x(node), "shape")
+    fill = node.attr("value")
+    fill = np.zeros(1, dtype="float32") if fill is None else np.asarray(fill).reshape(-1)
+    return g.const(np.full(shape, fill[0], dtype=fill.dtype))
+
+
+@_reg("Range")
+def _range(g: GraphBuilder, node: NodeView) -> Expr:
+    start, limit, delta = (g.value(_x(node, i), what) for i, what in enumerate(("start", "limit", "delta")))
+    dtype = np.asarray(start).dtype
+    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return g.const((np.asarray(start) + np.arange(n) * np.asarray(delta)).astype(dtype))
+
+
+@_reg("Pad")
+def _pad(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    ndim = g.ndim(x)
+    mode = node.attr("mode", "constant")
+    if node.opset < 11:
+        pads = list(node.attr("pads", node.attr("paddings", [])))
+        value = float(node.attr("value", 0.0))
+        fill = g.scalar(value, x)
+    else:
+        pads = g.ints(_x(node, 1), "pads")
+        cv = node.input(2)
+        fill = (
+            g.scalar(0, x)
+            if cv is None
+            else g.const(np.asarray(g.value(cv, "constant_value")).reshape(()), g.dtype(x))
+        )
+    axes = (
+        g.ints(node.input(3), "axes") if node.opset >= 18 and node.input(3) is not None else list(range(ndim))
+    )
+    axes = [normalize_axis(g, a, ndim, "axes") for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise node.fail(f"pads {pads} must have 2 entries per padded axis ({len(axes)} axes)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise node.fail(f"mode={mode!r} is not supported (constant, reflect, edge, wrap)")
+    width = [[0, 0] for _ in range(ndim)]
+    for k, a in enumerate(axes):
+        width[a] = [pads[k], pads[k + len(axes)]]
+    pos = tuple((max(b, 0), max(e, 0)) for b, e in width)
+    if mode == "wrap" and any(b or e for b, e in pos):
+        x = _wrap_pad(g, x, pos)
+    elif any(b or e for b, e in pos):
+        x = g.call("nn.pad", x, fill, pad_width=pos, pad_mode=mode)
+    if any(b < 0 or e < 0 for b, e in width):  # negative pads crop
+        shape = g.static_shape(x)
+        begin = [max(-b, 0) for b, _ in width]
+        end = [d - max(-e, 0) for d, (_, e) in zip(shape, width)]
+        x = g.call("strided_slice", x, begin=tuple(begin), end=tuple(end))
+    return x
+
+
+def _wrap_pad(g: GraphBuilder, x: Expr, width: tuple[tuple[int, int], ...]) -> Expr:
+    """Circular padding: each axis gets its own tail in front and its head behind (may repeat)."""
+    for axis, (b, e) in enumerate(width):
+        if not (b or e):
+            continue
+        n = g.static_shape(x)[axis]
+        index = np.arange(-b, n + e) % n  # positions in the padded axis, read from x
+        x = g.call("take", x, g.const(index.astype("int64")), axis=axis, mode="clip")
+    return x

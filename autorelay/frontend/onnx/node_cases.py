@@ -1,0 +1,126 @@
+"""Run the ONNX backend node test cases shipped in the `onnx` wheel through the importer.
+
+Each case is a folder `onnx/backend/test/data/node/test_*/` holding `model.onnx` and
+`test_data_set_0/{input,output}_*.pb`. A case runs as: import, `infer_types`, the reference
+interpreter, then comparison with the expected outputs (floats to rtol/atol 1e-4, others exactly).
+Used by the pytest suite and by `experiments/onnx_node_report.py`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autorelay.frontend.onnx.converters import SUPPORTED_OPS
+from autorelay.frontend.onnx.errors import OnnxStaticValueError
+
+RTOL = ATOL = 1e-4
+FP16_TOL = 2e-3
+
+
+def node_dir() -> Path:
+    import onnx
+
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: Path
+    op_types: tuple[str, ...]
+
+
+def supported_cases() -> list[Case]:
+    """Every node case whose op types (default domain) are all converted by the importer."""
+    import onnx
+
+    out = []
+    for d in sorted(node_dir().iterdir()):
+        model_path = d / "model.onnx"
+        if not model_path.is_file():
+            continue
+        m = onnx.load(str(model_path), load_external_data=False)
+        ops = tuple(sorted({n.op_type for n in m.graph.node}))
+        if (
+            ops
+            and all(op in SUPPORTED_OPS for op in ops)
+            and all(n.domain in ("", "ai.onnx") for n in m.graph.node)
+        ):
+            out.append(Case(d.name, d, ops))
+    return out
+
+
+def _read_tensors(folder: Path, prefix: str) -> list[np.ndarray]:
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = []
+    files = sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1]))
+    for f in files:
+        t = onnx.TensorProto()
+        t.ParseFromString(f.read_bytes())
+        arrays.append(numpy_helper.to_array(t))
+    return arrays
+
+
+def run_case(case: Case) -> tuple[bool, str]:
+    """(passed, message). Import errors propagate, so callers see the one-line importer error."""
+    import onnx
+
+    import autorelay
+    from autorelay.frontend.onnx.importer import from_onnx
+
+    model = onnx.load(str(case.path / "model.onnx"))
+    init = {t.name for t in model.graph.initializer}
+    names = [vi.name for vi in model.graph.input if vi.name not in init]
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):  # sequences, optionals, maps
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from_onnx(model)  # raises the importer's own error for the non-tensor value
+    data = case.path / "test_data_set_0"
+    inputs = _read_tensors(data, "input")
+    expected = _read_tensors(data, "output")
+    feeds = dict(zip(names, inputs))
+    constants: dict[str, np.ndarray] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(len(names) + 1):  # bind inputs that the importer needs statically, one by one
+            try:
+                mod, params = from_onnx(
+                    model,
+                    constants=constants,
+                    shape={n: v.shape for n, v in feeds.items() if n not in constants},
+                )
+                break
+            except OnnxStaticValueError as err:
+                if err.input_name not in feeds or err.input_name in constants:
+                    raise
+                constants[err.input_name] = feeds[err.input_name]
+    typed = autorelay.infer_types(mod)
+    dynamic = [feeds[n] for n in names if n not in constants]  # @main takes the graph inputs first
+    args = dynamic + [params[p.name_hint] for p in mod["main"].params[len(dynamic) :]]
+    out = autorelay.evaluate(typed, *args)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    if len(outs) != len(expected):
+        return False, f"{len(outs)} outputs, expected {len(expected)}"
+    for i, (got, want) in enumerate(zip(outs, expected)):
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            return False, f"output {i}: shape {got.shape}, expected {want.shape}"
+        if want.dtype.kind == "f":
+            tol = FP16_TOL if want.dtype == np.float16 else RTOL  # half precision: ~3 significant digits
+            if not np.allclose(
+                got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol, equal_nan=True
+            ):
+                err = np.max(np.abs(got.astype(np.float64) - want))
+                return False, f"output {i}: max abs error {err:.3g}"
+        elif not np.array_equal(got, want):
+            return False, f"output {i}: values differ ({got.dtype} vs {want.dtype})"
+        if got.dtype != want.dtype:
+            return False, f"output {i}: dtype {got.dtype}, expected {want.dtype}"
+    return True, "ok"

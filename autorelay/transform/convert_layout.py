@@ -1,0 +1,269 @@
+"""ConvertLayout: run convolutions in another data layout, transforming only at the boundaries.
+
+`ConvertLayout(src="NCHW", dst="NHWC")` rewrites every `nn.conv2d` in layout `src` (kernel `OIHW`
+for NCHW, `HWIO` for NHWC) to `dst`; `dst="NCHWc"` packs channels in blocks: data `NCHW{x}c`,
+weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW{x}c`), with
+the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
+order, else `block`, shrunk to a divisor of the channel count). Other grouped convolutions stay.
+
+The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
+ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
+2-d and global pooling, channel concatenation of values in one layout) compute directly in the
+converted layout. A `layout_transform` is inserted only where a value enters or leaves such a
+region (function inputs and outputs, `reshape`,
+`batch_flatten`, …); weights are transformed here with NumPy; and a transform that would undo the
+one just before it cancels instead of being emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Tuple
+from autorelay.ir.module import IRModule
+from autorelay.ir.visitor import ExprMutator, post_order
+from autorelay.op import registry
+from autorelay.op.layout import from_canonical_array, parse_layout
+from autorelay.op.registry import OpPattern
+from autorelay.transform.pass_base import FunctionPass
+from autorelay.transform.util import op_name, static_shape, tensor_type
+
+KERNEL = {"NCHW": "OIHW", "NHWC": "HWIO"}
+POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+
+
+def _divisor(n: int, limit: int) -> int:
+    """The largest divisor of `n` that is at most `limit`."""
+    for d in range(min(n, max(limit, 1)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _const(arr: np.ndarray) -> Constant:
+    c = Constant(np.ascontiguousarray(arr))
+    c.set_checked_type(c.type)
+    return c
+
+
+class _Converter(ExprMutator):
+    def __init__(self, src: str, dst: str, block: int, conv_blocks: tuple, convs: dict[int, int]) -> None:
+        super().__init__()
+        self.src, self.dst, self.block = src, dst, block
+        self.conv_blocks, self.convs = conv_blocks, convs
+        self.tracked: dict[int, tuple[Expr, str | None]] = {}
+        self.ensured: dict[tuple[int, str | None], Expr] = {}
+        self.transforms = 0
+
+    # ---- layouts of values ----------------------------------------------------------------
+
+    def visit(self, expr: Expr) -> Expr:
+        """Every generic consumer sees values in their original layout."""
+        new, lay = self.track(expr)
+        return self.ensure(new, lay, None)
+
+    def track(self, e: Expr) -> tuple[Expr, str | None]:
+        hit = self.tracked.get(id(e))
+        if hit is not None:
+            return hit
+        out = self._convert(e) if isinstance(e, Call) else None
+        if out is None:
+            out = (super().visit(e), None)
+        self.tracked[id(e)] = out  # `e` lives in the function being rewritten, so its id is stable
+        return out
+
+    def ensure(self, new: Expr, lay: str | None, want: str | None) -> Expr:
+        """`new` (in layout `lay`, None = source layout) converted to `want`."""
+        lay, want = lay or self.src, want or self.src
+        if lay == want:
+            return new
+        key = (id(new), want)
+        if key in self.ensured:
+            return self.ensured[key]
+        if op_name(new) == "layout_transform" and new.attrs["src_layout"] == want:  # type: ignore[union-attr]
+            out = new.args[0]  # type: ignore[union-attr]  # undo the transform just made: cancel
+        elif isinstance(new, Constant):
+            opdef = registry.get("layout_transform")
+            attrs = opdef.make_attrs({"src_layout": lay, "dst_layout": want})
+            out = _const(opdef.reference(attrs, new.data))  # weights are packed at compile time
+        else:
+            out = registry.call("layout_transform", new, src_layout=lay, dst_layout=want)
+            self.transforms += 1
+        self.ensured[key] = out
+        return out
+
+    # ---- per-op rules -----------------------------------------------------------------------
+
+    def _convert(self, c: Call) -> tuple[Expr, str | None] | None:
+        name = op_name(c)
+        if name is None:
+            return None
+        if name == "nn.conv2d":
+            return self._conv(c)
+        if name == "nn.bias_add":
+            return self._bias_add(c)
+        if name in POOLS:
+            return self._pool(c)
+        if name == "concatenate":
+            return self._concatenate(c)
+        opdef = registry.get(name) if registry.exists(name) else None
+        if opdef is None or "axis" in opdef.attrs or "axes" in opdef.attrs:
+            return None
+        if opdef.pattern == OpPattern.ELEMWISE and len(c.args) == 1:
+            x, lay = self.track(c.args[0])
+            if lay is None or static_shape(c) != static_shape(c.args[0]):
+                return None
+            return Call(c.op, (x,), c.attrs), lay
+        if opdef.pattern <= OpPattern.BROADCAST and len(c.args) == 2:
+            return self._binary(c)
+        return None
+
+    def _conv(self, c: Call) -> tuple[Expr, str | None] | None:
+        a = c.attrs
+        kernel = KERNEL.get(self.src)
+        if a["data_layout"] != self.src or a["kernel_layout"] != kernel:
+            return None
+        if a["out_layout"] not in ("", self.src):
+            return None
+        xt, wt = tensor_type(c.args[0]), static_shape(c.args[1])
+        if xt is None or wt is None:
+            return None
+        in_c = xt.shape[self.src.index("C")]
+        out_c = wt[kernel.index("O")]
+        x, lay = self.track(c.args[0])
+        if self.dst == "NCHWc":
+            if not isinstance(in_c, int):
+                return None
+            ic, oc = self._blocks(c, lay, in_c, out_c)
+            if a["groups"] == 1:
+                data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
+            elif a["groups"] == in_c == out_c:  # depthwise: one block for input and output channels
+                data, kern, out = f"NCHW{ic}c", f"OIHW1i{ic}o", f"NCHW{ic}c"
+            else:
+                return None
+        else:
+            data, kern, out = self.dst, KERNEL[self.dst], self.dst
+        w = self.ensure(super().visit(c.args[1]), kernel, kern)
+        attrs = a.replace(data_layout=data, kernel_layout=kern, out_layout=out if out != data else "")
+        return Call(c.op, (self.ensure(x, lay, data), w), attrs), out
+
+    def _blocks(self, c: Call, lay: str | None, in_c: int, out_c: int) -> tuple[int, int]:
+        i = self.convs.get(id(c), -1)
+        if 0 <= i < len(self.conv_blocks):
+            ic, oc = self.conv_blocks[i]
+        else:
+            ic = oc = self.block
+            if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
+                ic = int(lay[4:-1])  # reuse the block the input already has
+        return _divisor(in_c, ic), _divisor(out_c, oc)
+
+    def _bias_add(self, c: Call) -> tuple[Expr, str | None] | None:
+        x, lay = self.track(c.args[0])
+        t = tensor_type(c.args[0])
+        if lay is None or t is None or int(c.attrs["axis"]) % t.ndim != self.src.index("C"):
+            return None
+        b = super().visit(c.args[1])
+        layout = parse_layout("ConvertLayout", lay, self.src)
+        if layout.factor("C") is None:
+            return Call(c.op, (x, b), c.attrs.replace(axis=layout.index("C"))), lay
+        f = layout.factor("C")
+        channels = t.shape[self.src.index("C")]
+        if not isinstance(channels, int):
+            return None
+        shape = [channels // f if ax == "C" else f if ax == "c" else 1 for ax in layout.axes]
+        return registry.call("add", x, registry.call("reshape", b, newshape=shape)), lay
+
+    def _pool(self, c: Call) -> tuple[Expr, str | None] | None:
+        x, lay = self.track(c.args[0])
+        if lay is None or c.attrs["layout"] != self.src or c.attrs["out_layout"] not in ("", self.src):
+            return None
+        return Call(c.op, (x,), c.attrs.replace(layout=lay, out_layout="")), lay
+
+    def _concatenate(self, c: Call) -> tuple[Expr, str | None] | None:
+        """Channel concatenation of values in one layout stays in it (blocks are whole channels)."""
+        fields = c.args[0]
+        t = tensor_type(c)
+        if not isinstance(fields, Tuple) or t is None or t.ndim != len(self.src):
+            return None
+        if int(c.attrs["axis"]) % t.ndim != self.src.index("C"):
+            return None
+        tracked = [self.track(f) for f in fields.fields]
+        lay = tracked[0][1]
+        if lay is None or any(fl != lay for _, fl in tracked):
+            return None
+        axis = parse_layout("ConvertLayout", lay, self.src).index("C")
+        return Call(c.op, (Tuple(tuple(x for x, _ in tracked)),), c.attrs.replace(axis=axis)), lay
+
+    def _binary(self, c: Call) -> tuple[Expr, str | None] | None:
+        pairs = [self.track(a) for a in c.args]
+        lay = next((lay for _, lay in pairs if lay is not None), None)
+        out_shape = static_shape(c)
+        if lay is None or out_shape is None or len(out_shape) != len(self.src):
+            return None
+        args = []
+        for orig, (new, arg_lay) in zip(c.args, pairs):
+            shape = static_shape(orig)
+            if arg_lay is not None or shape == out_shape:
+                args.append(self.ensure(new, arg_lay, lay))
+            elif shape is not None and int(np.prod(shape)) == 1 and len(shape) <= len(out_shape):
+                args.append(new if len(shape) == 0 else registry.call("reshape", new, newshape=()))
+            else:
+                packed = self._pack_constant(new.data, out_shape, lay) if isinstance(new, Constant) else None
+                if packed is None:
+                    return None
+                args.append(packed)
+        return Call(c.op, tuple(args), c.attrs), lay
+
+    def _pack_constant(self, data: np.ndarray, out_shape: tuple, lay: str) -> Constant | None:
+        """A per-channel (or channel-independent) constant rearranged to broadcast in layout `lay`."""
+        if data.ndim > len(out_shape):
+            return None
+        aligned = (1,) * (len(out_shape) - data.ndim) + data.shape
+        ch = self.src.index("C")
+        if any(d != 1 for i, d in enumerate(aligned) if i != ch):
+            return None
+        layout = parse_layout("ConvertLayout", lay, self.src)
+        arr = data.reshape(aligned)
+        if aligned[ch] == 1:
+            shape = [aligned[self.src.index(ax)] if ax.isupper() else 1 for ax in layout.axes]
+            return _const(arr.reshape(shape))
+        return _const(from_canonical_array(arr, layout, self.src))
+
+
+@dataclass(frozen=True)
+class ConvertLayout(FunctionPass):
+    """Convert conv2d data layouts from `src` to `dst` ("NHWC", "NCHW" or "NCHWc")."""
+
+    name: ClassVar[str] = "ConvertLayout"
+    requires_types: ClassVar[bool] = True
+    dst: str = "NHWC"
+    src: str = "NCHW"
+    block: int = 16
+    conv_blocks: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.src not in KERNEL:
+            raise ValueError(f"ConvertLayout: src must be one of {sorted(KERNEL)}, got {self.src!r}")
+        if self.dst not in (*KERNEL, "NCHWc") or self.dst == self.src:
+            raise ValueError(
+                f"ConvertLayout: dst must be NCHW, NHWC or NCHWc and differ from src, got {self.dst!r}"
+            )
+        if self.dst == "NCHWc" and self.src != "NCHW":
+            raise ValueError("ConvertLayout: NCHWc packing starts from NCHW")
+        if self.block < 1:
+            raise ValueError(f"ConvertLayout: block must be positive, got {self.block}")
+
+    def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
+        convs = [n for n in post_order(fn) if op_name(n) == "nn.conv2d"]
+        index = {id(n): i for i, n in enumerate(convs)}
+        conv = _Converter(self.src, self.dst, self.block, self.conv_blocks, index)
+        body = conv.visit(fn.body)
+        return fn if body is fn.body else fn.replace(body=body)
+
+
+def conv_count(fn: Function) -> int:
+    """How many conv2d calls `conv_blocks` may address in `fn` (for a search over block sizes)."""
+    return sum(1 for n in post_order(fn) if op_name(n) == "nn.conv2d")

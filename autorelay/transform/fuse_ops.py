@@ -1,0 +1,209 @@
+"""FuseOps: group op calls into primitive functions, each one kernel.
+
+Every op call ends up in exactly one group; a group becomes
+`Function(params, body, attrs={"Primitive": 1})` called from the main function with the group's
+outside inputs (constants stay inside, as weights the kernel can pack at build time).
+
+Grouping is greedy over a dependency order: for each op call `c` and each argument `a` that is an
+op call with `c` as its *only* user, `a`'s group joins `c`'s when the `FusionPlan` allows the pair
+(group pattern, pattern of `c`), the edge is not disabled, the merged group keeps at most one
+anchor and at most `max_depth` ops. Because only single-user producers join, every group is a
+tree whose one output is its last op, so no merge can create a cycle through outside nodes.
+A tuple that feeds an injective op (concatenate's input) joins that op's group.
+
+`let`, `if`, `match`, calls of functions and nested functions are boundaries; nested non-primitive
+functions are fused on their own. Existing primitive functions are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from autorelay.ir.attrs import Attrs
+from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tuple, Var
+from autorelay.ir.module import IRModule
+from autorelay.ir.visitor import ExprMutator
+from autorelay.op import registry
+from autorelay.op.registry import OpPattern
+from autorelay.transform.fusion_plan import ANCHORS, FusionPlan
+from autorelay.transform.normal_form import scoped_children
+from autorelay.transform.pass_base import FunctionPass
+
+PRIMITIVE = Attrs({"Primitive": 1})
+
+
+def _pattern(e: Expr) -> OpPattern | None:
+    if isinstance(e, Call) and isinstance(e.op, Op):
+        return registry.get(e.op.name).pattern if registry.exists(e.op.name) else OpPattern.OPAQUE
+    return None
+
+
+def _region(root: Expr) -> list[Expr]:
+    """Nodes of one function body in dependency order, not entering nested functions."""
+    out: list[Expr] = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if isinstance(node, Function):
+            continue
+        for k, _ in reversed(scoped_children(node)):
+            if id(k) not in seen:
+                stack.append((k, False))
+    return out
+
+
+@dataclass
+class _Group:
+    root: Expr
+    members: list[Expr] = field(default_factory=list)
+    pattern: OpPattern = OpPattern.ELEMWISE
+    anchors: int = 0
+    ops: int = 0
+
+
+class _Grouping:
+    """Union-find over the op calls of one region, driven by a FusionPlan."""
+
+    def __init__(self, body: Expr, plan: FusionPlan) -> None:
+        self.plan = plan
+        order = _region(body)
+        uses: Counter = Counter()
+        for n in order:
+            if not isinstance(n, Function):
+                for k, _ in scoped_children(n):
+                    uses[id(k)] += 1
+        self.index = {id(n): i for i, n in enumerate(x for x in order if _pattern(x) is not None)}
+        self.group: dict[int, _Group] = {}
+        self.edges: list[tuple[int, int]] = []
+        for n in order:
+            p = _pattern(n)
+            if p is None:
+                continue
+            g = _Group(n, [n], p, int(p in ANCHORS), 1)
+            self.group[id(n)] = g
+            for a in self._producers(n):
+                if uses[id(a)] == 1:
+                    self._try_merge(a, n)
+
+    def _producers(self, n: Call) -> list[Expr]:
+        out: list[Expr] = []
+        for a in n.args:
+            feeds_injective = isinstance(a, Tuple) and _pattern(n) <= OpPattern.INJECTIVE  # type: ignore[operator]
+            if feeds_injective or _pattern(a) is not None:
+                out.append(a)
+        return out
+
+    def _try_merge(self, a: Expr, c: Call) -> None:
+        gc = self.group[id(c)]
+        cp = _pattern(c)
+        assert cp is not None
+        if isinstance(a, Tuple):  # a tuple feeding an injective op joins it (as its input list)
+            gc.members.insert(0, a)  # its fields stay outside, so it may come first
+            self.group[id(a)] = gc
+            return
+        ga = self.group[id(a)]
+        if ga is gc:
+            return
+        edge = (self.index[id(a)], self.index[id(c)])
+        self.edges.append(edge)
+        if edge in self.plan.disabled_edges or not self.plan.allows(ga.pattern, cp):
+            return
+        if ga.anchors + gc.anchors > 1 or ga.ops + gc.ops > self.plan.max_depth:
+            return
+        gc.members = ga.members + gc.members
+        gc.pattern = max(gc.pattern, ga.pattern)
+        gc.anchors += ga.anchors
+        gc.ops += ga.ops
+        for m in ga.members:
+            self.group[id(m)] = gc
+
+
+class _Fuser(ExprMutator):
+    def __init__(self, plan: FusionPlan) -> None:
+        super().__init__()
+        self.plan = plan
+        self.groups: dict[int, _Group] = {}
+        self.made = 0
+
+    def fuse_body(self, body: Expr) -> Expr:
+        grouping = _Grouping(body, self.plan)
+        self.groups.update(grouping.group)
+        return self.visit(body)
+
+    def visit_function(self, f: Function) -> Expr:
+        if f.is_primitive:
+            return f
+        body = self.fuse_body(f.body)
+        return f if body is f.body else f.replace(body=body)
+
+    def visit_call(self, c: Call) -> Expr:
+        g = self.groups.get(id(c))
+        if g is None or g.root is not c:
+            return super().visit_call(c)
+        return self._make(g)
+
+    def _make(self, g: _Group) -> Expr:
+        member_ids = {id(m) for m in g.members}
+        params: list[Var] = []
+        outside: list[Expr] = []
+        param_of: dict[int, Var] = {}
+        inner: dict[int, Expr] = {}
+
+        def operand(a: Expr) -> Expr:
+            if id(a) in member_ids:
+                return inner[id(a)]
+            if isinstance(a, Constant | Op | GlobalVar):
+                return a
+            if id(a) not in param_of:
+                ann = a.checked_type if a.has_checked_type else None
+                v = Var(f"p{len(params)}", ann)
+                param_of[id(a)] = v
+                params.append(v)
+                outside.append(a)
+            return param_of[id(a)]
+
+        for m in g.members:  # members are in dependency order
+            if isinstance(m, Tuple):
+                inner[id(m)] = Tuple(tuple(operand(f) for f in m.fields))
+            else:
+                assert isinstance(m, Call)
+                new = Call(m.op, tuple(operand(a) for a in m.args), m.attrs, m.type_args)
+                if m.has_checked_type:
+                    new.set_checked_type(m.checked_type)
+                inner[id(m)] = new
+        ret = g.root.checked_type if g.root.has_checked_type else None
+        fn = Function(tuple(params), inner[id(g.root)], ret, (), PRIMITIVE)
+        self.made += 1
+        return Call(fn, tuple(self.visit(a) for a in outside))
+
+
+@dataclass(frozen=True)
+class FuseOps(FunctionPass):
+    """Group op calls into primitive functions following `plan` (Relay's rules by default)."""
+
+    name: ClassVar[str] = "FuseOps"
+    requires_types: ClassVar[bool] = True
+    plan: FusionPlan = field(default_factory=FusionPlan.default)
+
+    def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
+        out = _Fuser(self.plan).visit(fn)
+        assert isinstance(out, Function)
+        return out
+
+
+def candidate_edges(fn: Function, plan: FusionPlan | None = None) -> list[tuple[int, int]]:
+    """The producer → consumer edges (by op index) that the plan's rules were asked about.
+
+    A search toggles subsets of these through `FusionPlan.disabled_edges`.
+    """
+    return list(_Grouping(fn.body, plan or FusionPlan.default()).edges)

@@ -1,0 +1,95 @@
+"""FusionPlan: the fusion decisions of FuseOps, as plain data a search can change.
+
+FuseOps walks op calls in dependency order and asks, for each edge producer → consumer whose
+producer has no other user, whether the producer's group may join the consumer's. The answer
+comes only from the plan:
+
+* `rules`: pairs `(producer group pattern, consumer op pattern)` that may fuse, where a group's
+  pattern is the highest (least fusable) `OpPattern` among its ops;
+* `max_depth`: the most ops one fused function may hold;
+* `disabled_edges`: specific edges `(producer index, consumer index)` never to fuse, where an
+  index numbers the op calls of a function in dependency (post-)order — `candidate_edges` lists
+  them, so a search can switch any subset off and measure.
+
+A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
+convolutions or a convolution and a reduction are separate kernels.
+`FusionPlan.default()` reproduces Relay's rules: an out-elemwise-fusable op (conv2d, dense,
+pooling) with its elementwise/broadcast consumers; chains of injective ops; a reduction with its
+injective producers. `FusionPlan.none()` fuses nothing (each op becomes its own function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from autorelay.op.registry import OpPattern
+
+E, B, I, R, O = (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE,
+                 OpPattern.OUT_ELEMWISE_FUSABLE)
+
+RELAY_RULES: frozenset[tuple[OpPattern, OpPattern]] = frozenset(
+    # injective chains: elementwise, broadcast and injective ops fuse with each other
+    {(p, c) for p in (E, B, I) for c in (E, B, I)}
+    # a reduction absorbs its injective producers
+    | {(p, R) for p in (E, B, I)}
+    # an out-elemwise-fusable op (conv2d, dense) takes its elementwise/broadcast consumers
+    | {(O, E), (O, B)}
+)
+
+ANCHORS = (OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.TUPLE, OpPattern.OPAQUE)
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    rules: frozenset[tuple[OpPattern, OpPattern]] = RELAY_RULES
+    max_depth: int = 256
+    disabled_edges: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.max_depth < 1:
+            raise ValueError(f"FusionPlan.max_depth must be at least 1, got {self.max_depth}")
+        object.__setattr__(self, "rules", frozenset(self.rules))
+        object.__setattr__(self, "disabled_edges", frozenset(tuple(e) for e in self.disabled_edges))
+        for p, c in self.rules:
+            if OpPattern.OPAQUE in (p, c):
+                raise ValueError("FusionPlan.rules may not fuse OPAQUE ops")
+
+    @staticmethod
+    def default(max_depth: int = 256) -> FusionPlan:
+        return FusionPlan(RELAY_RULES, max_depth)
+
+    @staticmethod
+    def none() -> FusionPlan:
+        return FusionPlan(frozenset(), 1)
+
+    def __repr__(self) -> str:
+        rules = f"{len(self.rules)} rules"
+        if self.rules == RELAY_RULES:
+            rules = "relay"
+        elif not self.rules:
+            rules = "none"
+        off = f", disabled_edges={sorted(self.disabled_edges)}" if self.disabled_edges else ""
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off})"
+
+    def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
+        return (producer_group, consumer) in self.rules
+
+    def without_edges(self, edges: Iterable[tuple[int, int]]) -> FusionPlan:
+        """The same plan with some more edges switched off."""
+        return replace(self, disabled_edges=self.disabled_edges | frozenset(tuple(e) for e in edges))
+
+    def to_json(self) -> dict:
+        return {
+            "rules": sorted([int(p), int(c)] for p, c in self.rules),
+            "max_depth": self.max_depth,
+            "disabled_edges": sorted(list(e) for e in self.disabled_edges),
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> FusionPlan:
+        return FusionPlan(
+            frozenset((OpPattern(p), OpPattern(c)) for p, c in data["rules"]),
+            int(data["max_depth"]),
+            frozenset(tuple(e) for e in data.get("disabled_edges", ())),
+        )

@@ -1,0 +1,63 @@
+"""Named pipelines: each is an explicit list of pass values, printed by `describe`.
+
+There is no opt level and nothing is skipped silently: `pipeline("default")` runs exactly the
+passes listed below, in order.
+
+* `O0`: only what lowering needs — inference-time rewrites of training ops, and every op in its
+  own primitive function (no fusion).
+* `default`: the graph optimisations, then Relay's fusion rules.
+* `tune`: `default` plus channel packing (NCHW → NCHW16c convolutions) before fusion, the form the
+  kernel search tunes.
+"""
+
+from __future__ import annotations
+
+from autorelay.transform.convert_layout import ConvertLayout
+from autorelay.transform.cse import EliminateCommonSubexpr
+from autorelay.transform.dce import DeadCodeElimination
+from autorelay.transform.fold_constant import FoldConstant
+from autorelay.transform.fold_scale_axis import FoldScaleAxis
+from autorelay.transform.fuse_ops import FuseOps
+from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.normal_form import ToGraphNormalForm
+from autorelay.transform.pass_base import Pass, Pipeline
+from autorelay.transform.simplify_expr import SimplifyExpr
+from autorelay.transform.simplify_inference import SimplifyInference
+
+
+def _graph_opts() -> list[Pass]:
+    return [
+        ToGraphNormalForm(),
+        SimplifyInference(),
+        FoldConstant(),
+        SimplifyExpr(),
+        FoldScaleAxis(),
+        FoldConstant(),
+        EliminateCommonSubexpr(),
+        DeadCodeElimination(),
+    ]
+
+
+def pipeline_passes(name: str) -> list[Pass]:
+    """The pass list of a named pipeline."""
+    if name == "O0":
+        return [SimplifyInference(), FuseOps(plan=FusionPlan.none())]
+    if name == "default":
+        return [*_graph_opts(), FuseOps()]
+    if name == "tune":
+        packing = [ConvertLayout(dst="NCHWc", block=16), FoldConstant(), SimplifyExpr()]
+        return [*_graph_opts(), *packing, FuseOps()]
+    raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
+
+
+PIPELINES = ("O0", "default", "tune")
+
+
+def pipeline(name: str, **options) -> Pipeline:
+    """`Pipeline(pipeline_passes(name), **options)`; options are Pipeline's (verify, dump_after, dump)."""
+    return Pipeline(pipeline_passes(name), **options)
+
+
+def describe(name: str) -> str:
+    """The pipeline as text: one pass (with its options) per line."""
+    return "\n".join(f"{i + 1:>2}. {p!r}" for i, p in enumerate(pipeline_passes(name)))

@@ -1,0 +1,155 @@
+"""Whole models exported from PyTorch: a small ResNet-style CNN and an LSTM, imported and run in the
+reference interpreter, compared with PyTorch (1e-4) and with ONNX Runtime where it is installed.
+
+The CNN goes through the default (dynamo) exporter, which writes its weights to an external data
+file; a second export with the TorchScript exporter and constant folding off keeps
+BatchNormalization nodes. The LSTM (bidirectional) uses the TorchScript exporter (fast).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")  # the default exporter needs it
+
+import autorelay  # noqa: E402
+from autorelay.frontend import from_onnx  # noqa: E402
+
+nn = torch.nn
+
+
+class Block(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
+
+
+class SmallResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.block = Block(8)
+        self.gap, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        return self.fc(torch.flatten(self.gap(self.block(x)), 1))
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, bidirectional=True)
+        self.fc = nn.Linear(10, 3)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        return self.fc(y), h, c
+
+
+def _randomise_bn(model: nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+
+
+def _export(model, x, path, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), **kw)
+
+
+def _run_imported(path, x):
+    mod, params = from_onnx(str(path))
+    args = [x] + [params[p.name_hint] for p in mod["main"].params[1:]]
+    out = autorelay.evaluate(autorelay.infer_types(mod), *args)
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _check(path, x, expected):
+    got = _run_imported(path, x)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {sess.get_inputs()[0].name: x})
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    torch.manual_seed(0)
+    model = SmallResNet().eval()
+    _randomise_bn(model, 1)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        want = model(x).numpy()
+    return model, x, want
+
+
+def test_resnet_default_exporter_with_external_data(resnet, tmp_path):
+    model, x, want = resnet
+    path = tmp_path / "resnet.onnx"
+    _export(model, x, path, external_data=True)
+    assert any(p.name != "resnet.onnx" for p in tmp_path.iterdir()), "expected an external data file"
+    _check(path, x.numpy(), [want])
+
+
+def test_resnet_torchscript_exporter_keeps_batchnorm(resnet, tmp_path):
+    import onnx
+
+    model, x, want = resnet
+    path = tmp_path / "resnet_ts.onnx"
+    _export(model, x, path, dynamo=False, do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {"BatchNormalization", "Conv", "MaxPool", "Add", "Gemm"} <= ops, ops
+    _check(path, x.numpy(), [want])
+
+
+def test_bidirectional_lstm(tmp_path):
+    torch.manual_seed(0)
+    model = LSTMNet().eval()
+    x = torch.randn(4, 2, 6)
+    path = tmp_path / "lstm.onnx"
+    _export(model, x, path, dynamo=False)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    _check(path, x.numpy(), want)
+
+
+class GRUNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(6, 5, batch_first=True)  # PyTorch's r, z, n gates; the exporter writes z, r, h
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return y, h
+
+
+def test_gru_batch_first(tmp_path):
+    torch.manual_seed(1)
+    model = GRUNet().eval()
+    x = torch.randn(2, 5, 6)
+    path = tmp_path / "gru.onnx"
+    _export(model, x, path, dynamo=False)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    _check(path, x.numpy(), want)

@@ -1,0 +1,103 @@
+"""FuseOps with FusionPlan: Relay's default rules, the depth limit, plans as data, and meaning."""
+
+import numpy as np
+import pytest
+from transform_nets import NETS, assert_same_outputs, ops, typed
+
+from autorelay.ir import Call, Function, IRModule, TensorType, Tuple, Var, const, post_order
+from autorelay.op.registry import OpPattern, call
+from autorelay.transform import FuseOps, FusionPlan, Pipeline, candidate_edges, pipeline, primitive_functions
+
+
+def _groups(out: IRModule) -> list[list[str]]:
+    """Op names of each primitive function, in the order FuseOps made them (dependency order)."""
+    groups = []
+    for fn in primitive_functions(out):
+        names = [n.op.name for n in post_order(fn) if isinstance(n, Call) and hasattr(n.op, "name")]
+        groups.append(sorted(names))
+    return groups
+
+
+def _fuse(body_fn, shape=(1, 4, 6, 6), plan=None):
+    x = Var("x", TensorType(shape))
+    mod = IRModule.from_expr(Function((x,), body_fn(x)))
+    out = FuseOps(plan=plan or FusionPlan.default())(typed(mod))
+    assert_same_outputs(mod, out)
+    # every op call now lives inside a primitive function
+    main_ops = [n for n in post_order(out["main"].body) if isinstance(n, Call) and hasattr(n.op, "name")
+                and not any(n is m for f in primitive_functions(out) for m in post_order(f))]
+    assert main_ops == []
+    return sorted(_groups(out))
+
+
+W = const(np.random.default_rng(0).standard_normal((4, 4, 3, 3)).astype("float32"))
+
+
+def conv(x):
+    return call("nn.conv2d", x, W, padding=[1, 1], channels=4, kernel_size=[3, 3])
+
+
+def test_conv_takes_its_elementwise_consumers_but_not_another_conv():
+    groups = _fuse(lambda x: call("nn.relu", call("add", conv(call("nn.relu", conv(x))), const(1.0))))
+    assert groups == sorted([["nn.conv2d", "nn.relu"], ["add", "nn.conv2d", "nn.relu"]])
+
+
+def test_injective_chains_and_reductions_with_injective_producers():
+    body = lambda x: call("sum", call("transpose", call("exp", call("reshape", x, newshape=[4, 36])),
+                                      axes=[1, 0]), axis=[0])
+    assert _fuse(body) == [["exp", "reshape", "sum", "transpose"]]
+    # a reduction's result does not take the following elementwise op (not in Relay's rules)
+    assert _fuse(lambda x: call("exp", call("sum", x, axis=[1]))) == [["exp"], ["sum"]]
+    # an injective op after a conv starts a new group
+    assert _fuse(lambda x: call("reshape", conv(x), newshape=[4, 36])) == [["nn.conv2d"], ["reshape"]]
+
+
+def test_a_value_with_two_users_is_not_duplicated_into_both():
+    def body(x):
+        e = call("exp", x)
+        return Tuple((call("negative", e), call("tanh", e)))
+    assert _fuse(body) == [["exp"], ["negative"], ["tanh"]]
+
+
+def test_tuple_fuses_into_concatenate_with_its_injective_consumers():
+    body = lambda x: call("nn.relu", call("concatenate", Tuple((x, call("exp", x))), axis=1))
+    groups = _fuse(body)
+    assert ["concatenate", "nn.relu"] in groups
+
+
+def test_max_depth_and_plans_as_data():
+    chain = lambda x: call("exp", call("tanh", call("negative", call("sigmoid", x))))
+    assert len(_fuse(chain)) == 1
+    assert [len(g) for g in _fuse(chain, plan=FusionPlan(max_depth=2))] == [2, 2]
+    assert len(_fuse(chain, plan=FusionPlan.none())) == 4
+    # switching off one candidate edge splits the chain there
+    x = Var("x", TensorType((3,)))
+    fn = typed(IRModule.from_expr(Function((x,), chain(x))))["main"]
+    edges = candidate_edges(fn)
+    assert edges == [(0, 1), (1, 2), (2, 3)]
+    plan = FusionPlan.default().without_edges([(1, 2)])
+    assert [len(g) for g in _fuse(chain, plan=plan)] == [2, 2]
+    assert FusionPlan.from_json(plan.to_json()) == plan
+    # rules are data too: forbid conv + elementwise fusion
+    no_conv = FusionPlan(frozenset(r for r in FusionPlan().rules if r[0] != OpPattern.OUT_ELEMWISE_FUSABLE))
+    assert _fuse(lambda x: call("nn.relu", conv(x)), plan=no_conv) == [["nn.conv2d"], ["nn.relu"]]
+    with pytest.raises(ValueError, match="max_depth"):
+        FusionPlan(max_depth=0)
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_whole_networks(net):
+    mod = typed(NETS[net]())
+    out = pipeline("default")(mod)
+    prims = primitive_functions(out)
+    n_ops = sum(ops(out).values())
+    assert 0 < len(prims) < n_ops  # something fused
+    assert all(f.attrs["Primitive"] == 1 for f in prims)
+    assert_same_outputs(mod, out)
+    unfused = Pipeline([*pipeline("default").passes[:-1], FuseOps(plan=FusionPlan.none())])(mod)
+    assert len(primitive_functions(unfused)) == n_ops
+    if net == "resnet":  # one kernel per conv (with its bias/relu/residual add), plus the head
+        convs = [g for g in _groups(out) if "nn.conv2d" in g]
+        assert len(convs) == ops(mod)["nn.conv2d"]
+        assert all(g.count("nn.conv2d") <= 1 for g in _groups(out))
+        assert sum(g.count("add") for g in convs) == ops(out)["add"]  # bias and residual adds fused
