@@ -36,7 +36,7 @@ from autorelay.ir.expr import (
 )
 from autorelay.ir.module import IRModule
 
-_METHOD = {
+VISIT_METHOD = {
     Var: "visit_var",
     GlobalVar: "visit_global_var",
     Constant: "visit_constant",
@@ -67,7 +67,7 @@ class ExprFunctor:
         if hit is not None and hit[0] is expr:
             return hit[1]
         try:
-            method = _METHOD[type(expr)]
+            method = VISIT_METHOD[type(expr)]
         except KeyError:
             raise TypeError(f"not an expression: {type(expr).__name__}") from None
         result = getattr(self, method)(expr)

@@ -30,7 +30,7 @@ from autorelay.ir.expr import (
     TupleGetItem,
 )
 from autorelay.ir.module import IRModule
-from autorelay.ir.visitor import _METHOD, ExprMutator
+from autorelay.ir.visitor import VISIT_METHOD, ExprMutator
 from autorelay.op import registry
 from autorelay.transform.pass_base import FunctionPass
 
@@ -85,7 +85,7 @@ class _CSE(ExprMutator):
         if hit is not None:
             return hit
         # Dispatch without the base class's memo: that one is global, ours follows scopes.
-        result = getattr(self, _METHOD[type(expr)])(expr)
+        result = getattr(self, VISIT_METHOD[type(expr)])(expr)
         self.scope.memo[id(expr)] = (expr, result)
         return result
 
