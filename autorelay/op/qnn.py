@@ -8,9 +8,10 @@ As in Relay, scales and zero points are tensor *arguments* (float32 and int32), 
 * requantize  `q' = clip(round((q - zp_in) * scale_in / scale_out) + zp_out, qmin', qmax')`, with
   `rounding` "UPWARD" (half toward +inf, Relay's default) or "TONEAREST" (half away from zero).
 
-The references compute in float64: the exact real-number semantics that Relay's fixed-point
-lowering approximates (they can differ by one step exactly at rounding ties that fixed point
-cannot represent). These ops are not differentiable.
+Quantize divides in the data's float type (as ONNX Runtime does); the other references compute
+in float64: the exact real-number semantics that Relay's fixed-point lowering approximates (they
+can differ by one step exactly at rounding ties that fixed point cannot represent). These ops are
+not differentiable.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def _quantize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
 
 def _quantize_ref(attrs: Attrs, x: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
     ax, nd = attrs["axis"], max(x.ndim, 1)
-    q = np.round(x.astype(np.float64) / _along(scale, ax, nd)) + _along(zp, ax, nd)
+    # Divide in the data's own float type, as ONNX Runtime and TVM's lowering do: a float64
+    # division rounds ties differently (x / scale == -127.5 in float32 but -127.4999… in float64).
+    real = x / _along(scale, ax, nd).astype(x.dtype)
+    q = np.round(real).astype(np.float64) + _along(zp, ax, nd)
     return _saturate(q, attrs["out_dtype"])
 
 

@@ -36,10 +36,7 @@ KNOWN_UNSUPPORTED = [
 ]
 
 # Imported, but the reference computes differently from ONNX: expected to fail, strictly.
-KNOWN_DIFFERENT = {
-    "test_dynamicquantizelinear_expanded": "qnn.quantize divides by the scale in float64, ONNX in float32: "
-    "x / scale = -127.5 exactly in float32 rounds to -128, in float64 it is -127.49999…",
-}
+KNOWN_DIFFERENT: dict[str, str] = {}
 
 CASES = supported_cases()
 
