@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="parse, type-check and print a Relay text program")
     check.add_argument("file", help="a .relay / .rly text file")
     check.set_defaults(func=_cmd_check)
+    from tuning_db.cli import add_db_commands  # the `db` group: inspect and maintain the tuning log
+
+    add_db_commands(sub)
     return parser
 
 

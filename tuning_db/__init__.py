@@ -1,0 +1,38 @@
+"""tuning_db: the SQL tuning log of AutoRelay (SQLite file by default, PostgreSQL by URL).
+
+It stores workloads, targets and configs as JSON and imports nothing from `autorelay` or `search`.
+
+    db = tuning_db.open()                      # the default SQLite file (or $AUTORELAY_DB)
+    db.record(key, "llvm -mcpu=x", {"tile": 8}, [1.2e-3, 1.1e-3], workload={...})
+    db.best(key, "llvm -mcpu=x", k=3)          # -> [Record(config=..., mean_cost=...), ...]
+    src = db.schedule_source("llvm -mcpu=x")   # for autorelay.build(..., schedules=src)
+"""
+
+from __future__ import annotations
+
+from .db import TuningDB, open_db
+from .errors import JSONLImportError, SchemaVersionError, TuningDBError
+from .jsonl import ImportReport
+from .records import Record, RunInfo
+from .schema import CURRENT_VERSION as SCHEMA_VERSION
+from .settings import Settings
+from .source import LookupKind, LookupResult, ScheduleSource, shape_distance
+
+open = open_db
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ImportReport",
+    "JSONLImportError",
+    "LookupKind",
+    "LookupResult",
+    "Record",
+    "RunInfo",
+    "ScheduleSource",
+    "SchemaVersionError",
+    "Settings",
+    "TuningDB",
+    "TuningDBError",
+    "open",
+    "shape_distance",
+]

@@ -1,0 +1,75 @@
+"""`autorelay db ...` through the real console entry point (search.cli.main)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tuning_db
+from search.cli import main
+
+T = "llvm -mcpu=x"
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> str:
+    path = str(tmp_path / "cli.sqlite")
+    db = tuning_db.open(path)
+    for i, cost in enumerate([3e-3, 1e-3, 2e-3, 5e-6]):
+        db.record("wk", T, {"tile": i}, [cost, cost])
+    db.record("wk", T, {"tile": 9}, [], error="timeout", error_kind="timeout")
+    db.close()
+    return path
+
+
+def test_stats_and_best_tables(logged: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "--db", logged, "stats"]) == 0
+    out = capsys.readouterr().out
+    header, rule, row = out.splitlines()[1:4]
+    assert header.split() == ["measurements", "workloads", "targets", "configs", "runs", "errors"]
+    assert set(rule.replace(" ", "")) == {"-"} and row.split() == ["5", "1", "1", "5", "0", "1"]
+    assert main(["db", "best", "--db", logged, "--workload", "wk", "--target", T, "-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["rank", "mean", "std", "repeats"]
+    assert [line.split()[1:3] for line in lines[2:]] == [["5.000", "us"], ["1.000", "ms"], ["2.000", "ms"]]
+    assert lines[2].endswith('{"tile": 3}')
+    assert main(["db", "best", "--db", logged, "--workload", "wk", "--target", T, "-k", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == {"tile": 3}
+    assert main(["db", "best", "--db", logged, "--workload", "nope", "--target", T]) == 1
+    assert "no successful measurement of workload 'nope'" in capsys.readouterr().err
+
+
+def test_export_import_merge_prune(logged: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.jsonl"
+    assert main(["db", "--db", logged, "export", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 5
+    other = str(tmp_path / "other.sqlite")
+    assert main(["db", "--db", other, "import", str(out)]) == 0
+    assert "5 imported" in capsys.readouterr().out
+    with out.open("a") as f:
+        f.write('{"workload_key": "wk", "target": \n')
+    assert main(["db", "--db", other, "import", "--strict", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{out}:6: invalid JSON" in err and "nothing imported (strict)" in err
+    assert main(["db", "--db", other, "import", str(out)]) == 1  # rest imports (all duplicates here)
+    assert "5 already present, 1 rejected" in capsys.readouterr().out
+    assert main(["db", "--db", other, "merge", logged]) == 0
+    assert "merged 0 new measurements" in capsys.readouterr().out
+    assert main(["db", "--db", logged, "prune", "--keep-best", "2", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split() == ["would", "delete", "3", "3"]
+    assert main(["db", "--db", logged, "prune", "--keep-best", "2"]) == 0
+    assert tuning_db.open(logged).stats()["measurements"] == 2
+
+
+def test_bad_usage_fails(logged: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["db", "--db", logged, "prune"])
+    assert exc.value.code == 2
+    assert "required: --keep-best" in capsys.readouterr().err
+    assert main(["db", "--db", logged, "prune", "--keep-best", "0"]) == 1
+    assert capsys.readouterr().err.strip() == "autorelay db prune: --keep-best must be at least 1, got 0"
+    assert main(["db", "--db", "mysql://a/b", "stats"]) == 1
+    assert main(["db", "--db", logged, "export", str(Path(logged).parent / "no" / "x.jsonl")]) == 1
+    assert "cannot write" in capsys.readouterr().err

@@ -1,0 +1,206 @@
+"""`autorelay db ...`: inspect and maintain the tuning log from the shell.
+
+`search/cli.py` calls `add_db_commands(subparsers)`. Every failure prints one line to stderr and
+exits non-zero (1: a TuningDBError, 2: bad usage from argparse); tables are plain aligned text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .db import TuningDB, open_db
+from .errors import JSONLImportError, TuningDBError
+
+
+def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the `db` command group on an argparse subparsers object."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="tuning log: file path, sqlite:///PATH or postgresql://... "
+        "(default: $AUTORELAY_DB, else the user's data directory)",
+    )
+    db = subparsers.add_parser("db", help="inspect and maintain the tuning log", parents=[common])
+    sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+
+    def add(
+        name: str, help: str, func: Callable[[TuningDB, argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, parents=[common])
+        p.set_defaults(func=_runner(func))
+        return p
+
+    add("stats", "counts per target", _stats)
+    best = add("best", "the fastest configs of a workload on a target", _best)
+    best.add_argument("--workload", required=True, metavar="KEY", help="workload key")
+    best.add_argument("--target", required=True, help="target string, e.g. 'llvm -mcpu=skylake'")
+    best.add_argument("-k", type=int, default=5, help="how many configs (default 5)")
+    best.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    exp = add("export", "write every measurement as JSON lines", _export)
+    exp.add_argument("file", help="output .jsonl file")
+    imp = add("import", "read measurements from JSON lines", _import)
+    imp.add_argument("file", help="input .jsonl file")
+    imp.add_argument("--strict", action="store_true", help="import nothing if any line is bad")
+    mer = add("merge", "copy in every measurement of another log that this one lacks", _merge)
+    mer.add_argument("other", metavar="OTHER_URL", help="the other log (path or URL)")
+    pr = add("prune", "keep only the K fastest configs per workload and target", _prune)
+    pr.add_argument("--keep-best", type=int, required=True, metavar="K")
+    pr.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    return db
+
+
+def _runner(func: Callable[[TuningDB, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            with open_db(getattr(args, "db", None)) as db:
+                return func(db, args)
+        except TuningDBError as e:
+            print(f"autorelay db {args.db_command}: {e}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned text columns with a rule under the header; numbers right-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [
+        all(isinstance(row[i], (int, float)) for row in rows) and rows != [] for i in range(len(headers))
+    ]
+
+    def fmt(values: Sequence[str]) -> str:
+        parts = [v.rjust(wd) if num else v.ljust(wd) for v, wd, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([fmt(headers), "  ".join("-" * wd for wd in widths)] + [fmt(r) for r in cells])
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def fmt_seconds(s: float | None) -> str:
+    """1.5e-05 -> '15.00 us': costs are seconds, people read them in the right unit."""
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale * 0.9995:  # 0.9999999e-3 s is "1.000 ms", not "1000.000 us"
+            return f"{s / scale:.3f} {unit}"
+    return f"{s / 1e-9:.1f} ns"
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _stats(db: TuningDB, args: argparse.Namespace) -> int:
+    s = db.stats()
+    print(f"tuning log {db.url}")
+    print(
+        table(
+            ["measurements", "workloads", "targets", "configs", "runs", "errors"],
+            [[s["measurements"], s["workloads"], s["targets"], s["configs"], s["runs"], s["errors"]]],
+        )
+    )
+    if s["per_target"]:
+        print()
+        print(
+            table(
+                ["target", "measurements", "workloads", "errors", "first", "last"],
+                [
+                    [
+                        t["target"],
+                        t["measurements"],
+                        t["workloads"],
+                        t["errors"],
+                        _when(t["first"]),
+                        _when(t["last"]),
+                    ]
+                    for t in s["per_target"]
+                ],
+            )
+        )
+    return 0
+
+
+def _best(db: TuningDB, args: argparse.Namespace) -> int:
+    recs = db.best(args.workload, args.target, k=args.k)
+    if args.json:
+        for r in recs:
+            print(
+                json.dumps(
+                    {"config": r.config, "mean_cost": r.mean_cost, "std_cost": r.std_cost, "costs": r.costs}
+                )
+            )
+        return 0
+    if not recs:
+        print(
+            f"no successful measurement of workload {args.workload!r} on target {args.target!r}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        table(
+            ["rank", "mean", "std", "repeats", "measured", "config"],
+            [
+                [
+                    i,
+                    fmt_seconds(r.mean_cost),
+                    fmt_seconds(r.std_cost),
+                    len(r.costs),
+                    _when(r.recorded_at),
+                    json.dumps(r.config, sort_keys=True),
+                ]
+                for i, r in enumerate(recs, start=1)
+            ],
+        )
+    )
+    return 0
+
+
+def _export(db: TuningDB, args: argparse.Namespace) -> int:
+    n = db.export_jsonl(args.file)
+    print(f"exported {n} measurements to {args.file}")
+    return 0
+
+
+def _import(db: TuningDB, args: argparse.Namespace) -> int:
+    try:
+        report = db.import_jsonl(args.file, strict=args.strict)
+    except JSONLImportError as e:
+        _print_bad_lines(args.file, e.report.errors)  # type: ignore[attr-defined]
+        raise
+    _print_bad_lines(args.file, report.errors)
+    print(report.summary())
+    return 1 if report.errors else 0
+
+
+def _print_bad_lines(path: str, errors: list[tuple[int, str]], limit: int = 20) -> None:
+    for lineno, msg in errors[:limit]:
+        print(f"{path}:{lineno}: {msg}", file=sys.stderr)
+    if len(errors) > limit:
+        print(f"... and {len(errors) - limit} more bad lines", file=sys.stderr)
+
+
+def _merge(db: TuningDB, args: argparse.Namespace) -> int:
+    report = db.merge_from(args.other)
+    print(
+        f"merged {report.imported} new measurements from {report.source} "
+        f"({report.duplicates} already present)"
+    )
+    return 0
+
+
+def _prune(db: TuningDB, args: argparse.Namespace) -> int:
+    done = db.prune(args.keep_best, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(table(["", "measurements", "configs"], [[verb, done["measurements"], done["configs"]]]))
+    return 0

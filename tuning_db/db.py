@@ -1,0 +1,243 @@
+"""`TuningDB`: the one object users hold. It owns the engine and delegates to the query, import and
+merge modules; every method is one short transaction, so many processes can share a log."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+import weakref
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+
+from . import queries, schema
+from .engine import make_engine, read_tx, resolve_url, write_tx
+from .errors import TuningDBError, one_line
+from .ingest import IdCache, get_or_create_workloads, insert_one
+from .jsonl import ImportReport, export_jsonl, import_rows, read_lines
+from .merge import merge, prune
+from .migrate import ensure_schema
+from .records import Record, RunInfo, normalize
+from .settings import Settings, settings
+from .source import Describe, ScheduleSource, Validate
+
+_OPEN: weakref.WeakSet[TuningDB] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a process-pool worker) must not reuse its parent's pooled connections: two
+    processes on one SQLite handle or PostgreSQL socket corrupt each other. Drop them, unclosed."""
+    for db in list(_OPEN):
+        db.engine.dispose(close=False)
+        db._ids = IdCache()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class TuningDB:
+    """A tuning log. Create it with `tuning_db.open(url)`. Safe to share between threads; a forked
+    child gets fresh connections automatically."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        _OPEN.add(self)
+        self.engine = engine
+        self.url = url  # password hidden: safe to print
+        self.upgraded_from: int | None = None
+        self._ids = IdCache()
+
+    def __repr__(self) -> str:
+        return f"TuningDB({self.url!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> TuningDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    def record(
+        self,
+        workload_key: str,
+        target: str,
+        config: dict[str, Any],
+        costs: list[float],
+        *,
+        workload: dict[str, Any] | None = None,
+        error: str | None = None,
+        run: int | None = None,
+        error_kind: str | None = None,
+        space_index: int | None = None,
+        target_fingerprint: dict[str, Any] | None = None,
+        builder_version: str | None = None,
+        runner_version: str | None = None,
+        compiler_version: str | None = None,
+    ) -> int:
+        """Log one measurement (all its repeats in `costs`, seconds); returns its id.
+
+        A failed measurement passes `error` (message) and optionally `error_kind` (e.g. "timeout",
+        "wrong_result"); its costs may be empty and it never counts for `best()`."""
+        meas = normalize(
+            workload_key,
+            target,
+            config,
+            costs,
+            workload=workload,
+            error=error,
+            error_kind=error_kind,
+            run_id=run,
+            target_fingerprint=target_fingerprint,
+            space_index=space_index,
+            builder_version=builder_version,
+            runner_version=runner_version,
+            compiler_version=compiler_version,
+        )
+        try:
+            with write_tx(self.engine) as conn:
+                if (
+                    run is not None
+                    and conn.scalar(select(schema.runs.c.id).where(schema.runs.c.id == run)) is None
+                ):
+                    raise TuningDBError(f"no tuning run with id {run} in {self.url}")
+                return insert_one(conn, meas, self._ids)
+        except BaseException:
+            self._ids = IdCache()  # ids created in a rolled-back transaction must not be reused
+            raise
+
+    def register_workload(self, workload_key: str, workload: dict[str, Any]) -> None:
+        """Log a workload's description without a measurement, so lookups can find its neighbours."""
+        # normalize() checks the key and the description; the placeholder measurement is never written
+        meas = normalize(workload_key, "-", {}, [0.0], workload=workload)
+        with write_tx(self.engine) as conn:
+            get_or_create_workloads(conn, [meas])
+
+    # ---- tuning runs --------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        *,
+        model: str | None = None,
+        tuner: str | None = None,
+        trial_budget: int | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> int:
+        """Open a tuning run (status "running"); pass its id as `record(..., run=id)`."""
+        r = schema.runs
+        with write_tx(self.engine) as conn:
+            return int(
+                conn.execute(
+                    r.insert()
+                    .values(
+                        uid=uuid.uuid4().hex,
+                        model=model,
+                        tuner=tuner,
+                        trial_budget=trial_budget,
+                        status="running",
+                        host=socket.gethostname(),
+                        started_at=time.time(),
+                        info=schema.canonical_json(info) if info else None,
+                    )
+                    .returning(r.c.id)
+                ).scalar_one()
+            )
+
+    def finish_run(self, run: int, *, interrupted: bool = False) -> None:
+        """Close a run as "finished" (or "interrupted", e.g. on Ctrl-C)."""
+        self._set_run_status(run, "interrupted" if interrupted else "finished", time.time())
+
+    def resume_run(self, run: int) -> RunInfo:
+        """Mark an interrupted run running again; skip configs `has_measured()` already knows."""
+        self._set_run_status(run, "running", None)
+        return self.runs(ids=[run])[0]
+
+    def _set_run_status(self, run: int, status: str, finished_at: float | None) -> None:
+        r = schema.runs
+        with write_tx(self.engine) as conn:
+            done = conn.execute(update(r).where(r.c.id == run).values(status=status, finished_at=finished_at))
+            if done.rowcount != 1:
+                raise TuningDBError(f"no tuning run with id {run} in {self.url}")
+
+    def runs(self, status: str | None = None, ids: list[int] | None = None) -> list[RunInfo]:
+        """Tuning runs (optionally only "running" / "finished" / "interrupted"), oldest first."""
+        with read_tx(self.engine) as conn:
+            return queries.runs(conn, status, ids)
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def best(self, workload_key: str, target: str, k: int = 1) -> list[Record]:
+        with read_tx(self.engine) as conn:
+            return queries.best(conn, workload_key, target, k)
+
+    def history(self, workload_key: str, target: str) -> list[Record]:
+        with read_tx(self.engine) as conn:
+            return queries.history(conn, workload_key, target)
+
+    def has_measured(self, workload_key: str, target: str, config: dict[str, Any]) -> bool:
+        with read_tx(self.engine) as conn:
+            return queries.has_measured(conn, workload_key, target, config)
+
+    def stats(self) -> dict[str, Any]:
+        with read_tx(self.engine) as conn:
+            return queries.stats(conn)
+
+    def workload(self, workload_key: str) -> dict[str, Any] | None:
+        """The logged description of a workload, if any."""
+        w = schema.workloads
+        with read_tx(self.engine) as conn:
+            raw = conn.scalar(select(w.c.workload).where(w.c.key == workload_key))
+        return json.loads(raw) if raw else None
+
+    def schedule_source(
+        self, target: str, *, validate: Validate | None = None, describe: Describe | None = None
+    ) -> ScheduleSource:
+        """The lookup object for `autorelay.build(..., schedules=...)`; see `tuning_db.source`."""
+        return ScheduleSource(self, target, validate=validate, describe=describe)
+
+    # ---- files and other logs -----------------------------------------------------------------
+
+    def export_jsonl(self, path: str | os.PathLike[str]) -> int:
+        """Write every measurement as one JSON line; returns the number of lines."""
+        return export_jsonl(self.engine, path)
+
+    def import_jsonl(self, path: str | os.PathLike[str], *, strict: bool = False) -> ImportReport:
+        """Import a JSON-lines file. Bad lines are reported by number and skipped; with `strict`,
+        any bad line imports nothing and raises `JSONLImportError` (its `.report` lists them)."""
+        return import_rows(self.engine, read_lines(path), source=os.fspath(path), strict=strict)
+
+    def merge_from(self, other: str | os.PathLike[str] | TuningDB) -> ImportReport:
+        """Copy in every measurement of another log that this one lacks (by measurement uid)."""
+        if isinstance(other, TuningDB):
+            return merge(self.engine, other.engine, source=other.url)
+        with open_db(other) as src:
+            return merge(self.engine, src.engine, source=src.url)
+
+    def prune(self, keep_best: int, *, dry_run: bool = False) -> dict[str, int]:
+        """Keep only the `keep_best` fastest configs per (workload, target); returns deleted counts."""
+        return prune(self.engine, keep_best, dry_run=dry_run)
+
+
+def open_db(url: str | os.PathLike[str] | None = None, *, config: Settings | None = None) -> TuningDB:
+    """Open (creating or upgrading as needed) a tuning log. `url`: None for the default SQLite file,
+    a file path, `sqlite:///PATH`, or `postgresql://USER@HOST:PORT/DB`."""
+    cfg = config or settings()
+    parsed = resolve_url(url, cfg)
+    engine = make_engine(parsed, cfg)
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        before = ensure_schema(engine)
+    except TuningDBError:
+        engine.dispose()
+        raise
+    except Exception as e:
+        engine.dispose()
+        raise TuningDBError(f"cannot open tuning log {shown}: {one_line(e)}") from None
+    db = TuningDB(engine, shown)
+    db.upgraded_from = before if 0 < before < schema.CURRENT_VERSION else None
+    return db

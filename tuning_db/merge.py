@@ -1,0 +1,66 @@
+"""Merging logs and pruning them.
+
+Merge streams the other database's measurements through the import pipeline, so it has exactly the
+import's guarantees: a measurement already present (same uid) is skipped, nothing is lost, runs are
+matched by their uid. Prune keeps, for every (workload, target), all measurements of its K fastest
+configs and drops the rest (failed measurements included), then the configs left unmeasured.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Engine, text
+
+from .engine import write_tx
+from .errors import TuningDBError
+from .jsonl import ImportReport, export_rows, import_rows
+
+_KEEP = """
+WITH per_config AS (
+    SELECT workload_id, target_id, config_id, MIN(mean_cost) AS best
+    FROM measurements WHERE mean_cost IS NOT NULL
+    GROUP BY workload_id, target_id, config_id
+), ranked AS (
+    SELECT workload_id, target_id, config_id,
+           ROW_NUMBER() OVER (PARTITION BY workload_id, target_id ORDER BY best, config_id) AS rk
+    FROM per_config
+)
+"""
+_DOOMED = """
+FROM measurements WHERE NOT EXISTS (
+    SELECT 1 FROM ranked k
+    WHERE k.workload_id = measurements.workload_id AND k.target_id = measurements.target_id
+      AND k.config_id = measurements.config_id AND k.rk <= :k)
+"""
+_ORPHAN_CONFIGS = (
+    "FROM configs WHERE NOT EXISTS (SELECT 1 FROM measurements mm WHERE mm.config_id = configs.id)"
+)
+
+
+def merge(engine: Engine, other: Engine, *, source: str) -> ImportReport:
+    """Copy every measurement of `other` that `engine`'s database lacks."""
+    rows = ((i, row) for i, row in enumerate(export_rows(other), start=1))
+    return import_rows(engine, rows, source=source)
+
+
+def prune(engine: Engine, keep_best: int, *, dry_run: bool = False) -> dict[str, int]:
+    """Keep the `keep_best` fastest configs per (workload, target); return what was (or would be) deleted."""
+    if keep_best < 1:
+        raise TuningDBError(f"--keep-best must be at least 1, got {keep_best}")
+    with write_tx(engine) as conn:
+        doomed = _count(conn, _KEEP + "SELECT COUNT(*) " + _DOOMED, keep_best)
+        if dry_run:
+            orphans = _count(
+                conn,
+                _KEEP + "SELECT COUNT(*) FROM configs WHERE id NOT IN ("
+                "SELECT config_id FROM measurements WHERE id NOT IN (SELECT id " + _DOOMED + "))",
+                keep_best,
+            )
+            conn.rollback()
+            return {"measurements": doomed, "configs": orphans}
+        conn.execute(text(_KEEP + "DELETE " + _DOOMED), {"k": keep_best})
+        orphans = conn.execute(text("DELETE " + _ORPHAN_CONFIGS)).rowcount
+    return {"measurements": doomed, "configs": int(orphans)}
+
+
+def _count(conn: Connection, sql: str, k: int) -> int:
+    return int(conn.execute(text(sql), {"k": k}).scalar() or 0)

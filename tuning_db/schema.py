@@ -1,0 +1,156 @@
+"""The tables of the tuning log, for every schema version this code knows.
+
+Versions:
+  1. the first release: targets, workloads, configs, runs, measurements, schema_info; one index
+     on measurements(workload_id, target_id).
+  2. adds `workloads.family` (the op family, backfilled from the workload JSON) so the schedule
+     source can find the nearest workload of the same family without parsing every row, and
+     replaces the version-1 index by `(workload_id, target_id, mean_cost, id)` so `best()` reads the
+     cheapest rows straight off an index; adds an index on measurements(config_id) for resume.
+
+`metadata_for(version)` builds the tables as that version had them; the migration code creates a
+version-1 database through the same function, so the upgrade test exercises a real old layout.
+JSON values are stored as canonical text (sorted keys, no spaces): identical configs hash alike and
+the database stays readable from any SQL shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+CURRENT_VERSION = 2
+TABLE_NAMES = ("schema_info", "targets", "workloads", "configs", "runs", "measurements")
+MAX_KEY_LEN = 512
+
+
+def metadata_for(version: int) -> MetaData:
+    """All tables as schema `version` defines them (1 or CURRENT_VERSION)."""
+    if version not in (1, 2):
+        raise ValueError(f"unknown tuning_db schema version {version}")
+    md = MetaData()
+    Table(
+        "schema_info",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("version", Integer, nullable=False),
+        Column("updated_at", Float, nullable=False),
+    )
+    Table(
+        "targets",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("name", String(MAX_KEY_LEN), nullable=False, unique=True),
+        Column("kind", String(64), nullable=False),
+        Column("fingerprint", Text),
+        Column("created_at", Float, nullable=False),
+    )
+    workload_cols = [
+        Column("id", Integer, primary_key=True),
+        Column("key", String(MAX_KEY_LEN), nullable=False, unique=True),
+        Column("workload", Text),
+        Column("created_at", Float, nullable=False),
+    ]
+    if version >= 2:
+        workload_cols.insert(2, Column("family", String(128)))
+    workloads = Table("workloads", md, *workload_cols)
+    Table(
+        "configs",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("workload_id", Integer, ForeignKey("workloads.id"), nullable=False),
+        Column("config_hash", String(64), nullable=False),
+        Column("config", Text, nullable=False),
+        Column("space_index", BigInteger),
+        UniqueConstraint("workload_id", "config_hash", name="uq_configs_workload_hash"),
+    )
+    Table(
+        "runs",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("uid", String(32), nullable=False, unique=True),
+        Column("model", String(256)),
+        Column("tuner", String(128)),
+        Column("trial_budget", Integer),
+        Column("status", String(16), nullable=False),
+        Column("host", String(256)),
+        Column("started_at", Float, nullable=False),
+        Column("finished_at", Float),
+        Column("info", Text),
+    )
+    meas = Table(
+        "measurements",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("uid", String(32), nullable=False, unique=True),
+        Column("workload_id", Integer, ForeignKey("workloads.id"), nullable=False),
+        Column("target_id", Integer, ForeignKey("targets.id"), nullable=False),
+        Column("config_id", Integer, ForeignKey("configs.id"), nullable=False),
+        Column("run_id", Integer, ForeignKey("runs.id")),
+        Column("costs", Text, nullable=False),
+        Column("mean_cost", Float),
+        Column("std_cost", Float),
+        Column("error_kind", String(64)),
+        Column("error_msg", Text),
+        Column("builder_version", String(64)),
+        Column("runner_version", String(64)),
+        Column("compiler_version", String(64)),
+        Column("recorded_at", Float, nullable=False),
+    )
+    if version == 1:
+        Index("ix_measurements_wt", meas.c.workload_id, meas.c.target_id)
+    else:
+        # id last: best() orders by (mean_cost, id), and PostgreSQL can then read the order off the
+        # index instead of sorting every row of the workload (SQLite has the rowid there implicitly)
+        Index("ix_measurements_best", meas.c.workload_id, meas.c.target_id, meas.c.mean_cost, meas.c.id)
+        Index("ix_measurements_config", meas.c.config_id)
+        Index("ix_workloads_family", workloads.c.family)
+    return md
+
+
+METADATA = metadata_for(CURRENT_VERSION)
+schema_info = METADATA.tables["schema_info"]
+targets = METADATA.tables["targets"]
+workloads = METADATA.tables["workloads"]
+configs = METADATA.tables["configs"]
+runs = METADATA.tables["runs"]
+measurements = METADATA.tables["measurements"]
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with sorted keys: equal values give equal text (and hashes). Raises on NaN."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def config_hash(config_json: str) -> str:
+    return hashlib.sha256(config_json.encode()).hexdigest()
+
+
+@lru_cache(maxsize=1024)
+def canonical_target(target: str) -> str:
+    """`llvm  -mcpu=x -mattr=+a` and `llvm -mattr=+a -mcpu=x` name the same target: the kind first,
+    then its options sorted, single-spaced. Keeps the log from splitting one target into two."""
+    parts = str(target).split()
+    if not parts:
+        return ""
+    return " ".join([parts[0], *sorted(parts[1:])])
+
+
+def target_kind(target: str) -> str:
+    return target.split(" ", 1)[0] if target else ""
