@@ -32,6 +32,8 @@ _LAZY = {
     "Interpreter": "autorelay.runtime.interpreter",
     "gradient": "autorelay.transform.gradient",
     "load_prelude": "autorelay.ir.prelude",
+    "build": "autorelay.build",
+    "load": "autorelay.runtime.executable",
 }
 
 

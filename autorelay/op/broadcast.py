@@ -11,9 +11,63 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import DTYPES, TensorType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.elemwise import NUMERIC, check_dtype, scalar_like, sum_to
 from autorelay.op.registry import REQUIRED, OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import broadcast_shapes, fmt_shape, prod, tensor_arg
+from autorelay.te import expr as E
+
+# ---- tensor computes (looked up by name when each OpDef below is registered) --------------------
+
+
+def _where(c: E.Expr, x: E.Expr, y: E.Expr) -> E.Expr:
+    return E.select(c if c.dtype == "bool" else E.compare("ne", c, E.const(0, c.dtype)), x, y)
+
+
+def _cast_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    dtype = tc.out_dtype(out_type)
+    return tc.bcast_map(lambda x: E.cast(x, dtype), inputs[:1], out_type, "cast")
+
+
+def _fill(value_of: object) -> object:
+    """zeros/ones/full(_like): a constant-valued tensor of the output type."""
+
+    def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+        dtype = tc.out_dtype(out_type)
+        return tc.compute0(tc.out_shape(out_type), lambda *i: value_of(inputs, dtype), "fill")  # type: ignore[operator]
+
+    return compute
+
+
+def _scalar_read(t: object, dtype: str) -> E.Expr:
+    return E.cast(t[()] if t.ndim == 0 else t[(0,) * t.ndim], dtype)  # type: ignore[attr-defined]
+
+
+def _collapse_sum_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x = inputs[0]
+    shape = tc.out_shape(out_type)
+    lead = x.ndim - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1]
+    tmp = TensorType(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+    red = tc.reduction(x, "sum", axes, False, tmp, name="collapse_sum")
+    return tc.reshape(red, out_type, "collapse_sum_like")
+
+
+_TE = {
+    "where": lambda ins, a, t: tc.bcast_map(_where, ins, t, "where"),
+    "cast": _cast_compute,
+    "cast_like": _cast_compute,
+    "clip": lambda ins, a, t: tc.bcast_map(lambda x: E.minimum(E.maximum(x, E.const(a["a_min"], x.dtype)),
+                                                               E.const(a["a_max"], x.dtype)), ins, t, "clip"),
+    "zeros": _fill(lambda ins, dt: E.const(0, dt)),
+    "ones": _fill(lambda ins, dt: E.const(1, dt)),
+    "full": _fill(lambda ins, dt: _scalar_read(ins[0], dt)),
+    "full_like": _fill(lambda ins, dt: _scalar_read(ins[1], dt)),
+    "broadcast_to": lambda ins, a, t: tc.bcast_map(lambda x: x, ins[:1], t, "broadcast_to"),
+    "broadcast_to_like": lambda ins, a, t: tc.bcast_map(lambda x: x, ins[:1], t, "broadcast_to"),
+    "reshape_like": lambda ins, a, t: tc.reshape(ins[0], t, "reshape_like"),
+    "collapse_sum_like": _collapse_sum_compute,
+}
 
 
 def _check_dtype_attr(op: str, dtype: object) -> str:
@@ -49,6 +103,7 @@ def _where_grad(c: Call, g: Expr) -> list[Expr]:
 register(
     OpDef(
         name="where",
+        compute=_TE.get("where"),
         arg_names=("condition", "x", "y"),
         type_rel=_where_rel,
         pattern=OpPattern.BROADCAST,
@@ -77,6 +132,7 @@ def _cast_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
 register(
     OpDef(
         name="cast",
+        compute=_TE.get("cast"),
         arg_names=("data",),
         type_rel=_cast_rel,
         pattern=OpPattern.ELEMWISE,
@@ -97,6 +153,7 @@ def _cast_like_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="cast_like",
+        compute=_TE.get("cast_like"),
         arg_names=("data", "dtype_like"),
         type_rel=_cast_like_rel,
         pattern=OpPattern.ELEMWISE,
@@ -136,6 +193,7 @@ def _clip_grad(c: Call, g: Expr) -> list[Expr]:
 register(
     OpDef(
         name="clip",
+        compute=_TE.get("clip"),
         arg_names=("data",),
         type_rel=_clip_rel,
         pattern=OpPattern.ELEMWISE,
@@ -165,6 +223,7 @@ def _make_constant_op(name: str, value: float) -> None:
     register(
         OpDef(
             name=name,
+            compute=_TE.get(name),
             arg_names=(),
             type_rel=type_rel,
             pattern=OpPattern.ELEMWISE,
@@ -197,6 +256,7 @@ def _full_ref(attrs: Attrs, fill: np.ndarray) -> np.ndarray:
 register(
     OpDef(
         name="full",
+        compute=_TE.get("full"),
         arg_names=("fill_value",),
         type_rel=_full_rel,
         pattern=OpPattern.ELEMWISE,
@@ -219,6 +279,7 @@ def _full_like_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="full_like",
+        compute=_TE.get("full_like"),
         arg_names=("data", "fill_value"),
         type_rel=_full_like_rel,
         pattern=OpPattern.ELEMWISE,
@@ -262,6 +323,7 @@ def _broadcast_to_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="broadcast_to",
+        compute=_TE.get("broadcast_to"),
         arg_names=("data",),
         type_rel=_broadcast_to_rel,
         pattern=OpPattern.BROADCAST,
@@ -282,6 +344,7 @@ def _broadcast_to_like_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="broadcast_to_like",
+        compute=_TE.get("broadcast_to_like"),
         arg_names=("data", "broadcast_type"),
         type_rel=_broadcast_to_like_rel,
         pattern=OpPattern.BROADCAST,
@@ -324,6 +387,7 @@ def collapse_sum(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 register(
     OpDef(
         name="collapse_sum_like",
+        compute=_TE.get("collapse_sum_like"),
         arg_names=("data", "collapse_type"),
         type_rel=_collapse_sum_like_rel,
         pattern=OpPattern.COMM_REDUCE,
@@ -371,6 +435,7 @@ def _reshape_like_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="reshape_like",
+        compute=_TE.get("reshape_like"),
         arg_names=("data", "shape_like"),
         type_rel=_reshape_like_rel,
         pattern=OpPattern.INJECTIVE,

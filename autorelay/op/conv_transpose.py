@@ -152,6 +152,43 @@ def _gradient(nsp: int, op: str):
     return gradient
 
 
+def _conv2d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """out[b, o, y, x] = sum_{c, ry, rx} up[b, c, y + ry, x + rx] * w[c, o, KH-1-ry, KW-1-rx], where `up`
+    is the input dilated by the strides and padded by (dilated kernel - 1 - padding): a correlation
+    with the flipped kernel, the adjoint of conv2d's strided correlation."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    x, w = inputs
+    tc.check_dtypes(inputs, ("float32", "float64"))
+    layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
+    if layouts != ("NCHW", "IOHW", "NCHW") \
+            or attrs["groups"] != 1 or tuple(attrs["dilation"]) != (1, 1):
+        raise tc.Unsupported("only NCHW/IOHW, groups=1, dilation=1 transposed convolution has a compute")
+    n, o, oh, ow = tc.out_shape(out_type)
+    _, c, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    (sh, sw), (pt, pl) = attrs["strides"], attrs["padding"][:2]
+    bh, bw = kh - 1 - pt, kw - 1 - pl  # leading padding of the dilated input
+    if bh < 0 or bw < 0:
+        raise tc.Unsupported("padding larger than the kernel")
+
+    def up(b: E.Expr, ch: E.Expr, i: E.Expr, j: E.Expr) -> E.Expr:
+        yi, xj = i - bh, j - bw
+        ok = E.all_of(yi >= 0, xj >= 0, E.compare("eq", yi % sh, 0), E.compare("eq", xj % sw, 0),
+                      yi < (h - 1) * sh + 1, xj < (wd - 1) * sw + 1)
+        src = x[b, ch, E.maximum(E.minimum(yi // sh, h - 1), 0), E.maximum(E.minimum(xj // sw, wd - 1), 0)]
+        return E.select(ok, src, E.const(0.0, x.dtype))
+
+    dil = te.compute((n, c, oh + kh - 1, ow + kw - 1), up, name="dilate_pad", tag="pad")
+    rc, ry, rx = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+    return te.compute((n, o, oh, ow), lambda b, f, yy, xx: te.sum(
+        dil[b, rc, yy + ry, xx + rx] * w[rc, f, kh - 1 - ry, kw - 1 - rx], [rc, ry, rx]),
+        # the direct NCHW convolution template schedules it (its weight Pack only re-lays-out reads)
+        name="conv2d_transpose", tag="conv2d_nchw", attrs={"weight": w.name})
+
+
 for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():
     _name = f"nn.conv{_nsp}d_transpose"
     _attrs = conv_attrs(_nsp, _dl, _kl)
@@ -164,6 +201,7 @@ for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():
         attrs=_attrs,
         reference=_reference(_nsp),
         gradient=_gradient(_nsp, _name),
+        compute=_conv2d_transpose_compute if _nsp == 2 else None,
         normalize_attrs=lambda a, _op=_name, _n=_nsp: normalize_conv_attrs(_op, _n, a),
         doc=f"{_nsp}-d transposed convolution with strides, padding, output_padding, dilation and groups.",
     ))

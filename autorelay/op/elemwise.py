@@ -30,6 +30,8 @@ from autorelay.ir.expr import Call, Constant, Expr, const
 from autorelay.ir.types import TensorType, Type
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import broadcast_types, tensor_arg
+from autorelay.op.te_compute import Unsupported, binary, unary
+from autorelay.te import expr as E
 
 FLOAT = ("float16", "float32", "float64")
 INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -149,6 +151,57 @@ _UNARY = [
 ]
 
 
+# Tensor computes: scalar formulas per element (te_compute.unary/binary handle broadcasting). Ops
+# missing here (sin, cos, tan, atan: no vector math function yet) run on their NumPy reference.
+
+
+def _fcall(name: str) -> Callable[[E.Expr], E.Expr]:
+    return lambda x: E.call(name, x) if E.is_float(x.dtype) else x  # floor/ceil/round: identity on ints
+
+
+def _float_only(fn: Callable[[E.Expr], E.Expr]) -> Callable[[E.Expr], E.Expr]:
+    def wrapped(x: E.Expr) -> E.Expr:
+        if not E.is_float(x.dtype):
+            raise Unsupported(f"dtype {x.dtype}: the compute is for floats")
+        return fn(x)
+
+    return wrapped
+
+
+def _signum(x: E.Expr) -> E.Expr:
+    one, zero = E.const(1, x.dtype), E.const(0, x.dtype)
+    if x.dtype == "uint8":
+        return E.select(x > zero, one, zero)
+    return E.select(x > zero, one, E.select(x < zero, E.const(-1, x.dtype), zero))
+
+
+def _isinf(x: E.Expr) -> E.Expr:
+    return E.compare("eq", E.call("abs", x), E.const(float("inf"), x.dtype))
+
+
+_UNARY_TE: dict[str, Callable[[E.Expr], E.Expr]] = {
+    "negative": lambda x: -x,
+    "abs": lambda x: E.call("abs", x) if E.is_float(x.dtype) else E.select(x < E.const(0, x.dtype), -x, x),
+    **{n: _float_only(lambda x, n=n: E.call(n, x)) for n in ("exp", "log", "sqrt", "tanh", "sigmoid", "erf")},
+    "rsqrt": _float_only(lambda x: E.const(1.0, x.dtype) / E.call("sqrt", x)),
+    "log2": _float_only(lambda x: E.call("log", x) * E.const(1.0 / math.log(2.0), x.dtype)),
+    "log10": _float_only(lambda x: E.call("log", x) * E.const(1.0 / math.log(10.0), x.dtype)),
+    "floor": _fcall("floor"),
+    "ceil": _fcall("ceil"),
+    "round": _fcall("round"),
+    "trunc": lambda x: E.select(x < E.const(0, x.dtype), E.call("ceil", x), E.call("floor", x))
+    if E.is_float(x.dtype) else x,
+    "sign": _signum,
+    "logical_not": lambda x: E.Not(x),
+    "isnan": _float_only(lambda x: E.compare("ne", x, x)),
+    "isinf": _float_only(_isinf),
+    "isfinite": _float_only(lambda x: E.all_of(E.compare("eq", x, x), E.Not(_isinf(x)))),
+    "copy": lambda x: x,
+    "zeros_like": lambda x: E.const(0, x.dtype),
+    "ones_like": lambda x: E.const(1, x.dtype),
+}
+
+
 def _register_unary(spec: _Unary) -> OpDef:
     def type_rel(arg_types: list[Type], attrs: Attrs) -> Type:
         t = tensor_arg(spec.name, arg_types, 0, "data")
@@ -177,6 +230,7 @@ def _register_unary(spec: _Unary) -> OpDef:
             pattern=OpPattern.ELEMWISE,
             reference=reference,
             gradient=gradient,
+            compute=unary(_UNARY_TE[spec.name]) if spec.name in _UNARY_TE else None,
             doc=spec.doc or f"elementwise {spec.name}",
         )
     )
@@ -309,6 +363,41 @@ _COMPARE = [
 ]
 
 
+def _float_bin(fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Expr], E.Expr]:
+    """Integer division/modulo differ from the LLVM instructions at 0 and in sign: floats only."""
+
+    def wrapped(a: E.Expr, b: E.Expr) -> E.Expr:
+        if not E.is_float(a.dtype):
+            raise Unsupported(f"dtype {a.dtype}: the compute is for floats")
+        return fn(a, b)
+
+    return wrapped
+
+
+def _ftrunc(x: E.Expr) -> E.Expr:
+    return E.select(x < E.const(0, x.dtype), E.call("ceil", x), E.call("floor", x))
+
+
+_BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "divide": _float_bin(lambda a, b: a / b),
+    "power": _float_bin(lambda a, b: E.call("pow", a, b)),
+    "maximum": E.maximum,
+    "minimum": E.minimum,
+    "mod": _float_bin(lambda a, b: a - _ftrunc(a / b) * b),
+    "floor_mod": _float_bin(lambda a, b: a - E.call("floor", a / b) * b),
+    "floor_divide": _float_bin(lambda a, b: E.call("floor", a / b)),
+    "logical_and": lambda a, b: a & b,
+    "logical_or": lambda a, b: a | b,
+    "logical_xor": lambda a, b: E.compare("ne", a, b),
+    **{n: (lambda a, b, c=c: E.compare(c, a, b)) for n, c in (
+        ("equal", "eq"), ("not_equal", "ne"), ("less", "lt"), ("less_equal", "le"), ("greater", "gt"),
+        ("greater_equal", "ge"))},
+}
+
+
 def _register_binary(spec: _Binary) -> OpDef:
     def type_rel(arg_types: list[Type], attrs: Attrs) -> Type:
         lhs = tensor_arg(spec.name, arg_types, 0, "lhs")
@@ -344,6 +433,7 @@ def _register_binary(spec: _Binary) -> OpDef:
             pattern=OpPattern.BROADCAST,
             reference=reference,
             gradient=gradient,
+            compute=binary(_BINARY_TE[spec.name]) if spec.name in _BINARY_TE else None,
             doc=f"broadcasting elementwise {spec.name}",
         )
     )

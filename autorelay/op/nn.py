@@ -19,6 +19,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Constant, Expr, TupleGetItem, const
 from autorelay.ir.types import AnyDim, IncompleteType, TensorType, TupleType, Type, TypeVar
+from autorelay.op import te_compute as tc
 from autorelay.op.registry import NotReady, OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import (
     dim_known_different,
@@ -28,6 +29,7 @@ from autorelay.op.shape_utils import (
     prod,
     tensor_arg,
 )
+from autorelay.te import nn as tnn
 
 # ---------------------------------------------------------------------------------------------
 # small IR builders shared by the nn gradient rules
@@ -184,6 +186,46 @@ def _mm_ref(ta_key: str | None, tb_default: bool):
     return reference
 
 
+def _same_dtype(attrs: Attrs, a: Any) -> None:
+    if attrs["out_dtype"] and attrs["out_dtype"] != a.dtype:
+        raise tc.Unsupported(f"out_dtype {attrs['out_dtype']} differs from the input dtype {a.dtype}")
+
+
+def _dense_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    data, weight = inputs
+    _same_dtype(attrs, data)
+    if data.ndim != 2:
+        raise tc.Unsupported(f"data of rank {data.ndim}: the dense compute is 2-d")
+    return tnn.dense(data, weight)
+
+
+def _matmul_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    if attrs["transpose_a"] or not attrs["transpose_b"]:
+        raise tc.Unsupported("only transpose_b=True matmul (the dense form) has a compute")
+    return _dense_compute(inputs, attrs, out_type)
+
+
+def _bmm_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """(B, M, K) x (B, N, K) is the packed GEMM form; other transposes and a broadcast batch-1 operand
+    read through index maps and get the generic reduction schedule (tag `matmul_generic`)."""
+    a, b = inputs
+    _same_dtype(attrs, a)
+    if not attrs["transpose_a"] and attrs["transpose_b"] and a.shape[0] == b.shape[0]:
+        return tnn.batch_matmul(a, b)
+    from autorelay.te import tensor as te
+
+    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
+    kdim = a.shape[1] if ta else a.shape[2]
+    k = te.reduce_axis(kdim, "k")
+
+    def at(t: Any, z: Any, r: Any, c: Any) -> Any:
+        return t[0 if t.shape[0] == 1 else z, r, c]
+
+    return te.compute(tc.out_shape(out_type), lambda z, i, j: te.sum(
+        (at(a, z, k, i) if ta else at(a, z, i, k)) * (at(b, z, j, k) if tb else at(b, z, k, j)), k),
+        name="batch_matmul", tag="matmul_generic")
+
+
 register(OpDef(
     name="nn.dense",
     arg_names=("data", "weight"),
@@ -192,6 +234,7 @@ register(OpDef(
     attrs={"units": None, "out_dtype": ""},
     reference=_mm_ref(None, True),
     gradient=_dense_grad,
+    compute=_dense_compute,
     doc="data (…, K) times weight (units, K) transposed: (…, units).",
 ))
 
@@ -203,6 +246,7 @@ register(OpDef(
     attrs={"units": None, "out_dtype": "", "transpose_a": False, "transpose_b": False},
     reference=_mm_ref("transpose_a", False),
     gradient=_matmul_grad,
+    compute=_matmul_compute,
     doc="op(a) @ op(b) with optional transposes; a may carry leading batch axes when not transposed.",
 ))
 
@@ -269,6 +313,7 @@ register(OpDef(
     attrs={"out_dtype": "", "transpose_a": False, "transpose_b": True},
     reference=_bmm_ref,
     gradient=_bmm_grad,
+    compute=_bmm_compute,
     doc="Batched product of (B, M, K) and (B, N, K) (transpose_b=True by default); batch 1 broadcasts.",
 ))
 
@@ -295,6 +340,12 @@ def _bias_add_grad(c: Call, g: Expr) -> list[Expr]:
     return [g, sum_except(g, attrs_axis(c, ndim))]
 
 
+def _bias_add_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    x, b = inputs
+    axis = attrs["axis"] % x.ndim
+    return tc.compute0(tc.out_shape(out_type), lambda *i: x[i] + b[i[axis]], "bias_add", tag="elemwise")
+
+
 register(OpDef(
     name="nn.bias_add",
     arg_names=("data", "bias"),
@@ -303,6 +354,7 @@ register(OpDef(
     attrs={"axis": 1},
     reference=_bias_add_ref,
     gradient=_bias_add_grad,
+    compute=_bias_add_compute,
     doc="Add a 1-d bias along `axis` (the channel axis by default).",
 ))
 
@@ -322,6 +374,7 @@ register(OpDef(
     pattern=OpPattern.INJECTIVE,
     reference=lambda a, x: x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64))),
     gradient=lambda c, g: [call("reshape_like", g, c.args[0])],
+    compute=lambda ins, a, t: tc.reshape(ins[0], t, "batch_flatten"),
     doc="(N, d1, d2, …) -> (N, d1 * d2 * …).",
 ))
 

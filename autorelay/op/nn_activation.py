@@ -16,9 +16,13 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import TensorType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.nn import along_axis, attrs_axis, channel_vectors, mul, scalar, static_shape, sum_except
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import dim_known_different, fmt_shape, normalize_axis, tensor_arg
+from autorelay.te import expr as E
+from autorelay.te import nn as tnn
+from autorelay.te import tensor as te
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -62,6 +66,37 @@ def _log_softmax_grad(c: Call, g: Expr) -> list[Expr]:
     return [call("subtract", g, mul(call("exp", c), total))]
 
 
+def _row_stats(x: te.Tensor, axis: int) -> tuple[te.Tensor, te.Tensor]:
+    """Max and sum of exp(x - max) over `axis` (kept as extent 1): the stable softmax statistics."""
+    shape = list(x.shape)
+    shape[axis] = 1
+    stat_t = TensorType(tuple(shape), x.dtype)
+    mx = tc.reduction(x, "max", [axis], True, stat_t, name="row_max")
+    ex = tc.reduction(x, "sum", [axis], True, stat_t, body=lambda v, i: E.call("exp", v - mx[i]),
+                      name="row_sum")
+    return mx, ex
+
+
+def _softmax_compute(log: bool):
+    def compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+        x = inputs[0]
+        tc.check_dtypes([x], ("float32", "float64"))
+        axis = attrs["axis"] % x.ndim
+        if axis == x.ndim - 1 and not log:
+            return tnn.softmax(x)  # the row-statistics form the reduction template schedules well
+        mx, ex = _row_stats(x, axis)
+
+        def at(i: tuple) -> tuple:
+            return tuple(0 if d == axis else v for d, v in enumerate(i))
+
+        if log:
+            return te.compute(x.shape, lambda *i: x[i] - mx[at(i)] - E.call("log", ex[at(i)]),
+                              name="log_softmax")
+        return te.compute(x.shape, lambda *i: E.call("exp", x[i] - mx[at(i)]) / ex[at(i)], name="softmax")
+
+    return compute
+
+
 for _name, _ref, _grad in (("nn.softmax", _softmax_ref, _softmax_grad),
                            ("nn.log_softmax", _log_softmax_ref, _log_softmax_grad)):
     register(OpDef(
@@ -72,6 +107,7 @@ for _name, _ref, _grad in (("nn.softmax", _softmax_ref, _softmax_grad),
         attrs={"axis": -1},
         reference=_ref,
         gradient=_grad,
+        compute=_softmax_compute(_name == "nn.log_softmax"),
         doc=f"{_name.split('.')[1]} along `axis`.",
     ))
 
@@ -87,6 +123,7 @@ register(OpDef(
     pattern=OpPattern.ELEMWISE,
     reference=lambda a, x: np.maximum(x, np.zeros((), x.dtype)),
     gradient=lambda c, g: [call("where", _positive(c.args[0]), g, call("zeros_like", g))],
+    compute=tc.unary(lambda x: E.maximum(x, E.const(0, x.dtype))),
     doc="max(x, 0).",
 ))
 
@@ -98,6 +135,9 @@ register(OpDef(
     attrs={"alpha": 0.01},
     reference=lambda a, x: np.where(x > 0, x, x * np.asarray(a["alpha"], x.dtype)).astype(x.dtype),
     gradient=lambda c, g: [call("where", _positive(c.args[0]), g, mul(g, scalar(g, c.attrs["alpha"])))],
+    compute=lambda ins, a, t: tc.bcast_map(
+        lambda x: E.select(x > E.const(0, x.dtype), x, x * E.const(a["alpha"], x.dtype)), ins, t,
+        "leaky_relu"),
     doc="x if x > 0 else alpha * x.",
 ))
 
@@ -135,6 +175,8 @@ register(OpDef(
     attrs={"axis": 1},
     reference=_prelu_ref,
     gradient=_prelu_grad,
+    compute=lambda ins, a, t: tc.compute0(tc.out_shape(t), lambda *i: E.select(
+        ins[0][i] > E.const(0, ins[0].dtype), ins[0][i], ins[0][i] * ins[1][i[a["axis"] % len(i)]]), "prelu"),
     doc="Leaky relu with a learned slope per channel of `axis`.",
 ))
 

@@ -118,6 +118,38 @@ def _layer_norm_grad(c: Call, g: Expr) -> list[Expr]:
     return [dx, dgamma, dbeta]
 
 
+def _layer_norm_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """(x - mean) / sqrt(var + eps) * gamma + beta with row statistics over `axis` (kept as extent 1)."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    x, gamma, beta = inputs
+    tc.check_dtypes([x], ("float32", "float64"))
+    axis = attrs["axis"] % x.ndim
+    n = x.shape[axis]
+    stat = TensorType(tuple(1 if d == axis else s for d, s in enumerate(x.shape)), x.dtype)
+    inv_n = E.const(1.0 / n, x.dtype)
+    total = tc.reduction(x, "sum", [axis], True, stat, name="ln_sum")
+
+    def at(i: tuple) -> tuple:
+        return tuple(0 if d == axis else v for d, v in enumerate(i))
+
+    sq = tc.reduction(x, "sum", [axis], True, stat, name="ln_sqsum",
+                      body=lambda v, i: (v - total[at(i)] * inv_n) * (v - total[at(i)] * inv_n))
+
+    def body(*i: E.Expr) -> E.Expr:
+        mu = total[at(i)] * inv_n
+        y = (x[i] - mu) / E.call("sqrt", sq[at(i)] * inv_n + E.const(attrs["epsilon"], x.dtype))
+        if attrs["scale"]:
+            y = y * gamma[i[axis]]
+        if attrs["center"]:
+            y = y + beta[i[axis]]
+        return y
+
+    return te.compute(x.shape, body, name="layer_norm")
+
+
 register(OpDef(
     name="nn.layer_norm",
     arg_names=("data", "gamma", "beta"),
@@ -126,6 +158,7 @@ register(OpDef(
     attrs={"axis": -1, **_NORM_ATTRS},
     reference=_layer_norm_ref,
     gradient=_layer_norm_grad,
+    compute=_layer_norm_compute,
     doc="Normalise over `axis` with the data's own mean and (biased) variance, then scale and shift.",
 ))
 

@@ -104,6 +104,30 @@ def _pad_gradient(c: Call, g: Expr) -> list[Expr]:
     return [dx, call("subtract", call("sum", g), call("sum", dx))]
 
 
+def _pad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Constant padding: the input at clamped indices where inside, else the pad value (both arms
+    of the select are evaluated, so the read must stay in bounds)."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+
+    x, value = inputs
+    if attrs["pad_mode"] != "constant":
+        raise tc.Unsupported(f"pad_mode {attrs['pad_mode']!r} has no compute")
+    widths = [tuple(w) for w in attrs["pad_width"]]
+
+    def body(*i: E.Expr) -> E.Expr:
+        conds, src = [], []
+        for v, n, (b, _) in zip(i, x.shape, widths):
+            j = v - b
+            if b or widths:
+                conds.append((j >= 0) & (j < n))
+            src.append(E.maximum(E.minimum(j, n - 1), 0))
+        fill = E.cast(value[()] if value.ndim == 0 else value[(0,) * value.ndim], x.dtype)
+        return E.select(E.all_of(*conds), x[tuple(src)], fill)
+
+    return tc.compute0(tc.out_shape(out_type), body, "pad", tag="injective")
+
+
 register(OpDef(
     name="nn.pad",
     arg_names=("data", "pad_value"),
@@ -112,6 +136,7 @@ register(OpDef(
     attrs={"pad_width": REQUIRED, "pad_mode": "constant"},
     reference=_pad_ref,
     gradient=_pad_gradient,
+    compute=_pad_compute,
     normalize_attrs=lambda a: _normalize_pad("nn.pad", a),
     doc="Pad each axis by (before, after) with a constant, a reflection (no edge repeat) or the edge.",
 ))

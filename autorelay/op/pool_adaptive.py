@@ -109,6 +109,43 @@ def _gradient(c: Call, g: Expr) -> list[Expr]:
     return [call(GRAD_OP, g, c.args[0], output_size=c.attrs["output_size"], layout=c.attrs["layout"])]
 
 
+def _adaptive_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Sum over the largest bin with out-of-bin taps masked, divided by each bin's own size."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    x = inputs[0]
+    tc.check_dtypes([x], ("float32", "float64"))
+    if attrs["layout"] != "NCHW" or attrs["out_layout"] not in ("", "NCHW"):
+        raise tc.Unsupported(f"layout {attrs['layout']} has no adaptive pooling compute")
+    n, c, oh, ow = tc.out_shape(out_type)
+    h, w = x.shape[2:]
+    kh = max(b - a for a, b in _bins(h, oh))
+    kw = max(b - a for a, b in _bins(w, ow))
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+
+    def lo(i: E.Expr, size: int, out: int) -> E.Expr:
+        return (i * size) // out
+
+    def hi(i: E.Expr, size: int, out: int) -> E.Expr:
+        return E.const(0) - ((E.const(0) - (i + 1) * size) // out)
+
+    def tap(b: E.Expr, f: E.Expr, y: E.Expr, z: E.Expr) -> E.Expr:
+        yy, zz = lo(y, h, oh) + rh.var, lo(z, w, ow) + rw.var
+        inside = (yy < hi(y, h, oh)) & (zz < hi(z, w, ow))
+        return E.select(inside, x[b, f, E.minimum(yy, h - 1), E.minimum(zz, w - 1)], E.const(0.0, x.dtype))
+
+    acc = te.compute((n, c, oh, ow), lambda b, f, y, z: te.sum(tap(b, f, y, z), [rh, rw]),
+                     name="adaptive_sum", tag="pool")
+
+    def count(y: E.Expr, size: int, out: int) -> E.Expr:
+        return hi(y, size, out) - lo(y, size, out)
+
+    return te.compute((n, c, oh, ow), lambda b, f, y, z: acc[b, f, y, z] / E.cast(
+        count(y, h, oh) * count(z, w, ow), x.dtype), name="adaptive_avg_pool")
+
+
 register(OpDef(
     name=OP,
     arg_names=("data",),
@@ -117,6 +154,7 @@ register(OpDef(
     attrs={"output_size": None, "layout": "NCHW", "out_layout": ""},
     reference=lambda a, x: _run(adaptive_canonical, a, x, out_key="out_layout"),
     gradient=_gradient,
+    compute=_adaptive_compute,
     normalize_attrs=lambda a: _normalize(OP, a),
     doc="Average pooling to a fixed output size with possibly overlapping bins.",
 ))

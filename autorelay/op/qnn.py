@@ -67,6 +67,55 @@ def _saturate(v: np.ndarray, dtype: str) -> np.ndarray:
     return np.clip(v, info.min, info.max).astype(dtype)
 
 
+# ---- tensor computes: the references' formulas, in float64 where they compute in float64 ---------
+
+
+def _qparam(p: object, idx: tuple, axis: int) -> object:
+    """A per-tensor (scalar or (1,)) or per-channel parameter at output index `idx`."""
+    if p.ndim == 0:  # type: ignore[attr-defined]
+        return p[()]  # type: ignore[index]
+    return p[0] if p.shape[0] == 1 else p[idx[axis]]  # type: ignore[attr-defined,index]
+
+
+def _q_compute(kind: str):
+    def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+        from autorelay.op import te_compute as tc
+        from autorelay.te import expr as E
+
+        x = inputs[0]
+        dtype = tc.out_dtype(out_type)
+        tc.check_dtypes(inputs)
+        axis = attrs["axis"] % max(x.ndim, 1)
+
+        def f64(v: object) -> E.Expr:
+            return E.cast(v, "float64")
+
+        def saturate(v: E.Expr) -> E.Expr:
+            info = np.iinfo(dtype)
+            return E.cast(E.minimum(E.maximum(v, float(info.min)), float(info.max)), dtype)
+
+        def body(*i: E.Expr) -> E.Expr:
+            v = x[i]
+            if kind == "dequantize":
+                zp, scale = _qparam(inputs[2], i, axis), _qparam(inputs[1], i, axis)
+                return E.cast((f64(v) - f64(zp)) * f64(scale), dtype)
+            if kind == "quantize":
+                real = v / E.cast(_qparam(inputs[1], i, axis), x.dtype)
+                return saturate(f64(E.call("round", real)) + f64(_qparam(inputs[2], i, axis)))
+            in_s, in_zp, out_s, out_zp = (_qparam(p, i, axis) for p in inputs[1:])
+            real = (f64(v) - f64(in_zp)) * (f64(in_s) / f64(out_s))
+            if attrs["rounding"] == "TONEAREST":
+                mag = E.call("floor", E.call("abs", real) + 0.5)
+                rounded = E.select(real < 0.0, -mag, mag)
+            else:
+                rounded = E.call("floor", real + 0.5)
+            return saturate(rounded + f64(out_zp))
+
+        return tc.compute0(tc.out_shape(out_type), body, kind, tag="elemwise")
+
+    return compute
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -88,6 +137,7 @@ def _quantize_ref(attrs: Attrs, x: np.ndarray, scale: np.ndarray, zp: np.ndarray
 
 register(OpDef(
     name="qnn.quantize",
+    compute=_q_compute("quantize"),
     arg_names=("data", "output_scale", "output_zero_point"),
     type_rel=_quantize_rel,
     pattern=OpPattern.BROADCAST,
@@ -111,6 +161,7 @@ def _dequantize_ref(attrs: Attrs, q: np.ndarray, scale: np.ndarray, zp: np.ndarr
 
 register(OpDef(
     name="qnn.dequantize",
+    compute=_q_compute("dequantize"),
     arg_names=("data", "input_scale", "input_zero_point"),
     type_rel=_dequantize_rel,
     pattern=OpPattern.BROADCAST,
@@ -143,6 +194,7 @@ def _requantize_ref(attrs: Attrs, q, in_scale, in_zp, out_scale, out_zp) -> np.n
 
 register(OpDef(
     name="qnn.requantize",
+    compute=_q_compute("requantize"),
     arg_names=("data", "input_scale", "input_zero_point", "output_scale", "output_zero_point"),
     type_rel=_requantize_rel,
     pattern=OpPattern.BROADCAST,

@@ -15,9 +15,80 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr, TupleGetItem
 from autorelay.ir.types import TensorType, TupleType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.elemwise import ANY_DTYPE, BOOL, INT, NUMERIC, check_dtype, scalar_like, sum_to
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import ANY, fmt_shape, normalize_axes, normalize_axis, prod, tensor_arg
+from autorelay.te import expr as E
+
+# ---- tensor computes (looked up by name when each OpDef below is registered) --------------------
+
+
+def _reduce_compute(combiner: str, floats_only: bool = False, mean: bool = False, boolean: bool = False):
+    def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+        x = inputs[0]
+        if floats_only and not E.is_float(x.dtype):
+            raise tc.Unsupported(f"dtype {x.dtype}: the compute is for floats")
+        axes = reduced_axes("reduce", attrs, x.ndim)
+        keep = bool(attrs["keepdims"])
+        if boolean:  # all/any: min/max of the truth values as int8
+            xi = tc.map_tensor(x, lambda v: E.cast(v, "int8"), "as_int8")
+            as_int8 = TensorType(tc.out_shape(out_type), "int8")
+            red = tc.reduction(xi, combiner, axes, keep, as_int8, name="reduce")
+            return tc.map_tensor(red, lambda v: E.compare("ne", v, E.const(0, "int8")), "as_bool")
+        red = tc.reduction(x, combiner, axes, keep, out_type, name="reduce")
+        if not mean:
+            return red
+        n = 1
+        for a in axes:
+            n *= x.shape[a]
+        return tc.map_tensor(red, lambda v: v * E.const(1.0 / n, x.dtype), "mean")
+
+    return compute
+
+
+def _variance_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x, m = inputs
+    if not E.is_float(x.dtype):
+        raise tc.Unsupported(f"dtype {x.dtype}: the compute is for floats")
+    axes = reduced_axes("variance", attrs, x.ndim)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    keep = bool(attrs["keepdims"])
+    # m has the kept-dims shape: read it at the reduced element's position with reduced axes at 0
+    red = tc.reduction(x, "sum", axes, keep, out_type, name="variance_sum",
+                       body=lambda v, i: _sq(v - _mean_at(m, x.ndim, axes, keep, i)))
+    div = n - 1 if attrs["unbiased"] else n
+    return tc.map_tensor(red, lambda v: v * E.const(1.0 / max(div, 1), x.dtype), "variance")
+
+
+def _sq(v: E.Expr) -> E.Expr:
+    return v * v
+
+
+def _mean_at(m: object, ndim: int, axes: list[int], keep: bool, out_idx: tuple) -> E.Expr:
+    it = iter(out_idx)
+    full = []
+    for d in range(ndim):
+        if d in axes:
+            if keep:
+                next(it)
+            full.append(0)
+        else:
+            full.append(next(it))
+    return tc.bcast_read(m, full)  # type: ignore[arg-type]
+
+
+_TE = {
+    "sum": _reduce_compute("sum"),
+    "max": _reduce_compute("max"),
+    "min": _reduce_compute("min"),
+    "mean": _reduce_compute("sum", floats_only=True, mean=True),
+    "all": _reduce_compute("min", boolean=True),
+    "any": _reduce_compute("max", boolean=True),
+    "variance": _variance_compute,
+}
 
 REDUCE_ATTRS = {"axis": None, "keepdims": False, "exclude": False}
 
@@ -105,6 +176,7 @@ def _make_reduce(name: str, fn: Callable, dtypes: tuple[str, ...], grad: GradRul
     register(
         OpDef(
             name=name,
+            compute=_TE.get(name),
             arg_names=("data",),
             type_rel=type_rel,
             pattern=OpPattern.COMM_REDUCE,
@@ -168,6 +240,7 @@ def _make_arg_reduce(name: str, fn: Callable) -> None:
     register(
         OpDef(
             name=name,
+            compute=_TE.get(name),
             arg_names=("data",),
             type_rel=type_rel,
             pattern=OpPattern.COMM_REDUCE,
@@ -227,6 +300,7 @@ def _variance_grad(c: Call, g: Expr) -> list[Expr]:
 register(
     OpDef(
         name="variance",
+        compute=_TE.get("variance"),
         arg_names=("data", "mean"),
         type_rel=_variance_rel,
         pattern=OpPattern.COMM_REDUCE,
@@ -276,6 +350,7 @@ def _cumsum_grad(c: Call, g: Expr) -> list[Expr]:
 register(
     OpDef(
         name="cumsum",
+        compute=_TE.get("cumsum"),
         arg_names=("data",),
         type_rel=_cumsum_rel,
         pattern=OpPattern.OPAQUE,
@@ -309,6 +384,7 @@ def _argsort_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 register(
     OpDef(
         name="argsort",
+        compute=_TE.get("argsort"),
         arg_names=("data",),
         type_rel=_argsort_rel,
         pattern=OpPattern.OPAQUE,
@@ -375,6 +451,7 @@ def _topk_grad(c: Call, g: Expr) -> list[Expr]:
 register(
     OpDef(
         name="topk",
+        compute=_TE.get("topk"),
         arg_names=("data",),
         type_rel=_topk_rel,
         pattern=OpPattern.OPAQUE,

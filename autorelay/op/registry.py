@@ -23,6 +23,20 @@ References
 `reference(attrs, *args: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]` — the test oracle
 for every backend.
 
+Tensor computes
+---------------
+`compute(inputs: list[te.Tensor], attrs: Attrs, out_type: Type) -> te.Tensor | list[te.Tensor]`
+declares what each output element is (`autorelay.te`), never how to loop.
+
+* `inputs` are the op's arguments in order; a tuple-typed argument (concatenate's) contributes its
+  fields, in order. Boolean tensors arrive as `bool`-typed tensors.
+* `out_type` is the call's inferred (static) type; computes take output shapes from it.
+* Return one tensor, or a list for a tuple-typed result (`split`). Tag the main stage so a schedule
+  template is chosen (`dense`, `conv2d_nchw`, `reduce`, …; `autorelay.te.nn` declarations do).
+* Raise `autorelay.op.te_compute.Unsupported` when the compute cannot handle these inputs (a dtype,
+  a layout); `compute=None` means the op has none. Either way `autorelay.build` runs the fused
+  function on the NumPy references and reports it as a fallback kernel.
+
 Gradients
 ---------
 `gradient(call: Call, out_grad: Expr) -> list[Expr]` builds, in the IR, the gradient of each

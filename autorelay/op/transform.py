@@ -17,6 +17,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import Dim, SymDim, TensorType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.layout import (
     from_canonical_array,
     from_canonical_shape,
@@ -39,6 +40,10 @@ def as_tuple(v: object) -> tuple:
     return (v,) if isinstance(v, int) else tuple(v)  # type: ignore[arg-type]
 
 
+# name -> tensor compute; family modules add theirs before calling `reg` (computes: see registry doc)
+COMPUTES: dict[str, Callable[..., Any]] = {}
+
+
 def reg(
     name: str,
     args: tuple[str, ...],
@@ -52,7 +57,36 @@ def reg(
 ) -> None:
     """Register one injective-by-default OpDef; keeps the many small transform ops compact."""
     register(OpDef(name=name, arg_names=args, type_rel=rel, pattern=pattern, attrs=attrs or {},
-                   reference=ref, gradient=grad, normalize_attrs=norm, doc=doc))
+                   reference=ref, gradient=grad, compute=COMPUTES.get(name), normalize_attrs=norm, doc=doc))
+
+
+def _transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    x = inputs[0]
+    perm = _perm("transpose", attrs["axes"], x.ndim)
+
+    def src(*i: Any) -> list:
+        idx: list = [None] * x.ndim
+        for k, p in enumerate(perm):
+            idx[p] = i[k]
+        return idx
+
+    return tc.index_map(x, out_type, src, "transpose")
+
+
+def _reverse_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    x = inputs[0]
+    axis = normalize_axis("reverse", attrs["axis"], x.ndim)
+    n = x.shape[axis]
+    return tc.index_map(x, out_type, lambda *i: [n - 1 - v if d == axis else v for d, v in enumerate(i)],
+                        "reverse")
+
+
+COMPUTES.update({
+    # same elements in row-major order, another shape
+    **{n: (lambda ins, a, t, n=n: tc.reshape(ins[0], t, n)) for n in ("reshape", "squeeze", "expand_dims")},
+    "transpose": _transpose_compute,
+    "reverse": _reverse_compute,
+})
 
 
 # ---- reshape --------------------------------------------------------------------------------
@@ -287,6 +321,24 @@ def _layout_transform_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
     canonical = to_canonical_array(np.asarray(x), src, primal)
     return np.ascontiguousarray(from_canonical_array(canonical, dst, primal))
 
+
+def _layout_transform_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Output index -> primal coordinates (outer block * factor + inner) -> source index."""
+    x = inputs[0]
+    _, src, dst = _layouts(attrs)
+
+    def source(*i: Any) -> list:
+        coord: dict[str, Any] = {}
+        for ax, v in zip(dst.axes, i):
+            scale = dst.factor(ax) or 1 if ax.isupper() else 1
+            coord[ax.upper()] = coord.get(ax.upper(), 0) + v * scale
+        return [coord[ax] // (src.factor(ax) or 1) if ax.isupper() else coord[ax.upper()] % src.factors[ax]
+                for ax in src.axes]
+
+    return tc.index_map(x, out_type, source, "layout_transform")
+
+
+COMPUTES["layout_transform"] = _layout_transform_compute
 
 reg("layout_transform", ("data",), _layout_transform_rel, _layout_transform_ref,
      grad=lambda c, g: [call("layout_transform", g, src_layout=c.attrs["dst_layout"],

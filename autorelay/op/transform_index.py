@@ -12,10 +12,12 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr, Tuple, const
 from autorelay.ir.types import Dim, TensorType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.elemwise import INT, check_dtype, scalar_like
 from autorelay.op.registry import REQUIRED, OpPattern, call, rel_error
 from autorelay.op.shape_utils import ANY, fmt_shape, is_static_shape, normalize_axis, tensor_arg
-from autorelay.op.transform import as_tuple, reg
+from autorelay.op.transform import COMPUTES, as_tuple, reg
+from autorelay.te import expr as E
 
 _BIG = 2**31 - 1  # importers write INT_MAX for "to the end"
 
@@ -53,6 +55,71 @@ def _slice_extent(d: Dim, b: int, e: int | None, s: int) -> Dim:
     if b == 0 and s == 1 and (e is None or e >= _BIG):
         return d
     return ANY
+
+
+# ---- tensor computes (registered through transform.COMPUTES by `reg`) ---------------------------
+
+
+def _strided_slice_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x = inputs[0]
+    plan = slice_plan("strided_slice", x.shape, attrs)
+    first = {ax: (range(x.shape[ax])[slice(*p)].start if len(range(x.shape[ax])[slice(*p)]) else 0, p[2] or 1)
+             for ax, p in plan.items()}
+    return tc.index_map(x, out_type, lambda *i: [
+        first[d][0] + v * first[d][1] if d in first else v for d, v in enumerate(i)], "strided_slice")
+
+
+def _take_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x, ind = inputs
+    mode = attrs["mode"]
+
+    def fix(v: E.Expr, n: int) -> E.Expr:
+        v = E.cast(v, "int64")
+        return v % n if mode == "wrap" else E.maximum(E.minimum(v, n - 1), 0)
+
+    if attrs["axis"] is None:
+        size = 1
+        for d in x.shape:
+            size *= d
+        return tc.index_map(x, out_type, lambda *i: tc.unflatten(fix(ind[i] if ind.ndim else ind[()], size),
+                                                                   x.shape), "take")
+    axis = normalize_axis("take", attrs["axis"], x.ndim)
+    k = ind.ndim
+
+    def src(*i: E.Expr) -> list:
+        pos = fix(ind[tuple(i[axis : axis + k])] if k else ind[()], x.shape[axis])
+        return [*i[:axis], pos, *i[axis + k :]]
+
+    return tc.index_map(x, out_type, src, "take")
+
+
+def _gather_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x, ind = inputs
+    axis = normalize_axis("gather", attrs["axis"], x.ndim)
+    n = x.shape[axis]
+
+    def src(*i: E.Expr) -> list:
+        v = E.cast(ind[i], "int64")
+        v = E.maximum(E.minimum(E.select(v < 0, v + n, v), n - 1), 0)  # NumPy's negative indices
+        return [v if d == axis else u for d, u in enumerate(i)]
+
+    return tc.index_map(x, out_type, src, "gather")
+
+
+def _one_hot_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    ind, on, off = inputs
+    dtype = tc.out_dtype(out_type)
+    axis = normalize_axis("one_hot", attrs["axis"], ind.ndim, extra=1)
+
+    def body(*i: E.Expr) -> E.Expr:
+        hit = E.compare("eq", E.cast(ind[i[:axis] + i[axis + 1 :]], "int64"), i[axis])
+        return E.select(hit, E.cast(on[()], dtype), E.cast(off[()], dtype))
+
+    return tc.compute0(tc.out_shape(out_type), body, "one_hot", tag="injective")
+
+
+COMPUTES.update({"strided_slice": _strided_slice_compute, "take": _take_compute, "gather": _gather_compute,
+                 "one_hot": _one_hot_compute})
 
 
 def _strided_slice_rel(arg_types: list[Type], attrs: Attrs) -> Type:

@@ -14,6 +14,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr, Tuple, TupleGetItem
 from autorelay.ir.types import Dim, TensorType, TupleType, Type
+from autorelay.op import te_compute as tc
 from autorelay.op.registry import REQUIRED, call, rel_error
 from autorelay.op.shape_utils import (
     ANY,
@@ -24,7 +25,84 @@ from autorelay.op.shape_utils import (
     tensor_arg,
     tuple_arg,
 )
-from autorelay.op.transform import as_tuple, mul_dims, reg
+from autorelay.op.transform import COMPUTES, as_tuple, mul_dims, reg
+from autorelay.te import expr as E
+from autorelay.te import tensor as te
+
+# ---- tensor computes (registered through transform.COMPUTES by `reg`) ---------------------------
+
+
+def _clamp(v: E.Expr, n: int) -> E.Expr:
+    """Both arms of a select are evaluated, so every read must stay in bounds."""
+    return E.maximum(E.minimum(v, n - 1), 0)
+
+
+def _concatenate_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    axis = attrs["axis"] % inputs[0].ndim
+    offsets, off = [], 0
+    for t in inputs:
+        offsets.append(off)
+        off += t.shape[axis]
+
+    def body(*i: E.Expr) -> E.Expr:
+        def read(k: int) -> E.Expr:
+            t = inputs[k]
+            n = t.shape[axis]
+            return t[tuple(_clamp(v - offsets[k], n) if d == axis else v for d, v in enumerate(i))]
+
+        out = read(len(inputs) - 1)
+        for k in range(len(inputs) - 2, -1, -1):
+            out = E.select(i[axis] < offsets[k + 1], read(k), out)
+        return out
+
+    return tc.compute0(tc.out_shape(out_type), body, "concatenate", tag="injective")
+
+
+def _stack_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    axis = normalize_axis("stack", attrs["axis"], inputs[0].ndim, extra=1)
+
+    def body(*i: E.Expr) -> E.Expr:
+        rest = i[:axis] + i[axis + 1 :]
+        out = inputs[-1][rest]
+        for k in range(len(inputs) - 2, -1, -1):
+            out = E.select(E.compare("eq", i[axis], E.const(k)), inputs[k][rest], out)
+        return out
+
+    return tc.compute0(tc.out_shape(out_type), body, "stack", tag="injective")
+
+
+def _split_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x = inputs[0]
+    axis = attrs["axis"] % x.ndim
+    outs, off = [], 0
+    for k, field in enumerate(out_type.fields):  # type: ignore[attr-defined]
+        shape = tc.out_shape(field)
+        start = off
+        outs.append(te.compute(shape, lambda *i, s=start: x[tuple(v + s if d == axis else v
+                                                                  for d, v in enumerate(i))],
+                               name=f"split{k}", tag="injective"))
+        off += shape[axis]
+    return outs
+
+
+def _tile_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x = inputs[0]
+    shape = tc.out_shape(out_type)
+    lead = len(shape) - x.ndim
+    return tc.index_map(x, out_type, lambda *i: [v % x.shape[d] for d, v in enumerate(i[lead:])], "tile")
+
+
+def _repeat_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    x = inputs[0]
+    axis = normalize_axis("repeat", attrs["axis"], x.ndim)
+    r = attrs["repeats"]
+    return tc.index_map(x, out_type, lambda *i: [v // r if d == axis else v for d, v in enumerate(i)],
+                        "repeat")
+
+
+COMPUTES.update({"concatenate": _concatenate_compute, "stack": _stack_compute, "split": _split_compute,
+                 "tile": _tile_compute, "repeat": _repeat_compute})
+
 
 # ---- concatenate / split / stack -------------------------------------------------------------
 

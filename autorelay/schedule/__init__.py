@@ -1,0 +1,41 @@
+"""Schedules: frozen Steps, `apply(compute, steps) -> loop IR`, knob spaces and templates."""
+
+from autorelay.schedule.apply import apply
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.steps import (
+    CacheWrite,
+    ComputeAt,
+    ComputeInline,
+    Fuse,
+    Pack,
+    Pad,
+    Parallel,
+    Reorder,
+    Split,
+    Step,
+    Unroll,
+    Vectorize,
+    from_json,
+    to_json,
+)
+
+__all__ = [
+    "CacheWrite",
+    "ComputeAt",
+    "ComputeInline",
+    "Config",
+    "Fuse",
+    "Knob",
+    "Pack",
+    "Pad",
+    "Parallel",
+    "Reorder",
+    "Space",
+    "Split",
+    "Step",
+    "Unroll",
+    "Vectorize",
+    "apply",
+    "from_json",
+    "to_json",
+]

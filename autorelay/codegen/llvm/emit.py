@@ -1,0 +1,337 @@
+"""Loop IR -> LLVM IR text, one function per segment (top-level statement) of a PrimFunc.
+
+Each segment is `void @<name>_s<k>(ptr noalias %buffers..., i64 %begin, i64 %end)`; if its outer
+loop is parallel the function runs iterations [begin, end) of it, so the runtime can hand chunks
+to threads. Vectorized loops are emitted as explicit vector instructions (contiguous accesses
+become vector loads/stores, invariant ones scalars that are broadcast, anything else lane by lane);
+a guard that depends on the vector lane is tested at the first and last lane (linear guards are
+monotone) to choose between the vector body and a scalar fallback. Unrolled loops are replicated
+with the variable replaced by each constant and re-simplified, so register-tile accumulators end
+up at constant offsets of an entry-block alloca that SROA turns into vector registers.
+"""
+
+from __future__ import annotations
+
+from autorelay.codegen.llvm.exprs import ExprEmitter, Val, llvm_type
+from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
+from autorelay.codegen.llvm.target import Target
+from autorelay.te.expr import Cmp, Const, Expr, Load, Var, free_vars, substitute, walk
+from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
+
+
+class SegmentEmitter(ExprEmitter):
+    def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt):
+        super().__init__()
+        self.fname = fname
+        self.buffers = buffers
+        self.stmt = stmt
+        for i, b in enumerate(buffers):
+            self.ptr[id(b)] = f"%b{i}"
+        self.bounds: dict[Var, tuple[int, int]] = {}
+        self.allocas: list[str] = []
+        self.no_unswitch: set[Expr] = set()
+
+    def emit(self) -> str:
+        self.block = "entry"
+        s = expand_unrolled(self.stmt, {})
+        if isinstance(s, For) and s.kind == "parallel":
+            self._loop(s, start="%begin", stop="%end")
+        else:
+            self.stmt_(s)
+        self.lines.append("  ret void")
+        args = ", ".join(f"ptr noalias %b{i}" for i in range(len(self.buffers)))
+        head = f"define void @{self.fname}({args}, i64 %begin, i64 %end) #0 {{\nentry:"
+        return "\n".join([head, *self.allocas, *self.lines, "}"])
+
+    # ---- statements ----------------------------------------------------------------------
+    def stmt_(self, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for t in s.stmts:
+                self.stmt_(t)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, Allocate):
+            b = s.buffer
+            name = f"%a{len(self.allocas)}"
+            self.allocas.append(f"  {name} = alloca [{b.size} x {llvm_type(b.dtype)}], align 64")
+            self.ptr[id(b)] = name
+            self.stmt_(s.body)
+        elif isinstance(s, If):
+            self._if(s)
+        elif isinstance(s, For):
+            if s.kind == "unrolled":
+                self._unroll(s)
+            elif s.kind == "vectorized" and self.vector_var is None:
+                self._vector_loop(s)
+            elif s.kind == "serial" and s.extent > 1 and self._unswitch(s):
+                pass
+            else:
+                self._loop(s)
+        else:
+            raise TypeError(f"codegen: unknown statement {type(s).__name__}")
+
+    def _simplified(self, s: Stmt) -> Stmt | None:
+        return simplify_stmt(s, self.bounds)
+
+    def _unroll(self, s: For) -> None:
+        for c in range(s.extent):
+            body = self._simplified(substitute_stmt(s.body, {s.var: Const(c, "int64")}))
+            if body is not None:
+                self.stmt_(body)
+
+    def _unswitch(self, s: For) -> bool:
+        """Guards inside `s` that no loop in it changes are tested once, outside: the common case
+        runs a guard-free copy of the loop (a ragged last tile takes the guarded copy)."""
+        bound = {t.var for t in walk_stmts(s) if isinstance(t, For)}
+        conds = [c for c in _conds(s.body) if not free_vars(c) & bound and c not in self.no_unswitch]
+        conds = list(dict.fromkeys(conds))
+        if not conds:
+            return False
+        ok = self.scalar(_conj(conds))
+        fast, slow, done = self.new_block("fast"), self.new_block("guarded"), self.new_block("unsw")
+        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
+        self.lines.append(f"{fast}:")
+        self.block = fast
+        self.stmt_(_drop_conds(s, set(conds)))
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{slow}:")
+        self.block = slow
+        self.no_unswitch |= set(conds)
+        self._loop(s)
+        self.no_unswitch -= set(conds)
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{done}:")
+        self.block = done
+        return True
+
+    def _loop(self, s: For, start: str = "0", stop: str | None = None) -> None:
+        pre = self.block
+        hdr, body, exit_ = self.new_block("hdr"), self.new_block("body"), self.new_block("exit")
+        self.lines.append(f"  br label %{hdr}")
+        self.lines.append(f"{hdr}:")
+        iv = self.tmp()
+        nxt = self.tmp()
+        latch_slot = len(self.lines)
+        self.lines.append("")  # phi filled in once the latch block is known
+        cond = self.tmp()
+        self.lines.append(f"  {cond} = icmp slt i64 {iv}, {stop or s.extent}")
+        self.lines.append(f"  br i1 {cond}, label %{body}, label %{exit_}")
+        self.lines.append(f"{body}:")
+        self.block = body
+        self.env[s.var] = Val(iv, "int64")
+        old = self.bounds.get(s.var)
+        self.bounds[s.var] = (0, s.extent - 1)
+        self.stmt_(s.body)
+        if old is None:
+            self.bounds.pop(s.var, None)
+        latch = self.block
+        self.lines.append(f"  {nxt} = add nuw nsw i64 {iv}, 1")
+        self.lines.append(f"  br label %{hdr}, !llvm.loop !0" if s.kind == "serial" else f"  br label %{hdr}")
+        self.lines[latch_slot] = f"  {iv} = phi i64 [{start}, %{pre}], [{nxt}, %{latch}]"
+        self.lines.append(f"{exit_}:")
+        self.block = exit_
+        del self.env[s.var]
+
+    def _if(self, s: If) -> None:
+        c = self.scalar(s.cond)
+        then, other, done = self.new_block("then"), self.new_block("else"), self.new_block("endif")
+        self.lines.append(f"  br i1 {c.ref}, label %{then}, label %{other if s.orelse else done}")
+        self.lines.append(f"{then}:")
+        self.block = then
+        self.stmt_(s.then)
+        self.lines.append(f"  br label %{done}")
+        if s.orelse is not None:
+            self.lines.append(f"{other}:")
+            self.block = other
+            self.stmt_(s.orelse)
+            self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{done}:")
+        self.block = done
+
+    def store(self, s: Store) -> None:
+        v = self.vector_var
+        if v is None:
+            val = self.scalar(s.value)
+            p = self.gep(s.buffer, self.scalar(s.index).ref)
+            self.lines.append(f"  store {llvm_type(s.buffer.dtype)} {val.ref}, ptr {p}, align 4")
+            return
+        val = self.vexpr(s.value)
+        coef = _lane_coef(s.index, v)
+        ty = llvm_type(s.buffer.dtype)
+        if coef == 1:
+            base = self.scalar(_at_lane(s.index, v, 0))
+            p = self.gep(s.buffer, base.ref)
+            val = self.broadcast(val)
+            self.lines.append(f"  store <{self.lanes} x {ty}> {val.ref}, ptr {p}, align 4")
+            return
+        if coef == 0 and val.lanes == 0:
+            p = self.gep(s.buffer, self.scalar(s.index).ref)
+            self.lines.append(f"  store {ty} {val.ref}, ptr {p}, align 4")
+            return
+        val = self.broadcast(val)
+        for lane in range(self.lanes):
+            x = self.tmp()
+            self.lines.append(f"  {x} = extractelement <{self.lanes} x {ty}> {val.ref}, i32 {lane}")
+            p = self.gep(s.buffer, self.scalar(_at_lane(s.index, v, lane)).ref)
+            self.lines.append(f"  store {ty} {x}, ptr {p}, align 4")
+
+    # ---- vectorized loops ----------------------------------------------------------------
+    def _vector_loop(self, s: For) -> None:
+        if not _vectorizable(s):
+            self._loop(s)
+            return
+        lane_conds = [c for c in _conds(s.body) if s.var in free_vars(c)]
+        if lane_conds and not all(_monotone(c, s.var) for c in lane_conds):
+            self._loop(s)
+            return
+        if not lane_conds:
+            self._vector_body(s, s.body)
+            return
+        checks = [_at_lane(c, s.var, lane) for c in lane_conds for lane in (0, s.extent - 1)]
+        ok = self.scalar(simplify(_conj(checks), self.bounds))
+        fast, slow, done = self.new_block("vec"), self.new_block("tail"), self.new_block("vdone")
+        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
+        self.lines.append(f"{fast}:")
+        self.block = fast
+        self._vector_body(s, _drop_conds(s.body, set(lane_conds)))
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{slow}:")
+        self.block = slow
+        self._loop(For(s.var, s.extent, s.body, "serial"))
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{done}:")
+        self.block = done
+
+    def _vector_body(self, s: For, body: Stmt) -> None:
+        self.vector_var, self.lanes = s.var, s.extent
+        self.bounds[s.var] = (0, s.extent - 1)
+        try:
+            self.stmt_(body)
+        finally:
+            self.vector_var, self.lanes = None, 0
+            self.bounds.pop(s.var, None)
+
+
+def _at_lane(e: Expr, v: Var, lane: int) -> Expr:
+    return simplify(substitute(e, {v: Const(lane, "int64")}))
+
+
+def _conds(s: Stmt) -> list[Expr]:
+    return [t.cond for t in walk_stmts(s) if isinstance(t, If)]
+
+
+def _conj(cs: list[Expr]) -> Expr:
+    from autorelay.te.expr import all_of
+
+    return all_of(*cs)
+
+
+def _monotone(c: Expr, v: Var) -> bool:
+    """Every comparison in the and-tree `c` is linear in `v` (so true at both ends => all lanes)."""
+    from autorelay.te.expr import Bin
+
+    if isinstance(c, Bin) and c.op == "and":
+        return _monotone(c.a, v) and _monotone(c.b, v)
+    if isinstance(c, Cmp) and c.op in ("lt", "le", "gt", "ge") and c.a.dtype in ("int64", "int32"):
+        from autorelay.te.expr import Bin as B
+
+        return _lane_coef(B("sub", c.a, c.b, "int64"), v) is not None
+    return False
+
+
+def _drop_conds(s: Stmt, conds: set[Expr]) -> Stmt:
+    """`s` with every `if c` for c in `conds` replaced by its then-branch (c known true)."""
+    if isinstance(s, If) and s.cond in conds:
+        return _drop_conds(s.then, conds)
+    if isinstance(s, Seq):
+        return Seq(tuple(_drop_conds(t, conds) for t in s.stmts))
+    if isinstance(s, If):
+        return If(
+            s.cond, _drop_conds(s.then, conds), None if s.orelse is None else _drop_conds(s.orelse, conds)
+        )
+    if isinstance(s, For):
+        return For(s.var, s.extent, _drop_conds(s.body, conds), s.kind)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _drop_conds(s.body, conds))
+    return s
+
+
+def expand_unrolled(s: Stmt, bounds: dict[Var, tuple[int, int]]) -> Stmt:
+    """Replace unrolled loops by copies of their body with the variable fixed and re-simplified."""
+    if isinstance(s, For):
+        if s.kind == "unrolled":
+            copies = []
+            for c in range(s.extent):
+                body = simplify_stmt(substitute_stmt(s.body, {s.var: Const(c, "int64")}), bounds)
+                if body is not None:
+                    copies.append(expand_unrolled(body, bounds))
+            return Seq(tuple(copies))
+        inner = dict(bounds)
+        inner[s.var] = (0, s.extent - 1)
+        return For(s.var, s.extent, expand_unrolled(s.body, inner), s.kind)
+    if isinstance(s, Seq):
+        return Seq(tuple(expand_unrolled(t, bounds) for t in s.stmts))
+    if isinstance(s, If):
+        return If(
+            s.cond,
+            expand_unrolled(s.then, bounds),
+            None if s.orelse is None else expand_unrolled(s.orelse, bounds),
+        )
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, expand_unrolled(s.body, bounds))
+    return s
+
+
+def _vectorizable(s: For) -> bool:
+    """No inner loops or allocations; no lane-varying value stored to one address; no load of a
+    buffer the body stores to at a different lane-dependent address (a loop-carried dependence)."""
+    v = s.var
+    stores: dict[int, list[Expr]] = {}
+    for t in walk_stmts(s.body):
+        if isinstance(t, (For, Allocate)):
+            return False
+        if isinstance(t, If) and t.orelse is not None and v in free_vars(t.cond):
+            return False
+        if isinstance(t, Store):
+            coef = _lane_coef(t.index, v)
+            if coef == 0 and v in free_vars(t.value):
+                return False
+            stores.setdefault(id(t.buffer), []).append(t.index)
+    for t in walk_stmts(s.body):
+        if isinstance(t, Store):
+            for n in walk(t.value):
+                if (
+                    isinstance(n, Load)
+                    and id(n.buffer) in stores
+                    and any(n.index != idx for idx in stores[id(n.buffer)])
+                ):
+                    return False
+    return True
+
+
+def segments(f: PrimFunc) -> list[Stmt]:
+    return list(f.body.stmts) if isinstance(f.body, Seq) else [f.body]
+
+
+def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, int]]]:
+    """LLVM IR text for `f`, and per segment (function name, parallel extent or 0)."""
+    buffers = list(f.params) + list(f.workspaces)
+    funcs, info = [], []
+    declared: set[str] = set()
+    for k, seg in enumerate(segments(f)):
+        name = f"{symbol}_s{k}"
+        em = SegmentEmitter(name, buffers, seg)
+        funcs.append(em.emit())
+        declared |= em.declared
+        par = seg.extent if isinstance(seg, For) and seg.kind == "parallel" else 0
+        info.append((name, par))
+    width = target.vector_bits
+    attrs = (
+        f'attributes #0 = {{ nounwind "target-cpu"="{target.cpu}" "target-features"="{target.features}" '
+        f'"prefer-vector-width"="{width}" "min-legal-vector-width"="{width}" "frame-pointer"="none" }}'
+    )
+    decls = sorted(declared)
+    meta = '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.mustprogress"}'
+    text = "\n\n".join([*decls, *funcs, attrs, meta]) + "\n"
+    return text, info

@@ -1,0 +1,391 @@
+"""Expression emission for the LLVM backend, scalar and vector.
+
+In a vectorized loop an expression that does not depend on the lane variable is emitted once as
+a scalar (and broadcast where it meets a vector); a contiguous load becomes one vector load; any
+other lane-dependent integer expression is evaluated lane by lane. Float arithmetic carries the
+`contract` flag so multiply-adds become FMAs; nothing is reassociated, so results stay
+deterministic.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from autorelay.codegen.llvm.lanes import all_of_conds as _all
+from autorelay.codegen.llvm.lanes import clamp_of as _clamp
+from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
+from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
+from autorelay.te.expr import (
+    Bin,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Not,
+    Select,
+    Var,
+    free_vars,
+    is_float,
+    substitute,
+)
+from autorelay.tir.nodes import Buffer
+from autorelay.tir.simplify import linear, simplify
+
+_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int64": "i64",
+    "int32": "i32",
+    "int8": "i8",
+    "uint8": "i8",
+    "bool": "i1",
+}
+
+
+def llvm_type(dtype: str) -> str:
+    return _TYPES[dtype]
+
+
+@dataclass(frozen=True)
+class Val:
+    ref: str
+    dtype: str
+    lanes: int = 0  # 0: scalar
+
+
+def _float_hex(value: float, dtype: str) -> str:
+    if dtype == "float32":
+        value = struct.unpack("<f", struct.pack("<f", value))[0]
+    return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
+
+
+_ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+_UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
+_FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_INTRINSIC = {
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "abs": "fabs",
+    "floor": "floor",
+    "ceil": "ceil",
+    "round": "roundeven",
+    "pow": "pow",
+}
+_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+
+
+class ExprEmitter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counter = 0
+        self.block = "entry"
+        self.env: dict[Var, Val] = {}
+        self.ptr: dict[int, str] = {}
+        self.vector_var: Var | None = None
+        self.lanes = 0
+        self.declared: set[str] = set()
+
+    def tmp(self) -> str:
+        self.counter += 1
+        return f"%t{self.counter}"
+
+    def new_block(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}{self.counter}"
+
+    def op(self, text: str, dtype: str, lanes: int = 0) -> Val:
+        t = self.tmp()
+        self.lines.append(f"  {t} = {text}")
+        return Val(t, dtype, lanes)
+
+    def ty(self, dtype: str, lanes: int) -> str:
+        return f"<{lanes} x {llvm_type(dtype)}>" if lanes else llvm_type(dtype)
+
+    def gep(self, buf: Buffer, idx: str) -> str:
+        return self.op(
+            f"getelementptr inbounds {llvm_type(buf.dtype)}, ptr {self.ptr[id(buf)]}, i64 {idx}", "ptr"
+        ).ref
+
+    def broadcast(self, v: Val) -> Val:
+        if v.lanes or not self.lanes:
+            return v
+        t = self.ty(v.dtype, 0)
+        ins = self.op(f"insertelement <{self.lanes} x {t}> poison, {t} {v.ref}, i32 0", v.dtype, self.lanes)
+        return self.op(
+            f"shufflevector <{self.lanes} x {t}> {ins.ref}, <{self.lanes} x {t}> poison, "
+            f"<{self.lanes} x i32> zeroinitializer",
+            v.dtype,
+            self.lanes,
+        )
+
+    # ---- scalar --------------------------------------------------------------------------
+    def scalar(self, e: Expr) -> Val:
+        saved, self.vector_var = self.vector_var, None
+        lanes, self.lanes = self.lanes, 0
+        try:
+            return self._expr(e)
+        finally:
+            self.vector_var, self.lanes = saved, lanes
+
+    def vexpr(self, e: Expr) -> Val:
+        """Emit in the current vector context: a vector if `e` depends on the lane variable."""
+        v = self.vector_var
+        if v is None or v not in free_vars(e):
+            return self.scalar(e)
+        if isinstance(e, Load):
+            return self._vload(e)
+        if e.dtype in ("int64", "int32") and not isinstance(e, Load):
+            coef = _lane_coef(e, v)
+            if coef is not None:  # a linear index: broadcast base + <0, c, 2c, ...>
+                base = self.broadcast(self.scalar(simplify(substitute(e, {v: Const(0, "int64")}))))
+                t = self.ty(e.dtype, self.lanes)
+                ramp = "<" + ", ".join(f"{llvm_type(e.dtype)} {coef * k}" for k in range(self.lanes)) + ">"
+                return self.op(f"add {t} {base.ref}, {ramp}", e.dtype, self.lanes)
+        if (not is_float(e.dtype) and e.dtype != "bool") or isinstance(e, Var):
+            return self._per_lane(e)
+        return self._expr(e)
+
+    def _vload(self, e: Load) -> Val:
+        """Vector load: contiguous, stride 2, or lane by lane; an index through a clamp
+        `max(min(a + lane, hi), lo)` (inlined padding) takes the contiguous path when the
+        first and last lanes are inside the clamp, checked at run time."""
+        v = self.vector_var
+        assert v is not None
+        clamps = [a for a in linear(e.index)[0] if a is not v and v in free_vars(a) and _clamp(a, v)]
+        if not clamps:
+            return self._direct_load(e)
+        checks = []
+        plain = {}
+        for a in clamps:
+            inner, lo, hi = _clamp(a, v)  # type: ignore[misc]
+            first = simplify(substitute(inner, {v: Const(0, "int64")}))
+            last = simplify(substitute(inner, {v: Const(self.lanes - 1, "int64")}))
+            checks += [Cmp("ge", first, lo), Cmp("le", last, hi)]
+            plain[a] = inner
+        ok = self.scalar(_all(checks))
+        fast, slow, done = self.new_block("cin"), self.new_block("cedge"), self.new_block("cdone")
+        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
+        self.lines.append(f"{fast}:")
+        self.block = fast
+        unclamped = Load(e.buffer, _replace_atoms(e.index, plain), e.dtype)
+        fv = self._direct_load(unclamped)
+        fast_end = self.block
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{slow}:")
+        self.block = slow
+        sv = self._per_lane(e)
+        slow_end = self.block
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{done}:")
+        self.block = done
+        t = self.ty(e.dtype, self.lanes)
+        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes)
+
+    def _direct_load(self, e: Load) -> Val:
+        v = self.vector_var
+        assert v is not None
+        terms, _ = linear(e.index)
+        coef = terms.get(v, 0)
+        if coef in (1, 2) and not any(v in free_vars(a) for a in terms if a is not v):
+            base = self.scalar(simplify(substitute(e.index, {v: Const(0, "int64")})))
+            p = self.gep(e.buffer, base.ref)
+            w, vt = self.lanes, self.ty(e.dtype, self.lanes)
+            first = self.op(f"load {vt}, ptr {p}, align 4", e.dtype, w)
+            if coef == 1:
+                return first
+            # stride 2 (a strided convolution): two in-bounds vector loads covering exactly the
+            # span the lanes touch (the second ends at the last lane), keeping even elements
+            p2 = self.op(f"getelementptr inbounds {llvm_type(e.dtype)}, ptr {p}, i64 {w - 1}", "ptr").ref
+            second = self.op(f"load {vt}, ptr {p2}, align 4", e.dtype, w)
+            mask = ", ".join(f"i32 {2 * k if 2 * k < w else w + 2 * k - (w - 1)}" for k in range(w))
+            return self.op(
+                f"shufflevector {vt} {first.ref}, {vt} {second.ref}, <{w} x i32> <{mask}>", e.dtype, w
+            )
+        return self._per_lane(e)
+
+    def _per_lane(self, e: Expr) -> Val:
+        v = self.vector_var
+        assert v is not None
+        vec = "poison"
+        t = self.ty(e.dtype, 0)
+        for lane in range(self.lanes):
+            x = self.scalar(simplify(substitute(e, {v: Const(lane, "int64")})))
+            vec = self.op(
+                f"insertelement <{self.lanes} x {t}> {vec}, {t} {x.ref}, i32 {lane}", e.dtype, self.lanes
+            ).ref
+        return Val(vec, e.dtype, self.lanes)
+
+    def _sub(self, e: Expr) -> Val:
+        return self.vexpr(e) if self.vector_var is not None else self._expr(e)
+
+    def _pair(self, a: Expr, b: Expr) -> tuple[Val, Val, int]:
+        va, vb = self._sub(a), self._sub(b)
+        lanes = max(va.lanes, vb.lanes)
+        if lanes:
+            va, vb = self.broadcast(va), self.broadcast(vb)
+        return va, vb, lanes
+
+    def _expr(self, e: Expr) -> Val:
+        if isinstance(e, Var):
+            if e not in self.env:
+                raise KeyError(f"codegen: variable {e.name} is not bound")
+            return self.env[e]
+        if isinstance(e, Const):
+            return Val(self._const(e), e.dtype)
+        if isinstance(e, Load):
+            p = self.gep(e.buffer, self.scalar(e.index).ref)
+            return self.op(f"load {llvm_type(e.dtype)}, ptr {p}, align 4", e.dtype)
+        if isinstance(e, Bin):
+            return self._bin(e)
+        if isinstance(e, Cmp):
+            a, b, lanes = self._pair(e.a, e.b)
+            t = self.ty(e.a.dtype, lanes)
+            if is_float(e.a.dtype):
+                return self.op(f"fcmp {_FCMP[e.op]} {t} {a.ref}, {b.ref}", "bool", lanes)
+            table = _UCMP if e.a.dtype in ("uint8", "bool") else _ICMP
+            return self.op(f"icmp {table[e.op]} {t} {a.ref}, {b.ref}", "bool", lanes)
+        if isinstance(e, Not):
+            a = self._sub(e.a)
+            ones = self._splat("true", a.lanes)
+            return self.op(f"xor {self.ty('bool', a.lanes)} {a.ref}, {ones}", "bool", a.lanes)
+        if isinstance(e, Select):
+            c = self._sub(e.cond)
+            a, b, lanes = self._pair(e.t, e.f)
+            lanes = max(lanes, c.lanes)
+            if lanes:
+                a, b = self.broadcast(a), self.broadcast(b)
+            t = self.ty(e.dtype, lanes)
+            return self.op(
+                f"select {self.ty('bool', c.lanes)} {c.ref}, {t} {a.ref}, {t} {b.ref}", e.dtype, lanes
+            )
+        if isinstance(e, Cast):
+            return self._cast(e)
+        if isinstance(e, Call):
+            return self._call(e)
+        raise TypeError(f"codegen: cannot emit {type(e).__name__}")
+
+    def _splat(self, scalar: str, lanes: int) -> str:
+        if not lanes:
+            return scalar
+        return "<" + ", ".join(f"i1 {scalar}" for _ in range(lanes)) + ">"
+
+    def _const(self, c: Const) -> str:
+        if c.dtype == "bool":
+            return "true" if c.value else "false"
+        if is_float(c.dtype):
+            return _float_hex(float(c.value), c.dtype)
+        return str(int(c.value))
+
+    def _bin(self, e: Bin) -> Val:
+        a, b, lanes = self._pair(e.a, e.b)
+        t = self.ty(e.dtype, lanes)
+        if is_float(e.dtype):
+            if e.op in ("min", "max"):
+                c = self.op(f"fcmp {'olt' if e.op == 'min' else 'ogt'} {t} {a.ref}, {b.ref}", "bool", lanes)
+                return self.op(
+                    f"select {self.ty('bool', lanes)} {c.ref}, {t} {a.ref}, {t} {b.ref}", e.dtype, lanes
+                )
+            ins = {"add": "fadd contract", "sub": "fsub contract", "mul": "fmul contract", "div": "fdiv"}
+            if e.op not in ins:
+                raise TypeError(f"codegen: float {e.op} is not supported")
+            return self.op(f"{ins[e.op]} {t} {a.ref}, {b.ref}", e.dtype, lanes)
+        if e.op in ("and", "or"):
+            return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
+        unsigned = e.dtype == "uint8"
+        if e.op in ("add", "sub", "mul"):
+            return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
+        if e.op in ("min", "max"):
+            pred = ("ult" if e.op == "min" else "ugt") if unsigned else ("slt" if e.op == "min" else "sgt")
+            c = self.op(f"icmp {pred} {t} {a.ref}, {b.ref}", "bool", lanes)
+            return self.op(
+                f"select {self.ty('bool', lanes)} {c.ref}, {t} {a.ref}, {t} {b.ref}", e.dtype, lanes
+            )
+        if e.op in ("floordiv", "mod"):
+            if unsigned:
+                return self.op(
+                    f"{'udiv' if e.op == 'floordiv' else 'urem'} {t} {a.ref}, {b.ref}", e.dtype, lanes
+                )
+            return self._floor_divmod(e.op, a, b, t, lanes)
+        raise TypeError(f"codegen: integer {e.op} is not supported")
+
+    def _floor_divmod(self, op: str, a: Val, b: Val, t: str, lanes: int) -> Val:
+        """Python semantics: the remainder takes the divisor's sign."""
+        zero = "zeroinitializer" if lanes else "0"
+        bt = self.ty("bool", lanes)
+        q = self.op(f"sdiv {t} {a.ref}, {b.ref}", a.dtype, lanes)
+        r = self.op(f"srem {t} {a.ref}, {b.ref}", a.dtype, lanes)
+        rnz = self.op(f"icmp ne {t} {r.ref}, {zero}", "bool", lanes)
+        rneg = self.op(f"icmp slt {t} {r.ref}, {zero}", "bool", lanes)
+        bneg = self.op(f"icmp slt {t} {b.ref}, {zero}", "bool", lanes)
+        diff = self.op(f"xor {bt} {rneg.ref}, {bneg.ref}", "bool", lanes)
+        adj = self.op(f"and {bt} {rnz.ref}, {diff.ref}", "bool", lanes)
+        if op == "floordiv":
+            one = self.op(f"zext {bt} {adj.ref} to {t}", a.dtype, lanes)
+            return self.op(f"sub {t} {q.ref}, {one.ref}", a.dtype, lanes)
+        fix = self.op(f"select {bt} {adj.ref}, {t} {b.ref}, {t} {zero}", a.dtype, lanes)
+        return self.op(f"add {t} {r.ref}, {fix.ref}", a.dtype, lanes)
+
+    def _cast(self, e: Cast) -> Val:
+        a = self._sub(e.a)
+        src, dst, lanes = e.a.dtype, e.dtype, a.lanes
+        ts, td = self.ty(src, lanes), self.ty(dst, lanes)
+        if src == dst:
+            return a
+        if dst == "bool":
+            if is_float(src):
+                return self.op(f"fcmp une {ts} {a.ref}, zeroinitializer", "bool", lanes)
+            return self.op(f"icmp ne {ts} {a.ref}, zeroinitializer", "bool", lanes)
+        if is_float(src) and is_float(dst):
+            ins = "fpext" if dst == "float64" else "fptrunc"
+        elif is_float(dst):
+            ins = "uitofp" if src in ("uint8", "bool") else "sitofp"
+        elif is_float(src):
+            ins = "fptoui" if dst == "uint8" else "fptosi"
+        else:
+            bits = {"int8": 8, "uint8": 8, "int32": 32, "int64": 64, "bool": 1}
+            if bits[dst] == bits[src]:
+                return Val(a.ref, dst, lanes)
+            ins = "trunc" if bits[dst] < bits[src] else ("zext" if src in ("uint8", "bool") else "sext")
+        return self.op(f"{ins} {ts} {a.ref} to {td}", dst, lanes)
+
+    def _call(self, e: Call) -> Val:
+        args = [self._sub(a) for a in e.args]
+        lanes = max(a.lanes for a in args)
+        if lanes:
+            args = [self.broadcast(a) for a in args]
+        t = self.ty(e.dtype, lanes)
+        if e.name == "sigmoid":
+            one = _float_hex(1.0, e.dtype)
+            ones = f"<{', '.join(f'{llvm_type(e.dtype)} {one}' for _ in range(lanes))}>" if lanes else one
+            neg = self.op(f"fneg {t} {args[0].ref}", e.dtype, lanes)
+            ex = self._intrinsic("exp", [Val(neg.ref, e.dtype, lanes)], e.dtype, lanes)
+            den = self.op(f"fadd {t} {ones}, {ex.ref}", e.dtype, lanes)
+            return self.op(f"fdiv {t} {ones}, {den.ref}", e.dtype, lanes)
+        if e.name in _LIBM:
+            fn = _LIBM[e.name][0 if e.dtype == "float32" else 1]
+            st = llvm_type(e.dtype)
+            self.declared.add(f"declare {st} @{fn}({st})")
+            if not lanes:
+                return self.op(f"call {st} @{fn}({st} {args[0].ref})", e.dtype)
+            vec = "poison"
+            for lane in range(lanes):
+                x = self.op(f"extractelement {t} {args[0].ref}, i32 {lane}", e.dtype)
+                y = self.op(f"call {st} @{fn}({st} {x.ref})", e.dtype)
+                vec = self.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", e.dtype, lanes).ref
+            return Val(vec, e.dtype, lanes)
+        return self._intrinsic(_INTRINSIC[e.name], args, e.dtype, lanes)
+
+    def _intrinsic(self, name: str, args: list[Val], dtype: str, lanes: int) -> Val:
+        t = self.ty(dtype, lanes)
+        suffix = (
+            f"v{lanes}f{32 if dtype == 'float32' else 64}"
+            if lanes
+            else ("f32" if dtype == "float32" else "f64")
+        )
+        fn = f"@llvm.{name}.{suffix}"
+        self.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
+        return self.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)

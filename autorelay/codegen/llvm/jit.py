@@ -1,0 +1,106 @@
+"""JIT compilation of LLVM IR with a kernel cache keyed by the loop IR's structural hash.
+
+In memory: hash -> compiled module (so rebuilding the same kernel is free). On disk (optional,
+`cache_dir`): hash -> object file, served to MCJIT through its object cache so a warm cache skips
+both the O3 pipeline and instruction selection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from autorelay.codegen.llvm.target import Target, init_llvm
+
+
+@dataclass(eq=False)
+class CompiledModule:
+    key: str
+    engine: llvm.ExecutionEngine
+    functions: list[tuple[ctypes._CFuncPtr, int]]  # (callable, parallel extent or 0)
+    llvm_ir: str
+    from_disk: bool = False
+    stats: dict = field(default_factory=dict)
+
+
+_MEMORY: dict[str, CompiledModule] = {}
+_LOCK = threading.Lock()
+
+
+def _optimize(mod: llvm.ModuleRef, target: Target) -> None:
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = False
+    pb = llvm.create_pass_builder(target.machine(), pto)
+    pm = pb.getModulePassManager()
+    pm.run(mod, pb)
+
+
+def compile_ir(
+    text: str,
+    segments: list[tuple[str, int]],
+    nbuffers: int,
+    target: Target,
+    key: str,
+    cache_dir: str | None = None,
+) -> CompiledModule:
+    """Compile (or fetch from cache) a module whose segment functions take `nbuffers` pointers."""
+    with _LOCK:
+        hit = _MEMORY.get(key)
+    if hit is not None:
+        return hit
+    init_llvm()
+    mod = llvm.parse_assembly(text)
+    mod.triple = target.triple or llvm.get_process_triple()
+    mod.verify()
+    # on disk the name also digests the LLVM IR and llvmlite's version, so a changed code generator
+    # or LLVM never serves a stale object for an unchanged loop IR
+    digest = hashlib.sha256(f"{llvmlite.__version__}|{text}".encode()).hexdigest()[:16]
+    obj_path = os.path.join(cache_dir, f"{key}-{digest}.o") if cache_dir else None
+    from_disk = obj_path is not None and os.path.exists(obj_path)
+    if not from_disk:
+        _optimize(mod, target)
+    engine = llvm.create_mcjit_compiler(mod, target.new_machine())
+    if obj_path is not None:
+
+        def notify(_mod: object, data: bytes) -> None:
+            os.makedirs(cache_dir, exist_ok=True)  # type: ignore[arg-type]
+            tmp = f"{obj_path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, obj_path)
+
+        def getbuffer(_mod: object) -> bytes | None:
+            if os.path.exists(obj_path):
+                with open(obj_path, "rb") as fh:
+                    return fh.read()
+            return None
+
+        engine.set_object_cache(notify, getbuffer)
+    engine.finalize_object()
+    proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbuffers), ctypes.c_int64, ctypes.c_int64)
+    fns = [(proto(engine.get_function_address(name)), par) for name, par in segments]
+    cm = CompiledModule(key, engine, fns, text, from_disk)
+    with _LOCK:
+        _MEMORY.setdefault(key, cm)
+        return _MEMORY[key]
+
+
+def clear_memory_cache() -> None:
+    with _LOCK:
+        _MEMORY.clear()
+
+
+def assembly(text: str, target: Target) -> str:
+    """Optimised assembly of a module, for inspection and tests."""
+    init_llvm()
+    mod = llvm.parse_assembly(text)
+    _optimize(mod, target)
+    return target.machine().emit_assembly(mod)

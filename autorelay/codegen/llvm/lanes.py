@@ -1,0 +1,48 @@
+"""Lane analysis for vectorized loops: how an index depends on the lane variable."""
+
+from __future__ import annotations
+
+from autorelay.te.expr import Bin, Const, Expr, Var, free_vars
+from autorelay.tir.simplify import linear, simplify
+
+
+def lane_coef(e: Expr, v: Var) -> int | None:
+    """Coefficient of `v` in integer expression `e` if `v` appears only linearly, else None."""
+    terms, _ = linear(e)
+    coef = 0
+    for atom, k in terms.items():
+        if atom is v:
+            coef = k
+        elif v in free_vars(atom):
+            return None
+    return coef
+
+
+def clamp_of(a: Expr, v: Var) -> tuple[Expr, Expr, Expr] | None:
+    """(inner, lo, hi) if `a` is max(min(inner, hi), lo) or min(max(inner, lo), hi) with `inner`
+    having lane coefficient 1 and constant-free-of-lane bounds."""
+    if not isinstance(a, Bin) or a.op not in ("min", "max"):
+        return None
+    outer_op, inner_op = a.op, "min" if a.op == "max" else "max"
+    for x, bound in ((a.a, a.b), (a.b, a.a)):
+        if isinstance(x, Bin) and x.op == inner_op and v not in free_vars(bound):
+            for inner, b2 in ((x.a, x.b), (x.b, x.a)):
+                if v not in free_vars(b2) and lane_coef(inner, v) == 1:
+                    lo, hi = (bound, b2) if outer_op == "max" else (b2, bound)
+                    return inner, lo, hi
+    return None
+
+
+def replace_atoms(e: Expr, mapping: dict) -> Expr:
+    terms, c = linear(e)
+    out: Expr = Const(c, "int64")
+    for atom, k in terms.items():
+        out = Bin("add", out, Bin("mul", mapping.get(atom, atom), Const(k, "int64"), "int64"), "int64")
+    return simplify(out)
+
+
+def all_of_conds(conds: list[Expr]) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Bin("and", out, c, "bool")
+    return out

@@ -1,0 +1,60 @@
+"""A kernel input's recorded re-layouts (the schedule's Pack / Pad steps) as a compute.
+
+Constant weights are packed once at build time with NumPy (`autorelay.schedule.state.relayout`).
+A non-constant input that a kernel reads blocked (batch_matmul's second operand, an activation)
+must be packed on every run; as a compiled injective kernel that costs one pass over the data and
+no allocation. The index map inverts the recorded operations last to first, with the same meaning
+as `relayout`: `("pad", d, n)` zero-extends axis d to n; `("pack", axis, f, pos)` zero-pads the axis
+to a multiple of f, splits it into (outer, f) and moves the f-axis to position `pos`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autorelay.te import expr as E
+from autorelay.te import tensor as te
+from autorelay.te.tensor import ComputeDef
+
+
+def packed_shape(shape: Sequence[int], ops: Sequence[Any]) -> tuple[int, ...]:
+    out = list(shape)
+    for op in ops:
+        if op[0] == "pad":
+            _, d, n = op
+            out[d] = max(out[d], n)
+        else:
+            _, axis, f, pos = op
+            outer = -(-out[axis] // f)
+            rest = out[:axis] + [outer] + out[axis + 1 :]
+            out = rest[:pos] + [f] + rest[pos:]
+    return tuple(out)
+
+
+def relayout_compute(shape: Sequence[int], dtype: str, ops: Sequence[Any], name: str = "pack") -> ComputeDef:
+    """src (of `shape`) -> its packed form, zero where the packing pads."""
+    shapes = [tuple(shape)]
+    for op in ops:
+        shapes.append(packed_shape(shapes[-1], [op]))
+    src = te.placeholder(tuple(shape), dtype, "src")
+
+    def body(*idx: E.Expr) -> E.Expr:
+        conds: list[E.Expr] = []
+        cur = list(idx)
+        for op, in_shape in zip(reversed(ops), reversed(shapes[:-1])):
+            if op[0] == "pad":
+                d = op[1]
+                conds.append(cur[d] < in_shape[d])
+            else:
+                _, axis, f, pos = op
+                inner = cur[pos]
+                rest = cur[:pos] + cur[pos + 1 :]
+                full = rest[axis] * f + inner
+                conds.append(full < in_shape[axis])
+                cur = rest[:axis] + [full] + rest[axis + 1 :]
+        safe = [E.minimum(v, n - 1) for v, n in zip(cur, shape)]
+        return E.select(E.all_of(*conds), src[tuple(safe)], E.const(0, dtype)) if conds else src[tuple(cur)]
+
+    out = te.compute(shapes[-1], body, name=name, tag="injective")
+    return ComputeDef((src,), (out,), name)

@@ -1,0 +1,239 @@
+"""`Executable`: a built model — call it, profile it, save it, load it back without recompiling.
+
+A saved executable is one zip file holding plain data, never pickled closures:
+
+* ``plan.json``      — slots, steps, memory plan, inputs/outputs, target, kernel table;
+* ``kernels/K.ll``   — each kernel's LLVM IR, and ``kernels/K.o`` its object code for the target;
+* ``consts.npz``     — constants (weights already packed for their kernels);
+* ``functions/F.relay`` — fallback primitive functions as Relay text.
+
+Loading compiles nothing above LLVM: on the same CPU the object code is handed to the JIT through
+its object cache (no optimisation, no instruction selection); elsewhere the IR is recompiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autorelay.codegen.llvm.jit import _optimize, compile_ir
+from autorelay.codegen.llvm.target import Target, init_llvm
+from autorelay.errors import AutoRelayError
+from autorelay.ir.expr import Function
+from autorelay.runtime.graph_executor import GraphExecutor, GraphPlan, KernelSpec
+from autorelay.runtime.graph_plan import MemoryPlan, Slot, Step
+from autorelay.runtime.report import BuildReport
+
+FORMAT = "autorelay-executable"
+VERSION = 1
+
+
+class InputError(AutoRelayError, ValueError):
+    """Wrong inputs to an executable: names the input and both shapes."""
+
+
+@dataclass
+class KernelArtifact:
+    """What the runtime and `save` need of a compiled kernel."""
+
+    key: str
+    llvm_ir: str
+    segments: list[tuple[str, int]]
+    nbuffers: int
+    workspaces: list[tuple[tuple[int, ...], str]]
+    module: Any = None  # CompiledModule once compiled/loaded
+
+    @staticmethod
+    def from_kernel(k: Any) -> KernelArtifact:
+        symbol = f"k_{k.module.key[:16]}"  # build_kernel's symbol naming (emit_module appends _sK)
+        segs = [(f"{symbol}_s{i}", par) for i, (_, par) in enumerate(k.module.functions)]
+        ws = [(tuple(b.shape), b.dtype) for b in k.func.workspaces]
+        nbuf = len(k.func.params) + len(ws)
+        return KernelArtifact(k.module.key, k.module.llvm_ir, segs, nbuf, ws, k.module)
+
+    def spec(self) -> KernelSpec:
+        return KernelSpec(self.key, self.workspaces, list(self.module.functions))
+
+
+class Executable:
+    """A compiled model. Calls share preallocated buffers, so one executable runs one call at a time
+    (build or load another for concurrent callers)."""
+
+    def __init__(self, plan: GraphPlan, kernels: Sequence[KernelArtifact], consts: Sequence[np.ndarray],
+                 functions: Sequence[Function], references: Sequence[Any], target: Target) -> None:
+        self.plan, self.kernels, self.consts = plan, list(kernels), list(consts)
+        self.functions, self.target = list(functions), target
+        self._executor = GraphExecutor(plan, [k.spec() for k in self.kernels], self.consts, references,
+                                       target.threads)
+        self.report = BuildReport.from_plan(plan, self.const_bytes)
+
+    # ---- running ---------------------------------------------------------------------------
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.input_names)
+
+    @property
+    def threads(self) -> int:
+        return self._executor.threads
+
+    def set_threads(self, threads: int) -> None:
+        self._executor.set_threads(threads)
+        self.target = self.target.with_threads(threads)
+
+    def _check(self, args: Sequence[Any]) -> list[np.ndarray]:
+        names = self.plan.input_names
+        if len(args) != len(names):
+            raise InputError(f"expected {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        out = []
+        for name, sid, a in zip(names, self.plan.input_slots, args):
+            s = self.plan.slots[sid]
+            arr = np.asarray(a)
+            if tuple(arr.shape) != s.shape:
+                raise InputError(f"input {name!r}: expected shape {s.shape} ({s.dtype}), "
+                                 f"got {tuple(arr.shape)}")
+            if arr.dtype != np.dtype(s.dtype):
+                if not np.can_cast(arr.dtype, s.dtype, "same_kind"):
+                    raise InputError(f"input {name!r}: expected dtype {s.dtype}, got {arr.dtype}")
+                arr = arr.astype(s.dtype)
+            out.append(arr)
+        return out
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self._executor.run(self._check(inputs))
+
+    def run(self, **named: Any) -> Any:
+        missing = [n for n in self.plan.input_names if n not in named]
+        extra = sorted(set(named) - set(self.plan.input_names))
+        if missing or extra:
+            raise InputError(f"inputs: missing {missing or 'none'}, unknown {extra or 'none'} "
+                             f"(expected {', '.join(self.plan.input_names)})")
+        return self(*[named[n] for n in self.plan.input_names])
+
+    def profile(self, *inputs: Any, repeat: int = 10) -> BuildReport:
+        """Time every step (median of `repeat` runs) and fill the report's time shares.
+
+        Without inputs, random ones of the right shapes are used.
+        """
+        if not inputs:
+            rng = np.random.default_rng(0)
+            inputs = tuple(rng.standard_normal(self.plan.slots[s].shape).astype(self.plan.slots[s].dtype)
+                           for s in self.plan.input_slots)
+        times = self._executor.profile(self._check(inputs), repeat)
+        self.report.set_times(times)
+        return self.report
+
+    # ---- memory ------------------------------------------------------------------------------
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return self.plan.memory.peak_bytes
+
+    @property
+    def const_bytes(self) -> int:
+        return sum(int(c.nbytes) for c in self.consts)
+
+    # ---- persistence ------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> None:
+        plan = self.plan
+        meta = {
+            "format": FORMAT, "version": VERSION,
+            "target": {"cpu": self.target.cpu, "features": self.target.features, "triple": self.target.triple,
+                       "threads": self.target.threads},
+            "slots": [s.to_json() for s in plan.slots],
+            "steps": [s.to_json() for s in plan.steps],
+            "inputs": plan.input_names, "input_slots": plan.input_slots,
+            "outputs": plan.output_slots, "output_is_tuple": plan.output_is_tuple,
+            "memory": {"storage_bytes": plan.memory.storage_bytes,
+                       "workspace_bytes": plan.memory.workspace_bytes},
+            "kernels": [{"key": k.key, "segments": [list(s) for s in k.segments], "nbuffers": k.nbuffers,
+                         "workspaces": [[list(sh), dt] for sh, dt in k.workspaces]} for k in self.kernels],
+            "functions": len(self.functions),
+        }
+        buf = io.BytesIO()
+        np.savez(buf, *self.consts)
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("plan.json", json.dumps(meta))
+            z.writestr("consts.npz", buf.getvalue())
+            for i, k in enumerate(self.kernels):
+                z.writestr(f"kernels/{i}.ll", k.llvm_ir)
+                z.writestr(f"kernels/{i}.o", _object_code(k.llvm_ir, self.target))
+            for i, f in enumerate(self.functions):
+                from autorelay.ir.module import IRModule
+
+                z.writestr(f"functions/{i}.relay", IRModule.from_expr(f).astext())
+
+
+def _object_code(text: str, target: Target) -> bytes:
+    import llvmlite.binding as llvm
+
+    init_llvm()
+    mod = llvm.parse_assembly(text)
+    mod.triple = target.triple or llvm.get_process_triple()
+    _optimize(mod, target)
+    return target.machine().emit_object(mod)
+
+
+def _object_names(key: str, text: str) -> list[str]:
+    """File names under which `compile_ir`'s disk cache looks for a kernel's object code.
+
+    Mirrors `autorelay.codegen.llvm.jit` (key + digest of llvmlite version and IR); if that scheme
+    changes, loading still works but recompiles the IR (the save/load test notices)."""
+    import hashlib
+
+    import llvmlite
+
+    digest = hashlib.sha256(f"{llvmlite.__version__}|{text}".encode()).hexdigest()[:16]
+    return [f"{key}-{digest}.o", f"{key}.o"]
+
+
+def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
+    """Load a saved executable; kernels come from their object code when the CPU matches."""
+    from autorelay.ir.parser import parse
+    from autorelay.runtime.fallback import ReferenceFunction
+
+    try:
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, FileNotFoundError, IsADirectoryError) as e:
+        raise AutoRelayError(f"load: {path} is not a saved AutoRelay executable ({e})") from None
+    with z:
+        meta = json.loads(z.read("plan.json"))
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise AutoRelayError(f"load: {path} has format {meta.get('format')} v{meta.get('version')}, "
+                                 f"expected {FORMAT} v{VERSION}")
+        host = Target.host(threads or meta["target"]["threads"])
+        same_cpu = (host.cpu, host.features) == (meta["target"]["cpu"], meta["target"]["features"])
+        npz = np.load(io.BytesIO(z.read("consts.npz")))
+        consts = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+        kernels = []
+        with tempfile.TemporaryDirectory() as objdir:
+            for i, kd in enumerate(meta["kernels"]):
+                text = z.read(f"kernels/{i}.ll").decode()
+                if same_cpu:
+                    obj = z.read(f"kernels/{i}.o")
+                    for name in _object_names(kd["key"], text):
+                        with open(os.path.join(objdir, name), "wb") as fh:
+                            fh.write(obj)
+                segs = [(n, int(p)) for n, p in kd["segments"]]
+                module = compile_ir(text, segs, kd["nbuffers"], dataclasses.replace(host), kd["key"],
+                                    objdir if same_cpu else None)  # a TargetMachine per engine (see build)
+                for name, _ in segs:
+                    if not module.engine.get_function_address(name):
+                        raise AutoRelayError(f"load: kernel {kd['key']} lacks segment {name}")
+                ws = [(tuple(sh), dt) for sh, dt in kd["workspaces"]]
+                kernels.append(KernelArtifact(kd["key"], text, segs, kd["nbuffers"], ws, module))
+        functions = [parse(z.read(f"functions/{i}.relay").decode())["main"] for i in range(meta["functions"])]
+    plan = GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
+                     meta["inputs"], meta["input_slots"], meta["outputs"], meta["output_is_tuple"],
+                     MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"]))
+    return Executable(plan, kernels, consts, functions, [ReferenceFunction(f) for f in functions], host)

@@ -1,0 +1,136 @@
+"""The graph executor's plan: value slots, steps in topological order and a static memory plan.
+
+A plan is plain data (JSON-serialisable, the arrays aside) so a compiled model can be saved and
+loaded without recompiling the graph. Slots are the tensors that flow between steps:
+
+* ``input``  — a model input, copied into its own buffer by each call;
+* ``const``  — a constant (weights, possibly pre-packed for a kernel), owned by the executable;
+* ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`.
+
+Steps are ``kernel`` (a compiled kernel — including the packing kernels that re-lay-out a
+non-constant input for a kernel reading it blocked), ``fallback`` (a primitive function run
+through the ops' NumPy references) and ``relayout`` (a NumPy re-layout or copy, e.g. a model output
+that is directly an input).
+
+The memory plan gives every temp slot a storage block: walking the steps in order, a step's
+outputs take free blocks (best fit, grown when needed) and the blocks of slots whose last reader
+was this step are freed *after* the outputs are placed, so no step writes over its inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ALIGN = 64  # bytes: a cache line, and the alignment 512-bit vector loads like
+
+
+@dataclass
+class Slot:
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # "input" | "const" | "temp"
+    index: int = -1  # input position or constant index; storage block for temps (after planning)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "kind": self.kind, "index": self.index}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Slot:
+        return Slot(tuple(d["shape"]), d["dtype"], d["kind"], d["index"])
+
+
+@dataclass
+class Step:
+    """One call of the executor. `args`/`outputs` are slot ids; `kernel`/`function` index tables."""
+
+    kind: str  # "kernel" | "fallback" | "relayout"
+    name: str
+    args: list[int]
+    outputs: list[int]
+    kernel: int = -1  # kernels table (kind == "kernel")
+    function: int = -1  # fallback functions table (kind == "fallback")
+    relayout: list[Any] = field(default_factory=list)  # the packing ops (kind == "relayout")
+    workload_key: str = ""
+    source: str = ""  # tuned | transferred | default | fallback | relayout
+    detail: str = ""  # template + knobs, or the fallback reason
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("kind", "name", "args", "outputs", "kernel", "function",
+                                               "relayout", "workload_key", "source", "detail")}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Step:
+        relay = [tuple(op) for op in d.get("relayout", [])]
+        return Step(d["kind"], d["name"], list(d["args"]), list(d["outputs"]), d["kernel"], d["function"],
+                    relay, d["workload_key"], d["source"], d["detail"])
+
+
+@dataclass
+class MemoryPlan:
+    storage_bytes: list[int]  # one entry per shared block
+    workspace_bytes: int  # one arena all kernels' scratch buffers share (they never overlap in time)
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(self.storage_bytes) + self.workspace_bytes
+
+
+def _round_up(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], workspace_bytes: int) -> MemoryPlan:
+    """Assign a storage block to every temp slot (in place: `slot.index`); return the block sizes."""
+    last_use: dict[int, int] = {}
+    for i, st in enumerate(steps):
+        for a in st.args:
+            last_use[a] = i
+    end = len(steps)
+    for o in outputs:
+        last_use[o] = end  # model outputs stay alive to the end
+    blocks: list[int] = []
+    free: list[int] = []
+    for i, st in enumerate(steps):
+        for o in st.outputs:
+            s = slots[o]
+            if s.kind != "temp" or s.index >= 0:
+                continue
+            need = _round_up(max(s.nbytes, 1))
+            fits = [b for b in free if blocks[b] >= need]
+            if fits:
+                b = min(fits, key=lambda k: blocks[k])
+            elif free:  # grow the largest free block rather than adding one
+                b = max(free, key=lambda k: blocks[k])
+                blocks[b] = need
+            else:
+                blocks.append(need)
+                b = len(blocks) - 1
+                free.append(b)
+            free.remove(b)
+            s.index = b
+            if last_use.get(o, -1) < i:  # written but never read: release at once
+                last_use[o] = i
+        for a in {*st.args, *st.outputs}:
+            s = slots[a]
+            if s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
+                free.append(s.index)  # one live slot per block at a time, so the block is now free
+    return MemoryPlan(blocks, _round_up(workspace_bytes))
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of `nbytes` whose data pointer is ALIGN-aligned."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off : off + nbytes]
+
+
+def view(block: np.ndarray, shape: tuple[int, ...], dtype: str, offset: int = 0) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return block[offset : offset + n].view(dtype).reshape(shape)

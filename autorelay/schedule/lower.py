@@ -1,0 +1,388 @@
+"""Lowering a scheduled State to loop IR (`PrimFunc`).
+
+Order of work: (1) extents — root stages loop over their full shape; a stage computed at another
+stage's loop gets the *region* its consumer reads inside that loop (interval of the consumer's
+index expressions over the inner loops), consumers first; (2) loop nests, with attached producers
+emitted at the top of the loop they are attached to, reduction initialisation before the first
+reduction loop, and guards for ragged splits and regions that overhang the tensor; (3) the
+simplifier removes every guard the loop bounds prove.
+
+Two choices keep register tiles fast. A local (attached) buffer is laid out with the axis of its
+vectorized loop innermost, so accumulators are whole vectors at constant offsets. And a local stage
+whose region overhangs the tensor (a ragged last tile) computes the overhang instead of testing
+each element, when every load provably stays in memory (a workspace grows its leading dimension
+for it):
+the extra values are never copied out, and the inner loop keeps no lane-dependent branch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autorelay.errors import ScheduleError
+from autorelay.schedule.state import Stage, State
+from autorelay.te.expr import (
+    Bin,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Read,
+    Var,
+    all_of,
+    free_vars,
+    substitute,
+    transform,
+    walk,
+)
+from autorelay.te.tensor import inline_reads
+from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Stmt, Store, seq
+from autorelay.tir.simplify import from_linear, interval, linear, simplify, simplify_stmt
+
+MAX_VECTOR = 64
+MAX_UNROLL = 64
+
+
+@dataclass
+class _Layout:
+    """Per-stage lowering facts: root extents, base offsets (regions), leaf extents, buffer."""
+
+    root_ext: dict[Var, int]
+    base: list[Expr]
+    leaf_ext: dict[Var, int]
+    env: dict[Var, Expr]  # every relation var (root/leaf/intermediate) -> expression in leaves
+    guards: list[tuple[Expr, bool, bool]]  # (condition, involves a reduction var, region overhang)
+    buffer: Buffer
+    perm: list[int]  # buffer dimension order (a local buffer puts its vectorized axis last)
+
+    def flat(self, idx: list[Expr]) -> Expr:
+        return _flat([idx[d] for d in self.perm], self.buffer.shape)
+
+
+def _vector_last_perm(st: Stage) -> list[int]:
+    """Dimension order that makes the root axis of the stage's vectorized leaf innermost."""
+    origin: dict[Var, Var] = {st.root_leaf[a.var]: a.var for a in st.axes + st.raxes}
+    for rel in st.rels:
+        if rel[0] == "split":
+            origin[rel[2]] = origin[rel[3]] = origin[rel[1]]
+        else:
+            origin[rel[3]] = origin[rel[2]]
+    dims = list(range(len(st.axes)))
+    vec = [v for v in st.leaves if st.kind[v] == "vectorized"]
+    if st.scope == "local" and vec:
+        root = origin[vec[0]]
+        pos = [d for d, a in enumerate(st.axes) if a.var is root]
+        if pos:
+            dims = [d for d in dims if d != pos[0]] + [pos[0]]
+    return dims
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _extents(st: Stage, root_ext: dict[Var, int]) -> tuple[dict[Var, int], dict[Var, Expr], list]:
+    ext: dict[Var, int] = {st.root_leaf[a.var]: root_ext[a.var] for a in st.axes + st.raxes}
+    guards_rel = []
+    for rel in st.rels:
+        if rel[0] == "split":
+            _, p, o, i, f = rel
+            ext[o], ext[i] = _ceil(ext[p], f), min(f, ext[p]) if ext[p] < f else f
+            if ext[o] * ext[i] != ext[p]:
+                guards_rel.append(p)
+        else:
+            _, a, b, f = rel
+            ext[f] = ext[a] * ext[b]
+    env: dict[Var, Expr] = {v: v for v in st.leaves}
+    for rel in reversed(st.rels):
+        if rel[0] == "split":
+            _, p, o, i, f = rel
+            env[p] = Bin("add", Bin("mul", env[o], Const(f, "int64"), "int64"), env[i], "int64")
+        else:
+            _, a, b, f = rel
+            env[a] = Bin("floordiv", env[f], Const(ext[b], "int64"), "int64")
+            env[b] = Bin("mod", env[f], Const(ext[b], "int64"), "int64")
+    guards = [(Cmp("lt", env[p], Const(ext[p], "int64")), p in st.is_reduce_var, False) for p in guards_rel]
+    return ext, env, guards
+
+
+class Lowerer:
+    def __init__(self, state: State, name: str):
+        self.state = state
+        self.name = name
+        self.stages = [s for s in state.stages if not s.inline]
+        self.victims = {id(s.tensor) for s in state.stages if s.inline}
+        self.layout: dict[str, _Layout] = {}
+        self.bodies: dict[str, Expr] = {s.name: inline_reads(s.body, self.victims) for s in self.stages}
+        self.params = {n: Buffer(n, t.shape, t.dtype) for n, t in state.inputs.items()}
+        self.tensor_stage = {id(s.tensor): s for s in self.stages}
+
+    # ---- extents and regions -------------------------------------------------------------
+    def _root_vals(self, st: Stage) -> dict[Var, Expr]:
+        lay = self.layout[st.name]
+        vals: dict[Var, Expr] = {}
+        for d, a in enumerate(st.axes):
+            vals[a.var] = Bin("add", lay.base[d], lay.env[st.root_leaf[a.var]], "int64")
+        for a in st.raxes:
+            vals[a.var] = lay.env[st.root_leaf[a.var]]
+        return vals
+
+    def _layout_root(self, st: Stage, root_ext: dict[Var, int], base: list[Expr], extra: list) -> None:
+        for v in st.leaves:
+            k = st.kind[v]
+            if k == "parallel" and (st.attach is not None or st.leaves[0] is not v):
+                raise ScheduleError(
+                    f"stage {st.name}: a parallel axis must be the outermost loop of a root stage"
+                )
+        ext, env, guards = _extents(st, root_ext)
+        perm = _vector_last_perm(st)
+        shape = tuple(root_ext[st.axes[d].var] for d in perm)
+        buf = Buffer(st.name if st.scope != "local" else f"{st.name}_l", shape, st.tensor.dtype, st.scope)
+        self.layout[st.name] = _Layout(root_ext, base, ext, env, guards + extra, buf, perm)
+
+    def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int]]:
+        """Base expressions and extents of `prod` read by `cons` inside its attach loop."""
+        assert prod.attach is not None
+        readers: list[tuple[Stage, list[Var]]] = []
+        for c in self.stages:
+            if c is prod or not any(r.tensor is prod.tensor for r in _reads(self.bodies[c.name])):
+                continue
+            if c is cons:
+                readers.append((c, cons.leaves[cons.leaves.index(prod.attach[1]) + 1 :]))
+            elif c.attach == prod.attach and c.name in self.layout:
+                readers.append((c, c.leaves))
+            else:
+                raise ScheduleError(
+                    f"ComputeAt {prod.name}: {c.name} also reads it but is neither {cons.name} nor "
+                    f"computed at the same loop"
+                )
+        reads = []
+        for c, inner_vars in readers:
+            lay = self.layout[c.name]
+            vals = self._root_vals(c)
+            all_b = {v: (0, lay.leaf_ext[v] - 1) for v in c.leaves}
+            inner = {v: all_b[v] for v in inner_vars}
+            for n in _reads(self.bodies[c.name]):
+                if n.tensor is prod.tensor:
+                    reads.append((n, vals, all_b, inner))
+        if not reads:
+            raise ScheduleError(f"ComputeAt {prod.name}: {cons.name} does not read it")
+        bases: list[Expr | None] = [None] * len(prod.axes)
+        lo_hi: list[tuple[int, int]] = [(0, 0)] * len(prod.axes)
+        for r, vals, all_b, inner in reads:
+            for d, idx in enumerate(r.indices):
+                idx = simplify(substitute(idx, vals), all_b)
+                terms, c = linear(idx)
+                outer_terms: dict[Expr, int] = {}
+                lo = hi = 0
+                for atom, k in terms.items():
+                    fv = free_vars(atom)
+                    if not fv & inner.keys():
+                        outer_terms[atom] = k
+                        continue
+                    if not fv <= inner.keys():
+                        raise ScheduleError(
+                            f"ComputeAt {prod.name}: cannot bound index {idx} of {prod.name} at "
+                            f"{cons.name}.{prod.attach[1].name} (mixes loops inside and outside it)"
+                        )
+                    iv = interval(atom, inner)
+                    assert iv is not None
+                    a, b = k * iv[0], k * iv[1]
+                    lo, hi = lo + min(a, b), hi + max(a, b)
+                base = from_linear(outer_terms, c)
+                if bases[d] is None:
+                    bases[d], lo_hi[d] = base, (lo, hi)
+                else:
+                    diff = simplify(Bin("sub", base, bases[d], "int64"))
+                    if not isinstance(diff, Const):
+                        raise ScheduleError(
+                            f"ComputeAt {prod.name}: reads at unrelated offsets in {cons.name}"
+                        )
+                    off = int(diff.value)
+                    lo_hi[d] = (min(lo_hi[d][0], lo + off), max(lo_hi[d][1], hi + off))
+        out_base = [simplify(Bin("add", b, Const(lh[0], "int64"), "int64")) for b, lh in zip(bases, lo_hi)]
+        exts = [lh[1] - lh[0] + 1 for lh in lo_hi]
+        return out_base, exts
+
+    def compute_layouts(self) -> None:
+        for st in reversed(self.stages):  # consumers before producers
+            if st.attach is None:
+                root_ext = {a.var: a.extent for a in st.axes + st.raxes}
+                self._layout_root(st, root_ext, [Const(0, "int64")] * len(st.axes), [])
+                continue
+            cons = self.state.stage(st.attach[0])
+            if cons.name not in self.layout:
+                raise ScheduleError(f"ComputeAt {st.name}: target {cons.name} is not scheduled after it")
+            if st.attach[1] not in cons.leaves:
+                raise ScheduleError(
+                    f"ComputeAt {st.name}: loop {st.attach[1].name} of {cons.name} "
+                    "was split or fused afterwards"
+                )
+            base, exts = self._region(st, cons)
+            root_ext = {a.var: e for a, e in zip(st.axes, exts)}
+            root_ext.update({a.var: a.extent for a in st.raxes})
+            self._layout_root(st, root_ext, base, [])
+            lay = self.layout[st.name]
+            env_pos = [
+                Bin("add", base[d], lay.env[st.root_leaf[a.var]], "int64") for d, a in enumerate(st.axes)
+            ]
+            for d, a in enumerate(st.axes):
+                lay.guards.append((Cmp("lt", env_pos[d], Const(a.extent, "int64")), False, True))
+                lay.guards.append((Cmp("ge", env_pos[d], Const(0, "int64")), False, True))
+
+    # ---- loop nests ----------------------------------------------------------------------
+    def _value(self, st: Stage) -> tuple[Expr, Expr]:
+        """(flat store index, element value) of `st` in terms of its leaf loops."""
+        lay = self.layout[st.name]
+        vals = self._root_vals(st)
+        body = substitute(self.bodies[st.name], vals)
+        body = transform(body, lambda n: self._load(n) if isinstance(n, Read) else None)
+        local_idx = [lay.env[st.root_leaf[a.var]] for a in st.axes]
+        return lay.flat(local_idx), body
+
+    def _load(self, r: Read) -> Expr:
+        t = r.tensor
+        if t.op is None:
+            buf = self.params[t.name]
+            return Load(buf, _flat(list(r.indices), buf.shape), r.dtype)
+        st = self.tensor_stage[id(t)]
+        lay = self.layout[st.name]
+        idx = [Bin("sub", i, b, "int64") for i, b in zip(r.indices, lay.base)]
+        return Load(lay.buffer, lay.flat(idx), r.dtype)
+
+    def _guard(self, st: Stage, stmt: Stmt, with_reduce: bool, overhang: bool = True) -> Stmt:
+        conds = [
+            c
+            for c, red, over in self.layout[st.name].guards
+            if (with_reduce or not red) and (overhang or not over)
+        ]
+        return stmt if not conds else If(all_of(*conds), stmt)
+
+    def _overhang_safe(self, st: Stage, value: Expr) -> bool:
+        """A local stage may compute the part of its region that overhangs the tensor (the values
+        are never copied out) if every load stays in memory: parameters provably in bounds,
+        workspaces within their allocation once it is given slack at the end."""
+        if st.scope != "local" or not any(over for _, _, over in self.layout[st.name].guards):
+            return False
+        bounds = self.all_bounds
+        need: dict[int, tuple[Buffer, int]] = {}
+        for ld in [n for n in walk(value) if isinstance(n, Load)]:
+            b = ld.buffer
+            if b.scope == "local":
+                continue
+            iv = interval(simplify(ld.index, bounds), bounds)
+            if iv is None or iv[0] < 0:
+                return False
+            if id(b) in self.param_ids:
+                if iv[1] >= b.size:
+                    return False
+            elif iv[1] >= b.size:
+                need[id(b)] = (b, max(need.get(id(b), (b, 0))[1], iv[1] + 1 - b.size))
+        for key, (b, extra) in need.items():
+            self.slack[key] = (b, max(self.slack.get(key, (b, 0))[1], extra))
+        return True
+
+    def nest(self, st: Stage) -> Stmt:
+        lay = self.layout[st.name]
+        n = len(st.leaves)
+        for p, v in enumerate(st.leaves):
+            k = st.kind[v]
+            if k == "vectorized":
+                if p != n - 1:
+                    raise ScheduleError(f"Vectorize {v.name}: only the innermost loop can be vectorized")
+                if lay.leaf_ext[v] > MAX_VECTOR:
+                    raise ScheduleError(
+                        f"Vectorize {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_VECTOR} lanes"
+                    )
+            if k == "unrolled" and lay.leaf_ext[v] > MAX_UNROLL:
+                raise ScheduleError(f"Unroll {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_UNROLL}")
+        index, value = self._value(st)
+        keep_over = not self._overhang_safe(st, value)
+        if st.combiner is None:
+            main: Stmt = self._guard(st, Store(lay.buffer, index, value), True, keep_over)
+        else:
+            acc = Load(lay.buffer, index, value.dtype)
+            main = self._guard(
+                st, Store(lay.buffer, index, _combine(st.combiner, acc, value)), True, keep_over
+            )
+        first_red = next((p for p, v in enumerate(st.leaves) if v in st.is_reduce_var), None)
+        attached = {}
+        for s in self.stages:
+            if s.attach is not None and s.attach[0] == st.name:
+                attached.setdefault(s.attach[1], []).append(s)
+
+        def build(p: int) -> Stmt:
+            if p == n:
+                return main
+            v = st.leaves[p]
+            prods = attached.get(v, [])
+            inner = seq([self.nest(s) for s in prods] + [build(p + 1)])
+            for s in prods:
+                inner = Allocate(self.layout[s.name].buffer, inner)
+            loop = For(v, lay.leaf_ext[v], inner, st.kind[v])
+            if p == first_red:
+                return seq([self._init(st, p, index, keep_over), loop])
+            return loop
+
+        return build(0)
+
+    def _init(self, st: Stage, p: int, index: Expr, overhang: bool) -> Stmt:
+        lay = self.layout[st.name]
+        init = _identity(st.combiner or "sum", st.tensor.dtype)
+        body: Stmt = self._guard(st, Store(lay.buffer, index, init), False, overhang)
+        for v in reversed(st.leaves[p:]):
+            if v not in st.is_reduce_var:
+                body = For(v, lay.leaf_ext[v], body, st.kind[v])
+        return body
+
+    def lower(self) -> PrimFunc:
+        self.compute_layouts()
+        self.all_bounds = {v: (0, e - 1) for lay in self.layout.values() for v, e in lay.leaf_ext.items()}
+        self.param_ids = {id(b) for b in self.params.values()}
+        self.slack: dict[int, tuple[Buffer, int]] = {}
+        segments: list[Stmt] = []
+        for st in self.stages:
+            if st.attach is None:
+                segments.append(self.nest(st))
+        outs = [self.layout[s.name].buffer for s in self.stages if s.is_output]
+        ws = [self.layout[s.name].buffer for s in self.stages if s.attach is None and not s.is_output]
+        params = tuple(self.params[t.name] for t in self.state.cdef.inputs) + tuple(outs)
+        for b, extra in self.slack.values():
+            # grow the leading dimension: row-major strides ignore it, so every index stays valid
+            # and anyone allocating from `shape` allocates the slack too
+            stride = b.size // b.shape[0]
+            grown = (b.shape[0] + -(-extra // stride), *b.shape[1:])
+            object.__setattr__(b, "shape", grown)  # set once, before the buffer leaves the lowering
+        body = simplify_stmt(seq(segments)) or seq([])
+        return PrimFunc(self.name, params, tuple(ws), body)
+
+
+def _reads(e: Expr) -> list[Read]:
+    from autorelay.te.expr import walk
+
+    return [n for n in walk(e) if isinstance(n, Read)]
+
+
+def _flat(idx: list[Expr], shape: tuple[int, ...]) -> Expr:
+    out: Expr = Const(0, "int64")
+    stride = 1
+    for i, s in reversed(list(zip(idx, shape))):
+        out = Bin("add", out, Bin("mul", i, Const(stride, "int64"), "int64"), "int64")
+        stride *= s
+    return out
+
+
+def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
+    op = {"sum": "add", "max": "max", "min": "min"}[combiner]
+    return Bin(op, acc, value, value.dtype)
+
+
+def _identity(combiner: str, dtype: str) -> Const:
+    import numpy as np
+
+    if combiner == "sum":
+        return Const(0.0 if dtype.startswith("float") else 0, dtype)
+    if dtype.startswith("float"):
+        return Const(float("-inf") if combiner == "max" else float("inf"), dtype)
+    info = np.iinfo(dtype)
+    return Const(int(info.min if combiner == "max" else info.max), dtype)

@@ -1,0 +1,316 @@
+"""Schedule state: per-stage loop structure that the steps edit before lowering.
+
+A stage starts with one leaf loop per root axis (spatial then reduce). Split and Fuse record
+relations between variables; extents are computed only at lowering time, because the extent of a
+stage that is computed at another stage's loop is the *region* that loop needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autorelay.errors import ScheduleError
+from autorelay.schedule import steps as S
+from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, transform, walk
+from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, inline_reads, placeholder, topo_order
+
+
+@dataclass
+class Stage:
+    name: str
+    tensor: Tensor
+    axes: list[IterVar]  # spatial root axes
+    raxes: list[IterVar]  # reduction root axes
+    body: Expr  # element value (for a reduction: the reduced expression)
+    combiner: str | None
+    is_output: bool
+    scope: str = "global"
+    leaves: list[Var] = field(default_factory=list)
+    root_leaf: dict[Var, Var] = field(default_factory=dict)
+    rels: list[tuple] = field(default_factory=list)
+    kind: dict[Var, str] = field(default_factory=dict)
+    is_reduce_var: set[Var] = field(default_factory=set)
+    attach: tuple[str, Var] | None = None
+    inline: bool = False
+
+    def leaf(self, name: str) -> Var:
+        for v in self.leaves:
+            if v.name == f"{self.name}.{name}":
+                return v
+        known = ", ".join(v.name.split(".", 1)[1] for v in self.leaves)
+        raise ScheduleError(f"stage {self.name}: no loop axis {name!r} (axes: {known})")
+
+    def new_var(self, name: str) -> Var:
+        full = f"{self.name}.{name}"
+        if any(v.name == full for v in self.leaves):
+            raise ScheduleError(f"stage {self.name}: axis name {name!r} already exists")
+        return Var(full)
+
+
+def make_stage(t: Tensor, is_output: bool, name: str | None = None, scope: str = "global") -> Stage:
+    op = t.op
+    assert op is not None
+    body = op.body
+    combiner = None
+    raxes: list[IterVar] = []
+    if isinstance(body, Reduce):
+        combiner, raxes, body = body.combiner, list(body.axes), body.body
+    st = Stage(name or t.name, t, list(op.axes), raxes, body, combiner, is_output, scope)
+    for ax in list(op.axes) + raxes:
+        v = Var(f"{st.name}.{ax.name}")
+        st.leaves.append(v)
+        st.root_leaf[ax.var] = v
+        st.kind[v] = "serial"
+        if ax.kind == "reduce":
+            st.is_reduce_var.add(v)
+    return st
+
+
+class State:
+    """All stages of one kernel plus input re-layouts, edited by `apply_step`."""
+
+    def __init__(self, cdef: ComputeDef):
+        self.cdef = cdef
+        outs = {id(t) for t in cdef.outputs}
+        self.stages: list[Stage] = [
+            make_stage(t, id(t) in outs) for t in topo_order(cdef.outputs) if t.op is not None
+        ]
+        names = [s.name for s in self.stages] + [t.name for t in cdef.inputs]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ScheduleError(f"tensor names must be unique within a kernel, repeated: {sorted(dup)}")
+        # input name -> (current placeholder, list of numpy re-layouts applied at bind time)
+        self.inputs: dict[str, Tensor] = {t.name: t for t in cdef.inputs}
+        self.relayouts: dict[str, list[S.Pack | tuple]] = {t.name: [] for t in cdef.inputs}
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise ScheduleError(f"no stage named {name!r} (stages: {', '.join(s.name for s in self.stages)})")
+
+    def stage_of(self, t: Tensor) -> Stage | None:
+        for s in self.stages:
+            if s.tensor is t:
+                return s
+        return None
+
+    def consumers(self, st: Stage) -> list[Stage]:
+        """Stages that read `st` once inlined stages are substituted."""
+        victims = {id(s.tensor) for s in self.stages if s.inline}
+        return [
+            c
+            for c in self.stages
+            if not c.inline
+            and any(
+                isinstance(n, Read) and n.tensor is st.tensor for n in walk(inline_reads(c.body, victims))
+            )
+        ]
+
+    def rewrite_reads(self, fn) -> None:
+        for s in self.stages:
+            s.body = transform(s.body, lambda n: fn(n) if isinstance(n, Read) else None)
+
+
+def _check_free(st: Stage, v: Var, what: str) -> None:
+    if st.kind[v] != "serial":
+        raise ScheduleError(f"stage {st.name}: cannot {what} axis {v.name} already marked {st.kind[v]}")
+
+
+def apply_step(state: State, step: S.Step) -> None:
+    """Edit `state` by one step; raise ScheduleError naming the step if it is illegal."""
+    if isinstance(step, S.Pack):
+        _pack(state, step)
+        return
+    st = state.stage(step.stage)
+    if isinstance(step, S.Split):
+        v = st.leaf(step.axis)
+        if int(step.factor) < 1:
+            raise ScheduleError(f"Split {st.name}.{step.axis}: factor must be >= 1, got {step.factor}")
+        _check_free(st, v, "split")
+        o, i = st.new_var(step.outer_name), st.new_var(step.inner_name)
+        pos = st.leaves.index(v)
+        st.leaves[pos : pos + 1] = [o, i]
+        st.rels.append(("split", v, o, i, int(step.factor)))
+        st.kind[o] = st.kind[i] = "serial"
+        if v in st.is_reduce_var:
+            st.is_reduce_var |= {o, i}
+    elif isinstance(step, S.Reorder):
+        vs = [st.leaf(a) for a in step.order]
+        if len(set(vs)) != len(vs):
+            raise ScheduleError(f"Reorder {st.name}: repeated axis in {step.order}")
+        positions = sorted(st.leaves.index(v) for v in vs)
+        for p, v in zip(positions, vs):
+            st.leaves[p] = v
+    elif isinstance(step, S.Fuse):
+        a, b = st.leaf(step.outer), st.leaf(step.inner)
+        pa, pb = st.leaves.index(a), st.leaves.index(b)
+        if pb != pa + 1:
+            raise ScheduleError(f"Fuse {st.name}: {step.outer} must directly precede {step.inner}")
+        if (a in st.is_reduce_var) != (b in st.is_reduce_var):
+            raise ScheduleError(f"Fuse {st.name}: cannot fuse a spatial and a reduction axis")
+        _check_free(st, a, "fuse")
+        _check_free(st, b, "fuse")
+        f = st.new_var(step.fused_name)
+        st.leaves[pa : pb + 1] = [f]
+        st.rels.append(("fuse", a, b, f))
+        st.kind[f] = "serial"
+        if a in st.is_reduce_var:
+            st.is_reduce_var.add(f)
+    elif isinstance(step, (S.Vectorize, S.Unroll, S.Parallel)):
+        v = st.leaf(step.axis)
+        _check_free(st, v, type(step).__name__.lower())
+        kind = {S.Vectorize: "vectorized", S.Unroll: "unrolled", S.Parallel: "parallel"}[type(step)]
+        if kind in ("vectorized", "parallel") and v in st.is_reduce_var:
+            raise ScheduleError(
+                f"{type(step).__name__} {st.name}.{step.axis}: a reduction axis cannot be {kind}"
+            )
+        st.kind[v] = kind
+    elif isinstance(step, S.CacheWrite):
+        _cache_write(state, st)
+    elif isinstance(step, S.ComputeAt):
+        tgt = state.stage(step.target)
+        if st.is_output or st.inline:
+            raise ScheduleError(f"ComputeAt {st.name}: an output or inlined stage cannot be moved")
+        if tgt not in state.consumers(st):
+            raise ScheduleError(f"ComputeAt {st.name}: target {tgt.name} does not read it")
+        st.attach = (tgt.name, tgt.leaf(step.axis))
+        st.scope = "local"
+    elif isinstance(step, S.ComputeInline):
+        if st.combiner is not None or st.is_output:
+            raise ScheduleError(f"ComputeInline {st.name}: only a non-output injective stage can be inlined")
+        if st.rels or st.attach or any(k != "serial" for k in st.kind.values()):
+            raise ScheduleError(f"ComputeInline {st.name}: the stage was already scheduled")
+        st.inline = True
+    elif isinstance(step, S.Pad):
+        _pad(state, st, step)
+    else:
+        raise ScheduleError(f"unknown schedule step {step!r}")
+
+
+def _cache_write(state: State, st: Stage) -> None:
+    if st.combiner is None:
+        raise ScheduleError(f"CacheWrite {st.name}: only a reduction stage has accumulators to cache")
+    if st.rels or st.attach or st.inline or any(k != "serial" for k in st.kind.values()):
+        raise ScheduleError(f"CacheWrite {st.name}: must come before any other step on the stage")
+    old = st.tensor
+    assert old.op is not None
+    local_t = Tensor(f"{st.name}_local", old.shape, old.dtype, old.op)
+    if state.stage_of(local_t) is not None or any(s.name == local_t.name for s in state.stages):
+        raise ScheduleError(f"CacheWrite {st.name}: stage {local_t.name} already exists")
+    axes = tuple(IterVar(Var(a.name), a.extent) for a in old.op.axes)
+    copy_body = Read(local_t, tuple(a.var for a in axes), old.dtype)
+    copy_t = Tensor(st.name, old.shape, old.dtype, ComputeOp(axes, copy_body, old.op.tag, old.op.attrs))
+    local = make_stage(local_t, False, scope="global")
+    local.body, local.raxes = st.body, st.raxes  # keep earlier Pack/Pad rewrites
+    copy = make_stage(copy_t, st.is_output)
+    idx = state.stages.index(st)
+    state.stages[idx : idx + 1] = [local, copy]
+    state.rewrite_reads(lambda n: Read(copy_t, n.indices, n.dtype) if n.tensor is old else None)
+
+
+def _pack(state: State, step: S.Pack) -> None:
+    if step.tensor not in state.inputs:
+        raise ScheduleError(f"Pack: {step.tensor!r} is not an input (inputs: {', '.join(state.inputs)})")
+    t = state.inputs[step.tensor]
+    nd = t.ndim
+    if not 0 <= step.axis < nd or step.factor < 1:
+        raise ScheduleError(
+            f"Pack {t.name}: axis {step.axis} / factor {step.factor} invalid for shape {t.shape}"
+        )
+    pos = nd if step.position in (-1, nd) else step.position
+    if not 0 <= pos <= nd:
+        raise ScheduleError(f"Pack {t.name}: position {step.position} out of range for {nd + 1} dims")
+    f = step.factor
+    outer = list(t.shape)
+    outer[step.axis] = -(-t.shape[step.axis] // f)
+    shape = outer[:pos] + [f] + outer[pos:]
+    nt = placeholder(shape, t.dtype, t.name)
+
+    def fix(n: Read) -> Expr | None:
+        if n.tensor is not t:
+            return None
+        idx = list(n.indices)
+        ax = idx[step.axis]
+        idx[step.axis] = ax // f
+        idx = idx[:pos] + [ax % f] + idx[pos:]
+        return Read(nt, tuple(idx), n.dtype)
+
+    state.rewrite_reads(fix)
+    state.inputs[t.name] = nt
+    state.relayouts[t.name].append(("pack", step.axis, f, pos))
+
+
+def _pad(state: State, st: Stage, step: S.Pad) -> None:
+    v = st.leaf(step.axis)
+    if st.combiner != "sum" or v not in st.is_reduce_var or v not in st.root_leaf.values():
+        raise ScheduleError(
+            f"Pad {st.name}.{step.axis}: only an unsplit reduction axis of a sum can be padded"
+        )
+    if step.multiple < 1:
+        raise ScheduleError(f"Pad {st.name}.{step.axis}: multiple must be >= 1")
+    ax = next(a for a in st.raxes if st.root_leaf[a.var] is v)
+    new_ext = -(-ax.extent // step.multiple) * step.multiple
+    if new_ext == ax.extent:
+        return
+    factors = _product_factors(st.body)
+    uses: list[tuple[Read, int]] = []
+    for n in walk(st.body):
+        if isinstance(n, Read) and any(
+            ax.var in {x for x in walk(i) if isinstance(x, Var)} for i in n.indices
+        ):
+            dims = [d for d, i in enumerate(n.indices) if i is ax.var]
+            if (
+                len(dims) != 1
+                or n.tensor.name not in state.inputs
+                or state.inputs[n.tensor.name] is not n.tensor
+            ):
+                raise ScheduleError(
+                    f"Pad {st.name}.{step.axis}: every read indexed by it must be an input "
+                    "indexed by the bare axis"
+                )
+            uses.append((n, dims[0]))
+    if not any(n in factors for n, _ in uses):
+        raise ScheduleError(f"Pad {st.name}.{step.axis}: the summand is not a product with a padded factor")
+    for n, d in uses:
+        t = n.tensor
+        shape = list(t.shape)
+        shape[d] = max(shape[d], new_ext)
+        nt = placeholder(shape, t.dtype, t.name)
+        state.rewrite_reads(lambda r, t=t, nt=nt: Read(nt, r.indices, r.dtype) if r.tensor is t else None)
+        state.inputs[t.name] = nt
+        state.relayouts[t.name].append(("pad", d, shape[d]))
+    new_ax = IterVar(ax.var, new_ext, "reduce")
+    st.raxes = [new_ax if a is ax else a for a in st.raxes]
+
+
+def _product_factors(e: Expr) -> list[Expr]:
+    if isinstance(e, Bin) and e.op == "mul":
+        return _product_factors(e.a) + _product_factors(e.b)
+    return [e]
+
+
+def relayout(arr: np.ndarray, ops: list) -> np.ndarray:
+    """Apply an input's recorded Pack/Pad re-layouts to a NumPy array (zero padding)."""
+    for op in ops:
+        if op[0] == "pad":
+            _, d, n = op
+            if arr.shape[d] < n:
+                width = [(0, 0)] * arr.ndim
+                width[d] = (0, n - arr.shape[d])
+                arr = np.pad(arr, width)
+        else:
+            _, axis, f, pos = op
+            n = arr.shape[axis]
+            padded = -(-n // f) * f
+            if padded != n:
+                width = [(0, 0)] * arr.ndim
+                width[axis] = (0, padded - n)
+                arr = np.pad(arr, width)
+            shape = list(arr.shape)
+            shape[axis : axis + 1] = [padded // f, f]
+            arr = arr.reshape(shape)
+            arr = np.moveaxis(arr, axis + 1, pos)
+    return np.ascontiguousarray(arr)

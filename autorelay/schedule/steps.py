@@ -1,0 +1,166 @@
+"""Schedule steps: small frozen values. A schedule is a tuple of them, applied in order.
+
+Stages are named by their tensor's name, axes by the compute's lambda parameter names (and the
+names that Split/Fuse give their results). Steps are plain data so that heuristics, tuners, the
+tuning log and tests share them; `to_json`/`from_json` round-trip a step exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Split:
+    """Split `axis` into `outer` x `inner` (inner has `factor` iterations; a ragged tail is guarded)."""
+
+    stage: str
+    axis: str
+    factor: int
+    outer: str = ""
+    inner: str = ""
+
+    @property
+    def outer_name(self) -> str:
+        return self.outer or f"{self.axis}_o"
+
+    @property
+    def inner_name(self) -> str:
+        return self.inner or f"{self.axis}_i"
+
+
+@dataclass(frozen=True)
+class Reorder:
+    """Put the named leaf axes, in this order, into the positions they currently occupy."""
+
+    stage: str
+    order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fuse:
+    """Fuse two adjacent axes (outer directly before inner) into one."""
+
+    stage: str
+    outer: str
+    inner: str
+    name: str = ""
+
+    @property
+    def fused_name(self) -> str:
+        return self.name or f"{self.outer}_{self.inner}"
+
+
+@dataclass(frozen=True)
+class Vectorize:
+    stage: str
+    axis: str
+
+
+@dataclass(frozen=True)
+class Unroll:
+    stage: str
+    axis: str
+
+
+@dataclass(frozen=True)
+class Parallel:
+    stage: str
+    axis: str
+
+
+@dataclass(frozen=True)
+class CacheWrite:
+    """Compute `stage` into a new local stage `<stage>_local` (register accumulators); `stage`
+    becomes a copy-out that keeps the name, so later steps on `stage` schedule the copy."""
+
+    stage: str
+
+
+@dataclass(frozen=True)
+class ComputeAt:
+    """Compute `stage` inside `target`'s loop `axis`, only the region that iteration needs."""
+
+    stage: str
+    target: str
+    axis: str
+
+
+@dataclass(frozen=True)
+class ComputeInline:
+    """Substitute an injective stage's expression into its consumers."""
+
+    stage: str
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Re-layout an input placeholder once at bind time: dimension `axis` is split by `factor`
+    (zero-padded to a multiple) and the inner part becomes a new dimension at `position`
+    (default: last). Meant for constant inputs such as weights."""
+
+    tensor: str
+    axis: int
+    factor: int
+    position: int = -1
+
+
+@dataclass(frozen=True)
+class Pad:
+    """Round the reduction axis `axis` of a sum stage up to a multiple of `multiple`, zero-padding
+    every input it indexes, so that splits of it need no guard in the inner loop."""
+
+    stage: str
+    axis: str
+    multiple: int
+
+
+Step = (
+    Split
+    | Reorder
+    | Fuse
+    | Vectorize
+    | Unroll
+    | Parallel
+    | CacheWrite
+    | ComputeAt
+    | ComputeInline
+    | Pack
+    | Pad
+)
+STEP_TYPES: dict[str, type] = {
+    c.__name__: c
+    for c in (
+        Split,
+        Reorder,
+        Fuse,
+        Vectorize,
+        Unroll,
+        Parallel,
+        CacheWrite,
+        ComputeAt,
+        ComputeInline,
+        Pack,
+        Pad,
+    )
+}
+
+
+def to_json(step: Step) -> dict[str, Any]:
+    d: dict[str, Any] = {"step": type(step).__name__}
+    for f in dataclasses.fields(step):
+        v = getattr(step, f.name)
+        d[f.name] = list(v) if isinstance(v, tuple) else v
+    return d
+
+
+def from_json(d: dict[str, Any]) -> Step:
+    d = dict(d)
+    name = d.pop("step", None)
+    if name not in STEP_TYPES:
+        raise ValueError(f"unknown schedule step {name!r} (known: {', '.join(STEP_TYPES)})")
+    cls = STEP_TYPES[name]
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    return cls(**kwargs)

@@ -1,0 +1,7 @@
+"""Schedule templates: per compute pattern, a space of knobs and a heuristic default."""
+
+from __future__ import annotations
+
+from autorelay.schedule.templates.base import Template, template_for, templates
+
+__all__ = ["Template", "template_for", "templates"]

@@ -1,0 +1,86 @@
+"""Template protocol and registry.
+
+A template is chosen by the tag of a compute's output (`dense`, `conv2d_nchwc`, ...; untagged
+computes fall back to `injective` or `reduction` by their shape). It declares the knobs of a
+workload (`space`), expands a Config into Steps (`steps`) and proposes a heuristic `default`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.errors import ScheduleError
+from autorelay.schedule.space import Config, Space
+from autorelay.schedule.steps import Step
+from autorelay.te.expr import Reduce
+from autorelay.te.tensor import ComputeDef, Tensor, topo_order
+
+
+class Template:
+    name = "template"
+    tags: tuple[str, ...] = ()
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        raise NotImplementedError
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        raise NotImplementedError
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[Step, ...]:
+        raise NotImplementedError
+
+    def check(self, config: Config) -> None:
+        if config.template != self.name:
+            raise ScheduleError(f"config for template {config.template!r} given to {self.name!r}")
+
+
+_TEMPLATES: dict[str, Template] = {}
+
+
+def register(t: Template) -> Template:
+    _TEMPLATES[t.name] = t
+    return t
+
+
+def templates() -> dict[str, Template]:
+    _load()
+    return dict(_TEMPLATES)
+
+
+def _load() -> None:
+    from autorelay.schedule.templates import conv, dense, generic  # noqa: F401 - registers templates
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """The stages a template schedules: the output, the main reduction (if any), the rest."""
+
+    output: Tensor
+    reduce: Tensor | None
+    others: tuple[Tensor, ...]
+
+
+def pattern(cdef: ComputeDef) -> Pattern:
+    out = cdef.output
+    stages = [t for t in topo_order([out]) if t.op is not None]
+    reds = [t for t in stages if isinstance(t.op.body, Reduce)]
+    main = out if out in reds else (reds[-1] if reds else None)
+    others = tuple(t for t in stages if t is not out and t is not main)
+    return Pattern(out, main, others)
+
+
+def template_for(cdef: ComputeDef, name: str | None = None) -> Template:
+    _load()
+    if name is not None:
+        if name not in _TEMPLATES:
+            raise ScheduleError(f"unknown template {name!r} (known: {', '.join(sorted(_TEMPLATES))})")
+        return _TEMPLATES[name]
+    pat = pattern(cdef)
+    if pat.reduce is None:
+        return _TEMPLATES["injective"]
+    for tag in (pat.reduce.op.tag, pat.output.op.tag):
+        for t in _TEMPLATES.values():
+            if tag and tag in t.tags and t.name != "injective":
+                return t
+    return _TEMPLATES["reduction" if pat.reduce is not None else "injective"]

@@ -1,0 +1,243 @@
+"""Direct (im2col-free) convolution templates: NCHW[x]c, NCHW and depthwise NCHW.
+
+All three keep a register tile of output accumulators in a local buffer computed at the output's
+tile loop: NCHWc tiles output width x the channel block (the channel block is the vector, the
+input pixel is broadcast, the weight block is a contiguous vector load); NCHW and depthwise tile
+output channels x output width (width is the vector, weights are broadcast). Padding is either a
+separate parallel pass into a workspace ("root") or inlined into the inner loop as a select.
+"""
+
+from __future__ import annotations
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.schedule import steps as S
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.schedule.templates.generic import _outer_fuse
+from autorelay.te.tensor import ComputeDef, Tensor
+
+
+def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.Step], str, str, Tensor]:
+    """Inline/root the non-reduction stages; return steps, output name, accumulator name, reduce."""
+    pat = pattern(cdef)
+    steps: list[S.Step] = []
+    for t in pat.others:
+        if t.op is not None and t.op.tag == "pad" and pad_mode == "root":
+            axes = [a.name for a in t.op.axes]
+            fs, fused = _outer_fuse(t.name, axes[:2])
+            steps += fs
+            if fused is not None:
+                steps.append(S.Parallel(t.name, fused))
+            if t.shape[-1] >= lanes:  # the copy runs as vectors; border lanes are clamped loads
+                steps += [S.Split(t.name, axes[-1], lanes), S.Vectorize(t.name, f"{axes[-1]}_i")]
+        else:
+            steps.append(S.ComputeInline(t.name))
+    red = pat.reduce
+    assert red is not None
+    out = pat.output.name
+    if red is pat.output:
+        steps.append(S.CacheWrite(out))
+        return steps, out, f"{out}_local", red
+    return steps, out, red.name, red
+
+
+def _width_tiles(ow: int, limit: int) -> list[int]:
+    return sorted(
+        {t for t in (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28) if t <= limit and t <= ow} | {min(ow, limit)}
+    )
+
+
+class Conv2dNCHWcTemplate(Template):
+    name = "conv2d_nchwc"
+    tags = ("conv2d_nchwc",)
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        red = pattern(cdef).reduce
+        ow = red.shape[3]  # type: ignore[union-attr]
+        return Space(
+            self.name,
+            (
+                Knob("tile_ow", _width_tiles(ow, 16)),
+                Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
+                Knob("unroll_kw", (0, 1)),
+                Knob("pad", ("root", "inline")),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        red = pattern(cdef).reduce
+        ow, ocb = red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
+        lanes = min(target.vector_lanes(), ocb)
+        nv = max(1, ocb // lanes)
+        budget = max(1, (target.vector_registers - nv - 1) // nv)
+        tiles = [t for t in _width_tiles(ow, 16) if t <= budget]
+        divs = [t for t in tiles if ow % t == 0]
+        tow = max(divs) if divs and max(divs) * 2 > budget else max(tiles)
+        return Config(
+            self.name, (("tile_ow", tow), ("reduce_order", "c_hw_ci"), ("unroll_kw", 1), ("pad", "root"))
+        )
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
+        icb, ocb = red.op.attrs["ic_bn"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
+        lanes = min(target.vector_lanes(), ocb)
+        _n, _oc, _oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+        steps += [
+            S.Split(out, oow, config["tile_ow"]),
+            S.Reorder(out, (on, ooc, ooh, f"{oow}_o", f"{oow}_i", ooci)),
+            S.Fuse(out, on, ooc),
+            S.Fuse(out, f"{on}_{ooc}", ooh),
+            S.Parallel(out, f"{on}_{ooc}_{ooh}"),
+            S.ComputeAt(acc, out, f"{oow}_o"),
+        ]
+        steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
+        red_order = (
+            (f"{rc}_o", rh, rw, f"{rc}_i")
+            if config["reduce_order"] == "c_hw_ci"
+            else (rh, rw, f"{rc}_o", f"{rc}_i")
+        )
+        steps += [
+            S.Reorder(acc, (*red_order, ow, f"{oci}_o", f"{oci}_i")),
+            S.Unroll(acc, ow),
+            S.Unroll(acc, f"{oci}_o"),
+            S.Vectorize(acc, f"{oci}_i"),
+        ]
+        if config["unroll_kw"]:
+            steps.append(S.Unroll(acc, rw))
+        steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
+        return tuple(steps)
+
+
+class Conv2dNCHWTemplate(Template):
+    """Direct NCHW convolution on NCHW data: the register tile is `tile_oc_vectors` vectors of
+    output channels x `tile_ow` output pixels. The weight is packed so a vector of output channels
+    is contiguous; each input pixel is broadcast; the tile is scattered to NCHW once per tile."""
+
+    name = "conv2d_nchw"
+    tags = ("conv2d_nchw",)
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        red = pattern(cdef).reduce
+        oc, ow = red.shape[1], red.shape[3]  # type: ignore[union-attr]
+        lanes = target.vector_lanes()
+        return Space(
+            self.name,
+            (
+                Knob("tile_oc_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < oc] or [1]),
+                Knob("tile_ow", _width_tiles(ow, 14)),
+                Knob("reduce_order", ("c_h_w", "h_w_c")),
+                Knob("pad", ("root", "inline")),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        red = pattern(cdef).reduce
+        oc, ow = red.shape[1], red.shape[3]  # type: ignore[union-attr]
+        lanes, regs = target.vector_lanes(), target.vector_registers
+        best = (0.0, 1, 1)
+        for tv in (1, 2, 3, 4):
+            for tow in _width_tiles(ow, 14):
+                if tow * tv + tv + 1 > regs - 1 or (tv - 1) * lanes >= oc:
+                    continue
+                waste = (-(-ow // tow) * tow / ow) * (-(-oc // (tv * lanes)) * tv * lanes / oc)
+                score = tow * tv / (tow + tv) / waste
+                if score > best[0]:
+                    best = (score, tv, tow)
+        return Config(
+            self.name,
+            (("tile_oc_vectors", best[1]), ("tile_ow", best[2]), ("reduce_order", "c_h_w"), ("pad", "root")),
+        )
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
+        lanes = target.vector_lanes()
+        tv, tow = config["tile_oc_vectors"], config["tile_ow"]
+        weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
+        _n, oc, _oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+        steps.insert(0, S.Pack(weight, 0, tv * lanes))
+        steps += [
+            S.Split(out, ooc, tv * lanes),
+            S.Split(out, oow, tow),
+            S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{oow}_i", f"{ooc}_i")),
+            S.Fuse(out, on, f"{ooc}_o"),
+            S.Fuse(out, f"{on}_{ooc}_o", ooh),
+            S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
+            S.ComputeAt(acc, out, f"{oow}_o"),
+            S.Split(out, f"{ooc}_i", lanes, f"{ooc}_v", f"{ooc}_w"),
+            S.Vectorize(out, f"{ooc}_w"),
+        ]
+        red_order = (rc, rh, rw) if config["reduce_order"] == "c_h_w" else (rh, rw, rc)
+        steps += [
+            S.Split(acc, oc, lanes),
+            S.Reorder(acc, (*red_order, ow, f"{oc}_o", f"{oc}_i")),
+            S.Unroll(acc, ow),
+            S.Unroll(acc, f"{oc}_o"),
+            S.Vectorize(acc, f"{oc}_i"),
+        ]
+        return tuple(steps)
+
+
+class DepthwiseNCHWTemplate(Template):
+    name = "depthwise_conv2d_nchw"
+    tags = ("depthwise_conv2d_nchw",)
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        ow = pattern(cdef).reduce.shape[3]  # type: ignore[union-attr]
+        lanes = target.vector_lanes()
+        return Space(
+            self.name,
+            (
+                Knob("tile_ow_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < ow] or [1]),
+                Knob("unroll_kw", (0, 1)),
+                Knob("pad", ("root", "inline")),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        ow = pattern(cdef).reduce.shape[3]  # type: ignore[union-attr]
+        in_w = cdef.inputs[0].shape[3]
+        lanes = target.vector_lanes()
+        # a strided or tiny output reads too little of a padded copy to pay for making it
+        # (measured: inline padding wins for stride 2 and 7x7 maps)
+        if in_w > ow + 4 or ow < lanes:
+            return Config(self.name, (("tile_ow_vectors", 1), ("unroll_kw", 1), ("pad", "inline")))
+        tv = min(4, max(1, -(-ow // lanes)))
+        return Config(self.name, (("tile_ow_vectors", tv), ("unroll_kw", 1), ("pad", "root")))
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
+        lanes = target.vector_lanes()
+        tv = config["tile_ow_vectors"]
+        _n, _c, _oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        on, oc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+        steps += [
+            S.Split(out, oow, tv * lanes),
+            S.Fuse(out, on, oc),
+            S.Fuse(out, f"{on}_{oc}", ooh),
+            S.Parallel(out, f"{on}_{oc}_{ooh}"),
+            S.ComputeAt(acc, out, f"{oow}_o"),
+            S.Split(out, f"{oow}_i", lanes, f"{oow}_v", f"{oow}_w"),
+            S.Vectorize(out, f"{oow}_w"),
+        ]
+        steps += [
+            S.Split(acc, ow, lanes),
+            S.Reorder(acc, (rh, rw, f"{ow}_o", f"{ow}_i")),
+            S.Unroll(acc, f"{ow}_o"),
+            S.Vectorize(acc, f"{ow}_i"),
+        ]
+        if config["unroll_kw"]:
+            steps.append(S.Unroll(acc, rw))
+        return tuple(steps)
+
+
+register(Conv2dNCHWcTemplate())
+register(Conv2dNCHWTemplate())
+register(DepthwiseNCHWTemplate())

@@ -1,0 +1,118 @@
+"""Dense / matmul / batch_matmul: a packed, register-tiled GEMM.
+
+The weight (`B[..., N, K]`, Relay's transposed-B convention) is packed to `[..., N/NR, K, NR]` once
+at bind time so each k-step reads NR contiguous floats. The output is blocked MR x NR; each block
+accumulates in an MR x NR local buffer (CacheWrite + ComputeAt) whose rows and vector columns are
+unrolled and whose lanes are vectorized, so LLVM keeps it in vector registers: per k, NR/lanes
+vector loads of B, MR broadcasts of A and MR·NR/lanes FMAs. Knobs: MR, NR (in vectors), which
+block loop is outer (and parallel), k unrolling. An injective epilogue (bias, activation) is the
+output stage and reads the accumulator; other injective stages are inlined.
+"""
+
+from __future__ import annotations
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.errors import ScheduleError
+from autorelay.schedule import steps as S
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.te.tensor import ComputeDef
+
+
+def _gemm_shape(cdef: ComputeDef) -> tuple[int, int, int, int, str]:
+    """(batch, M, N, K, weight input name) of a dense/batch_matmul compute."""
+    pat = pattern(cdef)
+    red = pat.reduce
+    if red is None or red.op is None:
+        raise ScheduleError(f"{cdef.name}: the dense template needs a reduction stage")
+    b = red.op.attrs.get("batch", 0)
+    shape = red.shape
+    k = red.op.reduce_axes[0].extent
+    weight = red.op.attrs.get("weight", cdef.inputs[1].name)
+    if b:
+        return shape[0], shape[1], shape[2], k, weight
+    return 1, shape[0], shape[1], k, weight
+
+
+class DenseTemplate(Template):
+    name = "dense"
+    tags = ("dense", "matmul", "batch_matmul")
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        _, m, n, _, _ = _gemm_shape(cdef)
+        lanes = target.vector_lanes()
+        mr = [x for x in (1, 2, 3, 4, 5, 6, 8) if x <= max(m, 1)] or [1]
+        nv = [x for x in (1, 2, 3, 4, 6) if (x - 1) * lanes < n]
+        return Space(
+            self.name,
+            (
+                Knob("tile_m", mr),
+                Knob("tile_n_vectors", nv),
+                Knob("outer", ("n", "m")),
+                Knob("unroll_k", (1, 2, 4)),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        _, m, n, _, _ = _gemm_shape(cdef)
+        lanes, regs = target.vector_lanes(), target.vector_registers
+        best = None
+        for nv in (4, 3, 2, 1):
+            for mr in (8, 6, 4, 3, 2, 1):
+                # accumulators + B vectors + one broadcast must fit the register file
+                if mr * nv + nv + 1 > regs - 1 or mr > m or (nv - 1) * lanes >= n:
+                    continue
+                score = (mr * nv / (mr + nv), mr)  # FMAs per load, then taller tiles
+                if best is None or score > best[0]:
+                    best = (score, mr, nv)
+        _, mr, nv = best or ((0, 0), 1, 1)
+        return Config(self.name, (("tile_m", mr), ("tile_n_vectors", nv), ("outer", "m"), ("unroll_k", 4)))
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        _batch, _, _, _, weight = _gemm_shape(cdef)
+        pat = pattern(cdef)
+        lanes = target.vector_lanes()
+        mr, nv, uk = config["tile_m"], config["tile_n_vectors"], config["unroll_k"]
+        nr = nv * lanes
+        out = pat.output.name
+        red_axes = pat.reduce.op.reduce_axes  # type: ignore[union-attr]
+        kname = red_axes[0].name
+        ax = [a.name for a in pat.output.op.axes]  # type: ignore[union-attr]
+        i, j = ax[-2], ax[-1]
+        steps: list[S.Step] = [S.ComputeInline(t.name) for t in pat.others]
+        steps.append(S.Pack(weight, 1 if batch_axis(pat) else 0, nr))
+        if pat.reduce is pat.output:
+            steps.append(S.CacheWrite(out))
+            acc = f"{out}_local"
+        else:
+            acc = pat.reduce.name  # type: ignore[union-attr]
+        acc_ax = [a.name for a in pat.reduce.op.axes]  # type: ignore[union-attr]
+        ai, aj = acc_ax[-2], acc_ax[-1]
+        steps += [S.Split(out, i, mr), S.Split(out, j, nr)]
+        blocks = (f"{j}_o", f"{i}_o") if config["outer"] == "n" else (f"{i}_o", f"{j}_o")
+        steps.append(S.Reorder(out, (*ax[:-2], *blocks, f"{i}_i", f"{j}_i")))
+        steps.append(S.ComputeAt(acc, out, blocks[1]))
+        steps += [S.Split(acc, aj, lanes)]
+        korder: tuple[str, ...] = (kname,)
+        if uk > 1:
+            steps.append(S.Split(acc, kname, uk))
+            korder = (f"{kname}_o", f"{kname}_i")
+        steps.append(S.Reorder(acc, (*korder, ai, f"{aj}_o", f"{aj}_i")))
+        if uk > 1:
+            steps.append(S.Unroll(acc, f"{kname}_i"))
+        steps += [S.Unroll(acc, ai), S.Unroll(acc, f"{aj}_o"), S.Vectorize(acc, f"{aj}_i")]
+        steps += [S.Split(out, f"{j}_i", lanes, f"{j}_v", f"{j}_w"), S.Vectorize(out, f"{j}_w")]
+        par = blocks[0]
+        if len(ax) == 3:  # batch: fuse batch with the outer block loop for parallelism
+            steps.append(S.Fuse(out, ax[0], blocks[0]))
+            par = f"{ax[0]}_{blocks[0]}"
+        steps.append(S.Parallel(out, par))
+        return tuple(steps)
+
+
+def batch_axis(pat) -> bool:
+    return bool(pat.reduce.op.attrs.get("batch", 0))
+
+
+register(DenseTemplate())

@@ -1,0 +1,173 @@
+"""Injective and reduction templates (elementwise, broadcast, transforms, reductions, pooling,
+softmax-like row computations).
+
+Both fuse the leading output axes into one parallel loop and vectorize the last axis. The
+reduction template computes each reduction stage at that loop nest: a reduction whose output has
+the same rank as the kernel output is computed per vector of outputs (lanes accumulate in a
+local vector), others (row statistics such as softmax's max and sum) once per row.
+"""
+
+from __future__ import annotations
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.schedule import steps as S
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.te.expr import Reduce
+from autorelay.te.tensor import ComputeDef, Tensor, topo_order
+
+
+def _size(t: Tensor) -> int:
+    n = 1
+    for s in t.shape:
+        n *= s
+    return n
+
+
+def _outer_fuse(out: str, axes: list[str]) -> tuple[list[S.Step], str | None]:
+    """Fuse all of `axes` into one loop; returns the steps and the fused name."""
+    if not axes:
+        return [], None
+    steps: list[S.Step] = []
+    name = axes[0]
+    for a in axes[1:]:
+        steps.append(S.Fuse(out, name, a))
+        name = f"{name}_{a}"
+    return steps, name
+
+
+def _vector_last(out: str, last: str, vec: int, unroll: int) -> tuple[list[S.Step], str]:
+    """Split the last axis into [outer, (unroll), vector]; returns steps and the outer loop name."""
+    steps: list[S.Step] = []
+    outer = last
+    if vec > 1:
+        steps += [S.Split(out, last, vec), S.Vectorize(out, f"{last}_i")]
+        outer = f"{last}_o"
+    if unroll > 1:
+        steps += [S.Split(out, outer, unroll), S.Unroll(out, f"{outer}_i")]
+        outer = f"{outer}_o"
+    return steps, outer
+
+
+class InjectiveTemplate(Template):
+    name = "injective"
+    tags = ("injective", "elemwise", "broadcast")
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        return Space(
+            self.name,
+            (
+                Knob(
+                    "vectorize",
+                    (1, target.vector_lanes(cdef.output.dtype if cdef.output.dtype != "bool" else "int8")),
+                ),
+                Knob("unroll", (1, 2, 4)),
+                Knob("parallel", (0, 1)),
+                Knob("fuse_all", (0, 1)),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        out = cdef.output
+        lanes = self.space(cdef, target).knob("vectorize").values[-1]
+        vec = lanes if out.shape and (out.shape[-1] >= lanes or _size(out) >= 4 * lanes) else 1
+        fuse_all = 1 if out.shape and out.shape[-1] < lanes else 0
+        par = 1 if _size(out) >= 1 << 15 else 0
+        return Config(
+            self.name, (("vectorize", vec), ("unroll", 1), ("parallel", par), ("fuse_all", fuse_all))
+        )
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        out = cdef.output
+        steps: list[S.Step] = [
+            S.ComputeInline(t.name) for t in topo_order([out]) if t.op is not None and t is not out
+        ]
+        axes = [a.name for a in out.op.axes]  # type: ignore[union-attr]
+        if not axes:
+            return tuple(steps)
+        if config["fuse_all"]:
+            fs, name = _outer_fuse(out.name, axes)
+            steps += fs
+            axes = [name]  # type: ignore[list-item]
+        fs, outer = _outer_fuse(out.name, axes[:-1])
+        steps += fs
+        vs, last_outer = _vector_last(out.name, axes[-1], config["vectorize"], config["unroll"])
+        steps += vs
+        if config["parallel"]:
+            steps.append(S.Parallel(out.name, outer or last_outer))
+        return tuple(steps)
+
+
+class ReductionTemplate(Template):
+    name = "reduction"
+    tags = ("reduce", "pool", "softmax", "comm_reduce")
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        return Space(
+            self.name,
+            (
+                Knob("vectorize", (1, target.vector_lanes(cdef.output.dtype))),
+                Knob("unroll_reduce", (1, 2, 4)),
+                Knob("parallel", (0, 1)),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        out = cdef.output
+        lanes = target.vector_lanes(out.dtype)
+        vec = lanes if out.shape and out.shape[-1] >= lanes // 2 else 1
+        par = 1 if _size(out) * _reduce_size(cdef) >= 1 << 15 and len(out.shape) > 1 else 0
+        return Config(self.name, (("vectorize", vec), ("unroll_reduce", 1), ("parallel", par)))
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        pat = pattern(cdef)
+        out = pat.output
+        stages = [t for t in topo_order([out]) if t.op is not None and t is not out]
+        reds = [t for t in stages if isinstance(t.op.body, Reduce)]  # type: ignore[union-attr]
+        steps: list[S.Step] = [S.ComputeInline(t.name) for t in stages if t not in reds]
+        accs: list[tuple[str, Tensor]] = [(t.name, t) for t in reds]
+        if isinstance(out.op.body, Reduce):  # type: ignore[union-attr]
+            steps.append(S.CacheWrite(out.name))
+            accs.append((f"{out.name}_local", out))
+        axes = [a.name for a in out.op.axes]  # type: ignore[union-attr]
+        if not axes:
+            return tuple(steps)
+        vec = config["vectorize"]
+        fs, outer = _outer_fuse(out.name, axes[:-1])
+        steps += fs
+        vs, last_outer = _vector_last(out.name, axes[-1], vec, 1)
+        steps += vs
+        for name, t in accs:
+            aligned = len(t.shape) == len(out.shape)
+            at = last_outer if aligned else (outer or last_outer)
+            if not aligned and outer is None:
+                at = None  # a row statistic of a 1-D output: compute it at root
+            if at is not None:
+                steps.append(S.ComputeAt(name, out.name, at))
+            r_axes = [a.name for a in t.op.reduce_axes]  # type: ignore[union-attr]
+            s_axes = [a.name for a in t.op.axes]  # type: ignore[union-attr]
+            if config["unroll_reduce"] > 1 and r_axes:
+                steps += [S.Split(name, r_axes[-1], config["unroll_reduce"])]
+                r_axes = r_axes[:-1] + [f"{r_axes[-1]}_o", f"{r_axes[-1]}_i"]
+                steps.append(S.Unroll(name, r_axes[-1]))
+            if aligned and at is not None and vec > 1 and s_axes:
+                steps.append(S.Reorder(name, (*s_axes[:-1], *r_axes, s_axes[-1])))
+                steps.append(S.Vectorize(name, s_axes[-1]))
+        if config["parallel"]:
+            steps.append(S.Parallel(out.name, outer or last_outer))
+        return tuple(steps)
+
+
+def _reduce_size(cdef: ComputeDef) -> int:
+    n = 1
+    for t in topo_order([cdef.output]):
+        if t.op is not None and isinstance(t.op.body, Reduce):
+            for a in t.op.body.axes:
+                n *= a.extent
+    return n
+
+
+register(InjectiveTemplate())
+register(ReductionTemplate())

@@ -1,0 +1,401 @@
+"""Scalar expressions shared by the compute DSL (`te`) and the loop IR (`tir`).
+
+One expression language serves both layers so that lowering is a substitution, not a translation:
+`Read(tensor, indices)` exists only in compute declarations and becomes `Load(buffer, flat_index)`
+in the loop IR. Nodes are frozen; `Var` compares by identity (two loops both called `i` are
+different variables), every other node structurally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FLOAT_DTYPES = ("float32", "float64")
+INT_DTYPES = ("int8", "uint8", "int32", "int64")
+DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+class Expr:
+    """Base of every scalar expression; overloads arithmetic so computes read like maths."""
+
+    __slots__ = ()
+    dtype: str
+
+    def __add__(self, o: Any) -> Expr:
+        return binary("add", self, o)
+
+    def __radd__(self, o: Any) -> Expr:
+        return binary("add", o, self)
+
+    def __sub__(self, o: Any) -> Expr:
+        return binary("sub", self, o)
+
+    def __rsub__(self, o: Any) -> Expr:
+        return binary("sub", o, self)
+
+    def __mul__(self, o: Any) -> Expr:
+        return binary("mul", self, o)
+
+    def __rmul__(self, o: Any) -> Expr:
+        return binary("mul", o, self)
+
+    def __truediv__(self, o: Any) -> Expr:
+        return binary("div", self, o)
+
+    def __rtruediv__(self, o: Any) -> Expr:
+        return binary("div", o, self)
+
+    def __floordiv__(self, o: Any) -> Expr:
+        return binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o: Any) -> Expr:
+        return binary("floordiv", o, self)
+
+    def __mod__(self, o: Any) -> Expr:
+        return binary("mod", self, o)
+
+    def __rmod__(self, o: Any) -> Expr:
+        return binary("mod", o, self)
+
+    def __neg__(self) -> Expr:
+        return binary("sub", const(0, self.dtype), self)
+
+    def __lt__(self, o: Any) -> Expr:
+        return compare("lt", self, o)
+
+    def __le__(self, o: Any) -> Expr:
+        return compare("le", self, o)
+
+    def __gt__(self, o: Any) -> Expr:
+        return compare("gt", self, o)
+
+    def __ge__(self, o: Any) -> Expr:
+        return compare("ge", self, o)
+
+    def __and__(self, o: Any) -> Expr:
+        return binary("and", self, o)
+
+    def __or__(self, o: Any) -> Expr:
+        return binary("or", self, o)
+
+    def __bool__(self) -> bool:
+        raise TypeError("an expression has no truth value; use select()/all_of() instead of `if`/`and`")
+
+    def __hash__(self) -> int:  # replaced by dataclass-generated hashes in subclasses
+        return id(self)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Var(Expr):
+    """A loop or index variable. Identity-compared."""
+
+    name: str
+    dtype: str = "int64"
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: int | float | bool
+    dtype: str
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Bin(Expr):
+    """Binary arithmetic: add sub mul div floordiv mod min max and or."""
+
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cmp(Expr):
+    """Comparison lt le gt ge eq ne; always bool."""
+
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Not(Expr):
+    a: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    cond: Expr
+    t: Expr
+    f: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "erf", "pow", "round")
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    """A pure math function (see MATH_FUNCS)."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class IterVar:
+    """An axis of a compute: its variable, extent and whether it is spatial or a reduction."""
+
+    var: Var
+    extent: int
+    kind: str = "spatial"  # or "reduce"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+
+def _delegate(name: str) -> Any:
+    return lambda self, *o: getattr(self.var, name)(*o)
+
+
+# A reduction axis reads like its variable inside index arithmetic (`A[i, k + 1]`).
+for _op in (
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__rmod__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+):
+    setattr(IterVar, _op, _delegate(_op))
+
+
+@dataclass(frozen=True, slots=True)
+class Read(Expr):
+    """Element of a tensor at multi-dimensional indices (compute DSL only)."""
+
+    tensor: Any  # autorelay.te.tensor.Tensor (identity-compared)
+    indices: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce(Expr):
+    """A commutative reduction (sum/max/min) of `body` over `axes`; only at the top of a compute."""
+
+    combiner: str
+    body: Expr
+    axes: tuple[IterVar, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    """Element of a loop-IR buffer at a flat index (loop IR only)."""
+
+    buffer: Any  # autorelay.tir.nodes.Buffer
+    index: Expr
+    dtype: str
+
+
+def const(value: int | float | bool, dtype: str | None = None) -> Const:
+    if dtype is None:
+        dtype = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
+    if is_int(dtype):
+        value = int(value)
+    elif is_float(dtype):
+        value = float(value)
+    else:
+        value = bool(value)
+    return Const(value, dtype)
+
+
+def as_expr(x: Any, like: str | None = None) -> Expr:
+    """Wrap a Python scalar; `like` is the dtype of the other operand, which a literal adopts."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, IterVar):
+        return x.var
+    if isinstance(x, bool):
+        return const(x, "bool")
+    if isinstance(x, int):
+        return const(x, like if like is not None and like != "bool" else "int64")
+    if isinstance(x, float):
+        return const(x, like if like is not None and is_float(like) else "float32")
+    raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
+
+
+def _unify(a: Any, b: Any, what: str) -> tuple[Expr, Expr]:
+    a if isinstance(a, Expr) else None
+    eb = b if isinstance(b, Expr) else None
+    a = as_expr(a, eb.dtype if eb is not None else None)
+    b = as_expr(b, a.dtype)
+    if a.dtype != b.dtype:
+        if is_int(a.dtype) and is_int(b.dtype):  # index arithmetic mixes widths: widen to int64
+            a = a if a.dtype == "int64" else Cast(a, "int64")
+            b = b if b.dtype == "int64" else Cast(b, "int64")
+        else:
+            raise TypeError(f"{what}: operand dtypes differ ({a.dtype} vs {b.dtype}); cast one explicitly")
+    return a, b
+
+
+def binary(op: str, a: Any, b: Any) -> Expr:
+    a, b = _unify(a, b, op)
+    if op in ("and", "or") and a.dtype != "bool":
+        raise TypeError(f"{op}: needs bool operands, got {a.dtype}")
+    if op == "div" and not is_float(a.dtype):
+        raise TypeError("'/' on integers is ambiguous; use // (floor division)")
+    return Bin(op, a, b, a.dtype)
+
+
+def compare(op: str, a: Any, b: Any) -> Expr:
+    a, b = _unify(a, b, op)
+    return Cmp(op, a, b)
+
+
+def minimum(a: Any, b: Any) -> Expr:
+    return binary("min", a, b)
+
+
+def maximum(a: Any, b: Any) -> Expr:
+    return binary("max", a, b)
+
+
+def select(cond: Any, t: Any, f: Any) -> Expr:
+    t, f = _unify(t, f, "select")
+    cond = as_expr(cond)
+    if cond.dtype != "bool":
+        raise TypeError(f"select: condition must be bool, got {cond.dtype}")
+    return Select(cond, t, f, t.dtype)
+
+
+def cast(x: Any, dtype: str) -> Expr:
+    if dtype not in DTYPES:
+        raise TypeError(f"unknown dtype {dtype!r}")
+    x = as_expr(x)
+    return x if x.dtype == dtype else Cast(x, dtype)
+
+
+def call(name: str, *args: Any) -> Expr:
+    if name not in MATH_FUNCS:
+        raise TypeError(f"unknown math function {name!r} (known: {', '.join(MATH_FUNCS)})")
+    ex = [as_expr(a) for a in args]
+    if not is_float(ex[0].dtype):
+        raise TypeError(f"{name}: needs a float argument, got {ex[0].dtype}")
+    return Call(name, tuple(ex), ex[0].dtype)
+
+
+def all_of(*conds: Expr) -> Expr:
+    out: Expr = const(True)
+    for c in conds:
+        out = c if isinstance(out, Const) else binary("and", out, c)
+    return out
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, (Bin, Cmp)):
+        return (e.a, e.b)
+    if isinstance(e, (Not, Cast)):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Read):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.body,)
+    if isinstance(e, Load):
+        return (e.index,)
+    return ()
+
+
+def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    """`e` with its children replaced (same order as `children`)."""
+    if isinstance(e, Bin):
+        return Bin(e.op, kids[0], kids[1], e.dtype)
+    if isinstance(e, Cmp):
+        return Cmp(e.op, kids[0], kids[1])
+    if isinstance(e, Not):
+        return Not(kids[0])
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype)
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, kids, e.dtype)
+    if isinstance(e, Read):
+        return Read(e.tensor, kids, e.dtype)
+    if isinstance(e, Reduce):
+        return Reduce(e.combiner, kids[0], e.axes, e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, kids[0], e.dtype)
+    return e
+
+
+def transform(e: Expr, fn: Any) -> Expr:
+    """Post-order rewrite: `fn(node_with_rewritten_children)` returns a replacement or None."""
+    kids = children(e)
+    if kids:
+        new = tuple(transform(k, fn) for k in kids)
+        if any(n is not k for n, k in zip(new, kids)):
+            e = rebuild(e, new)
+    out = fn(e)
+    return e if out is None else out
+
+
+def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    if not mapping:
+        return e
+    return transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def walk(e: Expr) -> list[Expr]:
+    """All nodes, pre-order."""
+    out: list[Expr] = []
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed(children(n)))
+    return out
+
+
+def free_vars(e: Expr) -> set[Var]:
+    return {n for n in walk(e) if isinstance(n, Var)}

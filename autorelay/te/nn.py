@@ -1,0 +1,267 @@
+"""Tensor computes of the common operators (the bodies an OpDef's `compute` field points to).
+
+Each returns an output Tensor whose tag selects its schedule template. Padding reads the input at
+clamped indices under a select, so an inlined pad never loads out of bounds even when both arms
+of the select are evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from autorelay.te import expr as E
+from autorelay.te import tensor as te
+from autorelay.te.tensor import Tensor
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    v = tuple(v)
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def _pad4(p: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """Relay padding: one value, (h, w) or (top, left, bottom, right)."""
+    if isinstance(p, int):
+        return p, p, p, p
+    p = tuple(p)
+    if len(p) == 1:
+        return p[0], p[0], p[0], p[0]
+    if len(p) == 2:
+        return p[0], p[1], p[0], p[1]
+    return p[0], p[1], p[2], p[3]
+
+
+def pad(
+    x: Tensor, before: Sequence[int], after: Sequence[int], value: float = 0.0, name: str = "pad"
+) -> Tensor:
+    if all(b == 0 for b in before) and all(a == 0 for a in after):
+        return x
+    shape = [s + b + a for s, b, a in zip(x.shape, before, after)]
+
+    def body(*idx: E.Expr) -> E.Expr:
+        conds, src = [], []
+        for i, s, b, a in zip(idx, x.shape, before, after):
+            if b == 0 and a == 0:
+                src.append(i)
+                continue
+            j = i - b
+            conds.append((j >= 0) & (j < s))
+            src.append(E.maximum(E.minimum(j, s - 1), 0))
+        return E.select(E.all_of(*conds), x[tuple(src)], E.as_expr(value, x.dtype))
+
+    return te.compute(shape, body, name=name, tag="pad")
+
+
+def dense(data: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:
+    """out[i, j] = sum_k data[i, k] * weight[j, k] (+ bias[j])."""
+    m, kd = data.shape
+    n, kw = weight.shape
+    if kd != kw:
+        raise ValueError(f"dense: data {data.shape} and weight {weight.shape} disagree on K")
+    k = te.reduce_axis(kd, "k")
+    acc = te.compute(
+        (m, n),
+        lambda i, j: te.sum(data[i, k] * weight[j, k], k),
+        name=name if bias is None else f"{name}_acc",
+        tag="dense",
+        attrs={"weight": weight.name},
+    )
+    if bias is None:
+        return acc
+    return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name=name)
+
+
+def batch_matmul(a: Tensor, b: Tensor, name: str = "batch_matmul") -> Tensor:
+    """out[b, i, j] = sum_k a[b, i, k] * b[b, j, k] (Relay's transposed-B convention)."""
+    bs, m, kd = a.shape
+    bs2, n, kw = b.shape
+    if kd != kw or bs != bs2:
+        raise ValueError(f"batch_matmul: shapes {a.shape} and {b.shape} disagree")
+    k = te.reduce_axis(kd, "k")
+    return te.compute(
+        (bs, m, n),
+        lambda z, i, j: te.sum(a[z, i, k] * b[z, j, k], k),
+        name=name,
+        tag="batch_matmul",
+        attrs={"batch": 1, "weight": b.name},
+    )
+
+
+def _out_dim(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> int:
+    return (size + p0 + p1 - ((k - 1) * d + 1)) // s + 1
+
+
+def conv2d_nchw(
+    data: Tensor, weight: Tensor, strides=1, padding=0, dilation=1, name: str = "conv2d"
+) -> Tensor:
+    n, c, h, w = data.shape
+    oc, ic, kh, kw = weight.shape
+    if ic != c:
+        raise ValueError(f"conv2d: data has {c} channels, weight expects {ic}")
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
+    rc, rh, rw = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    return te.compute(
+        (n, oc, oh, ow),
+        lambda b, f, y, xx: te.sum(
+            x[b, rc, y * sh + rh * dh, xx * sw + rw * dw] * weight[f, rc, rh, rw], [rc, rh, rw]
+        ),
+        name=name,
+        tag="conv2d_nchw",
+        attrs={"weight": weight.name},
+    )
+
+
+def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "conv2d_nchwc") -> Tensor:
+    """data [N, C/icb, H, W, icb], weight [OC/ocb, C/icb, KH, KW, icb, ocb] -> [N, OC/ocb, OH, OW, ocb]."""
+    n, co, h, w, icb = data.shape
+    oco, ico, kh, kw, icb2, ocb = weight.shape
+    if co != ico or icb != icb2:
+        raise ValueError(f"conv2d_nchwc: data {data.shape} and weight {weight.shape} disagree on channels")
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name=f"{name}_pad")
+    rc, rh, rw = te.reduce_axis(co * icb, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    return te.compute(
+        (n, oco, oh, ow, ocb),
+        lambda b, f, y, xx, v: te.sum(
+            x[b, rc // icb, y * sh + rh, xx * sw + rw, rc % icb] * weight[f, rc // icb, rh, rw, rc % icb, v],
+            [rc, rh, rw],
+        ),
+        name=name,
+        tag="conv2d_nchwc",
+        attrs={"ic_bn": icb, "oc_bn": ocb},
+    )
+
+
+def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "dwconv") -> Tensor:
+    n, c, h, w = data.shape
+    wc, mult, kh, kw = weight.shape
+    if wc != c or mult != 1:
+        raise ValueError(f"depthwise_conv2d: weight {weight.shape} must be [C=={c}, 1, KH, KW]")
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    return te.compute(
+        (n, c, oh, ow),
+        lambda b, f, y, xx: te.sum(x[b, f, y * sh + rh, xx * sw + rw] * weight[f, 0, rh, rw], [rh, rw]),
+        name=name,
+        tag="depthwise_conv2d_nchw",
+    )
+
+
+def pool2d(data: Tensor, kind: str, pool_size, strides=1, padding=0, name: str = "pool") -> Tensor:
+    """NCHW max/avg pooling; avg divides by the full window (count_include_pad)."""
+    n, c, h, w = data.shape
+    (kh, kw), (sh, sw) = _pair(pool_size), _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    fill = float("-inf") if kind == "max" else 0.0
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=fill, name=f"{name}_pad")
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    red = te.max if kind == "max" else te.sum
+    acc = te.compute(
+        (n, c, oh, ow),
+        lambda b, f, y, xx: red(x[b, f, y * sh + rh, xx * sw + rw], [rh, rw]),
+        name=name if kind == "max" else f"{name}_sum",
+        tag="pool",
+    )
+    if kind == "max":
+        return acc
+    return te.compute((n, c, oh, ow), lambda b, f, y, xx: acc[b, f, y, xx] / float(kh * kw), name=name)
+
+
+def reduce(
+    data: Tensor, kind: str, axes: Sequence[int], keepdims: bool = False, name: str = "reduce"
+) -> Tensor:
+    """sum / max / min / mean over `axes`."""
+    nd = data.ndim
+    axes = sorted(a % nd for a in axes)
+    raxes = {a: te.reduce_axis(data.shape[a], f"r{a}") for a in axes}
+    keep = [d for d in range(nd) if d not in raxes]
+    shape = (
+        [1 if d in raxes else data.shape[d] for d in range(nd)] if keepdims else [data.shape[d] for d in keep]
+    )
+    shape = shape or [1]
+
+    def body(*idx: E.Expr) -> E.Expr:
+        src: list = []
+        it = iter(idx)
+        for d in range(nd):
+            if d in raxes:
+                if keepdims:
+                    next(it)
+                src.append(raxes[d])
+            else:
+                src.append(next(it))
+        fn = {"sum": te.sum, "mean": te.sum, "max": te.max, "min": te.min}[kind]
+        return fn(data[tuple(src)], list(raxes.values()))
+
+    if not keepdims and not keep:
+        acc = te.compute(
+            shape, lambda i0: body(), name=name if kind != "mean" else f"{name}_sum", tag="reduce"
+        )
+    else:
+        acc = te.compute(shape, body, name=name if kind != "mean" else f"{name}_sum", tag="reduce")
+    if kind != "mean":
+        return acc
+    count = 1
+    for a in axes:
+        count *= data.shape[a]
+    return te.compute(shape, lambda *i: acc[i] / float(count), name=name)
+
+
+def softmax(x: Tensor, name: str = "softmax") -> Tensor:
+    """Softmax over the last axis, numerically stabilised by the row max."""
+    *lead, n = x.shape
+    k1, k2 = te.reduce_axis(n, "k1"), te.reduce_axis(n, "k2")
+    mx = te.compute(
+        lead or [1], lambda *i: te.max(x[(*i[: len(lead)], k1)], k1), name=f"{name}_max", tag="reduce"
+    )
+
+    def row(i: tuple) -> tuple:
+        return i[: len(lead)] if lead else (0,)
+
+    ex_sum = te.compute(
+        lead or [1],
+        lambda *i: te.sum(E.call("exp", x[(*i[: len(lead)], k2)] - mx[row(i)]), k2),
+        name=f"{name}_sum",
+        tag="reduce",
+    )
+    return te.compute(
+        x.shape,
+        lambda *i: E.call("exp", x[i] - mx[row(i[:-1])]) / ex_sum[row(i[:-1])],
+        name=name,
+        tag="softmax",
+    )
+
+
+def elemwise(fn: Callable[..., E.Expr], *xs: Tensor, name: str = "elemwise") -> Tensor:
+    """NumPy-broadcast elementwise map of `fn` over `xs`."""
+    nd = max(x.ndim for x in xs)
+    shape = [1] * nd
+    for x in xs:
+        for d, s in enumerate(x.shape, nd - x.ndim):
+            if s != 1 and shape[d] not in (1, s):
+                raise ValueError(f"{name}: shapes {[x.shape for x in xs]} do not broadcast")
+            shape[d] = s if s != 1 else shape[d]
+
+    def body(*idx: E.Expr) -> E.Expr:
+        args = []
+        for x in xs:
+            sub = idx[nd - x.ndim :]
+            args.append(x[tuple(0 if s == 1 else i for i, s in zip(sub, x.shape))])
+        return fn(*args)
+
+    return te.compute(shape, body, name=name, tag="elemwise")
+
+
+def relu(x: Tensor, name: str = "relu") -> Tensor:
+    return elemwise(lambda a: E.maximum(a, 0.0), x, name=name)

@@ -1,0 +1,119 @@
+"""Loop IR statements: the imperative program a schedule lowers a compute to.
+
+Expressions are shared with the compute DSL (`autorelay.te.expr`); memory is accessed through
+`Load(buffer, flat_index)` / `Store`. Loops start at 0 and carry a kind that code generation
+honours: serial, parallel (outlined to the thread pool), vectorized (explicit vector ops) or
+unrolled (the body is replicated with the variable replaced by each constant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from autorelay.te.expr import Expr, Var
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Buffer:
+    """A dense row-major array. scope: 'global' (an argument or workspace) or 'local' (stack)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+    # Extra elements to allocate past `size`. Lowering now grows a workspace's leading dimension
+    # instead (so allocating from `shape` suffices); kept at 0 for callers that add it.
+    slack: int = 0
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Stmt:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    var: Var
+    extent: int
+    body: Stmt
+    kind: str = "serial"
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PrimFunc:
+    """A lowered kernel: `params` are the argument buffers (inputs then outputs), `workspaces` are
+    global temporaries the runtime allocates, `body` is a Seq whose items run one after another."""
+
+    name: str
+    params: tuple[Buffer, ...]
+    workspaces: tuple[Buffer, ...]
+    body: Stmt
+
+    def with_body(self, body: Stmt) -> PrimFunc:
+        return replace(self, body=body)
+
+
+def seq(stmts: list[Stmt] | tuple[Stmt, ...]) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def stmt_children(s: Stmt) -> list[Stmt]:
+    if isinstance(s, (For, Allocate)):
+        return [s.body]
+    if isinstance(s, Seq):
+        return list(s.stmts)
+    if isinstance(s, If):
+        return [s.then] + ([s.orelse] if s.orelse is not None else [])
+    return []
+
+
+def walk_stmts(s: Stmt) -> list[Stmt]:
+    out: list[Stmt] = []
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed(stmt_children(n)))
+    return out

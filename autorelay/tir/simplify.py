@@ -1,0 +1,296 @@
+"""Arithmetic simplifier for index expressions and bounds-based condition removal.
+
+Integer expressions are normalised to linear forms (sum of coefficient x atom + constant), which is
+what makes the rest of the pipeline work: `(no*16 + ni) // 16` becomes `no` once `ni` is known to
+lie in [0, 16), so a packed-weight load turns into a contiguous vector load, and a guard
+`io*8 + ii < 64` disappears when the loop bounds prove it. Bounds are intervals of loop variables.
+"""
+
+from __future__ import annotations
+
+from autorelay.te.expr import (
+    Bin,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Not,
+    Select,
+    Var,
+    is_int,
+    substitute,
+    transform,
+)
+from autorelay.tir.nodes import Allocate, For, If, Seq, Stmt, Store, seq
+
+Bounds = dict[Var, tuple[int, int]]
+Linear = tuple[dict[Expr, int], int]
+
+
+def linear(e: Expr) -> Linear:
+    """`e` as ({atom: coefficient}, constant); non-linear sub-terms become atoms."""
+    if isinstance(e, Const):
+        return {}, int(e.value)
+    if isinstance(e, Bin) and e.op in ("add", "sub"):
+        ta, ca = linear(e.a)
+        tb, cb = linear(e.b)
+        sign = 1 if e.op == "add" else -1
+        out = dict(ta)
+        for k, v in tb.items():
+            out[k] = out.get(k, 0) + sign * v
+        return {k: v for k, v in out.items() if v != 0}, ca + sign * cb
+    if isinstance(e, Bin) and e.op == "mul":
+        ta, ca = linear(e.a)
+        tb, cb = linear(e.b)
+        if not ta:
+            return ({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb)
+        if not tb:
+            return ({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb)
+    return {e: 1}, 0
+
+
+def _atom_key(e: Expr) -> str:
+    from autorelay.tir.printer import expr_str
+
+    return expr_str(e)
+
+
+def from_linear(terms: dict[Expr, int], c: int, dtype: str = "int64") -> Expr:
+    out: Expr | None = None
+    for atom in sorted(terms, key=_atom_key):
+        k = terms[atom]
+        mag = abs(k)
+        t = atom if mag == 1 else Bin("mul", atom, Const(mag, dtype), dtype)
+        if out is None:
+            out = t if k > 0 else Bin("sub", Const(0, dtype), t, dtype)
+        else:
+            out = Bin("add" if k > 0 else "sub", out, t, dtype)
+    if out is None:
+        return Const(c, dtype)
+    if c > 0:
+        out = Bin("add", out, Const(c, dtype), dtype)
+    elif c < 0:
+        out = Bin("sub", out, Const(-c, dtype), dtype)
+    return out
+
+
+def interval(e: Expr, bounds: Bounds) -> tuple[int, int] | None:
+    """Inclusive [lo, hi] of an integer expression, or None if unknown."""
+    if isinstance(e, Const):
+        return int(e.value), int(e.value)
+    if isinstance(e, Var):
+        return bounds.get(e)
+    if isinstance(e, Cast):
+        return interval(e.a, bounds)
+    if isinstance(e, Bin):
+        if e.op in ("add", "sub", "mul", "min", "max"):
+            a, b = interval(e.a, bounds), interval(e.b, bounds)
+            if a is None or b is None:
+                return None
+            if e.op == "add":
+                return a[0] + b[0], a[1] + b[1]
+            if e.op == "sub":
+                return a[0] - b[1], a[1] - b[0]
+            if e.op == "min":
+                return min(a[0], b[0]), min(a[1], b[1])
+            if e.op == "max":
+                return max(a[0], b[0]), max(a[1], b[1])
+            ps = [x * y for x in a for y in b]
+            return min(ps), max(ps)
+        if e.op in ("floordiv", "mod") and isinstance(e.b, Const) and int(e.b.value) > 0:
+            c = int(e.b.value)
+            a = interval(e.a, bounds)
+            if e.op == "floordiv":
+                return None if a is None else (a[0] // c, a[1] // c)
+            if a is not None and a[0] // c == a[1] // c:
+                return a[0] % c, a[1] % c
+            return 0, c - 1
+    if isinstance(e, Select):
+        a, b = interval(e.t, bounds), interval(e.f, bounds)
+        if a is None or b is None:
+            return None
+        return min(a[0], b[0]), max(a[1], b[1])
+    return None
+
+
+def _lin_interval(terms: dict[Expr, int], c: int, bounds: Bounds) -> tuple[int, int] | None:
+    lo = hi = c
+    for atom, k in terms.items():
+        iv = interval(atom, bounds)
+        if iv is None:
+            return None
+        a, b = k * iv[0], k * iv[1]
+        lo += min(a, b)
+        hi += max(a, b)
+    return lo, hi
+
+
+def _divmod(e: Bin, bounds: Bounds) -> Expr | None:
+    c = int(e.b.value)  # type: ignore[union-attr]
+    if c == 1:
+        return e.a if e.op == "floordiv" else Const(0, e.dtype)
+    terms, k = linear(e.a)
+    q_terms = {a: v // c for a, v in terms.items() if v % c == 0}
+    r_terms = {a: v for a, v in terms.items() if v % c != 0}
+    kq, kr = divmod(k, c)
+    iv = _lin_interval(r_terms, kr, bounds)
+    if iv is not None and iv[0] // c == iv[1] // c:
+        m = iv[0] // c
+        if e.op == "floordiv":
+            return from_linear(q_terms, kq + m, e.dtype)
+        return from_linear(r_terms, kr - m * c, e.dtype)
+    if not q_terms and kq == 0:
+        return None
+    rest = from_linear(r_terms, kr, e.dtype)
+    if e.op == "floordiv":
+        return _simp_lin(
+            Bin("add", from_linear(q_terms, kq, e.dtype), Bin("floordiv", rest, e.b, e.dtype), e.dtype)
+        )
+    return Bin("mod", rest, e.b, e.dtype)
+
+
+def _simp_lin(e: Expr) -> Expr:
+    terms, c = linear(e)
+    return from_linear(terms, c, e.dtype)
+
+
+def _cmp_const(op: str, lo: int, hi: int) -> bool | None:
+    """Decide `d op 0` for d in [lo, hi]."""
+    if op == "lt":
+        return True if hi < 0 else False if lo >= 0 else None
+    if op == "le":
+        return True if hi <= 0 else False if lo > 0 else None
+    if op == "gt":
+        return True if lo > 0 else False if hi <= 0 else None
+    if op == "ge":
+        return True if lo >= 0 else False if hi < 0 else None
+    if op == "eq":
+        return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+
+
+_FOLD = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+
+
+def _rule(e: Expr, bounds: Bounds) -> Expr | None:
+    if isinstance(e, Bin):
+        a, b = e.a, e.b
+        if e.op in ("and", "or"):
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, Const):
+                    if e.op == "and":
+                        return y if x.value else Const(False, "bool")
+                    return Const(True, "bool") if x.value else y
+            return None
+        if not is_int(e.dtype):
+            return None
+        if (
+            isinstance(a, Const)
+            and isinstance(b, Const)
+            and not (e.op in ("floordiv", "mod") and b.value == 0)
+        ):
+            return Const(_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
+        if e.op in ("add", "sub", "mul"):
+            return _simp_lin(e)
+        if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
+            return _divmod(e, bounds)
+        if e.op in ("min", "max"):
+            ia, ib = interval(a, bounds), interval(b, bounds)
+            if ia is not None and ib is not None:
+                if ia[1] <= ib[0]:
+                    return a if e.op == "min" else b
+                if ib[1] <= ia[0]:
+                    return b if e.op == "min" else a
+        return None
+    if isinstance(e, Cmp):
+        if is_int(e.a.dtype):
+            d = _simp_lin(Bin("sub", e.a, e.b, "int64"))
+            terms, c = linear(d)
+            iv = _lin_interval(terms, c, bounds)
+            if iv is not None:
+                r = _cmp_const(e.op, *iv)
+                if r is not None:
+                    return Const(r, "bool")
+        return None
+    if isinstance(e, Not) and isinstance(e.a, Const):
+        return Const(not e.a.value, "bool")
+    if isinstance(e, Select) and isinstance(e.cond, Const):
+        return e.t if e.cond.value else e.f
+    if isinstance(e, Cast) and isinstance(e.a, Const) and is_int(e.dtype):
+        return Const(int(e.a.value), e.dtype)
+    return None
+
+
+def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
+    b = bounds or {}
+    return transform(e, lambda n: _rule(n, b))
+
+
+def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt | None:
+    """Simplify every expression; drop conditions the loop bounds prove; inline 1-trip loops."""
+    b: Bounds = dict(bounds or {})
+    if isinstance(s, For):
+        if s.extent == 1 and s.kind != "parallel":
+            return simplify_stmt(substitute_stmt(s.body, {s.var: Const(0, "int64")}), b)
+        b[s.var] = (0, s.extent - 1)
+        body = simplify_stmt(s.body, b)
+        return None if body is None else For(s.var, s.extent, body, s.kind)
+    if isinstance(s, Store):
+        return Store(s.buffer, simplify(s.index, b), simplify(s.value, b))
+    if isinstance(s, Seq):
+        items = [x for x in (simplify_stmt(t, b) for t in s.stmts) if x is not None]
+        return seq(items) if items else None
+    if isinstance(s, Allocate):
+        body = simplify_stmt(s.body, b)
+        return None if body is None else Allocate(s.buffer, body)
+    if isinstance(s, If):
+        cond = simplify(s.cond, b)
+        if isinstance(cond, Const):
+            branch = s.then if cond.value else s.orelse
+            return None if branch is None else simplify_stmt(branch, b)
+        then = simplify_stmt(s.then, b)
+        orelse = simplify_stmt(s.orelse, b) if s.orelse is not None else None
+        if then is None and orelse is None:
+            return None
+        if then is None:
+            return If(Not(cond), orelse)  # type: ignore[arg-type]
+        return If(cond, then, orelse)
+    raise TypeError(f"simplify_stmt: unknown statement {type(s).__name__}")
+
+
+def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.extent, substitute_stmt(s.body, mapping), s.kind)
+    if isinstance(s, Store):
+        return Store(s.buffer, substitute(s.index, mapping), substitute(s.value, mapping))
+    if isinstance(s, Seq):
+        return Seq(tuple(substitute_stmt(t, mapping) for t in s.stmts))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, substitute_stmt(s.body, mapping))
+    if isinstance(s, If):
+        return If(
+            substitute(s.cond, mapping),
+            substitute_stmt(s.then, mapping),
+            None if s.orelse is None else substitute_stmt(s.orelse, mapping),
+        )
+    raise TypeError(f"substitute_stmt: unknown statement {type(s).__name__}")
+
+
+def load_buffers(e: Expr) -> list[Load]:
+    out: list[Load] = []
+
+    def fn(n: Expr) -> None:
+        if isinstance(n, Load):
+            out.append(n)
+
+    transform(e, fn)
+    return out

@@ -1,0 +1,245 @@
+"""Kernel benchmarks: GFLOP/s of the default config, of the best config of a sweep, and of
+NumPy / PyTorch for the same op, timed in the same process, interleaved, median of repeats.
+
+    python benchmarks/kernels.py [--threads 2] [--sweep 24] [--only dense,bmm,conv,depthwise] [--clock cpu]
+
+The machine is shared and noisy, so read the ratio columns: each ratio compares timings taken
+alternately within one run. Weight packing (Pack steps) happens once at bind time, as it does
+for constant weights in a built model; the NCHWc rows take NCHWc data (the layout a model keeps
+between layers after convert_layout), the NCHW rows take plain NCHW data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.errors import ScheduleError
+from autorelay.kernel import build_kernel
+from autorelay.schedule.templates import template_for
+from autorelay.te import nn
+from autorelay.te import tensor as te
+
+try:
+    import torch
+except ImportError:  # the torch column is optional
+    torch = None
+
+
+CLOCK = time.perf_counter  # --clock cpu: process CPU time, robust to other processes (1 thread only)
+
+
+def median_times(fns: list[Callable[[], object]], repeats: int, min_time: float = 0.02) -> list[float]:
+    """Median seconds per call of each fn, measured alternately (one batch of each per round)."""
+    for f in fns:
+        f()
+    batch = []
+    for f in fns:
+        t0 = CLOCK()
+        f()
+        dt = CLOCK() - t0
+        batch.append(max(1, int(min_time / max(dt, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = CLOCK()
+            for _ in range(batch[i]):
+                f()
+            samples[i].append((CLOCK() - t0) / batch[i])
+    return [statistics.median(s) for s in samples]
+
+
+def sweep(cdef, target: Target, n: int, arrays: list[np.ndarray], seed: int = 0):
+    """Best (seconds, config) among the default and n sampled configs (quick timing)."""
+    tmpl = template_for(cdef)
+    space = tmpl.space(cdef, target)
+    rng = random.Random(seed)
+    default = tmpl.default(cdef, target)
+    cands = [default]
+    idx = list(range(space.size))
+    rng.shuffle(idx)
+    cands += [space.get(i) for i in idx[:n] if space.get(i) != default]
+    best = None
+    for cfg in cands:
+        try:
+            bound = build_kernel(cdef, cfg, target).bind(*arrays)
+        except ScheduleError:
+            continue
+        t = median_times([bound], 3, 0.01)[0]
+        if best is None or t < best[0]:
+            best = (t, cfg)
+    return best
+
+
+def row(name: str, flops: float, cdef, arrays, baselines: dict[str, Callable], target: Target, n_sweep: int):
+    tmpl = template_for(cdef)
+    default_k = build_kernel(cdef, None, target).bind(*arrays)
+    _best_t, best_cfg = sweep(cdef, target, n_sweep, arrays) if n_sweep else (None, None)
+    best_k = build_kernel(cdef, best_cfg, target).bind(*arrays) if best_cfg is not None else default_k
+    fns = [default_k, best_k, *baselines.values()]
+    times = median_times(fns, 7)
+    g = [flops / t / 1e9 for t in times]
+    g[1] = max(g[0], g[1])  # the default is one of the swept configs: the better of the two timed here
+    cols = {"default": g[0], "best": g[1]}
+    cols.update({k: v for k, v in zip(baselines, g[2:])})
+    base = "  ".join(f"{k} {v:7.1f}" for k, v in cols.items() if k not in ("default", "best"))
+    ratios = "  ".join(
+        f"default/{k} {g[0] / cols[k]:4.2f}  best/{k} {g[1] / cols[k]:4.2f}" for k in baselines
+    )
+    print(f"{name:34s} default {g[0]:7.1f}  best {g[1]:7.1f}  {base}   {ratios}   [{tmpl.name}]", flush=True)
+    if best_cfg is not None:
+        print(f"{'':34s} best config: {best_cfg.as_dict()}", flush=True)
+
+
+def bench_dense(target: Target, n_sweep: int, sizes=((1024, 1024, 1024),)) -> None:
+    for m, n, k in sizes:
+        a = te.placeholder((m, k), name="A")
+        w = te.placeholder((n, k), name="W")
+        cdef = te.make_def([a, w], nn.dense(a, w), "dense")
+        x = np.random.rand(m, k).astype(np.float32)
+        y = np.random.rand(n, k).astype(np.float32)
+        yt = np.ascontiguousarray(y.T)
+        base = {"numpy": lambda x=x, yt=yt: x @ yt}
+        if torch is not None:
+            tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+            base["torch"] = lambda tx=tx, ty=ty: torch.nn.functional.linear(tx, ty)
+        row(f"dense {m}x{n}x{k}", 2.0 * m * n * k, cdef, [x, y], base, target, n_sweep)
+
+
+def bench_bmm(target: Target, n_sweep: int) -> None:
+    b, m, n, k = 16, 128, 128, 256
+    a = te.placeholder((b, m, k), name="A")
+    w = te.placeholder((b, n, k), name="B")
+    cdef = te.make_def([a, w], nn.batch_matmul(a, w), "bmm")
+    x = np.random.rand(b, m, k).astype(np.float32)
+    y = np.random.rand(b, n, k).astype(np.float32)
+    yt = np.ascontiguousarray(y.transpose(0, 2, 1))
+    base = {"numpy": lambda: np.matmul(x, yt)}
+    if torch is not None:
+        tx, ty = torch.from_numpy(x), torch.from_numpy(yt)
+        base["torch"] = lambda: torch.bmm(tx, ty)
+    row(f"batch_matmul {b}x{m}x{n}x{k}", 2.0 * b * m * n * k, cdef, [x, y], base, target, n_sweep)
+
+
+RESNET = [  # (C, H, OC, K, stride, pad) of ResNet-18's convolutions after the stem
+    (64, 56, 64, 3, 1, 1),
+    (128, 28, 128, 3, 1, 1),
+    (256, 14, 256, 3, 1, 1),
+    (512, 7, 512, 3, 1, 1),
+    (64, 56, 128, 3, 2, 1),
+    (64, 56, 128, 1, 2, 0),
+    (128, 28, 256, 3, 2, 1),
+    (256, 14, 512, 3, 2, 1),
+]
+
+
+def _torch_conv(x: np.ndarray, w: np.ndarray, s: int, p: int, groups: int = 1):
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    return lambda: torch.nn.functional.conv2d(tx, tw, stride=s, padding=p, groups=groups)
+
+
+def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
+    for c, h, oc, k, s, p in RESNET:
+        oh = (h + 2 * p - k) // s + 1
+        flops = 2.0 * oc * oh * oh * c * k * k
+        x = np.random.rand(1, c, h, h).astype(np.float32)
+        w = np.random.rand(oc, c, k, k).astype(np.float32)
+        base = {"torch": _torch_conv(x, w, s, p)} if torch is not None else {}
+        label = f"{c}x{h}x{h}->{oc} k{k} s{s}"
+        if "nchwc" in layouts:
+            lanes = target.vector_lanes()
+            icb, ocb = min(c, lanes), min(oc, 2 * lanes)
+            xd = te.placeholder((1, c // icb, h, h, icb), name="X")
+            wd = te.placeholder((oc // ocb, c // icb, k, k, icb, ocb), name="W")
+            cdef = te.make_def([xd, wd], nn.conv2d_nchwc(xd, wd, s, p), "conv")
+            xc = np.ascontiguousarray(x.reshape(1, c // icb, icb, h, h).transpose(0, 1, 3, 4, 2))
+            wc = np.ascontiguousarray(
+                w.reshape(oc // ocb, ocb, c // icb, icb, k, k).transpose(0, 2, 4, 5, 3, 1)
+            )
+            row(f"conv NCHWc {label}", flops, cdef, [xc, wc], base, target, n_sweep)
+        if "nchw" in layouts:
+            xd = te.placeholder((1, c, h, h), name="X")
+            wd = te.placeholder((oc, c, k, k), name="W")
+            cdef = te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, s, p), "conv")
+            row(f"conv NCHW  {label}", flops, cdef, [x, w], base, target, n_sweep)
+
+
+MOBILENET_DW = [
+    (32, 112, 1),
+    (64, 112, 2),
+    (128, 56, 1),
+    (256, 28, 1),
+    (512, 14, 1),
+    (512, 14, 2),
+    (1024, 7, 1),
+]
+
+
+def bench_depthwise(target: Target, n_sweep: int) -> None:
+    for c, h, s in MOBILENET_DW:
+        oh = (h + 2 - 3) // s + 1
+        flops = 2.0 * c * oh * oh * 9
+        x = np.random.rand(1, c, h, h).astype(np.float32)
+        w = np.random.rand(c, 1, 3, 3).astype(np.float32)
+        xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, 1, 3, 3), name="W")
+        cdef = te.make_def([xd, wd], nn.depthwise_conv2d_nchw(xd, wd, s, 1), "dw")
+        base = {"torch": _torch_conv(x, w, s, 1, groups=c)} if torch is not None else {}
+        row(f"depthwise {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sweep", type=int, default=24, help="configs sampled per workload besides the default")
+    ap.add_argument("--only", default="dense,bmm,conv,depthwise")
+    ap.add_argument("--layouts", default="nchwc,nchw")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: process CPU time, which other processes on a shared machine do not inflate "
+        "(meaningful with --threads 1 only)",
+    )
+    args = ap.parse_args(argv)
+    global CLOCK
+    if args.clock == "cpu":
+        if args.threads != 1:
+            ap.error("--clock cpu needs --threads 1 (spinning library threads would count as work)")
+        CLOCK = time.process_time
+    target = Target.host(threads=args.threads)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
+    except ImportError:
+        pass
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    print(
+        f"target {target.cpu} ({target.vector_bits}-bit vectors), {args.threads} threads; "
+        f"torch {'present' if torch is not None else 'missing (column skipped)'}",
+        flush=True,
+    )
+    only = set(args.only.split(","))
+    if "dense" in only:
+        bench_dense(target, args.sweep)
+    if "bmm" in only:
+        bench_bmm(target, args.sweep)
+    if "conv" in only:
+        bench_conv(target, args.sweep, tuple(args.layouts.split(",")))
+    if "depthwise" in only:
+        bench_depthwise(target, args.sweep)
+
+
+if __name__ == "__main__":
+    main()

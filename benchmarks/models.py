@@ -1,0 +1,247 @@
+"""Whole-model latency: AutoRelay (default schedules) vs PyTorch eager vs ONNX Runtime.
+
+    python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15]
+
+Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
+network with the same weights: the Relay graph is walked once and every op is mapped to its
+`torch.nn.functional` counterpart (eager mode, no compilation); the ONNX Runtime baseline runs the
+ONNX export of that PyTorch module. All backends are timed interleaved in one process (one call
+of each per round, after warm-up) and we print the median latency and AutoRelay's ratio to each
+(> 1 means AutoRelay is slower). Columns for PyTorch / ONNX Runtime are skipped when not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# Baselines must not burn the shared cores between their own calls (OpenMP / ORT spin-waiting would
+# slow whichever backend runs next in the interleaved loop).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import autorelay
+from autorelay.frontend import zoo
+from autorelay.ir.expr import Call, Constant, Op, Tuple, TupleGetItem, Var
+from autorelay.ir.visitor import post_order
+
+CNNS = ["resnet-18", "resnet-34", "resnet-50", "mobilenet-v2", "vgg-16", "squeezenet-1.1", "inception",
+        "nature-dqn", "dcgan", "mlp", "transformer"]
+
+
+# ---- the same network in PyTorch ---------------------------------------------------------------
+
+
+def _torch_ops() -> dict[str, Callable[..., Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    def pad_args(p: tuple) -> tuple[tuple[int, int] | None, Any]:
+        t, left, b, r = p
+        return ((t, left) if (t, left) == (b, r) else None), (left, r, t, b)
+
+    def conv2d(a, x, w):
+        assert a["data_layout"] == "NCHW" and a["kernel_layout"] == "OIHW"
+        sym, asym = pad_args(tuple(a["padding"]))
+        if sym is None:
+            x, sym = F.pad(x, asym), (0, 0)
+        return F.conv2d(x, w, None, tuple(a["strides"]), sym, tuple(a["dilation"]), a["groups"])
+
+    def conv2d_transpose(a, x, w):
+        t, left, b, r = a["padding"]
+        assert (t, left) == (b, r)
+        return F.conv_transpose2d(x, w, None, tuple(a["strides"]), (t, left), tuple(a["output_padding"]),
+                                  a["groups"], tuple(a["dilation"]))
+
+    def max_pool2d(a, x):
+        sym, asym = pad_args(tuple(a["padding"]))
+        if sym is None:
+            x, sym = F.pad(x, asym, value=float("-inf")), (0, 0)
+        return F.max_pool2d(x, tuple(a["pool_size"]), tuple(a["strides"]), sym, tuple(a["dilation"]),
+                            ceil_mode=a["ceil_mode"])
+
+    def bias_add(a, x, b):
+        return x + b.reshape((-1,) + (1,) * (x.ndim - a["axis"] % x.ndim - 1))
+
+    def batch_norm(a, x, g, b, m, v):
+        return (F.batch_norm(x, m, v, g, b, False, 0.0, a["epsilon"]),)
+
+    def bmm(a, x, y):
+        x = x.transpose(1, 2) if a["transpose_a"] else x
+        return torch.matmul(x, y.transpose(1, 2) if a["transpose_b"] else y)
+
+    return {
+        "add": lambda a, x, y: x + y, "multiply": lambda a, x, y: x * y, "subtract": lambda a, x, y: x - y,
+        "divide": lambda a, x, y: x / y, "tanh": lambda a, x: torch.tanh(x), "exp": lambda a, x: torch.exp(x),
+        "sqrt": lambda a, x: torch.sqrt(x), "nn.relu": lambda a, x: F.relu(x),
+        "clip": lambda a, x: torch.clamp(x, a["a_min"], a["a_max"]),
+        "nn.conv2d": conv2d, "nn.conv2d_transpose": conv2d_transpose, "nn.max_pool2d": max_pool2d,
+        "nn.global_avg_pool2d": lambda a, x: F.adaptive_avg_pool2d(x, 1), "nn.bias_add": bias_add,
+        "nn.batch_norm": batch_norm, "nn.batch_flatten": lambda a, x: torch.flatten(x, 1),
+        "nn.dense": lambda a, x, w: F.linear(x, w), "nn.softmax": lambda a, x: F.softmax(x, a["axis"]),
+        "nn.dropout": lambda a, x: (x, torch.ones_like(x)),
+        "concatenate": lambda a, *xs: torch.cat(xs, a["axis"]), "nn.batch_matmul": bmm,
+        "transpose": lambda a, x: x.permute(*(a["axes"] or range(x.ndim - 1, -1, -1))),
+        "nn.layer_norm": lambda a, x, g, b: F.layer_norm(x, (x.shape[-1],), g, b, a["epsilon"]),
+        "mean": lambda a, x: x.mean(dim=tuple(a["axis"]), keepdim=a["keepdims"]),
+    }
+
+
+def torch_module(mod: Any, params: dict[str, np.ndarray]) -> Any:
+    """A torch.nn.Module computing `@main` op by op with torch.nn.functional (eager)."""
+    import torch
+
+    mod = autorelay.infer_types(mod)
+    fn = mod["main"]
+    ops = _torch_ops()
+    order = [n for n in post_order(fn.body)]
+    names = [p.name_hint for p in fn.params]
+    inputs = [n for n in names if n not in params]
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weights = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
+
+        def forward(self, *xs: Any) -> Any:
+            env: dict[int, Any] = {}
+            given = dict(zip(inputs, xs))
+            for p in fn.params:
+                env[id(p)] = given[p.name_hint] if p.name_hint in given else self.weights[p.name_hint]
+            for n in order:
+                if isinstance(n, Var | Op):
+                    continue
+                if isinstance(n, Constant):
+                    env[id(n)] = torch.from_numpy(np.array(n.data))
+                elif isinstance(n, Tuple):
+                    env[id(n)] = tuple(env[id(f)] for f in n.fields)
+                elif isinstance(n, TupleGetItem):
+                    env[id(n)] = env[id(n.tuple_value)][n.index]
+                elif isinstance(n, Call) and n.op.name == "reshape":
+                    env[id(n)] = env[id(n.args[0])].reshape(tuple(n.checked_type.concrete_shape))
+                elif isinstance(n, Call):
+                    args = [a for x in n.args
+                            for a in (env[id(x)] if isinstance(x, Tuple) else (env[id(x)],))]
+                    env[id(n)] = ops[n.op.name](n.attrs, *args)
+            return env[id(fn.body)]
+
+    return Net().eval(), inputs
+
+
+# ---- timing ----------------------------------------------------------------------------------
+
+
+def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int = 2) -> dict[str, float]:
+    for _ in range(warmup):
+        for r in runners.values():
+            r()
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(repeat):
+        for k, r in runners.items():
+            t0 = time.perf_counter()
+            r()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any]) -> dict[str, Any]:
+    mod, params = zoo.get(name, **options)
+    inputs = zoo.random_inputs(mod, params)
+    t0 = time.perf_counter()
+    exe = autorelay.build(mod, params=params, threads=threads)
+    build_s = time.perf_counter() - t0
+    args = [inputs[n] for n in exe.input_names]
+    ours = np.asarray(exe(*args))
+    runners: dict[str, Callable[[], Any]] = {"autorelay": lambda: exe(*args)}
+    row: dict[str, Any] = {"model": name, "build_s": build_s, "kernels": len(exe.report.rows),
+                           "fallbacks": len(exe.report.fallbacks), "peak_kib": exe.peak_memory_bytes / 1024}
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        net, in_names = torch_module(mod, params)
+        targs = [torch.from_numpy(inputs[n]) for n in in_names]
+        with torch.no_grad():
+            theirs = net(*targs)
+            theirs = theirs[0] if isinstance(theirs, tuple) else theirs
+            row["max_abs_diff_torch"] = float(np.abs(ours - theirs.numpy()).max())
+
+        def run_torch() -> Any:
+            with torch.no_grad():
+                return net(*targs)
+
+        runners["torch"] = run_torch
+        ort_runner = _onnxruntime(net, targs, in_names, threads)
+        if ort_runner is not None:
+            runners["onnxruntime"] = ort_runner
+    except ImportError:
+        pass
+    row.update({f"{k}_ms": v * 1e3 for k, v in interleaved(runners, repeat).items()})
+    return row
+
+
+def _onnxruntime(net: Any, targs: list, in_names: list[str], threads: int) -> Callable[[], Any] | None:
+    try:
+        import onnxruntime as ort
+        import torch
+    except ImportError:
+        return None
+    path = os.path.join(tempfile.mkdtemp(prefix="autorelay-bench-"), "model.onnx")
+    import warnings
+
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(net, tuple(targs), path, input_names=in_names, dynamo=False, opset_version=17)
+    except Exception as e:
+        print(f"  (onnx export failed: {type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+        return None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feed = {n: t.numpy() for n, t in zip(in_names, targs)}
+    return lambda: sess.run(None, feed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(CNNS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--image-size", type=int, default=None, help="override the CNNs' input size")
+    args = ap.parse_args()
+    rows = []
+    for name in args.models.split(","):
+        sized = name not in ("mlp", "transformer", "nature-dqn", "dcgan")
+        opts = {"image_size": args.image_size} if args.image_size and sized else {}
+        print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
+        rows.append(bench_model(name, args.threads, args.repeat, opts))
+    cols = ["autorelay_ms", "torch_ms", "onnxruntime_ms"]
+    present = [c for c in cols if any(c in r for r in rows)]
+    head = f"{'model':<16}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
+    head += f"{'AR/torch':>10}{'AR/ORT':>9}{'build s':>9}{'fallbk':>7}{'peak KiB':>10}"
+    print(f"batch 1, {args.threads} threads, median of {args.repeat} interleaved runs")
+    print(head)
+    for r in rows:
+        line = f"{r['model']:<16}" + "".join(f"{r.get(c, float('nan')):>16.3f}" for c in present)
+        rt = r["autorelay_ms"] / r["torch_ms"] if "torch_ms" in r else float("nan")
+        ro = r["autorelay_ms"] / r["onnxruntime_ms"] if "onnxruntime_ms" in r else float("nan")
+        line += f"{rt:>10.2f}{ro:>9.2f}{r['build_s']:>9.1f}{r['fallbacks']:>7}{r['peak_kib']:>10.0f}"
+        print(line)
+        if r.get("max_abs_diff_torch", 0) > 1e-3:
+            print(f"  warning: {r['model']} differs from PyTorch by {r['max_abs_diff_torch']:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""`autorelay.build` of zoo CNNs (small sizes) against the reference interpreter.
+
+Tolerance: float32 kernels reassociate sums (vector lanes, tiles), so outputs may differ from the
+interpreter's NumPy reduction order by a few ulps per accumulation; we allow rtol = atol = 1e-4 of
+the output scale, far below any real bug (a wrong tap or channel changes results at the 1e-1 level).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autorelay
+from autorelay.frontend import zoo
+
+pytestmark = pytest.mark.cpu
+
+MODELS = [
+    ("resnet-18", {"image_size": 32}),
+    ("mobilenet-v2", {"image_size": 32}),
+    ("mlp", {}),
+    ("transformer", {}),
+    ("squeezenet-1.1", {"image_size": 64}),
+    ("nature-dqn", {}),
+    ("dcgan", {}),
+]
+
+
+def _interpreter(mod, params, inputs) -> np.ndarray:
+    args = [inputs[p.name_hint] if p.name_hint in inputs else params[p.name_hint] for p in mod["main"].params]
+    return np.asarray(autorelay.evaluate(mod, *args))
+
+
+@pytest.mark.parametrize(("name", "options"), MODELS, ids=[m[0] for m in MODELS])
+def test_zoo_model_matches_interpreter(name: str, options: dict):
+    try:
+        mod, params = zoo.get(name, **options)
+    except TypeError:  # the model takes no size option
+        mod, params = zoo.get(name)
+    inputs = zoo.random_inputs(mod, params, seed=3)
+    exe = autorelay.build(mod, params=params)
+    got = np.asarray(exe.run(**inputs))
+    want = _interpreter(mod, params, inputs)
+    scale = max(float(np.abs(want).max()), 1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
+    report = exe.report
+    kinds = report.sources
+    assert sum(kinds.values()) >= 1
+    # every compiled step names its workload and where its schedule came from
+    for row in report.rows:
+        if row.kind == "kernel" and row.source != "relayout":  # relayout: packing an activation
+            assert len(row.workload_key) == 32 and row.source == "default"
+    # only ops without a compute may fall back, and the report says why
+    for row in report.fallbacks:
+        assert row.detail.startswith(("no compute", "default schedule failed"))
+    assert exe.peak_memory_bytes <= report.unplanned_bytes
+
+
+@pytest.mark.parametrize("name", ["resnet-18", "mobilenet-v2"])
+def test_tune_pipeline_blocked_layouts_compile_without_fallbacks(name: str):
+    """The `tune` pipeline's NCHW16c convolutions, pooling and layout transforms all have computes."""
+    mod, params = zoo.get(name, image_size=32)
+    inputs = zoo.random_inputs(mod, params, seed=4)
+    exe = autorelay.build(mod, params=params, pipeline="tune")
+    assert exe.report.fallbacks == []
+    want = _interpreter(mod, params, inputs)
+    np.testing.assert_allclose(np.asarray(exe.run(**inputs)), want, rtol=1e-4,
+                               atol=1e-4 * max(float(np.abs(want).max()), 1e-3))

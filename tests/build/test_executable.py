@@ -1,0 +1,215 @@
+"""Executable behaviour: memory plan, save/load, input checking, reports, schedule sources, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import autorelay
+from autorelay.build import BuildError
+from autorelay.frontend import zoo
+from autorelay.runtime.executable import InputError
+
+pytestmark = pytest.mark.cpu
+
+SMALL_NET = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 12, 12), float32], %w1: Tensor[(8, 3, 3, 3), float32],
+          %w2: Tensor[(8, 8, 3, 3), float32], %d: Tensor[(10, 288), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1]);
+  %1 = nn.relu(%0);
+  %2 = nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2]);
+  %3 = nn.conv2d(%2, %w2, padding=[1, 1]);
+  %4 = nn.relu(%3);
+  %5 = add(%4, %2);
+  %6 = nn.batch_flatten(%5);
+  %7 = nn.dense(%6, %d);
+  (nn.softmax(%7), %6)
+}"""
+
+
+@pytest.fixture(scope="module")
+def net():
+    mod = autorelay.parse(SMALL_NET)
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((8, 3, 3, 3)).astype("float32") * 0.3,
+              "w2": rng.standard_normal((8, 8, 3, 3)).astype("float32") * 0.1,
+              "d": rng.standard_normal((10, 288)).astype("float32") * 0.05}
+    x = rng.standard_normal((1, 3, 12, 12)).astype("float32")
+    want = autorelay.evaluate(mod, x, params["w1"], params["w2"], params["d"])
+    return mod, params, x, want, autorelay.build(mod, params=params)
+
+
+def test_tuple_outputs_match_interpreter(net):
+    _, _, x, want, exe = net
+    got = exe(x)
+    assert isinstance(got, tuple) and len(got) == 2
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    again = exe.run(x=x)  # repeated calls reuse buffers; results are fresh arrays
+    np.testing.assert_array_equal(again[0], got[0])
+    assert again[0] is not got[0]
+
+
+def test_memory_plan_reuses_storage(net):
+    exe = net[4]
+    temps = [s for s in exe.plan.slots if s.kind == "temp"]
+    total = sum(s.nbytes for s in temps)
+    storage = exe.plan.memory.storage_bytes
+    assert sum(storage) < total  # shared blocks hold less than one buffer per intermediate
+    assert len(storage) < len(temps)
+    assert exe.peak_memory_bytes == sum(storage) + exe.plan.memory.workspace_bytes
+    assert exe.peak_memory_bytes < exe.report.unplanned_bytes
+    # no step writes into a block it also reads
+    for st in exe.plan.steps:
+        ins = {exe.plan.slots[a].index for a in st.args if exe.plan.slots[a].kind == "temp"}
+        outs = {exe.plan.slots[o].index for o in st.outputs}
+        assert not ins & outs, st.name
+
+
+def test_bad_input_shape_names_input_and_shapes(net):
+    exe = net[4]
+    with pytest.raises(InputError, match=r"input 'x': expected shape \(1, 3, 12, 12\).*got \(1, 3, 11, 12\)"):
+        exe(np.zeros((1, 3, 11, 12), "float32"))
+    with pytest.raises(InputError, match="expected 1 input"):
+        exe()
+    with pytest.raises(InputError, match="missing"):
+        exe.run(y=np.zeros((1, 3, 12, 12), "float32"))
+
+
+def test_profile_fills_shares(net):
+    exe = net[4]
+    report = exe.profile(repeat=3)
+    shares = [r.share for r in report.rows]
+    assert all(s is not None and s >= 0 for s in shares)
+    assert abs(sum(shares) - 1.0) < 1e-6
+    text = str(report)
+    assert "conv2d" in text and "memory: peak" in text
+
+
+def test_threads_do_not_change_results(net):
+    _, _, x, _, exe = net
+    one = exe(x)
+    exe.set_threads(2)
+    try:
+        two = exe(x)
+    finally:
+        exe.set_threads(1)
+    np.testing.assert_allclose(two[0], one[0], rtol=1e-6)
+
+
+def test_save_load_round_trip(net, tmp_path):
+    _, _, x, want, exe = net
+    path = tmp_path / "net.arx"
+    exe.save(path)
+    loaded = autorelay.load(path)
+    for g, w in zip(loaded(x), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert loaded.report.rows[0].workload_key == exe.report.rows[0].workload_key
+
+
+def test_load_in_fresh_process_uses_object_code(net, tmp_path):
+    _, _, x, want, exe = net
+    path, xin, out = tmp_path / "net.arx", tmp_path / "x.npy", tmp_path / "y.npy"
+    exe.save(path)
+    np.save(xin, x)
+    code = textwrap.dedent(f"""
+        import numpy as np, autorelay, autorelay.kernel as K
+        def boom(*a, **k): raise AssertionError("load must not lower or schedule")
+        K.build_kernel = boom
+        exe = autorelay.load({str(path)!r})
+        assert all(k.module.from_disk for k in exe.kernels)
+        np.save({str(out)!r}, exe(np.load({str(xin)!r}))[0])
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    np.testing.assert_allclose(np.load(out), want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_load_rejects_other_files(tmp_path):
+    bad = tmp_path / "bad.arx"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(autorelay.AutoRelayError, match="not a saved AutoRelay executable"):
+        autorelay.load(bad)
+
+
+class _Lookup:
+    """A plain schedule source: one logged config for one workload, nothing else."""
+
+    def __init__(self, key: str, config: dict, kind: str) -> None:
+        self.key, self.config, self.kind = key, config, kind
+        self.asked: list[tuple[str, str]] = []
+        self.last_lookup_kind = None
+
+    def lookup(self, key: str, target: str, workload: dict | None = None) -> dict | None:
+        self.asked.append((key, target))
+        hit = key == self.key
+        self.last_lookup_kind = self.kind if hit else "default"
+        return self.config if hit else None
+
+
+@pytest.mark.parametrize("kind", ["exact", "transferred"])
+def test_logged_configs_are_used_and_reported(net, kind):
+    mod, params, x, want, exe = net
+    dense = next(r for r in exe.report.rows if r.name.startswith("dense"))
+    config = {"template": "dense", "knobs": {"tile_m": 1, "tile_n_vectors": 1, "outer": "m", "unroll_k": 2}}
+    source = _Lookup(dense.workload_key, config, kind)
+    tuned = autorelay.build(mod, params=params, schedules=source)
+    row = next(r for r in tuned.report.rows if r.name.startswith("dense"))
+    assert row.source == {"exact": "tuned", "transferred": "transferred"}[kind]
+    assert "'unroll_k': 2" in row.detail
+    assert {r.source for r in tuned.report.rows if r.kind == "kernel" and r is not row} == {"default"}
+    assert all(t == "llvm" for _, t in source.asked)
+    np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_fallback_kernels_are_reported(tmp_path):
+    mod = autorelay.parse("""#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 9), float32]) {
+  %0 = sin(%x);
+  %1 = exp(%0);
+  argsort(%1, axis=1)
+}""")
+    x = np.random.default_rng(1).standard_normal((4, 9)).astype("float32")
+    exe = autorelay.build(mod)
+    np.testing.assert_array_equal(exe(x), autorelay.evaluate(mod, x))
+    assert [r.source for r in exe.report.rows] == ["fallback", "fallback"]
+    assert "sin" in exe.report.rows[0].detail and "argsort" in exe.report.rows[1].detail
+    exe.save(tmp_path / "fb.arx")  # fallback functions travel as Relay text
+    np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
+
+
+def test_control_flow_needs_the_vm():
+    mod, params = zoo.get("rnn")
+    with pytest.raises(BuildError, match="VM"):
+        autorelay.build(mod, params=params)
+
+
+def test_unknown_target_is_an_error():
+    mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) { exp(%x) }')
+    with pytest.raises(BuildError, match="unsupported target 'cuda'"):
+        autorelay.build(mod, target="cuda")
+
+
+def test_engines_can_be_released(tmp_path):
+    """Each kernel's JIT engine owns its own TargetMachine: dropping executables and clearing the
+    kernel cache must not double-free (a crash), and loaded kernels likewise."""
+    (tmp_path / "net.relay").write_text(SMALL_NET)
+    code = textwrap.dedent(f"""
+        import gc, numpy as np, autorelay
+        from autorelay.codegen.llvm.jit import clear_memory_cache
+        mod = autorelay.parse(open({str(tmp_path / "net.relay")!r}).read())
+        rng = np.random.default_rng(0)
+        params = {{p.name_hint: rng.standard_normal(p.type_annotation.concrete_shape).astype("float32")
+                   for p in mod["main"].params if p.name_hint != "x"}}
+        exe = autorelay.build(mod, params=params)
+        exe.save({str(tmp_path / "n.arx")!r})
+        del exe; gc.collect(); clear_memory_cache(); gc.collect()
+        exe = autorelay.load({str(tmp_path / "n.arx")!r})
+        del exe; gc.collect(); clear_memory_cache(); gc.collect()
+        print("released")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "released" in done.stdout, done.stderr[-2000:]

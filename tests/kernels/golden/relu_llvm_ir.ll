@@ -1,0 +1,80 @@
+define void @relu_s0(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end) #0 {
+entry:
+  br label %hdr1
+hdr1:
+  %t4 = phi i64 [0, %entry], [%t5, %exit9]
+  %t6 = icmp slt i64 %t4, 3
+  br i1 %t6, label %body2, label %exit3
+body2:
+  br label %hdr7
+hdr7:
+  %t10 = phi i64 [0, %body2], [%t11, %vdone18]
+  %t12 = icmp slt i64 %t10, 3
+  br i1 %t12, label %body8, label %exit9
+body8:
+  %t13 = mul i64 %t10, 8
+  %t14 = add i64 %t13, 7
+  %t15 = icmp slt i64 %t14, 20
+  br i1 %t15, label %vec16, label %tail17
+vec16:
+  %t19 = mul i64 %t4, 20
+  %t20 = mul i64 %t10, 8
+  %t21 = add i64 %t19, %t20
+  %t22 = getelementptr inbounds float, ptr %b0, i64 %t21
+  %t23 = load <8 x float>, ptr %t22, align 4
+  %t24 = insertelement <8 x float> poison, float 0x0000000000000000, i32 0
+  %t25 = shufflevector <8 x float> %t24, <8 x float> poison, <8 x i32> zeroinitializer
+  %t26 = fcmp ogt <8 x float> %t23, %t25
+  %t27 = select <8 x i1> %t26, <8 x float> %t23, <8 x float> %t25
+  %t28 = mul i64 %t4, 20
+  %t29 = mul i64 %t10, 8
+  %t30 = add i64 %t28, %t29
+  %t31 = getelementptr inbounds float, ptr %b1, i64 %t30
+  store <8 x float> %t27, ptr %t31, align 4
+  br label %vdone18
+tail17:
+  br label %hdr32
+hdr32:
+  %t35 = phi i64 [0, %tail17], [%t36, %endif43]
+  %t37 = icmp slt i64 %t35, 8
+  br i1 %t37, label %body33, label %exit34
+body33:
+  %t38 = mul i64 %t10, 8
+  %t39 = add i64 %t35, %t38
+  %t40 = icmp slt i64 %t39, 20
+  br i1 %t40, label %then41, label %endif43
+then41:
+  %t44 = mul i64 %t4, 20
+  %t45 = add i64 %t44, %t35
+  %t46 = mul i64 %t10, 8
+  %t47 = add i64 %t45, %t46
+  %t48 = getelementptr inbounds float, ptr %b0, i64 %t47
+  %t49 = load float, ptr %t48, align 4
+  %t50 = fcmp ogt float %t49, 0x0000000000000000
+  %t51 = select i1 %t50, float %t49, float 0x0000000000000000
+  %t52 = mul i64 %t4, 20
+  %t53 = add i64 %t52, %t35
+  %t54 = mul i64 %t10, 8
+  %t55 = add i64 %t53, %t54
+  %t56 = getelementptr inbounds float, ptr %b1, i64 %t55
+  store float %t51, ptr %t56, align 4
+  br label %endif43
+endif43:
+  %t36 = add nuw nsw i64 %t35, 1
+  br label %hdr32, !llvm.loop !0
+exit34:
+  br label %vdone18
+vdone18:
+  %t11 = add nuw nsw i64 %t10, 1
+  br label %hdr7, !llvm.loop !0
+exit9:
+  %t5 = add nuw nsw i64 %t4, 1
+  br label %hdr1, !llvm.loop !0
+exit3:
+  ret void
+}
+
+attributes #0 = { nounwind "target-cpu"="haswell" "target-features"="+avx,+avx2,+fma,+sse4.2" "prefer-vector-width"="256" "min-legal-vector-width"="256" "frame-pointer"="none" }
+
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.mustprogress"}

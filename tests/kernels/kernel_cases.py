@@ -1,0 +1,153 @@
+"""Kernel test cases: (name, build compute, numpy oracle). Shapes are deliberately ragged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import kernel_oracles as H
+import numpy as np
+
+from autorelay.te import expr as E
+from autorelay.te import nn
+from autorelay.te import tensor as te
+
+
+@dataclass
+class Case:
+    name: str
+    build: Callable[[], te.ComputeDef]
+    oracle: Callable[..., np.ndarray]
+    template: str
+    rtol: float = 1e-4
+
+
+def _dense():
+    a, w = te.placeholder((37, 53), name="A"), te.placeholder((29, 53), name="W")
+    return te.make_def([a, w], nn.dense(a, w), "dense")
+
+
+def _dense_bias_relu():
+    a, w, b = (
+        te.placeholder((19, 40), name="A"),
+        te.placeholder((45, 40), name="W"),
+        te.placeholder((45,), name="b"),
+    )
+    return te.make_def([a, w, b], nn.relu(nn.dense(a, w, b)), "dense_bias_relu")
+
+
+def _bmm():
+    a, b = te.placeholder((3, 17, 19), name="A"), te.placeholder((3, 23, 19), name="B")
+    return te.make_def([a, b], nn.batch_matmul(a, b), "bmm")
+
+
+def _conv(s: int, p: int):
+    def build():
+        x, w = te.placeholder((1, 6, 11, 13), name="X"), te.placeholder((10, 6, 3, 3), name="W")
+        return te.make_def([x, w], nn.conv2d_nchw(x, w, s, p), "conv")
+
+    return build
+
+
+def _conv1x1():
+    x, w = te.placeholder((2, 8, 9, 9), name="X"), te.placeholder((12, 8, 1, 1), name="W")
+    return te.make_def([x, w], nn.conv2d_nchw(x, w, 2, 0), "conv1x1")
+
+
+def _conv_nchwc(s: int):
+    def build():
+        x, w = te.placeholder((1, 2, 10, 13, 4), name="X"), te.placeholder((2, 2, 3, 3, 4, 8), name="W")
+        return te.make_def([x, w], nn.conv2d_nchwc(x, w, s, 1), "conv_nchwc")
+
+    return build
+
+
+def _dw(s: int):
+    def build():
+        x, w = te.placeholder((1, 5, 12, 19), name="X"), te.placeholder((5, 1, 3, 3), name="W")
+        return te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, s, 1), "dw")
+
+    return build
+
+
+def _pool(kind: str, k: int, s: int, p: int):
+    def build():
+        x = te.placeholder((1, 3, 13, 11), name="X")
+        return te.make_def([x], nn.pool2d(x, kind, k, s, p), f"{kind}pool")
+
+    return build
+
+
+def _softmax():
+    x = te.placeholder((5, 37), name="X")
+    return te.make_def([x], nn.softmax(x), "softmax")
+
+
+def _reduce(kind: str, axes, keep: bool):
+    def build():
+        x = te.placeholder((4, 6, 21), name="X")
+        return te.make_def([x], nn.reduce(x, kind, axes, keep), f"{kind}")
+
+    return build
+
+
+def _elemwise():
+    x, y = te.placeholder((3, 5, 19), name="X"), te.placeholder((5, 1), name="Y")
+    out = nn.elemwise(lambda a, b: E.call("tanh", a) * b + E.call("exp", b * 0.5), x, y, name="ew")
+    return te.make_def([x, y], out, "elemwise")
+
+
+def _transpose_sigmoid():
+    x = te.placeholder((7, 33), name="X")
+    t = te.compute((33, 7), lambda i, j: E.call("sigmoid", x[j, i]), name="T")
+    return te.make_def([x], t, "transpose")
+
+
+def _conv_oracle(s, p):
+    return lambda x, w: H.conv_nchw(x, w, s, p)
+
+
+CASES = [
+    Case("dense", _dense, lambda a, w: a.astype(np.float64) @ w.T, "dense"),
+    Case(
+        "dense_bias_relu",
+        _dense_bias_relu,
+        lambda a, w, b: np.maximum(a.astype(np.float64) @ w.T + b, 0),
+        "dense",
+    ),
+    Case("batch_matmul", _bmm, lambda a, b: a.astype(np.float64) @ b.transpose(0, 2, 1), "dense"),
+    Case("conv_s1", _conv(1, 1), _conv_oracle(1, 1), "conv2d_nchw"),
+    Case("conv_s2", _conv(2, 1), _conv_oracle(2, 1), "conv2d_nchw"),
+    Case("conv_1x1_s2", _conv1x1, _conv_oracle(2, 0), "conv2d_nchw"),
+    Case(
+        "conv_nchwc_s1",
+        _conv_nchwc(1),
+        lambda x, w: H.to_nchwc(
+            H.conv_nchw(H.from_nchwc(x), w.transpose(0, 5, 1, 4, 2, 3).reshape(16, 8, 3, 3), 1, 1), 8
+        ),
+        "conv2d_nchwc",
+    ),
+    Case(
+        "conv_nchwc_s2",
+        _conv_nchwc(2),
+        lambda x, w: H.to_nchwc(
+            H.conv_nchw(H.from_nchwc(x), w.transpose(0, 5, 1, 4, 2, 3).reshape(16, 8, 3, 3), 2, 1), 8
+        ),
+        "conv2d_nchwc",
+    ),
+    Case("depthwise_s1", _dw(1), lambda x, w: H.conv_nchw(x, w, 1, 1, groups=5), "depthwise_conv2d_nchw"),
+    Case("depthwise_s2", _dw(2), lambda x, w: H.conv_nchw(x, w, 2, 1, groups=5), "depthwise_conv2d_nchw"),
+    Case("maxpool", _pool("max", 3, 2, 1), lambda x: H.pool(x, 3, 2, 1, "max"), "reduction"),
+    Case("avgpool", _pool("avg", 2, 2, 0), lambda x: H.pool(x, 2, 2, 0, "avg"), "reduction"),
+    Case("softmax", _softmax, H.softmax, "reduction"),
+    Case("sum_last", _reduce("sum", [2], False), lambda x: x.sum(2), "reduction"),
+    Case("max_first_keep", _reduce("max", [0], True), lambda x: x.max(0, keepdims=True), "reduction"),
+    Case("mean_all", _reduce("mean", [0, 1, 2], False), lambda x: np.array([x.mean()]), "reduction"),
+    Case("elemwise_broadcast", _elemwise, lambda x, y: np.tanh(x) * y + np.exp(y * 0.5), "injective"),
+    Case("transpose_sigmoid", _transpose_sigmoid, lambda x: 1 / (1 + np.exp(-x.T)), "injective"),
+]
+
+
+def inputs_for(cdef: te.ComputeDef, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]

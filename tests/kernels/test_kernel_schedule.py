@@ -1,0 +1,171 @@
+"""Schedule steps, spaces and configs: serialisation, mixed-radix indexing, legality errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.errors import ScheduleError
+from autorelay.kernel import build_kernel
+from autorelay.schedule import steps as S
+from autorelay.schedule.apply import apply
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.state import relayout
+from autorelay.schedule.templates import template_for, templates
+from autorelay.te import nn
+from autorelay.te import tensor as te
+from autorelay.tir.printer import func_str
+
+ALL_STEPS = [
+    S.Split("C", "i", 4),
+    S.Split("C", "i", 4, "a", "b"),
+    S.Reorder("C", ("j", "i")),
+    S.Fuse("C", "i", "j"),
+    S.Vectorize("C", "j"),
+    S.Unroll("C", "i"),
+    S.Parallel("C", "i"),
+    S.CacheWrite("C"),
+    S.ComputeAt("P", "C", "i"),
+    S.ComputeInline("P"),
+    S.Pack("W", 0, 8, 2),
+    S.Pad("C", "k", 8),
+]
+
+
+@pytest.mark.parametrize("step", ALL_STEPS, ids=lambda s: type(s).__name__)
+def test_step_json_round_trip(step):
+    assert S.from_json(json.loads(json.dumps(S.to_json(step)))) == step
+
+
+def test_unknown_step_kind_is_rejected():
+    with pytest.raises(ValueError, match="unknown schedule step 'Tile'"):
+        S.from_json({"step": "Tile"})
+
+
+def test_space_mixed_radix_round_trip():
+    space = Space("t", (Knob("a", (1, 2, 3)), Knob("b", ("x", "y")), Knob("c", ((1, 2), (3, 4)))))
+    assert space.size == 12
+    seen = set()
+    for i in range(space.size):
+        cfg = space.get(i)
+        assert space.index(cfg) == i
+        assert Config.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+        seen.add(cfg)
+    assert len(seen) == 12
+    # first knob most significant
+    assert (
+        space.get(6)["a"] == 2
+        and space.get(6)["b"] == "y"
+        and space.get(4)["b"] == "x"
+        and space.get(1)["c"] == (3, 4)
+    )
+    with pytest.raises(IndexError):
+        space.get(12)
+    with pytest.raises(ValueError, match="knob a"):
+        space.index(Config("t", (("a", 9), ("b", "x"), ("c", (1, 2)))))
+
+
+def test_every_template_default_is_in_its_space():
+    target = Target.host()
+    a, w = te.placeholder((64, 32), name="A"), te.placeholder((48, 32), name="W")
+    cdef = te.make_def([a, w], nn.dense(a, w))
+    for name in ("dense",):
+        tmpl = templates()[name]
+        space = tmpl.space(cdef, target)
+        space.index(tmpl.default(cdef, target))
+    lanes, regs = target.vector_lanes(), target.vector_registers
+    cfg = template_for(cdef).default(cdef, target)
+    assert cfg["tile_m"] * cfg["tile_n_vectors"] + cfg["tile_n_vectors"] + 1 < regs
+    assert cfg["tile_n_vectors"] * lanes <= 48 + lanes
+
+
+def _matmul(m=16, n=24, k=20):
+    a, w = te.placeholder((m, k), name="A"), te.placeholder((n, k), name="W")
+    kk = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, kk] * w[j, kk], kk), name="C")
+    return te.make_def([a, w], c)
+
+
+ILLEGAL = [
+    ([S.Split("C", "x", 4)], "no loop axis 'x'"),
+    ([S.Split("C", "i", 0)], "factor must be >= 1"),
+    ([S.Vectorize("C", "k")], "reduction axis cannot be vectorized"),
+    ([S.Parallel("C", "k")], "reduction axis cannot be parallel"),
+    ([S.Fuse("C", "i", "k")], "directly precede"),
+    ([S.Reorder("C", ("i", "k", "j")), S.Fuse("C", "i", "k")], "cannot fuse a spatial and a reduction axis"),
+    ([S.Parallel("C", "j")], "outermost loop"),
+    ([S.Vectorize("C", "i")], "only the innermost loop"),
+    ([S.ComputeInline("C")], "only a non-output injective stage"),
+    ([S.Split("C", "i", 2), S.CacheWrite("C")], "must come before any other step"),
+    ([S.Pack("Z", 0, 4)], "'Z' is not an input"),
+    ([S.Pack("W", 3, 4)], "invalid for shape"),
+    ([S.ComputeAt("C", "C", "i")], "output or inlined"),
+    ([S.Unroll("C", "i"), S.Vectorize("C", "i")], "already marked unrolled"),
+    ([S.Split("C", "i", 4), S.Pad("C", "i_o", 8)], "only an unsplit reduction axis"),
+    (
+        [S.CacheWrite("C"), S.ComputeAt("C_local", "C", "i"), S.Split("C", "i", 2)],
+        "split or fused afterwards",
+    ),
+]
+
+
+@pytest.mark.parametrize("steps,message", ILLEGAL, ids=[m for _, m in ILLEGAL])
+def test_illegal_steps_raise_schedule_error(steps, message):
+    with pytest.raises(ScheduleError, match=message):
+        apply(_matmul(), steps)
+
+
+def test_vector_width_is_bounded():
+    with pytest.raises(ScheduleError, match="exceeds 64"):
+        apply(_matmul(n=200), [S.CacheWrite("C"), S.Split("C", "j", 128), S.Vectorize("C", "j_i")])
+
+
+def test_pad_removes_the_reduction_guard_and_keeps_the_answer():
+    cdef = _matmul(k=21)
+    split = [S.Split("C", "k", 8), S.Reorder("C", ("i", "k_o", "j", "k_i"))]
+    guarded, _ = apply(cdef, split)
+    assert "if " in func_str(guarded)
+    padded, state = apply(cdef, [S.Pad("C", "k", 8), *split])
+    assert "if " not in func_str(padded)
+    assert state.inputs["A"].shape == (16, 24) and state.inputs["W"].shape == (24, 24)
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((16, 21), np.float32), rng.standard_normal((24, 21), np.float32)
+    got = build_kernel(cdef, [S.Pad("C", "k", 8), *split]).run(a, w)
+    np.testing.assert_allclose(got, a @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_pad_refuses_a_max_reduction():
+    x = te.placeholder((4, 10), name="X")
+    k = te.reduce_axis(10, "k")
+    m = te.compute((4,), lambda i: te.max(x[i, k], k), name="M")
+    with pytest.raises(ScheduleError, match="only an unsplit reduction axis of a sum"):
+        apply(te.make_def([x], m), [S.Pad("M", "k", 8)])
+
+
+def test_pack_relayout_matches_index_rewrite():
+    w = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)
+    packed = relayout(w, [("pack", 0, 2, 2)])  # [5,7] -> [3,7,2], zero padded
+    assert packed.shape == (3, 7, 2)
+    for n in range(5):
+        for k in range(7):
+            assert packed[n // 2, k, n % 2] == w[n, k]
+    assert (packed[2, :, 1] == 0).all()
+
+
+def test_compute_at_region_is_the_tile():
+    cdef = _matmul(16, 24, 20)
+    f, _ = apply(
+        cdef,
+        [
+            S.CacheWrite("C"),
+            S.Split("C", "i", 4),
+            S.Split("C", "j", 8),
+            S.Reorder("C", ("i_o", "j_o", "i_i", "j_i")),
+            S.ComputeAt("C_local", "C", "j_o"),
+        ],
+    )
+    text = func_str(f)
+    assert "alloc C_local_l: float32[4, 8] local" in text
