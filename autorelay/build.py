@@ -85,8 +85,8 @@ def own_machine(target: Target) -> Target:
     return dataclasses.replace(target)
 
 
-def check_dataflow(mod: IRModule, entry: str = "main") -> None:
-    """Raise BuildError when the program needs the VM (control flow, recursion, closures, ADTs)."""
+def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
+    """Why @entry needs the VM (control flow, recursion, closures, ADTs, refs), or None for dataflow."""
     others = sorted(g.name_hint for g in mod.functions if g.name_hint != entry)
     fn = mod[entry]
     for node in post_order(fn.body):
@@ -103,8 +103,16 @@ def check_dataflow(mod: IRModule, entry: str = "main") -> None:
             bad = "a closure (nested function)"
         if bad is not None:
             extra = f"; module also defines {', '.join('@' + o for o in others)}" if others else ""
-            raise BuildError(f"build: @{entry} uses {bad}{extra}. Programs with control flow need the "
-                             f"VM, which build() does not provide yet; run them with autorelay.evaluate")
+            return f"@{entry} uses {bad}{extra}"
+    return None
+
+
+def check_dataflow(mod: IRModule, entry: str = "main") -> None:
+    """Raise BuildError when the program needs the VM rather than the graph executor."""
+    reason = control_flow_reason(mod, entry)
+    if reason is not None:
+        raise BuildError(f"build: {reason}; the graph executor runs dataflow programs only "
+                         f"(use executor='vm' or 'auto')")
 
 
 def _tensor_types(t: Type | None, what: str) -> list[TensorType]:
@@ -370,8 +378,13 @@ def build(
     pipeline: str | Any = "default",
     *,
     threads: int = 1,
-) -> Executable:
-    """Compile a dataflow model into an `Executable` (see the module docstring).
+    executor: str = "auto",
+) -> Any:
+    """Compile a model into an executable (see the module docstring).
+
+    `executor`: "graph" (dataflow programs: the static-memory graph executor), "vm" (control flow,
+    closures, recursion, ADTs), "aot" (first-order loops compiled to native code), or "auto"
+    (graph for dataflow, otherwise the VM).
 
     `schedules`: an object with `lookup(workload_key, target) -> config dict | None` (e.g. a
     `tuning_db` ScheduleSource) or None for heuristic defaults. `pipeline`: a pipeline name
@@ -382,6 +395,18 @@ def build(
 
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
+    if executor not in ("auto", "graph", "vm", "aot"):
+        raise BuildError(f"build: unknown executor {executor!r}; use auto, graph, vm or aot")
+    if executor == "auto":
+        executor = "graph" if control_flow_reason(mod) is None else "vm"
+    if executor == "vm":
+        from autorelay.runtime import vm
+
+        return vm.compile(mod, target, params=params, schedules=schedules, pipeline=pipeline, threads=threads)
+    if executor == "aot":
+        from autorelay.runtime import aot
+
+        return aot.compile(mod, target, params=params, schedules=schedules, pipeline=pipeline)
     tgt, target_name = _target(target, threads)
     check_dataflow(mod)
     if params:

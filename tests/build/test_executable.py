@@ -181,10 +181,15 @@ def @main(%x: Tensor[(4, 9), float32]) {
     np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
 
 
-def test_control_flow_needs_the_vm():
-    mod, params = zoo.get("rnn")
-    with pytest.raises(BuildError, match="VM"):
-        autorelay.build(mod, params=params)
+def test_control_flow_goes_to_the_vm():
+    mod, params = zoo.get("rnn", seq_len=3, input_size=8, hidden=4)
+    with pytest.raises(BuildError, match="graph executor runs dataflow programs only"):
+        autorelay.build(mod, params=params, executor="graph")
+    xs = np.random.default_rng(0).standard_normal((3, 1, 8)).astype("float32")
+    want = autorelay.evaluate(mod, xs, *(params[p.name_hint] for p in mod["main"].params[1:]))
+    for executor in ("auto", "vm", "aot"):
+        exe = autorelay.build(mod, params=params, executor=executor)
+        np.testing.assert_allclose(exe(xs), want, rtol=1e-5, atol=1e-6, err_msg=executor)
 
 
 def test_unknown_target_is_an_error():
