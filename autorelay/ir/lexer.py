@@ -5,6 +5,13 @@ point a caret at the offending character, skips `//` and `/* … */` comments (s
 comments `/* ty=… */` never reach the parser) and stops at a `#[metadata]` line, handing the rest of
 the text over as the metadata section.
 
+A local token takes dotted segments with it: `%input.1`, `%conv1.weight` and `%t.0` are each one
+LOCAL token. PyTorch-imported models name variables `%input.1`, so whether a trailing all-digit
+segment is part of the name or a tuple projection depends on what is in scope; the parser decides
+(`ExprParser.local_ref`: the longest bound prefix wins, the digit segments after it project).
+(TVM's own tokenizer stops a name at the first `.`, so it reads `%input.1` as a projection and
+cannot parse `%conv1.weight`; this format accepts both.)
+
 Numbers carry their Relay suffix: `1f` and `2.5f16` are floats, `-3i64` an int64, `1` an int32, and
 `1.5` a float32. A `-` directly followed by a digit starts a negative literal: the text format has
 no infix arithmetic, so there is nothing else it could mean.
@@ -19,7 +26,7 @@ from autorelay.errors import ParseError
 
 # Token kinds.
 IDENT = "ident"  # name, keyword or dotted op name (`nn.conv2d`)
-LOCAL = "local"  # %x or %0
+LOCAL = "local"  # %x, %0, or dotted: %conv1.weight, %t.0 (see the module docstring)
 GLOBAL = "global"  # @main
 NUMBER = "number"
 STRING = "string"
@@ -35,7 +42,7 @@ _SUFFIX_DTYPES = {
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|u8|u16|u32|u64)?")
 _INT_ONLY = re.compile(r"\d+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_LOCAL = re.compile(r"%[A-Za-z0-9_]+")
+_LOCAL = re.compile(r"%[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # `%x`, `%0`, `%input.1`, `%t.0.1`
 _GLOBAL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
 _PUNCTS = ("=>", "->", "#[", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?")
 METADATA_MARK = "#[metadata]"

@@ -87,6 +87,7 @@ class ExprParser(TokenCursor):
     def binder(self) -> Var:
         """`%x` or `%x: T` at a binding site (not yet put in scope)."""
         t = self.next()
+        self.check_bindable(t)
         ann = self.parse_type() if self.accept(":") else None
         return Var(t.text[1:], ann).with_span(self.span(t))
 
@@ -114,6 +115,7 @@ class ExprParser(TokenCursor):
                 self.expect(";", "after the let binding's value")
                 lets.append((var, value, t))
             elif t.kind == LOCAL and self.peek().is_punct("="):
+                self.check_bindable(t)
                 self.next()
                 self.next()
                 scope[t.text] = self.expr()
@@ -141,14 +143,40 @@ class ExprParser(TokenCursor):
             else:
                 return e
 
+    def check_bindable(self, t: Token) -> None:
+        """`%0.1` cannot name a binding: every use of it reads as projection 1 of `%0`."""
+        segments = t.text[1:].split(".")
+        if len(segments) > 1 and segments[0].isdigit():
+            self.fail(f"cannot bind {t.text}: a name starting with digits then '.' would read as "
+                      f"projection {'.'.join(segments[1:])} of %{segments[0]}", t)
+
+    def local_ref(self, t: Token) -> Expr:
+        """A use of a dotted local token: the longest bound name that is a prefix of it at a `.`,
+        followed by all-digit segments that are tuple projections. So `%input.1` is the variable
+        `input.1` when one is in scope, else projection 1 of `%input`; `%0.1` is always projection
+        1 of graph binding `%0`; `%conv1.weight` must be bound. (The printer writes `(%x).1` where
+        `%x.1` would be captured by a variable named `x.1`.)"""
+        segments = t.text[1:].split(".")
+        for k in range(len(segments), 0, -1):
+            rest = segments[k:]
+            if not all(s.isdigit() for s in rest):
+                break  # a projection index is digits only: no shorter prefix can work either
+            if k > 1 and segments[0].isdigit():
+                continue  # graph bindings are plain integers
+            name = "%" + ".".join(segments[:k])
+            for scope in reversed(self.scopes):
+                if name in scope:
+                    e = scope[name]
+                    for s in rest:
+                        e = TupleGetItem(e, int(s)).with_span(self.span(t))
+                    return e
+        self.fail(f"unknown variable {t.text}", t)
+
     def primary(self) -> Expr:
         t = self.tok
         if t.kind == LOCAL:
             self.next()
-            for scope in reversed(self.scopes):
-                if t.text in scope:
-                    return scope[t.text]
-            self.fail(f"unknown variable {t.text}", t)
+            return self.local_ref(t)
         if t.kind == GLOBAL:
             self.next()
             self.global_refs.append((t.text[1:], t))

@@ -4,7 +4,10 @@ The output parses back (`autorelay.ir.parser`) to a structurally equal program:
 
 * DAG sharing prints as `%N = …;` graph bindings (see `print_layout` for where each one goes);
   lets print as `let %x = …;`.
-* Variables keep their name hints, made unique per `def` so that no name is ever captured.
+* Variables keep their name hints, made unique per `def` so that no name is ever captured. Dotted
+  hints from PyTorch imports (`input.1`, `conv1.weight`) keep their dots; other characters become
+  `_`. A projection prints as `%x.0`, or as `(%x).0` where a variable named `x.0` exists, since the
+  parser reads a dotted token as the longest bound name (see `ExprParser.local_ref`).
 * Scalar constants print as literals (`1f`, `-3i64`, `True`); other constants as
   `meta[relay.Constant][i]` with a `#[metadata]` section holding the arrays.
 * With `show_types=True`, each binding and block result carries its checked type in a
@@ -150,6 +153,26 @@ def _indent(lines: list[str]) -> str:
 # ---- expressions ---------------------------------------------------------------------------------
 
 
+_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+
+
+def local_name(hint: str) -> str:
+    """A name the parser reads back as one variable: `[A-Za-z0-9_]` segments joined by single
+    dots (so `input.1` and `conv1.weight` survive), not starting with a digits-only segment
+    (`%0` and `%0.1` are graph bindings and their projections)."""
+    base = re.sub(r"[^A-Za-z0-9_.]", "_", hint)
+    if not _NAME.fullmatch(base):
+        base = base.replace(".", "_")
+    if not base or base.split(".")[0].isdigit():
+        base = "v" + base
+    return base
+
+
+def _is_variable_ref(text: str) -> bool:
+    """`%x` or `%conv1.weight` (a variable), not `%3` (a graph binding) or a longer expression."""
+    return text.startswith("%") and bool(_NAME.fullmatch(text[1:])) and not text[1:].split(".")[0].isdigit()
+
+
 class _Printer:
     """Prints one root (a global function or an expression); shares constants across roots."""
 
@@ -161,16 +184,15 @@ class _Printer:
         self.show_types = show_types
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
+        self.projections: set[str] = set()  # `x.0` for each `%x.0` printed: never a variable name
         self.counter = 0
         self.open: dict[Scope, list[str]] = {}
 
     # -- names --
     def bind_var(self, v: Var) -> str:
-        base = re.sub(r"[^A-Za-z0-9_]", "_", v.name_hint) or "v"
-        if base.isdigit():
-            base = "v" + base
+        base = local_name(v.name_hint)
         name, k = base, 0
-        while name in self.used:
+        while name in self.used or name in self.projections:  # `x.0` after `%x.0` was printed
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
@@ -247,6 +269,16 @@ class _Printer:
             return text
         return f"({text})"
 
+    def projection(self, e: TupleGetItem) -> str:
+        """`%x.0`, unless a variable named `x.0` would capture that text: then `(%x).0`."""
+        base = self.operand(e.tuple_value)
+        if _is_variable_ref(base):
+            dotted = f"{base[1:]}.{e.index}"
+            if dotted in self.used:
+                return f"({base}).{e.index}"
+            self.projections.add(dotted)
+        return f"{base}.{e.index}"
+
     def inline(self, e: Expr) -> str:
         if isinstance(e, ATOMS):
             return self.atom(e)
@@ -258,7 +290,7 @@ class _Printer:
             fields = [self.ref(f) for f in e.fields]
             return f"({fields[0]},)" if len(fields) == 1 else f"({', '.join(fields)})"
         if isinstance(e, TupleGetItem):
-            return f"{self.operand(e.tuple_value)}.{e.index}"
+            return self.projection(e)
         if isinstance(e, Function):
             return "fn " + self.function(e)
         if isinstance(e, If):

@@ -7,8 +7,8 @@ parameters, and 1-element constants become inline scalar stages. Injective stage
 outputs are then inlined into their consumers, except padding stages, which a convolution
 template may choose to compute separately ("root" padding). The result is a `ComputeDef`;
 `lower(fn)` also says where each kernel input comes from (`LoweredFunction.sources`).
-Boolean inputs and outputs are byte buffers (`uint8` holding 0/1, NumPy's bool layout), converted
-to and from `bool` by inlined stages.
+Boolean inputs and outputs are `bool` buffers; the LLVM backend stores them as one byte each
+(NumPy's layout), so kernels take NumPy bool arrays as they are.
 
 An op with no compute, or whose compute cannot handle the inputs (`Unsupported`), makes the
 whole function a fallback: `lower` raises `NoCompute` naming the op and why, and the build runs the
@@ -95,15 +95,15 @@ class _Lowerer:
         for i, p in enumerate(self.fn.params):
             t = tensor_type(p.type_annotation or _type_of(p), f"parameter %{p.name_hint}")
             self._check_dtype(t, f"parameter %{p.name_hint}")
-            ph = te.placeholder(t.concrete_shape, _storage_dtype(t.dtype), f"p{i}")
+            ph = te.placeholder(t.concrete_shape, t.dtype, f"p{i}")
             self.inputs.append(ph)
             self.sources.append(InputSource("param", i))
-            self.values[id(p)] = _from_storage(ph, t.dtype)
+            self.values[id(p)] = ph
         for n in post_order(self.fn.body):
             self._visit(n)
         out = self.values[id(self.fn.body)]
         outs = list(out) if isinstance(out, list) else [out]
-        outs = _distinct_outputs([_to_storage(o) for o in outs])
+        outs = _distinct_outputs(outs)
         _unique_names(outs, {t.name for t in self.inputs})
         cdef = inline_stages(ComputeDef(tuple(self.inputs), tuple(outs), "fused"))
         return LoweredFunction(cdef, tuple(self.sources), anchor_op(self.fn))
@@ -139,10 +139,10 @@ class _Lowerer:
             return te.compute(arr.shape, lambda *i: E.const(value, dtype), name="const") if arr.ndim else \
                 te.compute((), lambda: E.const(value, dtype), name="const")
         index = sum(s.kind == "const" for s in self.sources)
-        ph = te.placeholder(arr.shape, _storage_dtype(dtype), f"c{index}")
+        ph = te.placeholder(arr.shape, dtype, f"c{index}")
         self.inputs.append(ph)
         self.sources.append(InputSource("const", -1, arr))
-        return _from_storage(ph, dtype)
+        return ph
 
     def _call(self, c: Call) -> Any:
         name = c.op.name  # type: ignore[union-attr]
@@ -168,25 +168,6 @@ class _Lowerer:
         except (TypeError, ValueError, IndexError) as e:  # a compute that cannot build: say so, loudly
             raise NoCompute(name, f"compute failed: {type(e).__name__}: {e}") from e
         return list(out) if isinstance(out, list | tuple) else out
-
-
-def _storage_dtype(dtype: str) -> str:
-    """Kernel buffers hold bools as bytes (NumPy's layout): a vector of LLVM i1 would be bit-packed."""
-    return "uint8" if dtype == "bool" else dtype
-
-
-def _from_storage(ph: Tensor, dtype: str) -> Tensor:
-    if ph.dtype == dtype:
-        return ph
-    return te.compute(ph.shape, lambda *i: E.cast(ph[i], dtype), name=f"{ph.name}_bool") if ph.ndim else \
-        te.compute((), lambda: E.cast(ph[()], dtype), name=f"{ph.name}_bool")
-
-
-def _to_storage(t: Tensor) -> Tensor:
-    if t.dtype != "bool":
-        return t
-    return te.compute(t.shape, lambda *i: E.cast(t[i], "uint8"), name="out_u8") if t.ndim else \
-        te.compute((), lambda: E.cast(t[()], "uint8"), name="out_u8")
 
 
 def _distinct_outputs(outs: list[Tensor]) -> list[Tensor]:

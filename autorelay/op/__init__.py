@@ -2,9 +2,11 @@
 
 from autorelay.op import (  # noqa: F401  (imported for registration)
     broadcast,
+    broadcast_like,
     conv,
     conv_transpose,
     elemwise,
+    elemwise_binary,
     image,
     nn,
     nn_activation,
@@ -14,6 +16,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     pool_adaptive,
     qnn,
     reduce,
+    reduce_sort,
     transform,
     transform_index,
     transform_join,

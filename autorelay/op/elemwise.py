@@ -1,16 +1,13 @@
-"""Elementwise unary and broadcasting binary operators (`exp`, `add`, `less`, …).
+"""Elementwise unary operators (`exp`, `sigmoid`, `floor`, `isnan`, …) and the dtype tables and
+gradient helpers the other op families share; the broadcasting binary operators (`add`, `less`,
+`logical_and`, …) live in `elemwise_binary`.
 
-Families of near-identical ops are registered by two small factories so that each op is still one
+Families of near-identical ops are registered by a small factory so that each op is still one
 `OpDef` but its rules are a row in a table, not a copy-pasted block.
 
-Dtype rules (Relay's): both operands of a binary op must have the same dtype (no implicit
-promotion; insert a `cast`), results keep that dtype, comparisons return `bool`, and integer ops
-stay integer:
+Dtype rules (Relay's): results keep the argument's dtype (predicates such as `isnan` return
+`bool`) and integer ops stay integer:
 
-* `divide` on integers truncates toward zero (TVM's `truncdiv`), `mod` takes the sign of the
-  dividend (C `fmod`, TVM's `truncmod`); `floor_divide` / `floor_mod` round toward minus infinity.
-  Integer division by zero yields 0 (the result is undefined in Relay; we pick a value rather
-  than crash the reference).
 * `round` rounds half to even (LLVM's `nearbyint` under the default rounding mode, as TVM lowers
   it, and NumPy's `round`).
 * Transcendental ops (`exp`, `log`, `tanh`, …) require a float dtype; `logical_*` require bool.
@@ -29,8 +26,8 @@ from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Constant, Expr, const
 from autorelay.ir.types import TensorType, Type
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
-from autorelay.op.shape_utils import broadcast_types, tensor_arg
-from autorelay.op.te_compute import Unsupported, binary, unary
+from autorelay.op.shape_utils import tensor_arg
+from autorelay.op.te_compute import Unsupported, unary
 from autorelay.te import expr as E
 
 FLOAT = ("float16", "float32", "float64")
@@ -58,7 +55,7 @@ def check_dtype(op: str, t: TensorType, allowed: tuple[str, ...], name: str) -> 
         raise rel_error(op, f"argument {name} must have {kind} dtype, got {t.dtype} (shape {t.shape})")
 
 
-def _as_array(value: object, dtype: np.dtype) -> np.ndarray:
+def as_array(value: object, dtype: np.dtype) -> np.ndarray:
     """References return arrays (never NumPy scalars) of the op's declared dtype."""
     return np.asarray(value).astype(dtype, copy=False)
 
@@ -85,7 +82,8 @@ def _zero_grad(x: Expr, y: Expr, g: Expr) -> Expr:
     return call("zeros_like", x)
 
 
-def _mul(*xs: Expr) -> Expr:
+def mul(*xs: Expr) -> Expr:
+    """`multiply` chained over several factors (gradient rules are products of many terms)."""
     out = xs[0]
     for x in xs[1:]:
         out = call("multiply", out, x)
@@ -103,39 +101,39 @@ def _sign(x: np.ndarray) -> np.ndarray:
 
 _UNARY = [
     _Unary("negative", np.negative, lambda x, y, g: call("negative", g), NUMERIC),
-    _Unary("abs", np.abs, lambda x, y, g: _mul(g, call("sign", x)), NUMERIC),
-    _Unary("exp", np.exp, lambda x, y, g: _mul(g, y)),
+    _Unary("abs", np.abs, lambda x, y, g: mul(g, call("sign", x)), NUMERIC),
+    _Unary("exp", np.exp, lambda x, y, g: mul(g, y)),
     _Unary("log", np.log, lambda x, y, g: call("divide", g, x)),
-    _Unary("sqrt", np.sqrt, lambda x, y, g: call("divide", g, _mul(scalar_like(x, 2.0), y))),
+    _Unary("sqrt", np.sqrt, lambda x, y, g: call("divide", g, mul(scalar_like(x, 2.0), y))),
     _Unary(
         "rsqrt",
         lambda x: 1.0 / np.sqrt(x),
         # d/dx x^(-1/2) = -1/2 * x^(-1/2) / x
-        lambda x, y, g: _mul(g, scalar_like(x, -0.5), call("divide", y, x)),
+        lambda x, y, g: mul(g, scalar_like(x, -0.5), call("divide", y, x)),
     ),
     _Unary(
         "tanh",
         np.tanh,
-        lambda x, y, g: _mul(g, call("subtract", scalar_like(x, 1.0), _mul(y, y))),
+        lambda x, y, g: mul(g, call("subtract", scalar_like(x, 1.0), mul(y, y))),
     ),
     _Unary(
         "sigmoid",
         _sigmoid,
-        lambda x, y, g: _mul(g, y, call("subtract", scalar_like(x, 1.0), y)),
+        lambda x, y, g: mul(g, y, call("subtract", scalar_like(x, 1.0), y)),
     ),
     _Unary(
         "erf",
         special.erf,
-        lambda x, y, g: _mul(
-            g, scalar_like(x, 2.0 / math.sqrt(math.pi)), call("exp", call("negative", _mul(x, x)))
+        lambda x, y, g: mul(
+            g, scalar_like(x, 2.0 / math.sqrt(math.pi)), call("exp", call("negative", mul(x, x)))
         ),
     ),
-    _Unary("sin", np.sin, lambda x, y, g: _mul(g, call("cos", x))),
-    _Unary("cos", np.cos, lambda x, y, g: call("negative", _mul(g, call("sin", x)))),
-    _Unary("tan", np.tan, lambda x, y, g: call("divide", g, _mul(call("cos", x), call("cos", x)))),
-    _Unary("atan", np.arctan, lambda x, y, g: call("divide", g, call("add", scalar_like(x, 1), _mul(x, x)))),
-    _Unary("log2", np.log2, lambda x, y, g: call("divide", g, _mul(x, scalar_like(x, math.log(2.0))))),
-    _Unary("log10", np.log10, lambda x, y, g: call("divide", g, _mul(x, scalar_like(x, math.log(10.0))))),
+    _Unary("sin", np.sin, lambda x, y, g: mul(g, call("cos", x))),
+    _Unary("cos", np.cos, lambda x, y, g: call("negative", mul(g, call("sin", x)))),
+    _Unary("tan", np.tan, lambda x, y, g: call("divide", g, mul(call("cos", x), call("cos", x)))),
+    _Unary("atan", np.arctan, lambda x, y, g: call("divide", g, call("add", scalar_like(x, 1), mul(x, x)))),
+    _Unary("log2", np.log2, lambda x, y, g: call("divide", g, mul(x, scalar_like(x, math.log(2.0))))),
+    _Unary("log10", np.log10, lambda x, y, g: call("divide", g, mul(x, scalar_like(x, math.log(10.0))))),
     _Unary("floor", np.floor, _zero_grad, NUMERIC, "identity on integers"),
     _Unary("trunc", np.trunc, _zero_grad, NUMERIC, "round toward zero; identity on integers"),
     _Unary("ceil", np.ceil, _zero_grad, NUMERIC, "identity on integers"),
@@ -213,7 +211,7 @@ def _register_unary(spec: _Unary) -> OpDef:
         if x.dtype.kind in "iu" and spec.name in ("floor", "ceil", "round", "trunc"):
             return x.copy()
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return _as_array(spec.fn(x), np.dtype(spec.out_dtype or x.dtype))
+            return as_array(spec.fn(x), np.dtype(spec.out_dtype or x.dtype))
 
     gradient = None
     if spec.grad is not None:
@@ -238,206 +236,3 @@ def _register_unary(spec: _Unary) -> OpDef:
 
 for _spec in _UNARY:
     _register_unary(_spec)
-
-
-# --------------------------------------------------------------------------------------------
-# Binary broadcasting ops
-# --------------------------------------------------------------------------------------------
-
-# grad(x, y, out, g) -> (grad of x, grad of y), before summing back over broadcast axes.
-BinaryGrad = Callable[[Expr, Expr, Expr, Expr], tuple[Expr, Expr]]
-
-
-def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.floor_divide(a, b)
-            fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
-        return np.where(b == 0, 0, q + fix.astype(q.dtype)).astype(a.dtype)
-    return np.true_divide(a, b)
-
-
-def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.fmod(a, b)
-    return np.where(b == 0, 0, r).astype(a.dtype) if a.dtype.kind in "iu" else r
-
-
-def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.floor_divide(a, b)
-    return np.where(b == 0, 0, q).astype(a.dtype) if a.dtype.kind in "iu" else q
-
-
-def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.mod(a, b)
-    return np.where(b == 0, 0, r).astype(a.dtype) if a.dtype.kind in "iu" else r
-
-
-def _trunc(e: Expr) -> Expr:
-    # trunc(z) = sign(z) * floor(|z|), built from registered ops so the rule stays in the IR.
-    return _mul(call("sign", e), call("floor", call("abs", e)))
-
-
-def _select_grad(cond: Expr, g: Expr, take_when_true: bool) -> Expr:
-    zeros = call("zeros_like", g)
-    return call("where", cond, g, zeros) if take_when_true else call("where", cond, zeros, g)
-
-
-@dataclass(frozen=True)
-class _Binary:
-    name: str
-    fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    grad: BinaryGrad | None
-    dtypes: tuple[str, ...] = NUMERIC
-    out_dtype: str | None = None  # None: the operands' dtype
-    zero_grad: bool = False  # piecewise constant or boolean: gradient is zero for both sides
-
-
-_ARITH = [
-    _Binary("add", np.add, lambda x, y, o, g: (g, g)),
-    _Binary("subtract", np.subtract, lambda x, y, o, g: (g, call("negative", g))),
-    _Binary("multiply", np.multiply, lambda x, y, o, g: (_mul(g, y), _mul(g, x))),
-    _Binary(
-        "divide",
-        _trunc_div,
-        lambda x, y, o, g: (call("divide", g, y), call("negative", _mul(g, call("divide", o, y)))),
-    ),
-    _Binary(
-        "power",
-        np.power,
-        # d/dx x^y = y * x^(y-1);  d/dy x^y = x^y * log(x)
-        lambda x, y, o, g: (
-            _mul(g, y, call("power", x, call("subtract", y, scalar_like(y, 1.0)))),
-            _mul(g, o, call("log", x)),
-        ),
-    ),
-    _Binary(
-        "maximum",
-        np.maximum,
-        lambda x, y, o, g: (
-            _select_grad(call("greater_equal", x, y), g, True),
-            _select_grad(call("greater_equal", x, y), g, False),
-        ),
-    ),
-    _Binary(
-        "minimum",
-        np.minimum,
-        lambda x, y, o, g: (
-            _select_grad(call("less_equal", x, y), g, True),
-            _select_grad(call("less_equal", x, y), g, False),
-        ),
-    ),
-    # x mod y = x - trunc(x / y) * y
-    _Binary(
-        "mod",
-        _trunc_mod,
-        lambda x, y, o, g: (g, call("negative", _mul(g, _trunc(call("divide", x, y))))),
-    ),
-    # x floor_mod y = x - floor(x / y) * y
-    _Binary(
-        "floor_mod",
-        _floor_mod,
-        lambda x, y, o, g: (g, call("negative", _mul(g, call("floor", call("divide", x, y))))),
-    ),
-    _Binary("floor_divide", _floor_div, None, zero_grad=True),
-]
-
-_LOGICAL = [
-    _Binary("logical_and", np.logical_and, None, BOOL),
-    _Binary("logical_or", np.logical_or, None, BOOL),
-    _Binary("logical_xor", np.logical_xor, None, BOOL),
-]
-
-_COMPARE = [
-    _Binary(name, fn, None, ANY_DTYPE, out_dtype="bool", zero_grad=True)
-    for name, fn in [
-        ("equal", np.equal),
-        ("not_equal", np.not_equal),
-        ("less", np.less),
-        ("less_equal", np.less_equal),
-        ("greater", np.greater),
-        ("greater_equal", np.greater_equal),
-    ]
-]
-
-
-def _float_bin(fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Expr], E.Expr]:
-    """Integer division/modulo differ from the LLVM instructions at 0 and in sign: floats only."""
-
-    def wrapped(a: E.Expr, b: E.Expr) -> E.Expr:
-        if not E.is_float(a.dtype):
-            raise Unsupported(f"dtype {a.dtype}: the compute is for floats")
-        return fn(a, b)
-
-    return wrapped
-
-
-def _ftrunc(x: E.Expr) -> E.Expr:
-    return E.select(x < E.const(0, x.dtype), E.call("ceil", x), E.call("floor", x))
-
-
-_BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
-    "add": lambda a, b: a + b,
-    "subtract": lambda a, b: a - b,
-    "multiply": lambda a, b: a * b,
-    "divide": _float_bin(lambda a, b: a / b),
-    "power": _float_bin(lambda a, b: E.call("pow", a, b)),
-    "maximum": E.maximum,
-    "minimum": E.minimum,
-    "mod": _float_bin(lambda a, b: a - _ftrunc(a / b) * b),
-    "floor_mod": _float_bin(lambda a, b: a - E.call("floor", a / b) * b),
-    "floor_divide": _float_bin(lambda a, b: E.call("floor", a / b)),
-    "logical_and": lambda a, b: a & b,
-    "logical_or": lambda a, b: a | b,
-    "logical_xor": lambda a, b: E.compare("ne", a, b),
-    **{n: (lambda a, b, c=c: E.compare(c, a, b)) for n, c in (
-        ("equal", "eq"), ("not_equal", "ne"), ("less", "lt"), ("less_equal", "le"), ("greater", "gt"),
-        ("greater_equal", "ge"))},
-}
-
-
-def _register_binary(spec: _Binary) -> OpDef:
-    def type_rel(arg_types: list[Type], attrs: Attrs) -> Type:
-        lhs = tensor_arg(spec.name, arg_types, 0, "lhs")
-        rhs = tensor_arg(spec.name, arg_types, 1, "rhs")
-        check_dtype(spec.name, lhs, spec.dtypes, "lhs")
-        return broadcast_types(spec.name, lhs, rhs, out_dtype=spec.out_dtype)
-
-    def reference(attrs: Attrs, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        a, b = np.asarray(a), np.asarray(b)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            out = spec.fn(a, b)
-        return _as_array(out, np.dtype(spec.out_dtype or a.dtype))
-
-    gradient = None
-    if spec.grad is not None:
-        grad_fn = spec.grad
-
-        def gradient(c: Call, g: Expr) -> list[Expr]:
-            x, y = c.args
-            gx, gy = grad_fn(x, y, c, g)
-            return [sum_to(gx, x), sum_to(gy, y)]
-
-    elif spec.zero_grad:
-
-        def gradient(c: Call, g: Expr) -> list[Expr]:
-            return [call("zeros_like", c.args[0]), call("zeros_like", c.args[1])]
-
-    return register(
-        OpDef(
-            name=spec.name,
-            arg_names=("lhs", "rhs"),
-            type_rel=type_rel,
-            pattern=OpPattern.BROADCAST,
-            reference=reference,
-            gradient=gradient,
-            compute=binary(_BINARY_TE[spec.name]) if spec.name in _BINARY_TE else None,
-            doc=f"broadcasting elementwise {spec.name}",
-        )
-    )
-
-
-for _spec2 in _ARITH + _LOGICAL + _COMPARE:
-    _register_binary(_spec2)

@@ -58,7 +58,6 @@ def run_lowered(fn: Function, inputs: list[np.ndarray]) -> list[np.ndarray]:
     arrays = [inputs[s.index] if s.kind == "param" else None for s in lowered.sources]
     it = iter(consts)
     arrays = [a if a is not None else next(it) for a in arrays]
-    arrays = [a.view(np.uint8) if a.dtype == np.bool_ else a for a in arrays]  # bools travel as bytes
     outs = []
     for o in lowered.cdef.outputs:
         k = build_kernel(ComputeDef(lowered.cdef.inputs, (o,), "t"))

@@ -390,7 +390,8 @@ def test_cast_like_gradient():
 
 
 FAMILY_MODULES = {
-    "autorelay.op.elemwise", "autorelay.op.broadcast", "autorelay.op.reduce",
+    "autorelay.op.elemwise", "autorelay.op.elemwise_binary", "autorelay.op.broadcast",
+    "autorelay.op.broadcast_like", "autorelay.op.reduce", "autorelay.op.reduce_sort",
     "autorelay.op.transform", "autorelay.op.transform_join", "autorelay.op.transform_index",
 }  # fmt: skip
 # Ops whose outputs are integers/bools or indices: no gradient rule by design.

@@ -12,9 +12,10 @@ up at constant offsets of an entry-block alloca that SROA turns into vector regi
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.exprs import ExprEmitter, Val, llvm_type
+from autorelay.codegen.llvm.exprs import ExprEmitter
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.values import Val, mem_align, mem_type
 from autorelay.te.expr import Cmp, Const, Expr, Load, Var, free_vars, substitute, walk
 from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
@@ -54,7 +55,7 @@ class SegmentEmitter(ExprEmitter):
         elif isinstance(s, Allocate):
             b = s.buffer
             name = f"%a{len(self.allocas)}"
-            self.allocas.append(f"  {name} = alloca [{b.size} x {llvm_type(b.dtype)}], align 64")
+            self.allocas.append(f"  {name} = alloca [{b.size} x {mem_type(b.dtype)}], align 64")
             self.ptr[id(b)] = name
             self.stmt_(s.body)
         elif isinstance(s, If):
@@ -150,31 +151,33 @@ class SegmentEmitter(ExprEmitter):
         self.block = done
 
     def store(self, s: Store) -> None:
+        """Store in the buffer's memory type (a bool register value is widened to a 0/1 byte)."""
         v = self.vector_var
+        ty, align = mem_type(s.buffer.dtype), mem_align(s.buffer.dtype)
         if v is None:
-            val = self.scalar(s.value)
+            val = self.to_memory(self.scalar(s.value))
             p = self.gep(s.buffer, self.scalar(s.index).ref)
-            self.lines.append(f"  store {llvm_type(s.buffer.dtype)} {val.ref}, ptr {p}, align 4")
+            self.lines.append(f"  store {ty} {val.ref}, ptr {p}, align {align}")
             return
         val = self.vexpr(s.value)
         coef = _lane_coef(s.index, v)
-        ty = llvm_type(s.buffer.dtype)
         if coef == 1:
             base = self.scalar(_at_lane(s.index, v, 0))
             p = self.gep(s.buffer, base.ref)
-            val = self.broadcast(val)
-            self.lines.append(f"  store <{self.lanes} x {ty}> {val.ref}, ptr {p}, align 4")
+            val = self.to_memory(self.broadcast(val))
+            self.lines.append(f"  store <{self.lanes} x {ty}> {val.ref}, ptr {p}, align {align}")
             return
         if coef == 0 and val.lanes == 0:
+            val = self.to_memory(val)
             p = self.gep(s.buffer, self.scalar(s.index).ref)
-            self.lines.append(f"  store {ty} {val.ref}, ptr {p}, align 4")
+            self.lines.append(f"  store {ty} {val.ref}, ptr {p}, align {align}")
             return
-        val = self.broadcast(val)
+        val = self.to_memory(self.broadcast(val))
         for lane in range(self.lanes):
             x = self.tmp()
             self.lines.append(f"  {x} = extractelement <{self.lanes} x {ty}> {val.ref}, i32 {lane}")
             p = self.gep(s.buffer, self.scalar(_at_lane(s.index, v, lane)).ref)
-            self.lines.append(f"  store {ty} {x}, ptr {p}, align 4")
+            self.lines.append(f"  store {ty} {x}, ptr {p}, align {align}")
 
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:

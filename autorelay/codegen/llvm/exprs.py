@@ -5,17 +5,20 @@ a scalar (and broadcast where it meets a vector); a contiguous load becomes one 
 other lane-dependent integer expression is evaluated lane by lane. Float arithmetic carries the
 `contract` flag so multiply-adds become FMAs; nothing is reassociated, so results stay
 deterministic.
+
+Bools are `i1` in registers but one byte (`i8`, 0 or 1) in memory, NumPy's layout: a vector of
+`i1` in memory would be bit-packed. So a load of a bool buffer reads bytes and compares them with
+zero, and a store widens with `zext` (see `SegmentEmitter.store`).
 """
 
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
-
+from autorelay.codegen.llvm.calls import emit_call
 from autorelay.codegen.llvm.lanes import all_of_conds as _all
 from autorelay.codegen.llvm.lanes import clamp_of as _clamp
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type
 from autorelay.te.expr import (
     Bin,
     Call,
@@ -34,48 +37,11 @@ from autorelay.te.expr import (
 from autorelay.tir.nodes import Buffer
 from autorelay.tir.simplify import linear, simplify
 
-_TYPES = {
-    "float32": "float",
-    "float64": "double",
-    "int64": "i64",
-    "int32": "i32",
-    "int8": "i8",
-    "uint8": "i8",
-    "bool": "i1",
-}
-
-
-def llvm_type(dtype: str) -> str:
-    return _TYPES[dtype]
-
-
-@dataclass(frozen=True)
-class Val:
-    ref: str
-    dtype: str
-    lanes: int = 0  # 0: scalar
-
-
-def _float_hex(value: float, dtype: str) -> str:
-    if dtype == "float32":
-        value = struct.unpack("<f", struct.pack("<f", value))[0]
-    return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
-
+__all__ = ["ExprEmitter"]
 
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
-_INTRINSIC = {
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "sqrt",
-    "abs": "fabs",
-    "floor": "floor",
-    "ceil": "ceil",
-    "round": "roundeven",
-    "pow": "pow",
-}
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 
 
 class ExprEmitter:
@@ -107,7 +73,7 @@ class ExprEmitter:
 
     def gep(self, buf: Buffer, idx: str) -> str:
         return self.op(
-            f"getelementptr inbounds {llvm_type(buf.dtype)}, ptr {self.ptr[id(buf)]}, i64 {idx}", "ptr"
+            f"getelementptr inbounds {mem_type(buf.dtype)}, ptr {self.ptr[id(buf)]}, i64 {idx}", "ptr"
         ).ref
 
     def broadcast(self, v: Val) -> Val:
@@ -193,19 +159,35 @@ class ExprEmitter:
         if coef in (1, 2) and not any(v in free_vars(a) for a in terms if a is not v):
             base = self.scalar(simplify(substitute(e.index, {v: Const(0, "int64")})))
             p = self.gep(e.buffer, base.ref)
-            w, vt = self.lanes, self.ty(e.dtype, self.lanes)
-            first = self.op(f"load {vt}, ptr {p}, align 4", e.dtype, w)
+            w, vt = self.lanes, f"<{self.lanes} x {mem_type(e.dtype)}>"
+            align = mem_align(e.dtype)
+            first = self.op(f"load {vt}, ptr {p}, align {align}", e.dtype, w)
             if coef == 1:
-                return first
+                return self._from_memory(first)
             # stride 2 (a strided convolution): two in-bounds vector loads covering exactly the
             # span the lanes touch (the second ends at the last lane), keeping even elements
-            p2 = self.op(f"getelementptr inbounds {llvm_type(e.dtype)}, ptr {p}, i64 {w - 1}", "ptr").ref
-            second = self.op(f"load {vt}, ptr {p2}, align 4", e.dtype, w)
+            p2 = self.op(f"getelementptr inbounds {mem_type(e.dtype)}, ptr {p}, i64 {w - 1}", "ptr").ref
+            second = self.op(f"load {vt}, ptr {p2}, align {align}", e.dtype, w)
             mask = ", ".join(f"i32 {2 * k if 2 * k < w else w + 2 * k - (w - 1)}" for k in range(w))
-            return self.op(
+            return self._from_memory(self.op(
                 f"shufflevector {vt} {first.ref}, {vt} {second.ref}, <{w} x i32> <{mask}>", e.dtype, w
-            )
+            ))
         return self._per_lane(e)
+
+    def _from_memory(self, v: Val) -> Val:
+        """A value just loaded in its memory type, as a register value (bool bytes -> i1)."""
+        if v.dtype != "bool":
+            return v
+        t = f"<{v.lanes} x i8>" if v.lanes else "i8"
+        zero = "zeroinitializer" if v.lanes else "0"
+        return self.op(f"icmp ne {t} {v.ref}, {zero}", "bool", v.lanes)
+
+    def to_memory(self, v: Val) -> Val:
+        """A register value in its memory type, ready to store (i1 -> a 0/1 byte)."""
+        if v.dtype != "bool":
+            return v
+        byte = f"<{v.lanes} x i8>" if v.lanes else "i8"
+        return self.op(f"zext {self.ty('bool', v.lanes)} {v.ref} to {byte}", "bool", v.lanes)
 
     def _per_lane(self, e: Expr) -> Val:
         v = self.vector_var
@@ -219,11 +201,12 @@ class ExprEmitter:
             ).ref
         return Val(vec, e.dtype, self.lanes)
 
-    def _sub(self, e: Expr) -> Val:
+    def sub(self, e: Expr) -> Val:
+        """A subexpression: a vector in a vector context when it depends on the lane."""
         return self.vexpr(e) if self.vector_var is not None else self._expr(e)
 
     def _pair(self, a: Expr, b: Expr) -> tuple[Val, Val, int]:
-        va, vb = self._sub(a), self._sub(b)
+        va, vb = self.sub(a), self.sub(b)
         lanes = max(va.lanes, vb.lanes)
         if lanes:
             va, vb = self.broadcast(va), self.broadcast(vb)
@@ -238,7 +221,8 @@ class ExprEmitter:
             return Val(self._const(e), e.dtype)
         if isinstance(e, Load):
             p = self.gep(e.buffer, self.scalar(e.index).ref)
-            return self.op(f"load {llvm_type(e.dtype)}, ptr {p}, align 4", e.dtype)
+            loaded = self.op(f"load {mem_type(e.dtype)}, ptr {p}, align {mem_align(e.dtype)}", e.dtype)
+            return self._from_memory(loaded)
         if isinstance(e, Bin):
             return self._bin(e)
         if isinstance(e, Cmp):
@@ -249,11 +233,11 @@ class ExprEmitter:
             table = _UCMP if e.a.dtype in ("uint8", "bool") else _ICMP
             return self.op(f"icmp {table[e.op]} {t} {a.ref}, {b.ref}", "bool", lanes)
         if isinstance(e, Not):
-            a = self._sub(e.a)
+            a = self.sub(e.a)
             ones = self._splat("true", a.lanes)
             return self.op(f"xor {self.ty('bool', a.lanes)} {a.ref}, {ones}", "bool", a.lanes)
         if isinstance(e, Select):
-            c = self._sub(e.cond)
+            c = self.sub(e.cond)
             a, b, lanes = self._pair(e.t, e.f)
             lanes = max(lanes, c.lanes)
             if lanes:
@@ -265,7 +249,7 @@ class ExprEmitter:
         if isinstance(e, Cast):
             return self._cast(e)
         if isinstance(e, Call):
-            return self._call(e)
+            return emit_call(self, e)
         raise TypeError(f"codegen: cannot emit {type(e).__name__}")
 
     def _splat(self, scalar: str, lanes: int) -> str:
@@ -277,7 +261,7 @@ class ExprEmitter:
         if c.dtype == "bool":
             return "true" if c.value else "false"
         if is_float(c.dtype):
-            return _float_hex(float(c.value), c.dtype)
+            return float_hex(float(c.value), c.dtype)
         return str(int(c.value))
 
     def _bin(self, e: Bin) -> Val:
@@ -295,7 +279,7 @@ class ExprEmitter:
             return self.op(f"{ins[e.op]} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("and", "or"):
             return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
-        unsigned = e.dtype == "uint8"
+        unsigned = e.dtype in ("uint8", "bool")  # as i1, true is -1 when read signed
         if e.op in ("add", "sub", "mul"):
             return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("min", "max"):
@@ -330,7 +314,7 @@ class ExprEmitter:
         return self.op(f"add {t} {r.ref}, {fix.ref}", a.dtype, lanes)
 
     def _cast(self, e: Cast) -> Val:
-        a = self._sub(e.a)
+        a = self.sub(e.a)
         src, dst, lanes = e.a.dtype, e.dtype, a.lanes
         ts, td = self.ty(src, lanes), self.ty(dst, lanes)
         if src == dst:
@@ -351,41 +335,3 @@ class ExprEmitter:
                 return Val(a.ref, dst, lanes)
             ins = "trunc" if bits[dst] < bits[src] else ("zext" if src in ("uint8", "bool") else "sext")
         return self.op(f"{ins} {ts} {a.ref} to {td}", dst, lanes)
-
-    def _call(self, e: Call) -> Val:
-        args = [self._sub(a) for a in e.args]
-        lanes = max(a.lanes for a in args)
-        if lanes:
-            args = [self.broadcast(a) for a in args]
-        t = self.ty(e.dtype, lanes)
-        if e.name == "sigmoid":
-            one = _float_hex(1.0, e.dtype)
-            ones = f"<{', '.join(f'{llvm_type(e.dtype)} {one}' for _ in range(lanes))}>" if lanes else one
-            neg = self.op(f"fneg {t} {args[0].ref}", e.dtype, lanes)
-            ex = self._intrinsic("exp", [Val(neg.ref, e.dtype, lanes)], e.dtype, lanes)
-            den = self.op(f"fadd {t} {ones}, {ex.ref}", e.dtype, lanes)
-            return self.op(f"fdiv {t} {ones}, {den.ref}", e.dtype, lanes)
-        if e.name in _LIBM:
-            fn = _LIBM[e.name][0 if e.dtype == "float32" else 1]
-            st = llvm_type(e.dtype)
-            self.declared.add(f"declare {st} @{fn}({st})")
-            if not lanes:
-                return self.op(f"call {st} @{fn}({st} {args[0].ref})", e.dtype)
-            vec = "poison"
-            for lane in range(lanes):
-                x = self.op(f"extractelement {t} {args[0].ref}, i32 {lane}", e.dtype)
-                y = self.op(f"call {st} @{fn}({st} {x.ref})", e.dtype)
-                vec = self.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", e.dtype, lanes).ref
-            return Val(vec, e.dtype, lanes)
-        return self._intrinsic(_INTRINSIC[e.name], args, e.dtype, lanes)
-
-    def _intrinsic(self, name: str, args: list[Val], dtype: str, lanes: int) -> Val:
-        t = self.ty(dtype, lanes)
-        suffix = (
-            f"v{lanes}f{32 if dtype == 'float32' else 64}"
-            if lanes
-            else ("f32" if dtype == "float32" else "f64")
-        )
-        fn = f"@llvm.{name}.{suffix}"
-        self.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
-        return self.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)

@@ -55,7 +55,8 @@ class Target:
         return 128
 
     def vector_lanes(self, dtype: str = "float32") -> int:
-        width = {"float32": 32, "float64": 64, "int32": 32, "int64": 64, "int8": 8, "uint8": 8}[dtype]
+        width = {"float32": 32, "float64": 64, "int32": 32, "int64": 64, "int8": 8, "uint8": 8,
+                 "bool": 8}[dtype]  # bools are bytes in memory
         return self.vector_bits // width
 
     @property

@@ -1,0 +1,52 @@
+"""LLVM types of the loop IR's dtypes, and `Val`, an emitted SSA value.
+
+A bool is `i1` in registers but a byte in memory (NumPy's layout): `llvm_type` gives the register
+type, `mem_type` the element type of buffers, allocas and pointer arithmetic.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int64": "i64",
+    "int32": "i32",
+    "int8": "i8",
+    "uint8": "i8",
+    "bool": "i1",
+}
+
+
+def llvm_type(dtype: str) -> str:
+    """The register type of `dtype` (bool is `i1`)."""
+    return _TYPES[dtype]
+
+
+def mem_type(dtype: str) -> str:
+    """The in-memory element type of `dtype`: bool is a byte, as NumPy stores it."""
+    return "i8" if dtype == "bool" else _TYPES[dtype]
+
+
+def mem_align(dtype: str) -> int:
+    """Alignment promised on loads/stores: the element size, capped at 4 (buffers are at least
+    element-aligned; a byte buffer may start at any address, so promising 4 there would be wrong)."""
+    return 1 if mem_type(dtype) == "i8" else 4
+
+
+@dataclass(frozen=True)
+class Val:
+    """An emitted value: its SSA name (or literal), dtype, and vector width."""
+
+    ref: str
+    dtype: str
+    lanes: int = 0  # 0: scalar
+
+
+def float_hex(value: float, dtype: str) -> str:
+    """LLVM's hex float literal (always 64-bit; a float32 value must be exactly representable)."""
+    if dtype == "float32":
+        value = struct.unpack("<f", struct.pack("<f", value))[0]
+    return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
