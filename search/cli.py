@@ -6,6 +6,7 @@ registered below.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,13 +32,132 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fail(cmd: str, e: BaseException) -> int:
+    print(f"autorelay {cmd}: {e}", file=sys.stderr)
+    return 1
+
+
+def _load(args: argparse.Namespace) -> tuple[object, int]:
+    from search.models import default_threads, load_model
+
+    threads = args.threads if args.threads is not None else default_threads()
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    return load_model(args.model, image_size=args.image_size), threads
+
+
+_ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError, OSError)
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from autorelay.errors import AutoRelayError
+    from tuning_db import TuningDBError
+
+    return (*_ERRORS, AutoRelayError, TuningDBError)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from search.measure import TimingSettings
+    from search.model_tuning import tune_model
+    from search.progress import ConsoleProgress
+
+    try:
+        model, threads = _load(args)
+        result = tune_model(model, trials=args.trials, tuner=args.tuner, db=args.db, target=args.target,
+                            threads=threads, pipeline=args.pipeline, seed=args.seed,
+                            timing=TimingSettings(timeout=args.timeout), progress=ConsoleProgress(),
+                            compare=not args.no_compare)
+    except KeyboardInterrupt:
+        print("autorelay tune: interrupted; every finished measurement is in the log", file=sys.stderr)
+        return 130
+    except _errors() as e:
+        return _fail("tune", e)
+    print(result.table())
+    return 130 if result.interrupted else 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from search.models import compile_model, open_db
+
+    try:
+        model, threads = _load(args)
+        db, _ = open_db(args.db)  # no --db: the default log ($AUTORELAY_DB or the user's data directory)
+        with db:
+            res = compile_model(model, db, args.target, threads=threads, pipeline=args.pipeline)
+        print(res.exe.report)
+        print(f"compiled {model.name} in {res.seconds:.1f} s; kernels by source: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(res.source_counts.items())))
+        if args.output:
+            if not hasattr(res.exe, "save"):
+                return _fail("compile", ValueError("this executable cannot be saved (no save())"))
+            res.exe.save(args.output)
+            print(f"saved to {args.output}")
+    except _errors() as e:
+        return _fail("compile", e)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from search.models import run_model
+
+    try:
+        model, threads = _load(args)
+        res = run_model(model, args.db, args.target, threads=threads, pipeline=args.pipeline,
+                        repeat=args.repeat)
+    except _errors() as e:
+        return _fail("run", e)
+    print(res.compile.exe.report)
+    print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
+          f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({threads} threads)")
+    return 0
+
+
+def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
+    p.add_argument("--model", required=True,
+                   help="a zoo model (resnet-18, mobilenet-v2, mlp, ...) or a .onnx file")
+    p.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
+    p.add_argument("--db", metavar="URL", default=None, help=db_help)
+    p.add_argument("--image-size", type=int, default=None, metavar="S",
+                   help="input height/width for zoo image models (smaller: faster)")
+    p.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="kernel threads (default: min(2, CPU count)); part of the tuning target")
+    p.add_argument("--pipeline", default="default", help="pass pipeline (default, tune, O0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from search.model_tuning import TUNER_CHOICES
+
     parser = argparse.ArgumentParser(prog="autorelay", description="AutoRelay: an autotuning DL compiler")
     sub = parser.add_subparsers(dest="command", required=True)
 
     check = sub.add_parser("check", help="parse, type-check and print a Relay text program")
     check.add_argument("file", help="a .relay / .rly text file")
     check.set_defaults(func=_cmd_check)
+
+    log_help = ("tuning log: file path, sqlite:///PATH or postgresql://... "
+                "(default: $AUTORELAY_DB or the user's ")
+    tune = sub.add_parser("tune", help="tune every kernel of a model into the tuning log")
+    _model_args(tune, log_help + "data directory)")
+    tune.add_argument("--trials", type=int, required=True, metavar="N",
+                      help="measurements for the whole model (logged ones count: rerun to resume)")
+    tune.add_argument("--tuner", default="xgb", choices=TUNER_CHOICES)
+    tune.add_argument("--timeout", type=float, default=10.0, metavar="SEC",
+                      help="per-candidate run timeout in seconds (a hanging kernel is killed)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--no-compare", action="store_true",
+                      help="skip the end-to-end before/after build and timing")
+    tune.set_defaults(func=_cmd_tune)
+
+    comp = sub.add_parser("compile", help="build a model with the best logged schedules")
+    _model_args(comp, log_help + "data directory)")
+    comp.add_argument("-o", "--output", metavar="PATH", help="save the executable here")
+    comp.set_defaults(func=_cmd_compile)
+
+    run = sub.add_parser("run", help="build a model and run it once: latency and the kernel report")
+    _model_args(run, "tuning log to take schedules from (default: none, heuristic defaults)")
+    run.add_argument("--repeat", type=int, default=10, help="timed calls after the first (median shown)")
+    run.set_defaults(func=_cmd_run)
+
     from tuning_db.cli import add_db_commands  # the `db` group: inspect and maintain the tuning log
 
     add_db_commands(sub)
@@ -47,7 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # `autorelay db stats | head`: the reader left; that is not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

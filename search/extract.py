@@ -1,0 +1,250 @@
+"""Task extraction: the distinct fused kernels of a model, as tuning tasks the build will look up.
+
+`extract_tasks(mod, params, target)` runs exactly what `autorelay.build` runs before lowering (bind
+the weights, the named pipeline ending in FuseOps), lowers each fused primitive function called
+from `@main`, and returns one `ModelTask` per distinct workload with how often it occurs and its
+share of the model's FLOPs.
+
+The one thing that must hold: a task's `key`, `workload` and `target_str` are the names
+`autorelay.build` asks the tuning log about (`autorelay.lower.workload_key(fn)` and
+`describe_workload(fn)`, and the tuning target via `BoundSource`), so whatever the tuner logs
+under them is what the next build applies. A kernel-level `search.task.kernel_task` names its
+workload by the compute alone; here the key is overridden with the build's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autorelay.codegen.llvm.target import Target
+from autorelay.ir.expr import Call, Function, Op
+from autorelay.ir.module import IRModule
+from autorelay.ir.visitor import post_order
+from autorelay.lower import NoCompute, describe_workload, lower, workload_key
+from autorelay.utils.deep import deep
+from search.task import Task, count_flops, kernel_task
+
+# Injective kernels (copies, reshapes, elementwise chains left unfused) stream memory at bandwidth
+# under the default schedule; trials spent there buy nothing measurable end to end.
+UNTUNED_TEMPLATES = ("injective",)
+
+
+@dataclass(eq=False)
+class ModelTask(Task):
+    """A kernel task that belongs to a model: how many times the kernel runs per inference and its
+    share of the model's FLOPs (occurrences included), plus the fused ops it computes."""
+
+    count: int = 1
+    flop_share: float = 0.0
+    ops: tuple[str, ...] = ()
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops * self.count
+
+
+@dataclass
+class Skipped:
+    """A distinct fused kernel that got no task, and why (reported by `tune`, never silent)."""
+
+    name: str
+    key: str
+    count: int
+    reason: str
+
+
+@dataclass
+class Extraction:
+    """All of `extract_all`'s answer: the tasks, the kernels left out, and the model's FLOPs."""
+
+    tasks: list[ModelTask]
+    skipped: list[Skipped]
+    total_flops: float
+
+
+def as_target(target: str | Target, threads: int = 1) -> Target:
+    """The host LLVM target for `"llvm"` (or a Target), with `threads` kernel threads."""
+    if isinstance(target, Target):
+        return target.with_threads(threads)
+    if not isinstance(target, str) or target.split()[:1] != ["llvm"]:
+        raise ValueError(f"unsupported target {target!r}: only 'llvm' (the host CPU) can be tuned so far")
+    return Target.host(threads)
+
+
+def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
+             pipeline: str | Any = "default") -> IRModule:
+    """The IR `autorelay.build` lowers: weights bound as constants, then the named pipeline."""
+    from autorelay.build import check_dataflow
+    from autorelay.transform.bind import bind_params
+    from autorelay.transform.pipelines import pipeline as named_pipeline
+
+    check_dataflow(mod)
+    if params:
+        mod = bind_params(mod, params)
+    pipe = named_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    return pipe(mod)
+
+
+def _kernel_name(fn: Function) -> str:
+    """Like the build report's step names: the fused ops' short names joined by '_'."""
+    names = [n.op.name.split(".")[-1] for n in post_order(fn.body)
+             if isinstance(n, Call) and isinstance(n.op, Op)]
+    return "_".join(names) or "identity"
+
+
+def _primitive_calls(mod: IRModule) -> list[Function]:
+    """Every primitive function called from `@main`, in dependency order (repeats kept)."""
+    return [n.op for n in post_order(mod["main"].body)
+            if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive]
+
+
+def _model_task(fn: Function, key: str, count: int, target: Target, name: str) -> ModelTask | str:
+    """The task for one distinct primitive function, or the reason it has none."""
+    try:
+        lowered = lower(fn)
+    except NoCompute as e:
+        return f"no compute ({e}); runs through the NumPy references"
+    cdef = lowered.cdef
+    if len(cdef.outputs) != 1:
+        return f"{len(cdef.outputs)} outputs: the build schedules each separately"
+    try:
+        base = kernel_task(cdef, target, name=name)
+    except Exception as e:  # no template / space for this compute: the build uses its default
+        return f"no schedule space ({type(e).__name__}: {e})"
+    if base.template in UNTUNED_TEMPLATES:
+        return f"template {base.template!r} is not tuned (memory-bound copy)"
+    if len(base.space) <= 1:
+        return f"template {base.template!r} has a single config for this shape"
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(Task)
+              if f.init and f.name != "_cache"}
+    fields.update(key=key, workload=describe_workload(fn))
+    ops = tuple(n.op.name for n in post_order(fn.body) if isinstance(n, Call) and isinstance(n.op, Op))
+    return ModelTask(**fields, count=count, ops=ops)
+
+
+@deep
+def extract_all(
+    mod: IRModule,
+    params: Mapping[str, np.ndarray] | None = None,
+    target: str | Target = "llvm",
+    *,
+    pipeline: str | Any = "default",
+    threads: int = 1,
+) -> Extraction:
+    """Tasks plus the kernels left out (see `extract_tasks`)."""
+    tgt = as_target(target, threads)
+    fused = optimize(mod, params, pipeline)
+    order: list[str] = []
+    first: dict[str, Function] = {}
+    counts: dict[str, int] = {}
+    for fn in _primitive_calls(fused):
+        key = workload_key(fn)
+        if key not in first:
+            first[key] = fn
+            order.append(key)
+        counts[key] = counts.get(key, 0) + 1
+    tasks: list[ModelTask] = []
+    skipped: list[Skipped] = []
+    flops: dict[str, float] = {}
+    for key in order:
+        fn = first[key]
+        name = f"t{len(tasks)}.{_kernel_name(fn)}"
+        got = _model_task(fn, key, counts[key], tgt, name)
+        if isinstance(got, str):
+            skipped.append(Skipped(_kernel_name(fn), key, counts[key], got))
+            try:
+                flops[key] = count_flops(lower(fn).cdef)
+            except NoCompute:
+                flops[key] = 0.0
+        else:
+            tasks.append(got)
+            flops[key] = got.flops
+    total = sum(flops[k] * counts[k] for k in order)
+    for t in tasks:
+        t.flop_share = t.total_flops / total if total > 0 else 0.0
+    return Extraction(tasks, skipped, total)
+
+
+def extract_tasks(
+    mod: IRModule,
+    params: Mapping[str, np.ndarray] | None = None,
+    target: str | Target = "llvm",
+    *,
+    pipeline: str | Any = "default",
+    threads: int = 1,
+) -> list[ModelTask]:
+    """One task per distinct fused kernel of `mod` that has a tunable schedule template, in the
+    order the model first runs them. Each task carries `count` (occurrences per inference) and
+    `flop_share` (its FLOPs times `count`, over the FLOPs of every lowered kernel of the model).
+    Use the same `pipeline` and `threads` as the later `build`: they change the kernels and the
+    tuning target."""
+    return extract_all(mod, params, target, pipeline=pipeline, threads=threads).tasks
+
+
+class BoundSource:
+    """The tuning log's schedule source for one tuning target, as `autorelay.build` consults it.
+
+    `build` names its target `"llvm"` (or `"llvm -mcpu=…"`), while measurements are filed under the
+    full tuning target (CPU, feature hash, threads, see `search.task.target_string`); the source
+    is already bound to that target, so this adapter answers for it whatever name build passes.
+    Given the model's `tasks`, a config transferred from a neighbouring workload must belong to
+    the same template with the same knobs (a depthwise and a dense conv share the family
+    `nn.conv2d` but not a schedule); otherwise the next-nearest donor is tried. A workload that
+    `search.tune` re-measured gets the winner of those interleaved rounds (see `picked`).
+    """
+
+    def __init__(self, db: Any, target_str: str, tasks: list[ModelTask] | None = None) -> None:
+        self.db = db
+        self.knobs = {t.key: (t.template, sorted(k.name for k in t.space.knobs)) for t in tasks or []}
+        self.source = db.schedule_source(target_str, validate=self._fits)
+        self._kind: str | None = None
+
+    def _fits(self, key: str, config: dict[str, Any]) -> bool:
+        want = self.knobs.get(key)
+        if want is None:
+            return True
+        return config.get("template") == want[0] and sorted(config.get("knobs", {})) == want[1]
+
+    def picked(self, key: str) -> dict[str, Any] | None:
+        """The winner of the interleaved re-measurements of `key` (`search.tune`'s final pick: per
+        config its latest re-measured row, then the fastest median), which the log's plain `best`
+        (the fastest figure ever seen, possibly a lucky quiet moment) does not know about; None
+        when the key was never re-measured."""
+        from search.tune import REMEASURE_TAG
+
+        latest: dict[str, tuple[dict[str, Any], list[float]]] = {}
+        for r in self.db.history(key, self.source.target):  # oldest first: later rows overwrite
+            if r.runner_version == REMEASURE_TAG and r.error_kind is None and r.costs:
+                latest[json.dumps(r.config, sort_keys=True)] = (r.config, r.costs)
+        if not latest:
+            return None
+        return min(latest.values(), key=lambda c: statistics.median(c[1]))[0]
+
+    def lookup(self, workload_key: str, target: str | None = None, *,
+               workload: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        found = self.picked(workload_key)
+        if found is not None:
+            self._kind = "exact"
+            self.source.counts["exact"] += 1
+            return found
+        self._kind = None
+        return self.source.lookup(workload_key, workload=workload)
+
+    @property
+    def last_lookup_kind(self) -> Any:
+        return self._kind or self.source.last_lookup_kind
+
+    @property
+    def counts(self) -> Any:
+        return self.source.counts
+
+
+__all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "as_target", "extract_all", "extract_tasks",
+           "optimize"]

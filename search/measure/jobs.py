@@ -1,0 +1,197 @@
+"""The functions measurement workers run (module level, so they pickle by name).
+
+`build_job` compiles a candidate to the shared on-disk object cache and returns its loop-IR
+features; `run_job` loads it from that cache (skipping LLVM's optimiser), checks its output against
+the task's reference, then times it; `interleaved_job` times several candidates round-robin in one
+process so that machine noise hits them alike. Worker-side state (task inputs, reference outputs)
+is cached per task key, so a reused worker pays for them once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autorelay.codegen.llvm.emit import emit_module
+from autorelay.codegen.llvm.jit import compile_ir
+from autorelay.errors import ScheduleError
+from autorelay.kernel import BoundKernel, Kernel
+from autorelay.schedule.apply import apply
+from autorelay.schedule.space import Config
+from autorelay.schedule.steps import Step
+from autorelay.schedule.templates import template_for
+from autorelay.tir.nodes import PrimFunc
+from autorelay.tir.printer import structural_hash
+from search.features import extract
+from search.measure.result import BuildResult, ErrorKind, MeasureResult
+from search.task import Task
+
+# A fault hook is called in the worker as hook(stage, config, outputs): stage "build" before
+# compiling (outputs empty) and "run" after the checked first call, before the reference check.
+# It exists to produce crashes, hangs and wrong answers on purpose (tests, chaos runs).
+FaultHook = Callable[[str, Config, Sequence[np.ndarray]], None]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How a candidate is timed: `warmup` untimed calls, then `repeat` timings of `number` calls
+    each, `number` raised until one timing lasts at least `min_repeat_ms`."""
+
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: float = 20.0
+    warmup: int = 1
+    timeout: float = 10.0
+
+
+_TASKS: dict[str, Task] = {}
+
+
+def _task(task: Task) -> Task:
+    """The worker's cached copy (inputs and reference computed once per worker)."""
+    cached = _TASKS.get(task.key)
+    if cached is None:
+        if len(_TASKS) > 16:
+            _TASKS.clear()
+        cached = _TASKS[task.key] = task
+    return cached
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What the builder hands the runner: the lowered function and its LLVM IR, so the runner only
+    loads the object file from the shared cache instead of lowering and emitting again (which cost
+    more than timing a small kernel). Mirrors `autorelay.kernel.build_kernel`."""
+
+    func: PrimFunc
+    steps: tuple[Step, ...]
+    relayouts: dict[str, list]
+    text: str
+    segments: list[tuple[str, int]]
+    key: str
+
+
+def compile_candidate(task: Task, config: Config, cache_dir: str) -> tuple[Kernel, Artifact]:
+    """Lower, emit and compile one candidate (the object lands in `cache_dir`)."""
+    cdef, target = task.cdef, task.target
+    steps = tuple(template_for(cdef, config.template).steps(cdef, config, target))
+    func, state = apply(cdef, steps)
+    key = structural_hash(func, target.key())
+    text, segs = emit_module(func, target, f"k_{key[:16]}")
+    art = Artifact(func, steps, state.relayouts, text, segs, key)
+    return load_candidate(task, art, cache_dir), art
+
+
+def load_candidate(task: Task, art: Artifact, cache_dir: str) -> Kernel:
+    nbuf = len(art.func.params) + len(art.func.workspaces)
+    module = compile_ir(art.text, art.segments, nbuf, task.target, art.key, cache_dir)
+    return Kernel(task.cdef, art.func, art.steps, art.relayouts, module, task.target)
+
+
+def prime_job(task: Task) -> bool:
+    """Compute (and cache in this worker) the task's inputs and reference outputs."""
+    _task(task).expected()
+    return True
+
+
+def build_job(task: Task, config: Config, cache_dir: str, hook: FaultHook | None = None) -> BuildResult:
+    t0 = time.perf_counter()
+    try:
+        if hook is not None:
+            hook("build", config, ())
+        kernel, art = compile_candidate(task, config, cache_dir)
+    except ScheduleError as e:
+        return BuildResult(ErrorKind.ILLEGAL_SCHEDULE, str(e), time.perf_counter() - t0)
+    except Exception as e:  # anything else while lowering/compiling is a compile error
+        return BuildResult(ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
+    feats = extract(kernel.func, config)
+    return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, art)
+
+
+def _prepare(task: Task, config: Config, cache_dir: str, hook: FaultHook | None,
+             art: Artifact | None = None) -> BoundKernel | MeasureResult:
+    """Load, bind, run once and check one candidate; a MeasureResult when it fails."""
+    try:
+        kernel = load_candidate(task, art, cache_dir) if art is not None else compile_candidate(
+            task, config, cache_dir)[0]
+    except ScheduleError as e:
+        return MeasureResult.failed(ErrorKind.ILLEGAL_SCHEDULE, str(e))
+    except Exception as e:
+        return MeasureResult.failed(ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}")
+    bound = kernel.bind(*task.inputs())
+    for o in bound.outputs:  # a kernel that skips elements must not pass on leftovers
+        if o.dtype.kind == "f":
+            o.fill(np.nan)
+        elif o.dtype.kind in "iu":
+            o.fill(np.iinfo(o.dtype).max)
+    bound()
+    if hook is not None:
+        hook("run", config, bound.outputs)
+    msg = task.check(bound.outputs)
+    if msg is not None:
+        return MeasureResult.failed(ErrorKind.WRONG_ANSWER, msg)
+    return bound
+
+
+def _calibrate(bound: BoundKernel, s: TimingSettings) -> int:
+    """Warm up, then grow `number` until `number` calls last at least `min_repeat_ms` (a single
+    cold call overestimates the cost, so the estimate is re-checked rather than trusted)."""
+    for _ in range(s.warmup):
+        bound()
+    number = s.number
+    goal = s.min_repeat_ms / 1000.0
+    for _ in range(8):
+        t = _time(bound, number) * number
+        if t >= goal:
+            break
+        number = max(number * 2, math.ceil(number * goal / max(t, 1e-9) * 1.2))
+    return number
+
+
+def _time(bound: BoundKernel, number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        bound()
+    return (time.perf_counter() - t0) / number
+
+
+def run_job(task: Task, config: Config, cache_dir: str, settings: TimingSettings,
+            hook: FaultHook | None = None, art: Artifact | None = None) -> MeasureResult:
+    t0 = time.perf_counter()
+    task = _task(task)
+    got = _prepare(task, config, cache_dir, hook, art)
+    if isinstance(got, MeasureResult):
+        return MeasureResult.failed(got.error, got.message, run_s=time.perf_counter() - t0)
+    number = _calibrate(got, settings)
+    costs = tuple(_time(got, number) for _ in range(settings.repeat))
+    return MeasureResult(costs, ErrorKind.NONE, "", 0.0, time.perf_counter() - t0, {"number": number})
+
+
+def interleaved_job(task: Task, configs: Sequence[Config], cache_dir: str, settings: TimingSettings,
+                    rounds: int) -> list[MeasureResult]:
+    """Time every candidate once per round, rotating the order each round, so a noisy moment
+    spreads over all of them instead of flattering whichever happened to run in a quiet one."""
+    task = _task(task)
+    prepared: list[Any] = [_prepare(task, c, cache_dir, None) for c in configs]
+    live = [i for i, p in enumerate(prepared) if not isinstance(p, MeasureResult)]
+    numbers = {i: _calibrate(prepared[i], settings) for i in live}
+    costs: dict[int, list[float]] = {i: [] for i in live}
+    for r in range(rounds):
+        order = live[r % len(live):] + live[: r % len(live)] if live else []
+        for i in order:
+            costs[i].append(_time(prepared[i], numbers[i]))
+    return [p if isinstance(p, MeasureResult)
+            else MeasureResult(tuple(costs[i]), extra={"number": numbers[i]})
+            for i, p in enumerate(prepared)]
+
+
+def features_job(task: Task, configs: Sequence[Config]) -> list[tuple[float, ...] | None]:
+    """Loop-IR features of configs lowered (not compiled) in a worker; None for illegal ones."""
+    from search.tuners.model_based import lower_features
+
+    return [lower_features(task, c) for c in configs]

@@ -1,0 +1,288 @@
+"""Tuning a whole model: extract its kernels, divide `trials` over them with the gradient task
+scheduler, tune each into the tuning log, then compare the model end to end before and after.
+
+    result = tune_model(load_model("resnet-18"), trials=64, tuner="xgb", db="sqlite:///tuning.db")
+    print(result.table())
+
+Everything lands in the log as it is measured (`search.tune.tune_task` records each result), so
+Ctrl-C (KeyboardInterrupt) stops with nothing lost: `tune_model` marks the run interrupted and
+returns the partial result, and running it again resumes — logged trials count toward the
+budget and are never measured twice. The per-task "best" is the interleaved re-measurement of the
+top candidates against the default (`tune_task`'s final pick), not the luckiest search figure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from search.extract import Extraction, ModelTask, Skipped, extract_all
+from search.measure import Measurer, TimingSettings
+from search.models import (
+    Model,
+    build_model,
+    max_difference,
+    open_db,
+    run_inputs,
+    schedule_source,
+    time_interleaved,
+    tuning_target,
+)
+from search.tune import TuneResult, resume, transfer_from_log, tune_task
+
+# CLI names of the tuners -> `search.tuners.make_tuner` names
+TUNER_NAMES = {"xgb": "xgb", "random": "random", "grid": "grid", "ga": "genetic", "genetic": "genetic",
+               "optuna-tpe": "tpe", "optuna-cmaes": "cmaes", "tpe": "tpe", "cmaes": "cmaes"}
+TUNER_CHOICES = ("xgb", "random", "grid", "ga", "optuna-tpe", "optuna-cmaes")  # what --tuner lists
+
+
+class Progress:
+    """What `tune_model` reports while it works; the CLI prints it. Every method is optional."""
+
+    def tasks(self, tasks: list[ModelTask], skipped: list[Skipped], budget: int, logged: list[int]) -> None:
+        """Extraction done: the tasks, kernels left out, the trial budget and trials already logged."""
+
+    def trials(self, task: int, trials: int, best_s: float, spent: int) -> None:
+        """A batch of `task` finished: its total trials and best cost; `spent` new trials in all."""
+
+    def stage(self, text: str) -> None:
+        """A phase starts (final re-measurement, end-to-end timing)."""
+
+    def final(self, task: int, result: TuneResult) -> None:
+        """`task`'s pick is settled (re-measured interleaved with the default)."""
+
+
+@dataclass
+class TaskRow:
+    """One line of the final table."""
+
+    task: ModelTask
+    trials: int  # distinct configs measured in all (logged before + new)
+    new_trials: int
+    default_s: float  # both re-measured in the same interleaved rounds
+    best_s: float
+    best_search_s: float  # the best figure seen during the search (optimistic under noise)
+    config: Any = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_s / self.best_s if self.best_s > 0 and math.isfinite(self.best_s) else math.nan
+
+    def gflops(self, seconds: float) -> float:
+        return self.task.flops / seconds / 1e9 if seconds > 0 and math.isfinite(seconds) else math.nan
+
+
+@dataclass
+class ModelTuneResult:
+    model: str
+    target: str  # the tuning target the log files measurements under
+    tuner: str
+    budget: int
+    rows: list[TaskRow]
+    skipped: list[Skipped]
+    run: int | None
+    seconds: float
+    interrupted: bool = False
+    latency_before_s: float = math.nan
+    latency_after_s: float = math.nan
+    max_abs_diff: float = math.nan  # tuned vs default outputs, same inputs
+    source_counts: dict[str, int] = field(default_factory=dict)
+    report: Any = None  # the tuned executable's BuildReport
+
+    @property
+    def new_trials(self) -> int:
+        return sum(r.new_trials for r in self.rows)
+
+    @property
+    def speedup(self) -> float:
+        ok = self.latency_after_s > 0 and math.isfinite(self.latency_after_s)
+        return self.latency_before_s / self.latency_after_s if ok else math.nan
+
+    def table(self) -> str:
+        """Per task: occurrences, FLOP share, trials, default vs best (ms, GFLOP/s), speedup."""
+        head = (f"{'task':<30} {'n':>2} {'flops%':>6} {'trials':>6} {'default ms':>10} {'GFLOP/s':>8} "
+                f"{'best ms':>9} {'GFLOP/s':>8} {'speedup':>7}")
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            t = r.task
+            lines.append(f"{t.name[:30]:<30} {t.count:>2} {t.flop_share * 100:>5.1f}% {r.trials:>6} "
+                         f"{_ms(r.default_s):>10} {_num(r.gflops(r.default_s)):>8} {_ms(r.best_s):>9} "
+                         f"{_num(r.gflops(r.best_s)):>8} {_num(r.speedup, 'x'):>7}")
+        for s in self.skipped:
+            lines.append(f"{s.name[:30]:<30} {s.count:>2}  not tuned: {s.reason}")
+        lines.append("-" * len(head))
+        lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
+                     f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
+        lines.append(f"target: {self.target}")
+        if math.isfinite(self.latency_before_s):
+            lines.append(f"end to end: {self.latency_before_s * 1e3:.3f} ms default -> "
+                         f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "
+                         f"max |tuned - default| = {self.max_abs_diff:.2g}; kernels by source: "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(self.source_counts.items())))
+        if self.interrupted:
+            lines.append("interrupted: every finished measurement is in the log; rerun the same command "
+                         "to resume")
+        return "\n".join(lines)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.4f}" if math.isfinite(s) else "-"
+
+
+def _num(x: float, suffix: str = "") -> str:
+    return f"{x:.2f}{suffix}" if math.isfinite(x) else "-"
+
+
+class _Tuning:
+    """The state of one `tune_model` call (kept together so Ctrl-C can report what was done)."""
+
+    def __init__(self, ex: Extraction, tuner: str, db: Any, measurer: Measurer, progress: Progress,
+                 seed: int, run: int | None, batch: int) -> None:
+        from search.tuners import make_tuner
+
+        self.tasks, self.db, self.measurer, self.progress = ex.tasks, db, measurer, progress
+        self.run, self.batch = run, batch
+        self.tuners = [make_tuner(tuner, t, seed) for t in ex.tasks]
+        self.logged = [resume(db, t, tu)[0] for t, tu in zip(ex.tasks, self.tuners)]
+        for t, tu in zip(ex.tasks, self.tuners):
+            if getattr(tu, "transferred", None) == 0:  # a model-based tuner learns from similar workloads
+                transfer_from_log(db, t, tu)
+        self.new = [0] * len(ex.tasks)
+        self.errors: list[dict[str, int]] = [{} for _ in ex.tasks]
+        self.finals: list[TuneResult | None] = [None] * len(ex.tasks)
+
+    def one_round(self, i: int, n: int) -> tuple[int, float]:
+        tu = self.tuners[i]
+        base, before = len(tu.costs), self.new[i]
+
+        def on_batch(done: int, best: float) -> None:  # counts stay right if Ctrl-C lands in here
+            self.new[i] = before + done - base
+            self.progress.trials(i, done, best, sum(self.new))
+
+        r = tune_task(self.tasks[i], tu, base + n, self.db, self.measurer, batch=self.batch, run=self.run,
+                      from_log=False, final=False, transfer=False, on_batch=on_batch)
+        self.new[i] = before + r.trials
+        for k, v in r.errors.items():
+            self.errors[i][k] = self.errors[i].get(k, 0) + v
+        return r.trials, tu.best_cost
+
+    def settle(self, i: int) -> None:
+        """The interleaved re-measurement of task i's top candidates against its default (or, when
+        nothing new was measured, the last one in the log)."""
+        self.finals[i] = tune_task(self.tasks[i], self.tuners[i], 0, self.db, self.measurer, run=self.run,
+                                   from_log=False, transfer=False, reuse_pick=self.new[i] == 0)
+        self.progress.final(i, self.finals[i])
+
+    def rows(self) -> list[TaskRow]:
+        rows = []
+        for i, t in enumerate(self.tasks):
+            tu, f = self.tuners[i], self.finals[i]
+            trials = self.logged[i] + self.new[i]
+            if f is not None:
+                rows.append(TaskRow(t, trials, self.new[i], f.default_cost, f.best_cost, f.best_cost_search,
+                                    f.best_config, self.errors[i]))
+            else:  # interrupted before the final pick: search figures only
+                cfg = t.config(tu.best_index) if tu.best_index >= 0 else None
+                rows.append(TaskRow(t, trials, self.new[i], math.nan, tu.best_cost, tu.best_cost, cfg,
+                                    self.errors[i]))
+        return rows
+
+
+def tune_model(
+    model: Model,
+    *,
+    trials: int,
+    tuner: str = "xgb",
+    db: Any = None,
+    target: str = "llvm",
+    threads: int = 1,
+    pipeline: str = "default",
+    seed: int = 0,
+    round_trials: int | None = None,
+    batch: int = 8,
+    timing: TimingSettings | None = None,
+    build_workers: int = 2,
+    progress: Progress | None = None,
+    compare: bool = True,
+) -> ModelTuneResult:
+    """Tune `model`'s kernels with `trials` measurements in all (logged ones included) into `db`
+    (a TuningDB, URL/path, or None: the default SQLite log); with `compare`, build the model with
+    the defaults and with the log's best schedules and time both (interleaved).
+
+    Tasks are tuned heaviest (FLOPs x occurrences) first; the scheduler's rounds are
+    `round_trials` trials (default: the budget per task in whole batches, between `batch` and 16)."""
+    if trials < 0:
+        raise ValueError(f"trials must be >= 0, got {trials}")
+    if tuner not in TUNER_NAMES:
+        raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(sorted(TUNER_NAMES))}")
+    from search.scheduler import TaskScheduler
+
+    progress = progress or Progress()
+    t0 = time.perf_counter()
+    handle, own = open_db(db)
+    run: int | None = None
+    measurer: Measurer | None = None
+    interrupted = False
+    try:
+        ex = extract_all(model.mod, model.params, target, pipeline=pipeline, threads=threads)
+        # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
+        ex.tasks.sort(key=lambda t: -t.total_flops)
+        per_task = trials // max(1, len(ex.tasks))
+        rounds = round_trials or max(batch, min(16, per_task // batch * batch))
+        run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
+                               info={"target": tuning_target(target, threads), "pipeline": pipeline,
+                                     "tasks": len(ex.tasks), "seed": seed})
+        measurer = Measurer(build_workers, timing)
+        st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
+        progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
+        try:
+            sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged)), rounds,
+                                  seed=seed)
+            for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
+                if st.logged[i]:
+                    sched.tasks[i].trials.append(st.logged[i])
+                    sched.tasks[i].best.append(tu.best_cost)
+            if ex.tasks:
+                sched.run(st.one_round)
+            progress.stage("re-measuring each task's best candidates against its default, interleaved")
+            for i in range(len(ex.tasks)):
+                st.settle(i)
+        except KeyboardInterrupt:
+            interrupted = True
+        result = ModelTuneResult(model.name, tuning_target(target, threads), tuner, trials, st.rows(),
+                                 ex.skipped, run, 0.0, interrupted)
+        measurer.close()
+        measurer = None
+        if compare and not interrupted:
+            progress.stage("building the model with default and with tuned schedules; timing both")
+            _compare(result, model, handle, target, threads, pipeline)
+        handle.finish_run(run, interrupted=interrupted)
+        result.seconds = time.perf_counter() - t0
+        return result
+    except KeyboardInterrupt:  # during extraction, the comparison or cleanup: the log is intact
+        if run is not None:
+            handle.finish_run(run, interrupted=True)
+        raise
+    finally:
+        if measurer is not None:
+            measurer.close()
+        if own:
+            handle.close()
+
+
+def _compare(result: ModelTuneResult, model: Model, db: Any, target: str, threads: int,
+             pipeline: str) -> None:
+    before = build_model(model, None, target, threads=threads, pipeline=pipeline)
+    src = schedule_source(db, model, target, threads=threads, pipeline=pipeline)
+    after = build_model(model, src, target, threads=threads, pipeline=pipeline)
+    args = run_inputs(before, model)
+    result.max_abs_diff = max_difference(before(*args), after(*args))
+    result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)
+    result.source_counts = dict(after.report.sources)
+    result.report = after.report
+
+
+__all__ = ["TUNER_CHOICES", "TUNER_NAMES", "ModelTuneResult", "Progress", "TaskRow", "tune_model"]

@@ -1,0 +1,200 @@
+"""Whole models outside the tuning loop: load one (zoo name or ONNX file), build it with the tuning
+log's best schedules, and time it end to end.
+
+These are the pieces `autorelay compile`, `autorelay run` and `tune_model`'s before/after
+comparison share. Latencies of two executables are taken interleaved (A, B, A, B, …) so a noisy
+moment on this shared machine hits both alike, and the median is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.module import IRModule
+from search.extract import BoundSource, as_target, extract_tasks
+from search.task import target_string
+
+
+@dataclass
+class Model:
+    """A loaded model: its IR, weights, a name for the log and reports, and sample inputs."""
+
+    name: str
+    mod: IRModule
+    params: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+
+
+def default_threads() -> int:
+    """Kernel threads when none are given: two (the machine the bars are stated on), or fewer."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1, seed: int = 1) -> Model:
+    """`spec` is a zoo model name (`resnet-18`, `resnet18`, `mlp`, …) or a path to an `.onnx` file.
+    `image_size` shrinks image models (zoo only); inputs are seeded random values."""
+    from autorelay.frontend import zoo
+
+    if spec.lower().endswith(".onnx") or os.path.sep in spec:
+        if not os.path.exists(spec):
+            raise FileNotFoundError(f"model file {spec!r} does not exist")
+        if image_size is not None:
+            raise ValueError("--image-size applies to zoo models only; an ONNX file fixes its shapes")
+        from autorelay.frontend import from_onnx
+
+        mod, params = from_onnx(spec)
+        name = os.path.basename(spec)
+    else:
+        try:
+            name = zoo.canonical_name(spec)
+        except KeyError as e:
+            raise ValueError(f"{e.args[0]}; or give a path to an .onnx file") from None
+        options = {"image_size": image_size} if image_size is not None else {}
+        try:
+            mod, params = zoo.get(name, batch_size=batch_size, **options)
+        except TypeError as e:
+            if image_size is None:
+                raise
+            raise ValueError(f"model {name} does not take an image size ({e})") from None
+        if image_size is not None:
+            name = f"{name}@{image_size}"
+    params = dict(params)
+    return Model(name, mod, params, zoo.random_inputs(mod, params, seed))
+
+
+def tuning_target(target: str, threads: int) -> str:
+    """The name measurements of kernels for `target` with `threads` threads are logged under."""
+    return target_string(as_target(target, threads))
+
+
+def open_db(db: Any) -> tuple[Any, bool]:
+    """(TuningDB, whether we opened it): accepts an open TuningDB, a URL/path, or None (default)."""
+    import tuning_db
+
+    if db is None or isinstance(db, str | os.PathLike):
+        return tuning_db.open(db), True
+    return db, False
+
+
+def schedule_source(db: Any, model: Model, target: str = "llvm", *, threads: int = 1,
+                    pipeline: str = "default") -> BoundSource:
+    """The log's lookup object for building `model`, with the model's tasks guarding transfers."""
+    tasks = extract_tasks(model.mod, model.params, target, pipeline=pipeline, threads=threads)
+    return BoundSource(db, tuning_target(target, threads), tasks)
+
+
+def build_model(model: Model, source: Any = None, target: str = "llvm", *, threads: int = 1,
+                pipeline: str = "default") -> Any:
+    """`autorelay.build` of the model with `source` (None: the heuristic defaults)."""
+    from autorelay.build import build
+
+    return build(model.mod, target, model.params, schedules=source, pipeline=pipeline, threads=threads)
+
+
+def run_inputs(exe: Any, model: Model) -> list[np.ndarray]:
+    """The model's sample inputs in the executable's parameter order."""
+    missing = [n for n in exe.input_names if n not in model.inputs]
+    if missing:
+        raise ValueError(f"model {model.name}: no sample input for {', '.join(missing)}")
+    return [model.inputs[n] for n in exe.input_names]
+
+
+def time_interleaved(exes: Sequence[Any], inputs: Sequence[np.ndarray], *, rounds: int = 15,
+                     min_seconds: float = 0.05) -> list[float]:
+    """Median seconds per call of each executable, timed round-robin after one warm-up call each.
+    Each round runs an executable enough times to last `min_seconds` (fast models are timed in
+    batches, so timer resolution does not dominate)."""
+    numbers = []
+    for exe in exes:
+        t0 = time.perf_counter()
+        exe(*inputs)
+        first = time.perf_counter() - t0
+        numbers.append(max(1, int(min_seconds / max(first, 1e-6))))
+    samples: list[list[float]] = [[] for _ in exes]
+    for r in range(rounds):
+        order = list(range(len(exes)))
+        if r % 2:
+            order.reverse()
+        for i in order:
+            t0 = time.perf_counter()
+            for _ in range(numbers[i]):
+                exes[i](*inputs)
+            samples[i].append((time.perf_counter() - t0) / numbers[i])
+    return [statistics.median(s) for s in samples]
+
+
+def max_difference(a: Any, b: Any) -> float:
+    """Largest absolute difference between two outputs (tuples compared field by field)."""
+    xs = list(a) if isinstance(a, list | tuple) else [a]
+    ys = list(b) if isinstance(b, list | tuple) else [b]
+    if len(xs) != len(ys):
+        return float("inf")
+    return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
+                for x, y in zip(xs, ys)), default=0.0)
+
+
+@dataclass
+class CompileResult:
+    exe: Any
+    source_counts: dict[str, int]  # kernel steps per schedule source (tuned/transferred/default/fallback)
+    seconds: float
+
+
+def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int = 1,
+                  pipeline: str = "default") -> CompileResult:
+    """Build with the best logged schedules of `db` (a TuningDB, URL, or None for no log)."""
+    t0 = time.perf_counter()
+    if db is None:
+        exe = build_model(model, None, target, threads=threads, pipeline=pipeline)
+    else:
+        handle, own = open_db(db)
+        try:
+            src = schedule_source(handle, model, target, threads=threads, pipeline=pipeline)
+            exe = build_model(model, src, target, threads=threads, pipeline=pipeline)
+        finally:
+            if own:
+                handle.close()
+    counts = dict(exe.report.sources)
+    return CompileResult(exe, counts, time.perf_counter() - t0)
+
+
+@dataclass
+class RunResult:
+    compile: CompileResult
+    first_call_s: float
+    latency_s: float  # median of `repeat` timed calls
+    outputs: Any
+
+
+def run_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int = 1,
+              pipeline: str = "default", repeat: int = 10, inputs: Mapping[str, np.ndarray] | None = None
+              ) -> RunResult:
+    """Build (with the log's schedules when `db` is given), run once, then time `repeat` calls and
+    profile every kernel (the report's time shares)."""
+    comp = compile_model(model, db, target, threads=threads, pipeline=pipeline)
+    exe = comp.exe
+    if inputs is not None:
+        model = Model(model.name, model.mod, model.params, dict(inputs))
+    args = run_inputs(exe, model)
+    t0 = time.perf_counter()
+    out = exe(*args)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        exe(*args)
+        times.append(time.perf_counter() - t0)
+    exe.profile(*args, repeat=max(1, min(repeat, 10)))
+    return RunResult(comp, first, statistics.median(times), out)
+
+
+__all__ = ["CompileResult", "Model", "RunResult", "build_model", "compile_model", "default_threads",
+           "load_model", "max_difference", "open_db", "run_inputs", "run_model", "schedule_source",
+           "time_interleaved", "tuning_target"]

@@ -1,0 +1,216 @@
+"""Model-based tuning (AutoTVM's design): an XGBoost ranking model learns from every measured
+batch; simulated annealing over the model proposes the next batch; the batch is picked for both
+predicted speed and diversity, with a few random points (epsilon-greedy) so a wrong model cannot
+trap the search.
+
+Features come from lowering candidates (`Featurizer`, cached per config, in the builder's worker
+processes when attached) and, for measured candidates, from the builder. Lowering is the expensive
+part, so annealing spends a fixed budget of newly lowered configs per proposal; every lowered,
+unmeasured config stays a candidate for later batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from autorelay.errors import ScheduleError
+from autorelay.schedule.apply import apply
+from autorelay.schedule.space import Config
+from autorelay.schedule.templates import template_for
+from search import space_ops
+from search.cost_model import XGBoostCostModel
+from search.features import LENGTH, extract
+from search.measure.result import MeasureResult
+from search.measure.workers import WorkerPool
+from search.task import Task
+from search.tuners.base import Tuner
+
+log = logging.getLogger(__name__)
+
+
+def lower_features(task: Task, config: Config) -> tuple[float, ...] | None:
+    """Features of one config of `task`, or None when its schedule is illegal."""
+    tmpl = template_for(task.cdef, task.template)
+    try:
+        func, _ = apply(task.cdef, tmpl.steps(task.cdef, config, task.target))
+    except (ScheduleError, KeyError, ValueError, TypeError):
+        return None
+    return extract(func, config)
+
+
+class Featurizer:
+    """Loop-IR features per config index (None for an illegal schedule), cached. Lowering costs
+    tens of milliseconds per config, so batches go to a worker pool when one is attached."""
+
+    def __init__(self, task: Task, pool: WorkerPool | None = None) -> None:
+        self.task = task
+        self.pool = pool
+        self.cache: dict[int, tuple[float, ...] | None] = {}
+
+    def of_config(self, config: Config) -> tuple[float, ...] | None:
+        return lower_features(self.task, config)
+
+    def __call__(self, index: int) -> tuple[float, ...] | None:
+        if index not in self.cache:
+            self.many([index])
+        return self.cache[index]
+
+    def many(self, indices: Sequence[int]) -> None:
+        """Fill the cache for `indices` (in parallel on the pool's workers when attached)."""
+        todo = [i for i in dict.fromkeys(indices) if i not in self.cache]
+        if not todo:
+            return
+        if self.pool is None or len(todo) < 4:
+            for i in todo:
+                self.cache[i] = self.of_config(self.task.config(i))
+            return
+        from search.measure.jobs import features_job
+
+        n = len(self.pool.workers)
+        chunks = [todo[k::n] for k in range(n)]
+        jobs = [(self.task, [self.task.config(i) for i in c]) for c in chunks]
+        outs = self.pool.map(features_job, jobs, 120.0)
+        for c, o in zip(chunks, outs):
+            vals = o.value if o.status == "ok" else [self.of_config(self.task.config(i)) for i in c]
+            self.cache.update(zip(c, vals))
+
+
+class ModelBasedTuner(Tuner):
+    name = "xgb"
+
+    def __init__(self, task: Task, seed: int = 0, *, epsilon: float = 0.05, diversity: float = 0.5,
+                 chains: int = 16, sa_iters: int = 30, explore: int = 32) -> None:
+        super().__init__(task, seed)
+        self.model = XGBoostCostModel(seed=seed)
+        self.features = Featurizer(task)
+        self.epsilon, self.diversity = epsilon, diversity
+        self.chains, self.sa_iters, self.explore = chains, sa_iters, explore
+        self.transferred = 0
+
+    def attach(self, pool: WorkerPool | None) -> None:
+        """Lower candidates for features on `pool`'s workers (the builder's, between builds)."""
+        self.features.pool = pool
+
+    # ---- learning ------------------------------------------------------------------------------
+
+    def update(self, indices: Sequence[int], results: Sequence[MeasureResult]) -> None:
+        super().update(indices, results)
+        for i, r in zip(indices, results):
+            f = r.extra.get("features") if r.extra else None
+            if i >= 0 and f and len(f) == LENGTH:
+                self.features.cache[i] = tuple(f)
+        self._refit()
+
+    def _refit(self) -> None:
+        self.features.many(list(self.costs))  # one parallel batch for configs resumed from the log
+        xs, ys = [], []
+        for i, c in self.costs.items():
+            f = self.features(i)
+            if f is not None:
+                xs.append(f)
+                ys.append(c)
+        self.model.fit(xs, ys)
+
+    def transfer(self, records: Sequence[tuple[dict[str, Any], float]]) -> int:
+        """Learn from one donor workload's (config JSON, cost) pairs; returns how many were usable."""
+        xs, ys = [], []
+        for cfg_json, cost in records:
+            try:
+                cfg = self.task.config_from_json(cfg_json)
+            except (KeyError, TypeError, AttributeError):
+                continue
+            if cfg.template != self.task.template:
+                continue
+            f = self.features.of_config(cfg)
+            if f is not None:
+                xs.append(f)
+                ys.append(cost)
+        self.model.add_transfer(xs, ys)
+        self.transferred += len(xs)
+        if xs:
+            self._refit()
+        return len(xs)
+
+    # ---- proposing -----------------------------------------------------------------------------
+
+    def _score(self, idx: Sequence[int]) -> np.ndarray:
+        """Predicted scores of already-featurized configs (-inf for illegal ones)."""
+        feats = [self.features.cache.get(i) for i in idx]
+        ok = [k for k, f in enumerate(feats) if f is not None]
+        out = np.full(len(idx), -np.inf)
+        if ok:
+            out[ok] = self.model.predict([feats[k] for k in ok])
+        return out
+
+    def _anneal(self) -> None:
+        """Parallel simulated annealing on the model. Each step moves every chain; configs never
+        seen before are lowered for features in one parallel batch, until `explore` new ones have
+        been lowered for this proposal; after that, moves into unlowered configs are rejected."""
+        measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
+        points = [i for _, i in measured[: self.chains // 2]]
+        points += [self.rng.randrange(len(self.space)) for _ in range(self.chains - len(points))]
+        self.features.many(points)
+        scores = self._score(points)
+        budget = self.explore
+        spread = 1.0
+        for it in range(self.sa_iters):
+            temp = 1.0 - it / self.sa_iters
+            new = [space_ops.random_move(self.space, p, self.rng) for p in points]
+            unseen = [i for i in dict.fromkeys(new) if i not in self.features.cache][:max(budget, 0)]
+            if unseen:
+                self.features.many(unseen)
+                budget -= len(unseen)
+            ns = self._score(new)
+            fin = ns[np.isfinite(ns)]
+            if len(fin) > 1:
+                spread = max(float(np.std(fin)), 1e-9)
+            for k, s in enumerate(ns):
+                if not math.isfinite(s):
+                    continue
+                delta = (s - scores[k]) / spread
+                accept = delta >= 0 or self.rng.random() < math.exp(delta / max(temp, 1e-3))
+                if not math.isfinite(scores[k]) or accept:
+                    points[k], scores[k] = new[k], s
+
+    def _candidates(self, want: int) -> list[tuple[float, int]]:
+        """(score, index) of the best-predicted unvisited featurized configs, best first."""
+        self._anneal()
+        pool = [i for i, f in self.features.cache.items() if f is not None and i not in self.visited]
+        scores = self._score(pool)
+        return sorted(((float(s), i) for s, i in zip(scores, pool) if math.isfinite(s)), reverse=True)[:want]
+
+    def _diverse(self, cands: list[tuple[float, int]], n: int) -> list[int]:
+        """Greedy pick: normalised score minus `diversity` x the highest knob overlap with a pick."""
+        if not cands:
+            return []
+        scores = np.array([s for s, _ in cands])
+        lo, hi = scores.min(), scores.max()
+        norm = (scores - lo) / (hi - lo) if hi > lo else np.ones_like(scores)
+        digits = [space_ops.knob_indices(self.space, i) for _, i in cands]
+        chosen: list[int] = []
+        overlap = np.zeros(len(cands))
+        free = set(range(len(cands)))
+        while free and len(chosen) < n:
+            k = max(free, key=lambda j: norm[j] - self.diversity * overlap[j])
+            chosen.append(k)
+            free.discard(k)
+            for j in free:
+                same = sum(a == b for a, b in zip(digits[j], digits[k])) / max(len(digits[k]), 1)
+                overlap[j] = max(overlap[j], same)
+        return [cands[k][1] for k in chosen]
+
+    def next_batch(self, n: int) -> list[int]:
+        if not self.model.ready:
+            first: list[int] = []
+            d = self.task.index(self.task.default)
+            if d >= 0 and d not in self.visited:
+                first.append(d)
+            return first + self._random_unvisited(n - len(first), exclude=set(first))
+        n_random = sum(1 for _ in range(n) if self.rng.random() < self.epsilon)
+        picks = self._diverse(self._candidates(3 * n), n - n_random)
+        return picks + self._random_unvisited(n - len(picks), exclude=set(picks))

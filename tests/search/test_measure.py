@@ -1,0 +1,82 @@
+"""Builder/runner: real timings, and every failure kind produced on purpose and reported as data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from search_helpers import Faults, dense_task
+
+from autorelay.kernel import build_kernel
+from autorelay.schedule.space import Config
+from search.measure import ErrorKind, MeasureInput, Measurer, TimingSettings
+
+FAST = TimingSettings(number=1, repeat=3, min_repeat_ms=2.0, warmup=1, timeout=4.0)
+
+
+def _inp(task, **knobs):
+    cfg = task.default
+    vals = tuple((k, knobs.get(k, v)) for k, v in cfg.values)
+    c = Config(cfg.template, vals)
+    return MeasureInput(c, task.index(c))
+
+
+@pytest.fixture(scope="module")
+def task():
+    return dense_task(16, 24, 32)
+
+
+def test_measures_real_candidates(task):
+    inputs = [MeasureInput(task.config(i), i) for i in (0, 7, 101)]
+    with Measurer(settings=FAST) as m:
+        res = m.measure(task, inputs)
+        pid = m.runner.pool.workers[0].pid
+        again = m.remeasure(task, inputs[:2], rounds=4)
+        assert m.runner.pool.workers[0].pid == pid and m.runner.pool.restarts == 0  # reused while healthy
+    for r in res:
+        assert r.ok, r.message
+        assert len(r.costs) == 3 and all(0 < c < 0.1 for c in r.costs)
+        assert r.extra["number"] >= 1 and len(r.extra["features"]) > 0
+        # `number` is calibrated so one timing lasts about min_repeat_ms (2 ms; later calls may run faster)
+        assert r.costs[0] * r.extra["number"] >= 0.8e-3
+    assert [len(r.costs) for r in again] == [4, 4]
+    # the measured config really computes the product (independent check in this process)
+    a, w = task.inputs()
+    k = build_kernel(task.cdef, inputs[1].config, task.target)
+    np.testing.assert_allclose(k.run(a, w), a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_every_failure_kind_is_recorded_and_the_measurer_survives(task):
+    tm = task.space.knob("tile_m").values
+    hook = Faults(((tm[1], "segv"), (tm[2], "hang"), (tm[3], "wrong"), (tm[4], "compile")))
+    illegal = Config("dense", (("tile_m", 0), ("tile_n_vectors", 1), ("outer", "n"), ("unroll_k", 1)))
+    inputs = [_inp(task, tile_m=tm[1]), _inp(task, tile_m=tm[0]), _inp(task, tile_m=tm[2]),
+              _inp(task, tile_m=tm[3]), _inp(task, tile_m=tm[4]), MeasureInput(illegal, -1),
+              _inp(task, tile_m=tm[5])]
+    settings = TimingSettings(number=1, repeat=2, min_repeat_ms=1.0, warmup=0, timeout=2.0)
+    with Measurer(settings=settings, hook=hook) as m:
+        res = m.measure(task, inputs)
+        restarts = m.runner.pool.restarts
+    kinds = [r.error for r in res]
+    want = [ErrorKind.RUNTIME_CRASH, ErrorKind.NONE, ErrorKind.TIMEOUT, ErrorKind.WRONG_ANSWER,
+            ErrorKind.COMPILE_ERROR, ErrorKind.ILLEGAL_SCHEDULE, ErrorKind.NONE]
+    assert kinds == want, [r.message for r in res]
+    assert "SIGSEGV" in res[0].message
+    assert "differs from the reference" in res[3].message
+    assert "injected compile failure" in res[4].message
+    assert res[1].ok and res[6].ok  # candidates after a crash and a hang were still timed
+    assert restarts >= 2  # the dead and the killed worker were replaced
+
+
+def test_a_slow_reference_is_not_a_candidate_timeout():
+    from search_helpers import slow_dense_ref
+
+    from autorelay.te import nn
+    from autorelay.te import tensor as te
+    from search.task import kernel_task
+
+    a, w = te.placeholder((8, 16), name="A"), te.placeholder((8, 16), name="W")
+    task = kernel_task(te.make_def([a, w], nn.dense(a, w), "dense"), reference=slow_dense_ref)
+    settings = TimingSettings(number=1, repeat=2, min_repeat_ms=1.0, warmup=0, timeout=1.0)
+    with Measurer(build_workers=1, settings=settings) as m:
+        res = m.measure(task, [MeasureInput(task.default, task.index(task.default))])
+    assert res[0].ok, res[0].message

@@ -1,0 +1,127 @@
+"""The `autorelay tune / compile / run` commands: smoke tests through `search.cli.main` on the
+smallest zoo model, and one run of the installed `autorelay` console script in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuning_db
+from search.cli import main
+
+pytestmark = pytest.mark.cpu
+
+
+def test_tune_then_compile_then_run(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    common = ["--model", "mlp", "--db", url, "--threads", "1"]
+    assert main(["tune", *common, "--trials", "4", "--tuner", "random", "--no-compare"]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"trials: 4 new, 4 logged in all \(budget 4\)", out)
+    assert "speedup" in out and "dense_bias_add_relu" in out
+    assert "trials 4/4" in err  # progress lines go to stderr (plain lines: not a terminal)
+    with tuning_db.open(url) as db:
+        assert db.stats()  # something was logged
+        assert [r.status for r in db.runs()] == ["finished"]
+
+    saved = tmp_path / "mlp.exe"
+    assert main(["compile", *common, "-o", str(saved)]) == 0
+    out, _ = capsys.readouterr()
+    assert re.search(r"kernels by source: .*tuned [1-9]", out)
+    assert saved.exists() and saved.stat().st_size > 0
+
+    assert main(["run", *common, "--repeat", "3"]) == 0
+    out, _ = capsys.readouterr()
+    assert re.search(r"mlp: built in [\d.]+ s; first call [\d.]+ ms, median of 3 calls [\d.]+ ms", out)
+    assert "tuned" in out  # the kernel report names each kernel's schedule source
+
+
+def test_bad_model_and_tuner_are_reported(capsys, tmp_path):
+    assert main(["run", "--model", "resnet-7"]) == 1
+    _, err = capsys.readouterr()
+    assert "unknown model 'resnet-7'" in err and "resnet-18" in err
+    assert main(["run", "--model", str(tmp_path / "missing.onnx")]) == 1
+    _, err = capsys.readouterr()
+    assert "missing.onnx" in err and "does not exist" in err
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "--model", "mlp", "--trials", "4", "--tuner", "annealing"])
+    assert e.value.code == 2
+    assert main(["run", "--model", "mlp", "--image-size", "32"]) == 1
+    _, err = capsys.readouterr()
+    assert "mlp" in err and "image size" in err
+
+
+def test_console_script_runs_a_model():
+    exe = shutil.which("autorelay")
+    if exe is None:
+        pytest.skip("the autorelay console script is not installed (pip install -e .)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([exe, "run", "--model", "mlp", "--threads", "1", "--repeat", "2"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "median of 2 calls" in proc.stdout and "kernels by source: default" in proc.stdout
+
+
+def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, capsys):
+    """A real SIGINT to the console script mid-tune: exit status 130, the partial table, every
+    finished measurement in the log, the run marked interrupted; rerunning continues from there."""
+    exe = shutil.which("autorelay")
+    if exe is None:
+        pytest.skip("the autorelay console script is not installed (pip install -e .)")
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    args = ["tune", "--model", "mlp", "--db", url, "--threads", "1", "--tuner", "random"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([exe, *args, "--trials", "400"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stderr:  # plain progress lines: stderr is a pipe, not a terminal
+            if re.search(r"trials (8|1\d)/400", line):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted: every finished measurement is in the log" in out
+    with tuning_db.open(url) as db:
+        (run,) = db.runs()
+        assert run.status == "interrupted"
+        logged = run.measurements
+    assert logged >= 8
+    assert main([*args, "--trials", str(logged + 4), "--no-compare"]) == 0
+    out, _ = capsys.readouterr()
+    assert f"trials: 4 new, {logged + 4} logged in all" in out
+
+
+def test_run_an_onnx_file(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from search.models import load_model, run_model
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 32)).astype("float32")
+    b = rng.standard_normal(16).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    path = tmp_path / "gemm_relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+    assert main(["run", "--model", str(path), "--threads", "1", "--repeat", "2"]) == 0
+    out, _ = capsys.readouterr()
+    assert "gemm_relu.onnx: built in" in out and "dense" in out
+    model = load_model(str(path))
+    res = run_model(model, threads=1, repeat=1)
+    want = np.maximum(model.inputs["x"] @ w.T + b, 0)
+    np.testing.assert_allclose(res.outputs, want, rtol=1e-5, atol=1e-5)
