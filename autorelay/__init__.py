@@ -32,7 +32,7 @@ _LAZY = {
     "Interpreter": "autorelay.runtime.interpreter",
     "gradient": "autorelay.transform.gradient",
     "load_prelude": "autorelay.ir.prelude",
-    "build": "autorelay.build",
+    "build": "autorelay.build_module",
     "load": "autorelay.runtime.executable",
 }
 

@@ -81,7 +81,7 @@ def as_target(target: str | Target, threads: int = 1) -> Target:
 def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
              pipeline: str | Any = "default") -> IRModule:
     """The IR `autorelay.build` lowers: weights bound as constants, then the named pipeline."""
-    from autorelay.build import check_dataflow
+    from autorelay.build_module import check_dataflow
     from autorelay.transform.bind import bind_params
     from autorelay.transform.pipelines import pipeline as named_pipeline
 

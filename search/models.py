@@ -93,7 +93,7 @@ def schedule_source(db: Any, model: Model, target: str = "llvm", *, threads: int
 def build_model(model: Model, source: Any = None, target: str = "llvm", *, threads: int = 1,
                 pipeline: str = "default") -> Any:
     """`autorelay.build` of the model with `source` (None: the heuristic defaults)."""
-    from autorelay.build import build
+    from autorelay.build_module import build
 
     return build(model.mod, target, model.params, schedules=source, pipeline=pipeline, threads=threads)
 

@@ -1,12 +1,13 @@
-"""`autorelay.build`: the one place that composes passes, fusion, lowering, schedule choice, codegen
-and the runtime.
+"""`autorelay.build` (this module is `build_module` so that the name `autorelay.build` stays the
+function): the one place that composes passes, fusion, lowering, schedule choice, codegen and the
+runtime.
 
     exe = autorelay.build(mod, target="llvm", params=params, schedules=source)
     out = exe(data)                      # or exe.run(data=data)
     print(exe.profile())                 # every kernel: workload key, config source, time share
 
-Order of work: bind `params` as constants (so weight folding passes see them); refuse programs
-with control flow (they need the VM); run the named pipeline (which ends in FuseOps); then for
+Order of work: send programs with control flow to the VM (or AoT) by `executor`; bind `params`
+as constants (so weight folding passes see them); run the named pipeline (which ends in FuseOps); then for
 each primitive function called from `@main`, in dependency order: lower it to a compute DAG, ask
 `schedules.lookup(workload_key, target)` for a config (None: the template's heuristic default),
 compile it (the kernel cache makes a repeated workload free), and record a plan step. A function
@@ -17,8 +18,6 @@ ops' NumPy references, marked "fallback" with the reason in the report.
 from __future__ import annotations
 
 import dataclasses
-import sys
-import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -418,14 +417,3 @@ def build(
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
     funcs = [ReferenceFunction(f) for f in builder.functions]
     return Executable(plan, artifacts, builder.consts, builder.functions, funcs, tgt)
-
-
-class _CallableModule(types.ModuleType):
-    """`autorelay.build` is both this module and the function: importing a submodule sets it as an
-    attribute of its package (shadowing the lazy export), so the module itself forwards calls."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Executable:
-        return build(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
