@@ -20,6 +20,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import AnyDim, IncompleteType, TensorType, Type, TypeVar
+from autorelay.op.conv_compute import conv1d_compute, conv2d_compute
 from autorelay.op.layout import (
     check_positive,
     from_canonical_array,
@@ -247,54 +248,6 @@ def _conv_gradient(nsp: int, op: str):
     return gradient
 
 
-def _depthwise_nchwc(data: Any, weight: Any, strides: tuple, pad: tuple) -> Any:
-    """Depthwise convolution in NCHW[b]c: weight OIHW1i[b]o; each channel block is a vector of b lanes
-    (the generic reduction template vectorizes that innermost axis)."""
-    from autorelay.te import nn as tnn
-    from autorelay.te import tensor as te
-
-    n, cb, h, w, b = data.shape
-    _, _, kh, kw, _, _ = weight.shape
-    (sh, sw), (pt, pl, pb, pr) = strides, pad
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-    x = tnn.pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name="dw_pad")
-    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-    return te.compute((n, cb, oh, ow, b), lambda i, c, y, z, v: te.sum(
-        x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
-        name="depthwise_nchwc", tag="depthwise_nchwc")
-
-
-def _conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """NCHW/OIHW (plain, or depthwise when groups == channels) and NCHW[x]c/OIHW[x]i[y]o convolutions."""
-    from autorelay.op import te_compute as tc
-    from autorelay.te import nn as tnn
-
-    data, weight = inputs
-    tc.check_dtypes(inputs, ("float32", "float64"))
-    if attrs["out_dtype"] and attrs["out_dtype"] != data.dtype:
-        raise tc.Unsupported(f"out_dtype {attrs['out_dtype']} differs from the data dtype {data.dtype}")
-    dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
-    strides, pad, dil, groups = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
-    if (dl, kl, ol) == ("NCHW", "OIHW", "NCHW"):
-        if groups == 1:
-            out = tnn.conv2d_nchw(data, weight, strides, pad, dil)
-        elif groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and tuple(dil) == (1, 1):
-            out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
-        else:
-            raise tc.Unsupported(f"grouped convolution (groups={groups}) has no compute")
-    elif dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") and groups == 1 \
-            and tuple(dil) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o":
-        out = tnn.conv2d_nchwc(data, weight, strides, pad)
-    elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
-            and groups == data.shape[1] * data.shape[4] and tuple(dil) == (1, 1):
-        out = _depthwise_nchwc(data, weight, strides, pad)
-    else:
-        raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")
-    if tuple(out.shape) != tc.out_shape(out_type):
-        raise tc.Unsupported(f"compute shape {out.shape} differs from the type's {tc.out_shape(out_type)}")
-    return out
-
-
 for _nsp, (_dl, _kl) in {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}.items():
     _name = f"nn.conv{_nsp}d"
     register(OpDef(
@@ -305,7 +258,7 @@ for _nsp, (_dl, _kl) in {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}.items():
         attrs=conv_attrs(_nsp, _dl, _kl),
         reference=_conv_reference(_nsp),
         gradient=_conv_gradient(_nsp, _name),
-        compute=_conv2d_compute if _nsp == 2 else None,
+        compute=conv2d_compute if _nsp == 2 else conv1d_compute,
         normalize_attrs=lambda a, _op=_name, _n=_nsp: normalize_conv_attrs(_op, _n, a),
         doc=f"{_nsp}-d convolution (cross-correlation) with strides, padding, dilation and groups.",
     ))

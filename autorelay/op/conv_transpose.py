@@ -153,40 +153,51 @@ def _gradient(nsp: int, op: str):
 
 
 def _conv2d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """out[b, o, y, x] = sum_{c, ry, rx} up[b, c, y + ry, x + rx] * w[c, o, KH-1-ry, KW-1-rx], where `up`
-    is the input dilated by the strides and padded by (dilated kernel - 1 - padding): a correlation
-    with the flipped kernel, the adjoint of conv2d's strided correlation."""
+    """The direct (gather) form: only the kernel taps that land on an input element are summed.
+
+    Output row `y` receives input row `i` through kernel row `k` when `i * s + k == y + pad_top`,
+    so with `Y = y + pad_top` the contributing taps are `k = Y % s + s * t` reading `i = Y // s - t`
+    for `t < ceil(KH / s)`: a stride-1 correlation per output phase. Summing over the zero-dilated
+    input instead (the textbook adjoint) would do `s * s` times the multiply-adds.
+    """
     from autorelay.op import te_compute as tc
     from autorelay.te import expr as E
+    from autorelay.te import nn as tnn
     from autorelay.te import tensor as te
 
     x, w = inputs
     tc.check_dtypes(inputs, ("float32", "float64"))
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
-    if layouts != ("NCHW", "IOHW", "NCHW") \
-            or attrs["groups"] != 1 or tuple(attrs["dilation"]) != (1, 1):
-        raise tc.Unsupported("only NCHW/IOHW, groups=1, dilation=1 transposed convolution has a compute")
+    if layouts != ("NCHW", "IOHW", "NCHW") or tuple(attrs["dilation"]) != (1, 1):
+        raise tc.Unsupported("only NCHW/IOHW transposed convolution with dilation=1 has a compute")
     n, o, oh, ow = tc.out_shape(out_type)
     _, c, h, wd = x.shape
-    _, _, kh, kw = w.shape
+    _, og, kh, kw = w.shape
+    groups = attrs["groups"]
+    cg = c // groups
     (sh, sw), (pt, pl) = attrs["strides"], attrs["padding"][:2]
-    bh, bw = kh - 1 - pt, kw - 1 - pl  # leading padding of the dilated input
-    if bh < 0 or bw < 0:
-        raise tc.Unsupported("padding larger than the kernel")
+    th, tw = -(-kh // sh), -(-kw // sw)  # taps per output phase
+    # zero rows/columns so every gathered input index is in range: the inner loop has no bounds test
+    before = (max(0, th - 1 - pt // sh), max(0, tw - 1 - pl // sw))
+    after = (max(0, (oh - 1 + pt) // sh - (h - 1)), max(0, (ow - 1 + pl) // sw - (wd - 1)))
+    xp = tnn.pad(x, (0, 0, *before), (0, 0, *after), name="conv2d_transpose_pad")
+    rc, ty, tx = te.reduce_axis(cg, "rc"), te.reduce_axis(th, "ty"), te.reduce_axis(tw, "tx")
 
-    def up(b: E.Expr, ch: E.Expr, i: E.Expr, j: E.Expr) -> E.Expr:
-        yi, xj = i - bh, j - bw
-        ok = E.all_of(yi >= 0, xj >= 0, E.compare("eq", yi % sh, 0), E.compare("eq", xj % sw, 0),
-                      yi < (h - 1) * sh + 1, xj < (wd - 1) * sw + 1)
-        src = x[b, ch, E.maximum(E.minimum(yi // sh, h - 1), 0), E.maximum(E.minimum(xj // sw, wd - 1), 0)]
-        return E.select(ok, src, E.const(0.0, x.dtype))
+    def body(b: E.Expr, f: E.Expr, yy: E.Expr, xx: E.Expr) -> E.Expr:
+        ch = rc.var if groups == 1 else f // og * cg + rc.var
+        ky, kx = (yy + pt) % sh + ty.var * sh, (xx + pl) % sw + tx.var * sw
+        ry, rx = E.minimum(ky, kh - 1), E.minimum(kx, kw - 1)  # clamped only where a phase has fewer taps
+        src = xp[b, ch, (yy + pt) // sh - ty.var + before[0], (xx + pl) // sw - tx.var + before[1]]
+        prod = src * w[ch, f if groups == 1 else f % og, ry if kh % sh else ky, rx if kw % sw else kx]
+        valid = [cond for cond, ragged in ((ky < kh, kh % sh), (kx < kw, kw % sw)) if ragged]
+        return E.select(E.all_of(*valid), prod, E.const(0.0, x.dtype)) if valid else prod
 
-    dil = te.compute((n, c, oh + kh - 1, ow + kw - 1), up, name="dilate_pad", tag="pad")
-    rc, ry, rx = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
-    return te.compute((n, o, oh, ow), lambda b, f, yy, xx: te.sum(
-        dil[b, rc, yy + ry, xx + rx] * w[rc, f, kh - 1 - ry, kw - 1 - rx], [rc, ry, rx]),
-        # the direct NCHW convolution template schedules it (its weight Pack only re-lays-out reads)
-        name="conv2d_transpose", tag="conv2d_nchw", attrs={"weight": w.name})
+    return te.compute(
+        (n, o, oh, ow), lambda b, f, yy, xx: te.sum(body(b, f, yy, xx), [rc, ty, tx]),
+        # the direct NCHW template: its weight Pack makes a vector of output channels (IOHW axis 1)
+        # contiguous; every input pixel is broadcast
+        name="conv2d_transpose", tag="conv2d_nchw", attrs={"weight": w.name, "weight_oc_axis": 1},
+    )
 
 
 for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():

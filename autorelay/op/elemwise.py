@@ -149,8 +149,8 @@ _UNARY = [
 ]
 
 
-# Tensor computes: scalar formulas per element (te_compute.unary/binary handle broadcasting). Ops
-# missing here (sin, cos, tan, atan: no vector math function yet) run on their NumPy reference.
+# Tensor computes: scalar formulas per element (te_compute.unary/binary handle broadcasting). The
+# transcendental ones without an LLVM vector intrinsic (tanh, erf, sin, cos, tan, atan) are libm calls.
 
 
 def _fcall(name: str) -> Callable[[E.Expr], E.Expr]:
@@ -180,7 +180,8 @@ def _isinf(x: E.Expr) -> E.Expr:
 _UNARY_TE: dict[str, Callable[[E.Expr], E.Expr]] = {
     "negative": lambda x: -x,
     "abs": lambda x: E.call("abs", x) if E.is_float(x.dtype) else E.select(x < E.const(0, x.dtype), -x, x),
-    **{n: _float_only(lambda x, n=n: E.call(n, x)) for n in ("exp", "log", "sqrt", "tanh", "sigmoid", "erf")},
+    **{n: _float_only(lambda x, n=n: E.call(n, x)) for n in ("exp", "log", "sqrt", "tanh", "sigmoid", "erf",
+                                                          "sin", "cos", "tan", "atan")},
     "rsqrt": _float_only(lambda x: E.const(1.0, x.dtype) / E.call("sqrt", x)),
     "log2": _float_only(lambda x: E.call("log", x) * E.const(1.0 / math.log(2.0), x.dtype)),
     "log10": _float_only(lambda x: E.call("log", x) * E.const(1.0 / math.log(10.0), x.dtype)),

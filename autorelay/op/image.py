@@ -165,6 +165,7 @@ register(OpDef(
     attrs={**_ATTRS, "out_dtype": ""},
     reference=lambda a, x: in_layout(resize_canonical, a, x),
     gradient=_resize_gradient,
+    compute=lambda ins, a, t: resize_compute(ins[0], a, t),
     normalize_attrs=lambda a: _normalize("image.resize2d", a),
     doc="Resize H and W to `size` by nearest-neighbour or bilinear interpolation.",
 ))
@@ -180,3 +181,91 @@ register(OpDef(
     doc="Adjoint of image.resize2d (the gradient with respect to its data).",
 ))
 
+
+
+# ---- tensor compute -------------------------------------------------------------------------
+
+
+def _coordinate(o: Any, in_size: int, out_size: int, mode: str) -> tuple[Any, int]:
+    """`source_coordinate` as an exact fraction `(numerator, denominator)` of int64 expressions.
+
+    The coordinates are rationals with small denominators, so rounding the exact fraction with
+    integer arithmetic picks the same pixel as the reference's float64 formula, whereas evaluating
+    that formula in generated code could differ at exact integers (multiply-adds fuse into FMAs).
+    """
+    from autorelay.te import expr as E
+
+    o = E.cast(o, "int64")
+    if mode in ("align_corners", "pytorch_half_pixel") and out_size == 1:
+        return E.const(0), 1
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        return (2 * o + 1) * in_size - out_size, 2 * out_size
+    if mode == "align_corners":
+        return o * (in_size - 1), out_size - 1
+    if mode == "asymmetric":
+        return o * in_size, out_size
+    return (2 * o + 1) * in_size, 2 * out_size  # tf_half_pixel_for_nn
+
+
+def _round_fraction(num: Any, den: int, how: str) -> Any:
+    """`num / den` (den > 0) rounded by `how`, in integer arithmetic."""
+    from autorelay.te import expr as E
+
+    if how == "floor":
+        return num // den
+    if how == "ceil":
+        return -((-num) // den)
+    if how == "round_prefer_floor":  # ceil(y - 1/2)
+        return -((den - 2 * num) // (2 * den))
+    if how == "round_prefer_ceil":  # floor(y + 1/2)
+        return (2 * num + den) // (2 * den)
+    away = (E.select(num < 0, -num, num) * 2 + den) // (2 * den)  # round: half away from zero
+    return E.select(num < 0, -away, away)
+
+
+def resize_compute(x: Any, attrs: Any, out_type: Type) -> Any:
+    """Nearest: a gather at the rounded source coordinate. Linear: the four clamped neighbours
+    weighted by the fractional parts (separable, as the reference's `A_h @ x @ A_w.T`)."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+
+    layout = attrs["layout"]
+    if layout not in ("NCHW", "NHWC"):
+        raise tc.Unsupported(f"resize in layout {layout} has no compute")
+    hd, wd = layout.index("H"), layout.index("W")
+    shape, dtype = tc.out_shape(out_type), tc.out_dtype(out_type)
+    method, mode = attrs["method"], attrs["coordinate_transformation_mode"]
+    if method == "linear" and not E.is_float(x.dtype):
+        raise tc.Unsupported(f"linear resize of {x.dtype} data has no compute")
+    sizes = [(x.shape[d], shape[d]) for d in (hd, wd)]
+
+    def clamp(i: Any, n: int) -> Any:
+        return E.maximum(E.minimum(i, n - 1), 0)
+
+    def to_out(v: Any) -> Any:
+        if v.dtype == dtype:
+            return v
+        return E.cast(E.call("round", v) if E.is_float(v.dtype) and not E.is_float(dtype) else v, dtype)
+
+    def at(idx: tuple, yh: Any, yw: Any) -> Any:
+        return x[tuple(yh if d == hd else yw if d == wd else i for d, i in enumerate(idx))]
+
+    def body(*idx: Any) -> Any:
+        ys = [_coordinate(idx[d], n_in, n_out, mode) for d, (n_in, n_out) in zip((hd, wd), sizes)]
+        if method == "nearest_neighbor":
+            how = attrs["rounding_method"] or ("round" if mode == "align_corners" else "floor")
+            src = [clamp(_round_fraction(num, den, how), n_in) for (num, den), (n_in, _) in zip(ys, sizes)]
+            return to_out(at(idx, *src))
+        lo, hi, frac = [], [], []
+        for (num, den), (n_in, _) in zip(ys, sizes):
+            y0 = num // den
+            rem = E.cast(num - y0 * den, "float64") / E.const(float(den), "float64")
+            frac.append(E.cast(rem, x.dtype))
+            lo.append(clamp(y0, n_in))
+            hi.append(clamp(y0 + 1, n_in))
+        one = E.const(1.0, x.dtype)
+        top = at(idx, lo[0], lo[1]) * (one - frac[1]) + at(idx, lo[0], hi[1]) * frac[1]
+        bottom = at(idx, hi[0], lo[1]) * (one - frac[1]) + at(idx, hi[0], hi[1]) * frac[1]
+        return to_out(top * (one - frac[0]) + bottom * frac[0])
+
+    return tc.compute0(shape, body, "resize2d", tag="injective")

@@ -395,5 +395,7 @@ register(OpDef(
     # inference semantics, as Relay's interpreter: the identity and a mask of ones
     reference=lambda a, x: (x.copy(), np.ones_like(x)),
     gradient=lambda c, g: [TupleGetItem(g, 0)],
+    compute=lambda ins, a, t: [tc.map_tensor(ins[0], lambda v: v, "dropout"),
+                               tc.map_tensor(ins[0], lambda v: tc.scalar(1, v.dtype), "dropout_mask")],
     doc="Dropout at inference: returns (data, ones mask); training-time dropout is a transform's job.",
 ))

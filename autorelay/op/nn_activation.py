@@ -206,8 +206,19 @@ def _cross_entropy_grad(c: Call, g: Expr) -> list[Expr]:
     return [mul(scale, call("divide", t, p)), mul(scale, call("log", p))]
 
 
+def _cross_entropy_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """A scalar: the sum of t * log(p) over both axes, scaled by -1 / batch."""
+    p, t = inputs
+    tc.check_dtypes(inputs, ("float32", "float64"))
+    rb, rk = te.reduce_axis(p.shape[0], "rb"), te.reduce_axis(p.shape[1], "rk")
+    total = te.compute((1,), lambda i0: te.sum(E.call("log", p[rb, rk]) * t[rb, rk], [rb, rk]),
+                       name="xent_sum", tag="reduce")
+    return te.compute((), lambda: total[0] * E.const(-1.0 / p.shape[0], p.dtype), name="cross_entropy")
+
+
 register(OpDef(
     name="nn.cross_entropy",
+    compute=_cross_entropy_compute,
     arg_names=("predictions", "targets"),
     type_rel=_cross_entropy_rel,
     pattern=OpPattern.OPAQUE,

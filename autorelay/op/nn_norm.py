@@ -66,8 +66,30 @@ def _batch_norm_grad(c: Call, g: Expr) -> list[Expr]:
     return [dx, dgamma, dbeta, dmean, dvar]
 
 
+def _batch_norm_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Inference formula: (x - mean) * rsqrt(var + eps) * gamma + beta per channel of `axis`; the
+    moving statistics pass through as fields 1 and 2."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+
+    x, gamma, beta, mean, var = inputs
+    tc.check_dtypes(inputs, ("float32", "float64"))
+    axis = attrs["axis"] % x.ndim
+    eps = E.const(attrs["epsilon"], x.dtype)
+
+    def body(*i: E.Expr) -> E.Expr:
+        c = i[axis]
+        scale = E.const(1.0, x.dtype) / E.call("sqrt", var[c] + eps)
+        y = (x[i] - mean[c]) * (scale * gamma[c] if attrs["scale"] else scale)
+        return y + beta[c] if attrs["center"] else y
+
+    return [tc.compute0(x.shape, body, "batch_norm", tag="elemwise"),
+            tc.map_tensor(mean, lambda v: v, "bn_mean"), tc.map_tensor(var, lambda v: v, "bn_var")]
+
+
 register(OpDef(
     name="nn.batch_norm",
+    compute=_batch_norm_compute,
     arg_names=("data", "gamma", "beta", "moving_mean", "moving_var"),
     type_rel=_batch_norm_rel,
     pattern=OpPattern.OPAQUE,
@@ -206,8 +228,36 @@ def _lrn_grad_ref(attrs: Attrs, g: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 _LRN_ATTRS = {"size": 5, "axis": 1, "bias": 2.0, "alpha": 1e-5, "beta": 0.75}
 
+def _lrn_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """x / (bias + alpha / size * window_sum(x^2)) ** beta; the window over `axis` is a reduction of
+    `size` taps centred as in the reference (size // 2 before), reading zero outside the axis."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    x = inputs[0]
+    tc.check_dtypes([x], ("float32", "float64"))
+    axis, size = attrs["axis"] % x.ndim, attrs["size"]
+    n = x.shape[axis]
+    r = te.reduce_axis(size, "rw")
+
+    def window(*i: E.Expr) -> E.Expr:
+        ch = i[axis] + r.var - size // 2
+        v = x[tuple(E.maximum(E.minimum(ch, n - 1), 0) if d == axis else j for d, j in enumerate(i))]
+        return te.sum(E.select(E.all_of(ch >= 0, ch < n), v * v, E.const(0.0, x.dtype)), r)
+
+    sq = te.compute(x.shape, window, name="lrn_sqsum", tag="reduce")
+
+    def body(*i: E.Expr) -> E.Expr:
+        d = E.const(attrs["bias"], x.dtype) + E.const(attrs["alpha"] / size, x.dtype) * sq[i]
+        return x[i] * E.call("pow", d, E.const(-attrs["beta"], x.dtype))
+
+    return te.compute(x.shape, body, name="lrn")
+
+
 register(OpDef(
     name="nn.lrn",
+    compute=_lrn_compute,
     arg_names=("data",),
     type_rel=_lrn_rel,
     pattern=OpPattern.OPAQUE,

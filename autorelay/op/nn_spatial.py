@@ -15,7 +15,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import AnyDim, TensorType, Type
-from autorelay.op.image import in_layout, resize_canonical, resized_type
+from autorelay.op.image import in_layout, resize_canonical, resize_compute, resized_type
 from autorelay.op.layout import parse_layout, to_canonical_shape
 from autorelay.op.registry import REQUIRED, OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import fmt_shape, tensor_arg
@@ -222,6 +222,12 @@ def _upsampling_gradient(c: Call, g: Expr) -> list[Expr]:
     return [call("image.resize2d_grad", g, c.args[0], **_resize_attrs(c.attrs, h, w))]
 
 
+def _upsampling_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """The compute of the image.resize2d call this upsampling is."""
+    h, w = _spatial("nn.upsampling", inputs[0].shape, attrs["layout"])
+    return resize_compute(inputs[0], _resize_attrs(attrs, h, w), out_type)
+
+
 register(OpDef(
     name="nn.upsampling",
     arg_names=("data",),
@@ -231,6 +237,7 @@ register(OpDef(
            "align_corners": False},
     reference=_upsampling_ref,
     gradient=_upsampling_gradient,
+    compute=_upsampling_compute,
     doc="Scale H and W by scale_h / scale_w (nearest: floor(o / scale); bilinear: asymmetric or "
         "align_corners coordinates).",
 ))

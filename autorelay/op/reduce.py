@@ -20,6 +20,7 @@ from autorelay.op.elemwise import BOOL, NUMERIC, check_dtype, scalar_like, sum_t
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import fmt_shape, normalize_axes, prod, tensor_arg
 from autorelay.te import expr as E
+from autorelay.te import tensor as te
 
 # ---- tensor computes (looked up by name when each OpDef below is registered) --------------------
 
@@ -80,7 +81,50 @@ def _mean_at(m: object, ndim: int, axes: list[int], keep: bool, out_idx: tuple) 
     return tc.bcast_read(m, full)  # type: ignore[arg-type]
 
 
+def _arg_compute(combiner: str):
+    """argmax/argmin without a two-value (value, index) reduction, which the schedule layer lacks:
+    first the extremum `m`, then the smallest (largest with `select_last_index`) flat index over
+    the reduced axes whose element equals `m`. Two passes over the data, but exact on ties."""
+
+    def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+        x = inputs[0]
+        axes = reduced_axes("arg_reduce", attrs, x.ndim)
+        keep = bool(attrs["keepdims"])
+        shape = tc.out_shape(out_type)
+        best = tc.reduction(x, combiner, axes, keep, TensorType(shape, x.dtype), name="arg_best")
+        raxes = {a: te.reduce_axis(x.shape[a], f"r{a}") for a in axes}
+        last = bool(attrs["select_last_index"])
+        size = 1
+        for a in axes:
+            size *= x.shape[a]
+
+        def fn(*idx: E.Expr) -> E.Expr:
+            it, src = iter(idx), []
+            for d in range(x.ndim):
+                if d in raxes:
+                    if keep:
+                        next(it)
+                    src.append(raxes[d].var)
+                else:
+                    src.append(next(it))
+            flat = E.cast(tc.row_major([raxes[a].var for a in axes], [x.shape[a] for a in axes]), "int32")
+            hit = E.compare("eq", x[tuple(src)], best[tuple(idx)] if shape else best[()])
+            if last:
+                return te.max(E.select(hit, flat, E.const(-1, "int32")), list(raxes.values()))
+            return te.min(E.select(hit, flat, E.const(size, "int32")), list(raxes.values()))
+
+        if not shape:
+            acc = te.compute((1,), lambda i0: fn(), name="arg_index_acc", tag="reduce")
+            return te.compute((), lambda: acc[0], name="arg_index")
+        return te.compute(shape, fn, name="arg_index", tag="reduce")
+
+    return compute
+
+
 _TE = {
+    "argmax": _arg_compute("max"),
+    "argmin": _arg_compute("min"),
+    "prod": _reduce_compute("prod"),
     "sum": _reduce_compute("sum"),
     "max": _reduce_compute("max"),
     "min": _reduce_compute("min"),

@@ -1,9 +1,10 @@
 """Scans and sorting along an axis: `cumsum`, `argsort`, `topk`.
 
 Unlike the reductions in `reduce`, these keep (or reorder) the reduced axis, so their results are
-order-dependent and opaque to fusion. None has a tensor compute yet: a build runs them through
-their NumPy references (reported as a fallback). Sorting is stable in both directions, so ties
-keep their original order, as Relay's `argsort` does.
+order-dependent and opaque to fusion. `cumsum` has a tensor compute (a masked sum over `k <= i`:
+quadratic in the axis length, fine for the moderate lengths models scan); `argsort` and `topk` have
+none, so a build runs them through their NumPy references (reported as a fallback). Sorting is
+stable in both directions, so ties keep their original order, as Relay's `argsort` does.
 """
 
 from __future__ import annotations
@@ -43,6 +44,34 @@ def _cumsum_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=dtype)
 
 
+def _cumsum_compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
+    """out[.., i, ..] = sum over k of (k <= i ? x[.., k, ..] : 0) (k < i when exclusive)."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    x = inputs[0]
+    shape, dtype = tc.out_shape(out_type), tc.out_dtype(out_type)
+    if dtype == "bool":
+        raise tc.Unsupported("a bool prefix sum has no compute")
+    flat = attrs["axis"] is None
+    axis = 0 if flat else normalize_axis("cumsum", attrs["axis"], x.ndim)
+    n = shape[axis]
+    k = te.reduce_axis(n, "k")
+    zero = E.const(0, dtype)
+
+    def fn(*idx: E.Expr) -> E.Expr:
+        if flat:
+            src = tc.unflatten(k.var, x.shape) if x.ndim else []
+        else:
+            src = [k.var if d == axis else i for d, i in enumerate(idx)]
+        v = E.cast(x[tuple(src)], dtype)
+        keep = k.var < idx[axis] if attrs["exclusive"] else k.var <= idx[axis]
+        return te.sum(E.select(keep, v, zero), k)
+
+    return te.compute(shape, fn, name="cumsum", tag="reduce")
+
+
 def _cumsum_grad(c: Call, g: Expr) -> list[Expr]:
     # The adjoint of an inclusive prefix sum is a suffix sum: reverse, prefix-sum, reverse.
     x = c.args[0]
@@ -62,6 +91,7 @@ register(
         normalize_attrs=lambda a: {**a, "exclusive": bool(a["exclusive"])},
         reference=_cumsum_ref,
         gradient=_cumsum_grad,
+        compute=_cumsum_compute,
         doc="prefix sum along axis (flattened when axis is None); exclusive omits the element itself",
     )
 )

@@ -128,7 +128,7 @@ def reduction(
     body: Callable[[E.Expr, Sequence[E.Expr]], E.Expr] | None = None,
     name: str = "reduce",
 ) -> Tensor:
-    """`combiner` (sum/max/min) of `body(x[...], out_index)` over `axes` of `x`.
+    """`combiner` (sum/max/min/prod) of `body(x[...], out_index)` over `axes` of `x`.
 
     `body` defaults to the element itself; it sees the output index so a producer like variance's
     `(x - mean)^2` can read another tensor at the kept positions.
@@ -138,7 +138,7 @@ def reduction(
     if not axes:  # nothing reduced: an elementwise copy (through body)
         return compute0(shape, lambda *i: (body or (lambda v, _: v))(x[i], i) if x.ndim else x[()], name)
     raxes = {a: te.reduce_axis(x.shape[a], f"r{a}") for a in axes}
-    red = {"sum": te.sum, "max": te.max, "min": te.min}[combiner]
+    red = {"sum": te.sum, "max": te.max, "min": te.min, "prod": te.prod}[combiner]
 
     def fn(*idx: E.Expr) -> E.Expr:
         it = iter(idx)

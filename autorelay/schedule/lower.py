@@ -373,15 +373,16 @@ def _flat(idx: list[Expr], shape: tuple[int, ...]) -> Expr:
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
-    op = {"sum": "add", "max": "max", "min": "min"}[combiner]
+    op = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}[combiner]
     return Bin(op, acc, value, value.dtype)
 
 
 def _identity(combiner: str, dtype: str) -> Const:
     import numpy as np
 
-    if combiner == "sum":
-        return Const(0.0 if dtype.startswith("float") else 0, dtype)
+    if combiner in ("sum", "prod"):
+        one = int(combiner == "prod")
+        return Const(float(one) if dtype.startswith("float") else one, dtype)
     if dtype.startswith("float"):
         return Const(float("-inf") if combiner == "max" else float("inf"), dtype)
     info = np.iinfo(dtype)

@@ -13,6 +13,7 @@ from autorelay.te.tensor import (
     max,
     min,
     placeholder,
+    prod,
     reduce_axis,
     sum,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "min",
     "minimum",
     "placeholder",
+    "prod",
     "reduce_axis",
     "select",
     "sum",

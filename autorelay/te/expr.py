@@ -157,7 +157,8 @@ class Cast(Expr):
     dtype: str
 
 
-MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "erf", "pow", "round")
+MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "erf", "pow", "round",
+              "sin", "cos", "tan", "atan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ class Read(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Reduce(Expr):
-    """A commutative reduction (sum/max/min) of `body` over `axes`; only at the top of a compute."""
+    """A commutative reduction (sum/max/min/prod) of `body` over `axes`; only at the top of a compute."""
 
     combiner: str
     body: Expr

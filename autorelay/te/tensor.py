@@ -126,6 +126,10 @@ def min(body: Any, axis: IterVar | Sequence[IterVar]) -> Reduce:
     return _reduce("min", body, axis)
 
 
+def prod(body: Any, axis: IterVar | Sequence[IterVar]) -> Reduce:
+    return _reduce("prod", body, axis)
+
+
 def compute(
     shape: Sequence[int],
     fcompute: Callable[..., Any],

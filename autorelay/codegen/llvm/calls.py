@@ -20,7 +20,16 @@ _INTRINSIC = {
     "round": "roundeven",
     "pow": "pow",
 }
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+# libm functions (float32, float64 names); the trigonometric ones too, since LLVM's sin/cos
+# intrinsics would only lower to these same calls lane by lane and tan/atan have no intrinsic
+_LIBM = {
+    "tanh": ("tanhf", "tanh"),
+    "erf": ("erff", "erf"),
+    "sin": ("sinf", "sin"),
+    "cos": ("cosf", "cos"),
+    "tan": ("tanf", "tan"),
+    "atan": ("atanf", "atan"),
+}
 
 
 def emit_call(em: ExprEmitter, e: Call) -> Val:

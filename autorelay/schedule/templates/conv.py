@@ -160,7 +160,8 @@ class Conv2dNCHWTemplate(Template):
         _n, oc, _oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
-        steps.insert(0, S.Pack(weight, 0, tv * lanes))
+        oc_axis = red.op.attrs.get("weight_oc_axis", 0)  # type: ignore[union-attr]  # IOHW weights: 1
+        steps.insert(0, S.Pack(weight, oc_axis, tv * lanes))
         steps += [
             S.Split(out, ooc, tv * lanes),
             S.Split(out, oow, tow),

@@ -139,11 +139,16 @@ class ReductionTemplate(Template):
         steps += fs
         vs, last_outer = _vector_last(out.name, axes[-1], vec, 1)
         steps += vs
+        # a reduction the output loop nest does not read itself (one feeding another reduction, as
+        # argmax's extremum feeds its index search) cannot be computed at the output's tiles
+        read_by_out = set() if isinstance(out.op.body, Reduce) else _reads_through_inlined(out)
         for name, t in accs:
             aligned = len(t.shape) == len(out.shape)
             at = last_outer if aligned else (outer or last_outer)
             if not aligned and outer is None:
                 at = None  # a row statistic of a 1-D output: compute it at root
+            if t is not out and id(t) not in read_by_out:
+                at = None
             if at is not None:
                 steps.append(S.ComputeAt(name, out.name, at))
             r_axes = [a.name for a in t.op.reduce_axes]  # type: ignore[union-attr]
@@ -158,6 +163,20 @@ class ReductionTemplate(Template):
         if config["parallel"]:
             steps.append(S.Parallel(out.name, outer or last_outer))
         return tuple(steps)
+
+
+def _reads_through_inlined(out: Tensor) -> set[int]:
+    """Ids of the tensors `out` reads once its injective producers are inlined into it."""
+    seen: set[int] = set()
+    todo = list(out.op.inputs())  # type: ignore[union-attr]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t.op is not None and not isinstance(t.op.body, Reduce):
+            todo.extend(t.op.inputs())
+    return seen
 
 
 def _reduce_size(cdef: ComputeDef) -> int:

@@ -1,0 +1,126 @@
+"""The computes added for the last op families — trigonometry, prod/argmax/argmin/cumsum, resize and
+upsampling, conv1d, lrn, dropout, batch_norm, cross_entropy — and the direct (gather) form of
+conv2d_transpose, each lowered under its default schedule against the op's NumPy reference on small
+shapes, most with extents that divide no vector width. `test_op_computes` checks coverage over both
+files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from lower_helpers import assert_close, op_function, random_array, reference_outputs, run_lowered, tensor
+
+pytestmark = pytest.mark.cpu
+
+A = tensor((3, 19))
+B3 = tensor((2, 3, 5))
+I32 = tensor((3, 19), "int32")
+MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+ROUNDING = ("round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+
+
+def case(op: str, types: list[Any], attrs: dict[str, Any] | None = None,
+         rng: tuple[float, float] = (-2.0, 2.0), rtol: float = 1e-5, ident: str = "") -> Any:
+    return pytest.param(op, types, attrs or {}, rng, rtol, id=ident or op)
+
+
+def _resize(method: str, mode: str, src: tuple, size: tuple, **extra: Any) -> Any:
+    attrs = {"size": size, "method": method, "coordinate_transformation_mode": mode, **extra}
+    return case("image.resize2d", [tensor(src)], attrs, rng=(-5.0, 5.0),
+                ident=f"resize2d-{method}-{mode}-{'x'.join(map(str, size))}")
+
+
+MORE_CASES = [
+    *[case(op, [A], rng=(-4.0, 4.0)) for op in ("sin", "cos", "atan")],
+    case("tan", [A], rng=(-1.4, 1.4)),
+    case("prod", [B3], {"axis": [0, 2]}, rng=(0.5, 1.5)),
+    case("prod", [tensor((4, 7), "int32")], {"axis": 1, "keepdims": True}, rng=(-3, 3), ident="prod-int32"),
+    case("prod", [tensor((3, 4))], rng=(0.8, 1.2), ident="prod-all"),
+    # small integer ranges make ties, where the first (or last) index must win
+    case("argmax", [B3], {"axis": 1}),
+    case("argmax", [I32], {"axis": 1}, ident="argmax-ties"),
+    case("argmax", [I32], {"axis": 1, "select_last_index": True}, ident="argmax-ties-last"),
+    case("argmin", [tensor((2, 3, 5), "int32")], {"axis": [0, 2], "keepdims": True},
+         ident="argmin-ties-multi"),
+    case("argmin", [B3], ident="argmin-all"),
+    case("argmin", [I32], {"axis": 0, "select_last_index": True}, ident="argmin-ties-last"),
+    case("cumsum", [B3], {"axis": 1}),
+    case("cumsum", [B3], ident="cumsum-flat"),
+    case("cumsum", [tensor((4, 7), "int32")], {"axis": -1, "exclusive": True, "dtype": "int64"}, rng=(-3, 3),
+         ident="cumsum-exclusive-int"),
+    *[_resize(m, mode, (1, 2, 5, 7), (9, 4)) for m in ("nearest_neighbor", "linear") for mode in MODES],
+    # 3 -> 7 along W puts a source coordinate exactly on an integer: nearest must round it like NumPy
+    *[_resize(m, mode, (1, 2, 6, 3), (1, 7)) for m in ("nearest_neighbor", "linear") for mode in MODES],
+    *[case("image.resize2d", [tensor((1, 2, 5, 7))],
+           {"size": (8, 3), "method": "nearest_neighbor", "rounding_method": r}, rng=(-5.0, 5.0),
+           ident=f"resize2d-rounding-{r}") for r in ROUNDING],
+    case("image.resize2d", [tensor((2, 5, 7, 3))], {"size": (9, 4), "layout": "NHWC"}, ident="resize2d-nhwc"),
+    case("image.resize2d", [tensor((1, 2, 5, 7), "int32")], {"size": (9, 4), "method": "nearest_neighbor"},
+         rng=(-9, 9), ident="resize2d-int32"),
+    case("image.resize2d", [tensor((1, 2, 5, 7))], {"size": (9, 4), "out_dtype": "int32"}, rng=(-9.0, 9.0),
+         ident="resize2d-out-int32"),
+    case("nn.upsampling", [tensor((1, 3, 4, 5))], {"scale_h": 2.0, "scale_w": 1.5}),
+    case("nn.upsampling", [tensor((1, 3, 4, 5))], {"scale_h": 2.0, "scale_w": 2.0, "method": "bilinear"},
+         ident="upsampling-bilinear"),
+    case("nn.upsampling", [tensor((1, 3, 4, 5))],
+         {"scale_h": 1.5, "scale_w": 2.5, "method": "bilinear", "align_corners": True},
+         ident="upsampling-bilinear-align"),
+    case("nn.upsampling", [tensor((1, 4, 5, 3))], {"scale_h": 3.0, "scale_w": 2.0, "layout": "NHWC"},
+         ident="upsampling-nhwc"),
+    case("nn.conv1d", [tensor((2, 3, 11)), tensor((5, 3, 3))], {"padding": (1, 2)}, rtol=1e-4),
+    case("nn.conv1d", [tensor((1, 4, 13)), tensor((6, 2, 3))],
+         {"strides": (2,), "dilation": (2,), "groups": 2, "padding": (1,)}, rtol=1e-4,
+         ident="conv1d-grouped"),
+    case("nn.conv1d", [tensor((1, 4, 9)), tensor((4, 1, 3))], {"groups": 4}, rtol=1e-4, ident="conv1d-dw"),
+    case("nn.lrn", [tensor((1, 7, 3, 5))], {"size": 3, "alpha": 0.1}),
+    case("nn.lrn", [tensor((2, 5, 11))], {"size": 4, "axis": -1, "alpha": 0.5, "beta": 0.6, "bias": 1.0},
+         ident="lrn-even-size-last-axis"),
+    case("nn.dropout", [A], {"rate": 0.3}),
+    case("nn.batch_norm", [B3, *[tensor((3,))] * 4], rng=(0.1, 2.0)),
+    case("nn.batch_norm", [tensor((2, 5, 3)), *[tensor((3,))] * 4],
+         {"axis": -1, "center": False, "scale": False}, rng=(0.1, 2.0), ident="batch_norm-last-axis-plain"),
+    case("nn.cross_entropy", [tensor((3, 7)), tensor((3, 7))], rng=(0.1, 1.0)),
+    # the gather form of the transposed convolution: ragged taps per phase, groups, output_padding
+    case("nn.conv2d_transpose", [tensor((2, 3, 6, 7)), tensor((3, 5, 3, 3))],
+         {"strides": (2, 2), "padding": (1, 1), "output_padding": (1, 1)}, rtol=1e-4, ident="convT-outpad"),
+    case("nn.conv2d_transpose", [tensor((1, 3, 5, 4)), tensor((3, 2, 5, 3))],
+         {"strides": (3, 2), "padding": (2, 0, 1, 2)}, rtol=1e-4, ident="convT-ragged-asym-pad"),
+    case("nn.conv2d_transpose", [tensor((1, 4, 5, 5)), tensor((4, 2, 4, 3))],
+         {"strides": (2, 3), "padding": (1, 1), "groups": 2}, rtol=1e-4, ident="convT-grouped"),
+    case("nn.conv2d_transpose", [tensor((1, 4, 5, 5)), tensor((4, 3, 3, 3))], rtol=1e-4,
+         ident="convT-stride1"),
+]
+
+
+@pytest.mark.parametrize(("op", "types", "attrs", "rng", "rtol"), MORE_CASES)
+def test_compute_matches_reference(op: str, types: list[Any], attrs: dict[str, Any], rng: tuple, rtol: float):
+    fn = op_function(op, types, attrs)
+    gen = np.random.default_rng(11)
+    inputs = [random_array(t.concrete_shape, t.dtype, gen, *rng) for t in types]
+    assert_close(run_lowered(fn, inputs), reference_outputs(fn, inputs), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize(("src", "size"), [((4, 9), (11, 5)), ((7, 3), (3, 8)), ((5, 6), (10, 12))])
+def test_nearest_resize_picks_the_reference_pixel(src: tuple, size: tuple):
+    """A ramp input makes every output element name its source pixel exactly, in every mode."""
+    x = np.arange(src[0] * src[1], dtype="float32").reshape(1, 1, *src)
+    for mode in MODES:
+        for rounding in ("", *ROUNDING):
+            attrs = {"size": size, "method": "nearest_neighbor", "coordinate_transformation_mode": mode,
+                     "rounding_method": rounding}
+            fn = op_function("image.resize2d", [tensor(x.shape)], attrs)
+            assert_close(run_lowered(fn, [x]), reference_outputs(fn, [x]), rtol=0, atol=0)
+
+
+def test_conv2d_transpose_skips_the_dilated_zeros():
+    """The stride-2, 4x4-kernel compute (dcgan's layers) sums 2x2 taps per output, not 4x4."""
+    from autorelay.lower import lower
+    from autorelay.te.expr import Reduce
+
+    fn = op_function("nn.conv2d_transpose", [tensor((1, 8, 4, 4)), tensor((8, 4, 4, 4))],
+                     {"strides": (2, 2), "padding": (1, 1)})
+    out = lower(fn).cdef.outputs[0]
+    assert isinstance(out.op.body, Reduce)
+    assert [a.extent for a in out.op.body.axes] == [8, 2, 2]
