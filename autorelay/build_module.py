@@ -68,10 +68,12 @@ class BuildError(AutoRelayError):
 
 def _target(target: str | Target, threads: int) -> tuple[Target, str]:
     if isinstance(target, Target):
-        return target.with_threads(threads), f"llvm -mcpu={target.cpu}"
-    if not isinstance(target, str) or target.split()[:1] != ["llvm"]:
+        tgt = target.with_threads(threads)
+    elif isinstance(target, str) and target.split()[:1] == ["llvm"]:
+        tgt = Target.host(threads)
+    else:
         raise BuildError(f"build: unsupported target {target!r} (only 'llvm' for the CPU so far)")
-    return Target.host(threads), target
+    return tgt, tgt.tuning_name()
 
 
 def own_machine(target: Target) -> Target:

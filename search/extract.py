@@ -191,9 +191,8 @@ def extract_tasks(
 class BoundSource:
     """The tuning log's schedule source for one tuning target, as `autorelay.build` consults it.
 
-    `build` names its target `"llvm"` (or `"llvm -mcpu=…"`), while measurements are filed under the
-    full tuning target (CPU, feature hash, threads, see `search.task.target_string`); the source
-    is already bound to that target, so this adapter answers for it whatever name build passes.
+    `build` asks under its target's `tuning_name()`, the name measurements are filed under, so a
+    plain `db.schedule_source(name)` works too; this adapter adds two things for tuned models.
     Given the model's `tasks`, a config transferred from a neighbouring workload must belong to
     the same template with the same knobs (a depthwise and a dense conv share the family
     `nn.conv2d` but not a schedule); otherwise the next-nearest donor is tried. A workload that

@@ -9,7 +9,6 @@ nearest-neighbour transfer, and a FLOP count for GFLOP/s.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +28,8 @@ Reference = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
 
 
 def target_string(target: Target) -> str:
-    """The tuning log's name for a target: what changes code (CPU, features) and timing (threads)."""
-    feat = hashlib.sha1(target.features.encode()).hexdigest()[:10]
-    return f"llvm -mcpu={target.cpu} -mattr-hash={feat} -threads={target.threads}"
+    """The tuning log's name for a target (`Target.tuning_name`, the same name `build` asks for)."""
+    return target.tuning_name()
 
 
 def count_flops(cdef: ComputeDef) -> float:

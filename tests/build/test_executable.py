@@ -11,6 +11,7 @@ import pytest
 
 import autorelay
 from autorelay.build_module import BuildError
+from autorelay.codegen.llvm.target import Target
 from autorelay.frontend import zoo
 from autorelay.runtime.executable import InputError
 
@@ -161,7 +162,24 @@ def test_logged_configs_are_used_and_reported(net, kind):
     assert row.source == {"exact": "tuned", "transferred": "transferred"}[kind]
     assert "'unroll_k': 2" in row.detail
     assert {r.source for r in tuned.report.rows if r.kind == "kernel" and r is not row} == {"default"}
-    assert all(t == "llvm" for _, t in source.asked)
+    assert all(t == Target.host(1).tuning_name() for _, t in source.asked)
+    np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_tuning_log_source_plugs_in_directly(net, tmp_path):
+    """A tuning_db schedule source bound to the tuning name of the build's target answers build's
+    lookups: one name on both sides, no adapter."""
+    import tuning_db
+
+    mod, params, x, want, exe = net
+    dense = next(r for r in exe.report.rows if r.name.startswith("dense"))
+    config = {"template": "dense", "knobs": {"tile_m": 1, "tile_n_vectors": 1, "outer": "m", "unroll_k": 2}}
+    db = tuning_db.open(f"sqlite:///{tmp_path / 'log.sqlite'}")
+    name = Target.host(2).tuning_name()
+    db.record(dense.workload_key, name, config, [1e-4, 1.1e-4])
+    tuned = autorelay.build(mod, params=params, schedules=db.schedule_source(name), threads=2)
+    row = next(r for r in tuned.report.rows if r.name.startswith("dense"))
+    assert row.source == "tuned" and "'unroll_k': 2" in row.detail
     np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
 
 

@@ -7,6 +7,7 @@ shapes, codegen reads `cpu`/`features`, the runtime reads `threads`.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, replace
 
 import llvmlite.binding as llvm
@@ -66,6 +67,12 @@ class Target:
     def key(self) -> str:
         """What changes generated code (threads do not)."""
         return f"{self.triple}|{self.cpu}|{self.features}"
+
+    def tuning_name(self) -> str:
+        """The name the tuning log files measurements under, and the name `build` asks it about:
+        what changes generated code (CPU, features) and timing (threads)."""
+        feat = hashlib.sha1(self.features.encode()).hexdigest()[:10]
+        return f"llvm -mcpu={self.cpu} -mattr-hash={feat} -threads={self.threads}"
 
     def json(self) -> dict:
         return {"kind": "llvm", "cpu": self.cpu, "features": self.features, "triple": self.triple}

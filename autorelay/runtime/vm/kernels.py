@@ -69,11 +69,11 @@ class CompiledProvider:
 
         if target is None or target == "llvm" or (isinstance(target, str) and target.split()[:1] == ["llvm"]):
             self.target = Target.host(threads)
-            self.target_name = target if isinstance(target, str) else "llvm"
         elif isinstance(target, Target):
-            self.target, self.target_name = target.with_threads(threads), f"llvm -mcpu={target.cpu}"
+            self.target = target.with_threads(threads)
         else:
             raise ValueError(f"unsupported target {target!r} (only 'llvm' for the CPU)")
+        self.target_name = self.target.tuning_name()  # the name the tuning log files results under
         self.schedules, self.threads = schedules, threads
         self.book = AddressBook()
         self._rows: list[KernelInfo] = []
