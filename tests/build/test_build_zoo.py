@@ -23,6 +23,10 @@ MODELS = [
     ("squeezenet-1.1", {"image_size": 64}),
     ("nature-dqn", {}),
     ("dcgan", {}),
+    ("resnet-34", {"image_size": 32}),
+    ("resnet-50", {"image_size": 32}),
+    ("vgg-16", {"image_size": 32}),
+    ("inception", {"image_size": 16}),
 ]
 
 
