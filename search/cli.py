@@ -66,7 +66,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         result = tune_model(model, trials=args.trials, tuner=args.tuner, db=args.db, target=args.target,
                             threads=threads, pipeline=args.pipeline, seed=args.seed,
                             timing=TimingSettings(timeout=args.timeout), progress=ConsoleProgress(),
-                            compare=not args.no_compare)
+                            compare=not args.no_compare, executor=args.executor)
     except KeyboardInterrupt:
         print("autorelay tune: interrupted; every finished measurement is in the log", file=sys.stderr)
         return 130
@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--timeout", type=float, default=10.0, metavar="SEC",
                       help="per-candidate run timeout in seconds (a hanging kernel is killed)")
     tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--executor", default=None, metavar="URL",
+                      help="where candidates are built and timed: local (default) or dask://HOST:PORT "
+                           "(a Dask scheduler; needs the 'dask' extra)")
     tune.add_argument("--no-compare", action="store_true",
                       help="skip the end-to-end before/after build and timing")
     tune.set_defaults(func=_cmd_tune)

@@ -20,6 +20,7 @@ from typing import Any
 
 from search.extract import Extraction, ModelTask, Skipped, extract_all
 from search.measure import Measurer, TimingSettings
+from search.measure.dask_executor import make_measurer
 from search.models import (
     Model,
     build_model,
@@ -207,13 +208,16 @@ def tune_model(
     build_workers: int = 2,
     progress: Progress | None = None,
     compare: bool = True,
+    executor: str | None = None,
 ) -> ModelTuneResult:
     """Tune `model`'s kernels with `trials` measurements in all (logged ones included) into `db`
     (a TuningDB, URL/path, or None: the default SQLite log); with `compare`, build the model with
     the defaults and with the log's best schedules and time both (interleaved).
 
     Tasks are tuned heaviest (FLOPs x occurrences) first; the scheduler's rounds are
-    `round_trials` trials (default: the budget per task in whole batches, between `batch` and 16)."""
+    `round_trials` trials (default: the budget per task in whole batches, between `batch` and 16).
+    `executor`: where candidates are built and timed (None/'local': here; 'dask://HOST:PORT': a Dask
+    cluster, see `search.measure.dask_executor`)."""
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
     if tuner not in TUNER_NAMES:
@@ -232,10 +236,10 @@ def tune_model(
         ex.tasks.sort(key=lambda t: -t.total_flops)
         per_task = trials // max(1, len(ex.tasks))
         rounds = round_trials or max(batch, min(16, per_task // batch * batch))
+        measurer = make_measurer(executor, build_workers, timing)  # a bad executor fails before the run
         run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
                                info={"target": tuning_target(target, threads), "pipeline": pipeline,
                                      "tasks": len(ex.tasks), "seed": seed})
-        measurer = Measurer(build_workers, timing)
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         try:
