@@ -170,7 +170,7 @@ class _GraphBuilder:
             self.values[id(p)] = s
             names.append(p.name_hint)
             in_slots.append(s)
-        for node in _dataflow_order(fn.body):
+        for node in post_order(fn.body, _dataflow_children):
             self.visit(node)
         out = self.values[id(fn.body)]
         outs = _flatten(out)
@@ -314,32 +314,17 @@ class _GraphBuilder:
         return (found if isinstance(found, Config) else Config.from_json(found)), source
 
 
-def _dataflow_order(root: Expr) -> list[Expr]:
-    """Nodes of `@main` children first, not entering functions (primitive bodies are kernels)."""
-    out: list[Expr] = []
-    seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            out.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if isinstance(node, Call):
-            kids = list(node.args) if isinstance(node.op, Function | Op) else [node.op, *node.args]
-        elif isinstance(node, Tuple):
-            kids = list(node.fields)
-        elif isinstance(node, TupleGetItem):
-            kids = [node.tuple_value]
-        elif isinstance(node, Let):
-            kids = [node.value, node.body]
-        else:
-            kids = []
-        stack.extend((k, False) for k in reversed(kids) if id(k) not in seen)
-    return out
+def _dataflow_children(node: Expr) -> list[Expr]:
+    """Children of a node of `@main`, not entering functions (primitive bodies are kernels)."""
+    if isinstance(node, Call):
+        return list(node.args) if isinstance(node.op, Function | Op) else [node.op, *node.args]
+    if isinstance(node, Tuple):
+        return list(node.fields)
+    if isinstance(node, TupleGetItem):
+        return [node.tuple_value]
+    if isinstance(node, Let):
+        return [node.value, node.body]
+    return []
 
 
 def _flatten(v: Any) -> list[int]:

@@ -8,6 +8,7 @@ helpers here already do.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autorelay.ir.expr import (
@@ -260,12 +261,16 @@ class ExprMutator(ExprFunctor):
         return r if ref is r.ref and v is r.value else r.replace(ref=ref, value=v)
 
 
-def post_order(expr: Expr) -> list[Expr]:
-    """Every sub-expression once, children before parents (iterative; safe on deep graphs)."""
+def post_order(expr: Expr, kids: Callable[[Expr], Sequence[Expr]] | None = None) -> list[Expr]:
+    """Every sub-expression once, children before parents (iterative; safe on deep graphs).
+
+    `kids` chooses which children to walk into (default: all of them, see `children`); passes use
+    it to stop at scopes or at primitive functions.
+    """
+    kids = kids or children
     out: list[Expr] = []
     seen: set[int] = set()
     stack: list[tuple[Expr, bool]] = [(expr, False)]
-    keep: list[Expr] = []
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -274,9 +279,8 @@ def post_order(expr: Expr) -> list[Expr]:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        keep.append(node)
         stack.append((node, True))
-        for child in reversed(children(node)):
+        for child in reversed(kids(node)):
             if id(child) not in seen:
                 stack.append((child, False))
     return out

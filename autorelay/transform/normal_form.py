@@ -76,31 +76,12 @@ def scoped_children(n: Expr) -> list[tuple[Expr, int]]:
     return []
 
 
-def _post_order(root: Expr) -> list[Expr]:
-    out: list[Expr] = []
-    seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for k, _ in reversed(scoped_children(node)):
-            if id(k) not in seen:
-                stack.append((k, False))
-    return out
-
-
 class _Scoper:
     """Places every node of one function body in a scope and rebuilds the scopes as let chains."""
 
     def __init__(self, root: Expr, bind_all: bool) -> None:
         self.bind_all = bind_all
-        self.order = _post_order(root)
+        self.order = post_order(root, lambda n: [k for k, _ in scoped_children(n)])
         self.parent: list[int] = [-1]
         self.depth: list[int] = [0]
         self.scope: dict[int, int] = {id(root): 0}
