@@ -12,12 +12,19 @@ between layers after convert_layout), the NCHW rows take plain NCHW data.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+# OpenBLAS keeps a worker thread spinning on a core for ~100 ms after every call. Interleaved with
+# our kernels, that spinner steals one of the two cores from whoever runs next, so our 2-thread
+# timings would measure numpy's idle thread, not our code. A short spin limit does not slow numpy
+# itself (measured: 185 GFLOP/s with it, 165-181 without) — it only stops it from taxing the others.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np
 

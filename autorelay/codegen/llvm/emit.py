@@ -2,8 +2,10 @@
 
 Each segment is `void @<name>_s<k>(ptr noalias %buffers..., i64 %begin, i64 %end)`; if its outer
 loop is parallel the function runs iterations [begin, end) of it, so the runtime can hand chunks
-to threads. Vectorized loops are emitted as explicit vector instructions (contiguous accesses
-become vector loads/stores, invariant ones scalars that are broadcast, anything else lane by lane);
+to threads; each parallel segment also gets a driver `@<name>_s<k>_par` that claims chunks of the
+loop from a shared atomic counter (see `parallel_driver`). Vectorized loops are emitted as
+explicit vector instructions (contiguous accesses become vector loads/stores, invariant ones
+scalars that are broadcast, anything else lane by lane);
 a guard that depends on the vector lane is tested at the first and last lane (linear guards are
 monotone) to choose between the vector body and a scalar fallback. Unrolled loops are replicated
 with the variable replaced by each constant and re-simplified, so register-tile accumulators end
@@ -317,6 +319,45 @@ def segments(f: PrimFunc) -> list[Stmt]:
     return list(f.body.stmts) if isinstance(f.body, Seq) else [f.body]
 
 
+def driver_name(segment: str) -> str:
+    return f"{segment}_par"
+
+
+def parallel_driver(segment: str, nbuffers: int) -> str:
+    """`void @<segment>_par(ptr %buffers..., ptr %next, i64 %extent, i64 %grain)`: runs chunks of
+    `grain` iterations of the segment's parallel loop, claiming each with an atomic add on the
+    shared counter `*next`, until the loop is exhausted.
+
+    Every thread of a parallel call runs this once (one ctypes call per thread), so chunks are
+    handed out dynamically at the cost of an atomic add rather than a GIL round trip: a thread on
+    a core that another process (or a BLAS library's spinning thread) is also using just takes
+    fewer chunks. The segment is called, not inlined (`#1`), so the O3 pipeline and instruction
+    selection handle its body once.
+    """
+    params = ", ".join(f"ptr noalias %b{i}" for i in range(nbuffers))
+    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
+    return "\n".join(
+        [
+            f"define void @{driver_name(segment)}({params}, ptr %next, i64 %extent, i64 %grain) #0 {{",
+            "entry:",
+            "  br label %claim",
+            "claim:",
+            "  %begin = atomicrmw add ptr %next, i64 %grain monotonic, align 8",
+            "  %more = icmp slt i64 %begin, %extent",
+            "  br i1 %more, label %run, label %done",
+            "run:",
+            "  %stop = add nsw i64 %begin, %grain",
+            "  %short = icmp slt i64 %stop, %extent",
+            "  %end = select i1 %short, i64 %stop, i64 %extent",
+            f"  call void @{segment}({args}, i64 %begin, i64 %end) #1",
+            "  br label %claim",
+            "done:",
+            "  ret void",
+            "}",
+        ]
+    )
+
+
 def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, int]]]:
     """LLVM IR text for `f`, and per segment (function name, parallel extent or 0)."""
     buffers = list(f.params) + list(f.workspaces)
@@ -328,6 +369,8 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
         funcs.append(em.emit())
         declared |= em.declared
         par = seg.extent if isinstance(seg, For) and seg.kind == "parallel" else 0
+        if par:
+            funcs.append(parallel_driver(name, len(buffers)))
         info.append((name, par))
     width = target.vector_bits
     attrs = (
@@ -336,5 +379,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
     )
     decls = sorted(declared)
     meta = '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.mustprogress"}'
+    if any(par for _, par in info):
+        attrs += "\n\nattributes #1 = { noinline }"
     text = "\n\n".join([*decls, *funcs, attrs, meta]) + "\n"
     return text, info
