@@ -3,11 +3,13 @@ compile it under the default config and run it."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
 
 import autorelay
+from autorelay.codegen.llvm.target import Target
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Function, Var
 from autorelay.ir.module import IRModule
@@ -15,6 +17,7 @@ from autorelay.ir.types import TensorType, TupleType
 from autorelay.kernel import build_kernel
 from autorelay.lower import lower
 from autorelay.op import registry
+from autorelay.schedule.templates import template_for
 from autorelay.te.tensor import ComputeDef
 
 PRIMITIVE = Attrs({"Primitive": 1})
@@ -51,16 +54,24 @@ def op_function(name: str, arg_types: list[Any], attrs: dict[str, Any]) -> Funct
     return Function(fn.params, fn.body, fn.body.checked_type, (), PRIMITIVE)
 
 
-def run_lowered(fn: Function, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Lower `fn`, build one kernel per output under the default config, run them on `inputs`."""
+def run_lowered(fn: Function, inputs: list[np.ndarray],
+                sample: random.Random | None = None) -> list[np.ndarray]:
+    """Lower `fn`, build one kernel per output and run them on `inputs`: under the template's
+    default config, or — given `sample` — under a config drawn at random from its space (any
+    legal config must give the same answer)."""
     lowered = lower(fn)
     consts = [s.value for s in lowered.sources if s.kind == "const"]
     arrays = [inputs[s.index] if s.kind == "param" else None for s in lowered.sources]
     it = iter(consts)
     arrays = [a if a is not None else next(it) for a in arrays]
     outs = []
+    target = Target.host()
     for o in lowered.cdef.outputs:
-        k = build_kernel(ComputeDef(lowered.cdef.inputs, (o,), "t"))
+        cdef = ComputeDef(lowered.cdef.inputs, (o,), "t")
+        config = None
+        if sample is not None:
+            config = template_for(cdef).space(cdef, target).sample(sample)
+        k = build_kernel(cdef, config, target)
         outs.append(np.asarray(k.run(*arrays)))
     return outs
 

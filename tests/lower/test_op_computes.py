@@ -3,6 +3,7 @@ reference on small shapes — most of them with extents that do not divide the v
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -139,7 +140,10 @@ def test_compute_matches_reference(op: str, types: list[Any], attrs: dict[str, A
     gen = np.random.default_rng(7)
     flat = [t for x in types for t in (x if isinstance(x, list) else [x])]
     inputs = [random_array(t.concrete_shape, t.dtype, gen, *rng) for t in flat]
-    assert_close(run_lowered(fn, inputs), reference_outputs(fn, inputs), rtol=rtol, atol=rtol)
+    want = reference_outputs(fn, inputs)
+    assert_close(run_lowered(fn, inputs), want, rtol=rtol, atol=rtol)
+    # property: any legal config of the template computes the same thing
+    assert_close(run_lowered(fn, inputs, sample=random.Random(f"{op}{attrs}")), want, rtol=rtol, atol=rtol)
 
 
 def test_every_compute_has_a_case():

@@ -6,6 +6,7 @@ files."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,10 @@ def test_compute_matches_reference(op: str, types: list[Any], attrs: dict[str, A
     fn = op_function(op, types, attrs)
     gen = np.random.default_rng(11)
     inputs = [random_array(t.concrete_shape, t.dtype, gen, *rng) for t in types]
-    assert_close(run_lowered(fn, inputs), reference_outputs(fn, inputs), rtol=rtol, atol=rtol)
+    want = reference_outputs(fn, inputs)
+    assert_close(run_lowered(fn, inputs), want, rtol=rtol, atol=rtol)
+    # property: any legal config of the template computes the same thing
+    assert_close(run_lowered(fn, inputs, sample=random.Random(f"{op}{attrs}")), want, rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize(("src", "size"), [((4, 9), (11, 5)), ((7, 3), (3, 8)), ((5, 6), (10, 12))])
