@@ -17,7 +17,6 @@ ops' NumPy references, marked "fallback" with the reason in the report.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,16 +73,6 @@ def _target(target: str | Target, threads: int) -> tuple[Target, str]:
     else:
         raise BuildError(f"build: unsupported target {target!r} (only 'llvm' for the CPU so far)")
     return tgt, tgt.tuning_name()
-
-
-def own_machine(target: Target) -> Target:
-    """An equal Target with its own LLVM TargetMachine.
-
-    MCJIT takes ownership of the TargetMachine it is created with, so two kernels compiled with one
-    Target object would both free it when their engines are disposed (a crash, e.g. after
-    `clear_memory_cache`). A copy per compilation keeps ownership single.
-    """
-    return dataclasses.replace(target)
 
 
 def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
@@ -257,7 +246,7 @@ class _GraphBuilder:
         cache_key = (shape, dtype, tuple(map(tuple, ops)))
         if cache_key not in self.pack_kernels:
             cdef = relayout_compute(shape, dtype, ops)
-            self.kernels.append(build_kernel(cdef, None, own_machine(self.target)))
+            self.kernels.append(build_kernel(cdef, None, self.target))
             self.pack_kernels[cache_key] = len(self.kernels) - 1
         kid = self.pack_kernels[cache_key]
         p = self.slot(packed_shape(shape, ops), dtype, "temp")
@@ -294,11 +283,11 @@ class _GraphBuilder:
     def compile(self, lowered: Any, config: Config | None) -> list[Kernel]:
         cdef = lowered.cdef
         if len(cdef.outputs) == 1:
-            return [build_kernel(cdef, config, own_machine(self.target))]
+            return [build_kernel(cdef, config, self.target)]
         from autorelay.te.tensor import ComputeDef
 
         return [build_kernel(ComputeDef(cdef.inputs, (o,), f"{cdef.name}_{k}"), config,
-                             own_machine(self.target)) for k, o in enumerate(cdef.outputs)]
+                             self.target) for k, o in enumerate(cdef.outputs)]
 
     def lookup(self, key: str, fn: Function) -> tuple[Config | None, str]:
         if self.schedules is None:
