@@ -1,7 +1,10 @@
 """Tuning benchmark: the model-based tuner (XGBoost + annealing) vs random search on dense 1024^3
 and a ResNet-18 3x3 convolution (NCHWc, 64x56x56 -> 64), measured for real.
 
-    python benchmarks/tune_kernels.py [--trials 64] [--tuners xgb,random] [--threads 2] [--only dense,conv]
+    python benchmarks/tune_kernels.py [--trials 64] [--tuners xgb,random] [--threads 2]
+                                      [--only dense,conv,resnet]
+
+(`resnet`: each of ResNet-18's 3x3 convolutions in NCHW, as the built model runs them.)
 
 For each workload and tuner: a fresh tuning log, `tune_task` with the given trial budget, then the
 tuned kernel, the template default and the baseline (NumPy matmul / PyTorch conv2d) re-timed
@@ -55,6 +58,34 @@ def conv_nchwc_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.nd
     out = np.einsum("nchwij,ocij->nohw", win, wn, optimize=True)
     oc = out.shape[1]
     return out.reshape(n, oc // ocb, ocb, out.shape[2], out.shape[3]).transpose(0, 1, 3, 4, 2)
+
+
+def conv_nchw_ref(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64), optimize=True)
+
+
+# ResNet-18's 3x3 convolutions (batch 1, 224 px): in channels, size, out channels, stride
+RESNET18_3X3 = [(64, 56, 64, 1), (64, 56, 128, 2), (128, 28, 128, 1), (128, 28, 256, 2),
+                (256, 14, 256, 1), (256, 14, 512, 2), (512, 7, 512, 1)]
+
+
+def resnet_conv_tasks(target: Target) -> list[tuple[Task, Callable[[], object] | None, str]]:
+    """ResNet-18's 3x3 convs in NCHW, the layout and template the built model uses."""
+    out = []
+    for c, h, oc, s in RESNET18_3X3:
+        xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((oc, c, 3, 3), name="W")
+        task = kernel_task(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, s, 1), "conv"), target,
+                           name=f"conv NCHW {c}x{h}x{h}->{oc} k3 s{s}",
+                           reference=functools.partial(conv_nchw_ref, stride=s, pad=1))
+        base = None
+        if torch is not None:
+            tx, tw = (torch.from_numpy(a) for a in task.inputs())
+            base = functools.partial(torch.nn.functional.conv2d, tx, tw, stride=s, padding=1)
+        out.append((task, base, "torch"))
+    return out
 
 
 def dense_task(target: Target) -> tuple[Task, Callable[[], object] | None, str]:
@@ -177,11 +208,15 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.trials} trials per tuner", flush=True)
     tuners = args.tuners.split(",")
     only = args.only.split(",")
+    jobs = []
     for key, make in (("dense", dense_task), ("conv", conv_task)):
         if key in only:
-            task, base, base_name = make(target)
-            print(f"{task.name}: space {len(task.space)} configs, {task.flops / 1e9:.2f} GFLOP", flush=True)
-            bench(task, base, base_name, tuners, args.trials, args.batch)
+            jobs.append(make(target))
+    if "resnet" in only:
+        jobs += resnet_conv_tasks(target)
+    for task, base, base_name in jobs:
+        print(f"{task.name}: space {len(task.space)} configs, {task.flops / 1e9:.2f} GFLOP", flush=True)
+        bench(task, base, base_name, tuners, args.trials, args.batch)
 
 
 if __name__ == "__main__":

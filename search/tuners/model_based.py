@@ -84,8 +84,13 @@ class ModelBasedTuner(Tuner):
     name = "xgb"
 
     def __init__(self, task: Task, seed: int = 0, *, epsilon: float = 0.05, diversity: float = 0.5,
-                 chains: int = 16, sa_iters: int = 30, explore: int = 32) -> None:
+                 chains: int = 16, sa_iters: int = 30, explore: int = 32,
+                 start_from_default: bool = True) -> None:
+        """`start_from_default`: measure the template's heuristic default in the first batch (it
+        is usually good, so a model trained on it starts well); experiments that compare search
+        strategies from scratch turn it off so the curve measures the search, not the heuristic."""
         super().__init__(task, seed)
+        self.start_from_default = start_from_default
         self.model = XGBoostCostModel(seed=seed)
         self.features = Featurizer(task)
         self.epsilon, self.diversity = epsilon, diversity
@@ -207,7 +212,7 @@ class ModelBasedTuner(Tuner):
     def next_batch(self, n: int) -> list[int]:
         if not self.model.ready:
             first: list[int] = []
-            d = self.task.index(self.task.default)
+            d = self.task.index(self.task.default) if self.start_from_default else -1
             if d >= 0 and d not in self.visited:
                 first.append(d)
             return first + self._random_unvisited(n - len(first), exclude=set(first))

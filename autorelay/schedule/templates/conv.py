@@ -113,22 +113,42 @@ class Conv2dNCHWcTemplate(Template):
 
 class Conv2dNCHWTemplate(Template):
     """Direct NCHW convolution on NCHW data: the register tile is `tile_oc_vectors` vectors of
-    output channels x `tile_ow` output pixels. The weight is packed so a vector of output channels
-    is contiguous; each input pixel is broadcast; the tile is scattered to NCHW once per tile."""
+    output channels x `tile_oh` rows x `tile_ow` output pixels. The weight is packed so a vector
+    of output channels is contiguous; each input pixel is broadcast; the tile is scattered to NCHW
+    once per tile.
+
+    `tile_ic` < C blocks the input channels for the cache: the accumulators then live in a
+    buffer for the whole output row block and the block of channels loops outside the width
+    tiles, so the block's weights stay in L1 while every tile of the row reuses them (a ragged
+    width tile then costs a guard in the inner loop, which the search learns to avoid).
+
+    The space is the product of the register tile's three extents, the channel block, the order
+    of the reduction loops (and an unrolled inner block of input channels), unrolling the kernel
+    width, which block loop is outer in the parallel loop (weight reuse vs input reuse) and the
+    padding mode: 10^4-10^5 points per ResNet layer, most of them poor (tiles that spill, orders
+    that thrash), which is the kind of space where a learned cost model pays for itself."""
 
     name = "conv2d_nchw"
     tags = ("conv2d_nchw",)
+    REDUCE_ORDERS = ("c_h_w", "h_w_c", "co_h_w_ci")
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
-        oc, ow = red.shape[1], red.shape[3]  # type: ignore[union-attr]
+        oc, oh, ow = red.shape[1], red.shape[2], red.shape[3]  # type: ignore[union-attr]
+        channels = red.op.reduce_axes[0].extent  # type: ignore[union-attr]
         lanes = target.vector_lanes()
         return Space(
             self.name,
             (
                 Knob("tile_oc_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < oc] or [1]),
-                Knob("tile_ow", _width_tiles(ow, 14)),
-                Knob("reduce_order", ("c_h_w", "h_w_c")),
+                Knob("tile_ow", _width_tiles(ow, 16)),
+                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
+                Knob("tile_ic", [b for b in (8, 16, 32, 64) if b < channels and channels % b == 0]
+                     + [channels]),
+                Knob("reduce_order", self.REDUCE_ORDERS),
+                Knob("unroll_c", [u for u in (1, 2, 3, 4) if channels % u == 0]),
+                Knob("unroll_kw", (0, 1)),
+                Knob("outer", ("oc", "oh")),
                 Knob("pad", ("root", "inline")),
             ),
         )
@@ -148,39 +168,78 @@ class Conv2dNCHWTemplate(Template):
                     best = (score, tv, tow)
         return Config(
             self.name,
-            (("tile_oc_vectors", best[1]), ("tile_ow", best[2]), ("reduce_order", "c_h_w"), ("pad", "root")),
+            (
+                ("tile_oc_vectors", best[1]),
+                ("tile_ow", best[2]),
+                ("tile_oh", 1),
+                ("tile_ic", pattern(cdef).reduce.op.reduce_axes[0].extent),  # type: ignore[union-attr]
+                ("reduce_order", "c_h_w"),
+                ("unroll_c", 1),
+                ("unroll_kw", 0),
+                ("outer", "oc"),
+                ("pad", "root"),
+            ),
         )
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
         lanes = target.vector_lanes()
-        tv, tow = config["tile_oc_vectors"], config["tile_ow"]
+        tv, tow, toh, uc = config["tile_oc_vectors"], config["tile_ow"], config["tile_oh"], config["unroll_c"]
         weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
-        _n, oc, _oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         oc_axis = red.op.attrs.get("weight_oc_axis", 0)  # type: ignore[union-attr]  # IOHW weights: 1
         steps.insert(0, S.Pack(weight, oc_axis, tv * lanes))
+        blocks = (f"{ooc}_o", f"{ooh}_o") if config["outer"] == "oc" else (f"{ooh}_o", f"{ooc}_o")
         steps += [
             S.Split(out, ooc, tv * lanes),
+            S.Split(out, ooh, toh),
             S.Split(out, oow, tow),
-            S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{oow}_i", f"{ooc}_i")),
-            S.Fuse(out, on, f"{ooc}_o"),
-            S.Fuse(out, f"{on}_{ooc}_o", ooh),
-            S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
-            S.ComputeAt(acc, out, f"{oow}_o"),
+            S.Reorder(out, (on, *blocks, f"{oow}_o", f"{ooh}_i", f"{oow}_i", f"{ooc}_i")),
+            S.Fuse(out, on, blocks[0]),
+            S.Fuse(out, f"{on}_{blocks[0]}", blocks[1]),
+            S.Parallel(out, f"{on}_{blocks[0]}_{blocks[1]}"),
             S.Split(out, f"{ooc}_i", lanes, f"{ooc}_v", f"{ooc}_w"),
             S.Vectorize(out, f"{ooc}_w"),
         ]
-        red_order = (rc, rh, rw) if config["reduce_order"] == "c_h_w" else (rh, rw, rc)
+        channels = red.op.reduce_axes[0].extent  # type: ignore[union-attr]
+        blocked = config["tile_ic"] < channels
+        # the channels the register tile reduces over without leaving it: all, or one cache block
+        c_all = rc
+        if blocked:
+            steps += [
+                S.ComputeAt(acc, out, f"{on}_{blocks[0]}_{blocks[1]}"),
+                S.Split(acc, rc, config["tile_ic"]),
+                S.Split(acc, ow, tow),
+            ]
+            c_all = f"{rc}_i"
+        else:
+            steps.append(S.ComputeAt(acc, out, f"{oow}_o"))
+        c_outer, c_inner = (f"{c_all}_o", f"{c_all}_i") if uc > 1 else (c_all, None)
+        cs = (c_outer, c_inner) if c_inner else (c_outer,)
+        red_order = {
+            "c_h_w": (*cs, rh, rw),
+            "h_w_c": (rh, rw, *cs),
+            "co_h_w_ci": (c_outer, rh, rw, *cs[1:]),
+        }[config["reduce_order"]]
+        if uc > 1:
+            steps.append(S.Split(acc, c_all, uc))
+        ow_tile = f"{ow}_i" if blocked else ow
+        block_loops = (f"{rc}_o", f"{ow}_o") if blocked else ()
         steps += [
             S.Split(acc, oc, lanes),
-            S.Reorder(acc, (*red_order, ow, f"{oc}_o", f"{oc}_i")),
-            S.Unroll(acc, ow),
+            S.Reorder(acc, (*block_loops, *red_order, oh, ow_tile, f"{oc}_o", f"{oc}_i")),
+            S.Unroll(acc, oh),
+            S.Unroll(acc, ow_tile),
             S.Unroll(acc, f"{oc}_o"),
             S.Vectorize(acc, f"{oc}_i"),
         ]
+        if c_inner:
+            steps.append(S.Unroll(acc, c_inner))
+        if config["unroll_kw"]:
+            steps.append(S.Unroll(acc, rw))
         return tuple(steps)
 
 
