@@ -1,6 +1,10 @@
 """Whole-model latency: AutoRelay (default schedules) vs PyTorch eager vs ONNX Runtime.
 
-    python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15]
+    python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15] [--db URL]
+
+With `--db`, AutoRelay builds with the best schedules in that tuning log (what `autorelay tune`
+wrote, looked up as `autorelay compile` does) and the heuristic-default build is timed too, as
+the column `default ms`.
 
 Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
 network with the same weights: the Relay graph is walked once and every op is mapped to its
@@ -153,15 +157,24 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any]) -> dict[str, Any]:
+def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any],
+                db: Any = None) -> dict[str, Any]:
     mod, params = zoo.get(name, **options)
     inputs = zoo.random_inputs(mod, params)
+    source = None
+    if db is not None:
+        from search.models import Model, schedule_source
+
+        source = schedule_source(db, Model(name, mod, params, inputs), threads=threads)
     t0 = time.perf_counter()
-    exe = autorelay.build(mod, params=params, threads=threads)
+    exe = autorelay.build(mod, params=params, threads=threads, schedules=source)
     build_s = time.perf_counter() - t0
     args = [inputs[n] for n in exe.input_names]
     ours = np.asarray(exe(*args))
     runners: dict[str, Callable[[], Any]] = {"autorelay": lambda: exe(*args)}
+    if db is not None:
+        plain = autorelay.build(mod, params=params, threads=threads)
+        runners["default"] = lambda: plain(*args)
     row: dict[str, Any] = {"model": name, "build_s": build_s, "kernels": len(exe.report.rows),
                            "fallbacks": len(exe.report.fallbacks), "peak_kib": exe.peak_memory_bytes / 1024}
     try:
@@ -220,14 +233,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--image-size", type=int, default=None, help="override the CNNs' input size")
+    ap.add_argument("--db", default=None, help="tuning log whose best schedules AutoRelay builds with")
     args = ap.parse_args()
+    db = None
+    if args.db:
+        import tuning_db
+
+        db = tuning_db.open(args.db)
     rows = []
     for name in args.models.split(","):
         sized = name not in ("mlp", "transformer", "nature-dqn", "dcgan")
         opts = {"image_size": args.image_size} if args.image_size and sized else {}
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_model(name, args.threads, args.repeat, opts))
-    cols = ["autorelay_ms", "torch_ms", "onnxruntime_ms"]
+        rows.append(bench_model(name, args.threads, args.repeat, opts, db))
+    cols = ["autorelay_ms", "default_ms", "torch_ms", "onnxruntime_ms"]
     present = [c for c in cols if any(c in r for r in rows)]
     head = f"{'model':<16}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
     head += f"{'AR/torch':>10}{'AR/ORT':>9}{'build s':>9}{'fallbk':>7}{'peak KiB':>10}"

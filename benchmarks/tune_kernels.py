@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+# OpenBLAS's idle worker spins on a core for ~100 ms after each numpy call; interleaved re-timing
+# would charge that to whichever kernel runs next (see benchmarks/kernels.py).
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np
 

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from runtime_programs import f32, interpret_main
 
 import autorelay
 from autorelay.frontend import zoo
 from autorelay.runtime import aot
-from autorelay.runtime.interpreter import Interpreter
 from autorelay.runtime.values import to_list, values_equal
-
-
-def f32(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
-def _reference(mod, params, *inputs):
-    main = mod["main"]
-    return Interpreter(mod).call("main", *inputs, *[params[p.name_hint] for p in main.params[len(inputs):]])
 
 
 @pytest.mark.parametrize("name", ["lstm", "gru", "rnn"])
@@ -29,8 +20,8 @@ def test_recurrent_loops_match_the_interpreter(name: str) -> None:
     xs, xs2 = f32(7, 1, 128), f32(7, 1, 128, seed=5)
     out = exe(xs)
     out2 = exe(xs2)  # a second run must not disturb the first result
-    np.testing.assert_allclose(out, _reference(mod, params, xs), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(out2, _reference(mod, params, xs2), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out, interpret_main(mod, params, xs), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out2, interpret_main(mod, params, xs2), rtol=1e-4, atol=1e-5)
     if name == "lstm":
         np.testing.assert_allclose(out, zoo.rnn.lstm_reference(xs, params), rtol=1e-4, atol=1e-5)
     assert "@aot_" + name + "_loop" in exe.llvm_ir and "br label %loop" in exe.llvm_ir
@@ -43,7 +34,7 @@ def test_char_rnn_generates_the_interpreters_sequence() -> None:
         start = np.eye(64, dtype="float32")[[k]]
         out = exe(start)
         assert len(to_list(out)) == 40
-        assert values_equal(out, _reference(mod, params, start))
+        assert values_equal(out, interpret_main(mod, params, start))
     assert {r.source for r in exe.report.rows} <= {"default", "builtin"}
 
 

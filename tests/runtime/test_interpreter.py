@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from runtime_programs import LIST, f32
 
 import autorelay
 from autorelay.errors import InterpreterError
@@ -25,26 +26,6 @@ from autorelay.ir import (
 from autorelay.op.registry import call
 from autorelay.runtime.interpreter import Interpreter, evaluate
 from autorelay.runtime.values import Closure, ConstructorValue, RefValue, from_list, to_list
-
-LIST = """#[version = "0.0.5"]
-type List[A] { Cons(A, List[A]), Nil, }
-def @length[A](%l: List[A]) -> int32 {
-  match (%l) {
-    Cons(_, %t) => add(1, @length(%t)),
-    Nil => 0,
-  }
-}
-def @map[A, B](%f: fn (A) -> B, %l: List[A]) -> List[B] {
-  match (%l) {
-    Cons(%h, %t) => Cons(%f(%h), @map(%f, %t)),
-    Nil => Nil,
-  }
-}
-"""
-
-
-def f32(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
 def test_dataflow_matches_numpy() -> None:

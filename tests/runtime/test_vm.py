@@ -8,32 +8,12 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from runtime_programs import LIST, f32, interpret_main
 
 import autorelay
 from autorelay.frontend import zoo
 from autorelay.runtime import vm
-from autorelay.runtime.interpreter import Interpreter
 from autorelay.runtime.values import ConstructorValue, RefValue, from_list, to_list, values_equal
-
-LIST = """#[version = "0.0.5"]
-type List[A] { Cons(A, List[A]), Nil, }
-def @length[A](%l: List[A]) -> int32 {
-  match (%l) {
-    Cons(_, %t) => add(1, @length(%t)),
-    Nil => 0,
-  }
-}
-def @map[A, B](%f: fn (A) -> B, %l: List[A]) -> List[B] {
-  match (%l) {
-    Cons(%h, %t) => Cons(%f(%h), @map(%f, %t)),
-    Nil => Nil,
-  }
-}
-"""
-
-
-def f32(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
 @contextmanager
@@ -47,11 +27,6 @@ def small_python_stack(limit: int = 120):
         sys.setrecursionlimit(old)
 
 
-def _reference(mod, params, *inputs):
-    main = mod["main"]
-    return Interpreter(mod).call("main", *inputs, *[params[p.name_hint] for p in main.params[len(inputs):]])
-
-
 @pytest.mark.parametrize("name", ["lstm", "gru", "rnn"])
 @pytest.mark.parametrize("blocks", [True, False])
 def test_recurrent_loops_match_the_interpreter(name: str, blocks: bool) -> None:
@@ -60,7 +35,7 @@ def test_recurrent_loops_match_the_interpreter(name: str, blocks: bool) -> None:
     # without blocks: every kernel called on its own, parallel segments split over two threads
     exe = vm.compile(mod, params=params, blocks=blocks, threads=1 if blocks else 2)
     assert bool(exe.blocks) == blocks
-    want = _reference(mod, params, xs)
+    want = interpret_main(mod, params, xs)
     np.testing.assert_allclose(exe(xs), want, rtol=1e-4, atol=1e-5)
     if name == "lstm":  # and the independent NumPy formula
         np.testing.assert_allclose(exe(xs), zoo.rnn.lstm_reference(xs, params), rtol=1e-4, atol=1e-5)
@@ -73,7 +48,7 @@ def test_char_rnn_generates_the_interpreters_sequence_and_results_are_not_clobbe
     starts = [np.eye(64, dtype="float32")[[k]] for k in (3, 17)]
     outs = [exe(s) for s in starts]  # the first result must survive the second run (buffer pools)
     for s, out in zip(starts, outs):
-        want = _reference(mod, params, s)
+        want = interpret_main(mod, params, s)
         assert isinstance(out, ConstructorValue) and len(to_list(out)) == 12
         assert values_equal(out, want)
     assert [int(c[0]) for c in to_list(outs[0])] != [int(c[0]) for c in to_list(outs[1])]
@@ -90,14 +65,14 @@ def test_tree_lstm_over_an_adt_tree_matches_the_interpreter() -> None:
     mod, params = zoo.get("tree-lstm")
     tree = _tree(mod, np.random.default_rng(1), 2, 3)
     exe = vm.compile(mod, params=params)
-    np.testing.assert_allclose(exe(tree), _reference(mod, params, tree), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(exe(tree), interpret_main(mod, params, tree), rtol=1e-4, atol=1e-5)
 
 
 def test_reference_kernel_provider_gives_the_same_answers() -> None:
     mod, params = zoo.get("gru", seq_len=4)
     xs = f32(4, 1, 128, seed=3)
     exe = vm.compile(mod, params=params, kernels="reference")
-    np.testing.assert_allclose(exe(xs), _reference(mod, params, xs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exe(xs), interpret_main(mod, params, xs), rtol=1e-5, atol=1e-6)
     assert {r.source for r in exe.report.rows} == {"reference"}
 
 
@@ -216,7 +191,7 @@ def test_weights_passed_as_inputs_are_packed_per_call_and_pooled_buffers_stay_co
     exe = vm.compile(mod)  # unbound weights: the dense kernels re-pack them on every call
     xs = f32(5, 1, 128, seed=4)
     inputs = [params[p.name_hint] for p in mod["main"].params[1:]]
-    np.testing.assert_allclose(exe(xs, *inputs), _reference(mod, params, xs), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(exe(xs, *inputs), interpret_main(mod, params, xs), rtol=1e-4, atol=1e-5)
     # a kernel result held for two iterations (Fibonacci on tensors) must not be overwritten
     fib = autorelay.parse("""#[version = "0.0.5"]
 def @main(%i: Tensor[(), int32], %a: Tensor[(3), float32], %b: Tensor[(3), float32]) {
