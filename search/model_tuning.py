@@ -13,6 +13,7 @@ top candidates against the default (`tune_task`'s final pick), not the luckiest 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from search.models import (
     tuning_target,
 )
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
+
+log = logging.getLogger(__name__)
 
 # CLI names of the tuners -> `search.tuners.make_tuner` names
 TUNER_NAMES = {"xgb": "xgb", "random": "random", "grid": "grid", "ga": "genetic", "genetic": "genetic",
@@ -237,6 +240,9 @@ def tune_model(
         per_task = trials // max(1, len(ex.tasks))
         rounds = round_trials or max(batch, min(16, per_task // batch * batch))
         measurer = make_measurer(executor, build_workers, timing)  # a bad executor fails before the run
+        stale = handle.close_dead_runs()  # runs killed outright (kill -9) never closed themselves
+        if stale:
+            log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
         run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
                                info={"target": tuning_target(target, threads), "pipeline": pipeline,
                                      "tasks": len(ex.tasks), "seed": seed})

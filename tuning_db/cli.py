@@ -53,6 +53,9 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
     pr = add("prune", "keep only the K fastest configs per workload and target", _prune)
     pr.add_argument("--keep-best", type=int, required=True, metavar="K")
     pr.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    pr.add_argument("--drop-errors", action="store_true",
+                    help="delete failed measurements too (by default they stay, so a resumed tuner "
+                    "does not retry a crashing config)")
     return db
 
 
@@ -200,7 +203,7 @@ def _merge(db: TuningDB, args: argparse.Namespace) -> int:
 
 
 def _prune(db: TuningDB, args: argparse.Namespace) -> int:
-    done = db.prune(args.keep_best, dry_run=args.dry_run)
+    done = db.prune(args.keep_best, dry_run=args.dry_run, keep_errors=not args.drop_errors)
     verb = "would delete" if args.dry_run else "deleted"
     print(table(["", "measurements", "configs"], [[verb, done["measurements"], done["configs"]]]))
     return 0

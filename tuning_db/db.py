@@ -128,8 +128,11 @@ class TuningDB:
         trial_budget: int | None = None,
         info: dict[str, Any] | None = None,
     ) -> int:
-        """Open a tuning run (status "running"); pass its id as `record(..., run=id)`."""
+        """Open a tuning run (status "running"); pass its id as `record(..., run=id)`. The run's
+        info records this process id, so a run whose process was killed outright (kill -9, a
+        crash) can be recognised later (`close_dead_runs`)."""
         r = schema.runs
+        info = {**(info or {}), "pid": os.getpid()}
         with write_tx(self.engine) as conn:
             return int(
                 conn.execute(
@@ -142,7 +145,7 @@ class TuningDB:
                         status="running",
                         host=socket.gethostname(),
                         started_at=time.time(),
-                        info=schema.canonical_json(info) if info else None,
+                        info=schema.canonical_json(info),
                     )
                     .returning(r.c.id)
                 ).scalar_one()
@@ -156,6 +159,20 @@ class TuningDB:
         """Mark an interrupted run running again; skip configs `has_measured()` already knows."""
         self._set_run_status(run, "running", None)
         return self.runs(ids=[run])[0]
+
+    def close_dead_runs(self) -> list[int]:
+        """Mark "interrupted" every run still "running" that was started on this host by a process
+        that no longer exists (killed before it could close the run); returns their ids. Runs of
+        other hosts are left alone: their processes cannot be checked from here."""
+        host = socket.gethostname()
+        dead = []
+        for run in self.runs("running"):
+            pid = (run.info or {}).get("pid")
+            if run.host == host and isinstance(pid, int) and not _alive(pid):
+                dead.append(run.id)
+        for rid in dead:
+            self._set_run_status(rid, "interrupted", None)
+        return dead
 
     def _set_run_status(self, run: int, status: str, finished_at: float | None) -> None:
         r = schema.runs
@@ -218,9 +235,24 @@ class TuningDB:
         with open_db(other) as src:
             return merge(self.engine, src.engine, source=src.url)
 
-    def prune(self, keep_best: int, *, dry_run: bool = False) -> dict[str, int]:
-        """Keep only the `keep_best` fastest configs per (workload, target); returns deleted counts."""
-        return prune(self.engine, keep_best, dry_run=dry_run)
+    def prune(self, keep_best: int, *, dry_run: bool = False, keep_errors: bool = True) -> dict[str, int]:
+        """Keep only the `keep_best` fastest configs per (workload, target), and failed measurements
+        unless `keep_errors` is False (they stop a resumed tuner retrying a crashing config);
+        returns deleted counts."""
+        return prune(self.engine, keep_best, dry_run=dry_run, keep_errors=keep_errors)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine (signal 0 probes without sending)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def open_db(url: str | os.PathLike[str] | None = None, *, config: Settings | None = None) -> TuningDB:

@@ -3,7 +3,9 @@
 Merge streams the other database's measurements through the import pipeline, so it has exactly the
 import's guarantees: a measurement already present (same uid) is skipped, nothing is lost, runs are
 matched by their uid. Prune keeps, for every (workload, target), all measurements of its K fastest
-configs and drops the rest (failed measurements included), then the configs left unmeasured.
+configs and drops the rest, then the configs left unmeasured. Failed measurements are kept unless
+asked otherwise: they are small, and they are what stops a resumed tuner from building a config
+that crashes or hangs all over again.
 """
 
 from __future__ import annotations
@@ -42,22 +44,25 @@ def merge(engine: Engine, other: Engine, *, source: str) -> ImportReport:
     return import_rows(engine, rows, source=source)
 
 
-def prune(engine: Engine, keep_best: int, *, dry_run: bool = False) -> dict[str, int]:
-    """Keep the `keep_best` fastest configs per (workload, target); return what was (or would be) deleted."""
+def prune(engine: Engine, keep_best: int, *, dry_run: bool = False,
+          keep_errors: bool = True) -> dict[str, int]:
+    """Keep the `keep_best` fastest configs per (workload, target) (and every failed measurement,
+    unless `keep_errors` is False); return what was (or would be) deleted."""
     if keep_best < 1:
         raise TuningDBError(f"--keep-best must be at least 1, got {keep_best}")
+    doomed_sql = _DOOMED + (" AND mean_cost IS NOT NULL" if keep_errors else "")
     with write_tx(engine) as conn:
-        doomed = _count(conn, _KEEP + "SELECT COUNT(*) " + _DOOMED, keep_best)
+        doomed = _count(conn, _KEEP + "SELECT COUNT(*) " + doomed_sql, keep_best)
         if dry_run:
             orphans = _count(
                 conn,
                 _KEEP + "SELECT COUNT(*) FROM configs WHERE id NOT IN ("
-                "SELECT config_id FROM measurements WHERE id NOT IN (SELECT id " + _DOOMED + "))",
+                "SELECT config_id FROM measurements WHERE id NOT IN (SELECT id " + doomed_sql + "))",
                 keep_best,
             )
             conn.rollback()
             return {"measurements": doomed, "configs": orphans}
-        conn.execute(text(_KEEP + "DELETE " + _DOOMED), {"k": keep_best})
+        conn.execute(text(_KEEP + "DELETE " + doomed_sql), {"k": keep_best})
         orphans = conn.execute(text("DELETE " + _ORPHAN_CONFIGS)).rowcount
     return {"measurements": doomed, "configs": int(orphans)}
 

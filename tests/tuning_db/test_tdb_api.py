@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -94,7 +95,7 @@ def test_runs_lifecycle(db: tuning_db.TuningDB) -> None:
         64,
         3,
     )
-    assert info.info == {"seed": 1}
+    assert info.info["seed"] == 1 and info.info["pid"] == os.getpid()
     db.finish_run(run, interrupted=True)
     assert [r.id for r in db.runs(status="interrupted")] == [run]
     assert db.resume_run(run).status == "running"
@@ -177,3 +178,20 @@ def test_tuning_db_imports_nothing_from_the_compiler_or_the_search() -> None:
     )
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_a_run_whose_process_died_is_closed_as_interrupted(tmp_path):
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    # another process opens a run and dies without closing it (as kill -9 leaves it)
+    script = f"import tuning_db, os; db = tuning_db.open({url!r}); db.start_run(model='m'); os._exit(9)"
+    subprocess.run([sys.executable, "-c", script], check=False)
+    with tuning_db.open(url) as db:
+        mine = db.start_run(model="still tuning")
+        [dead] = [r.id for r in db.runs("running") if r.id != mine]
+        assert db.close_dead_runs() == [dead]
+        assert db.runs(ids=[dead])[0].status == "interrupted"
+        assert db.runs(ids=[mine])[0].status == "running"  # this process is alive
+        assert db.close_dead_runs() == []

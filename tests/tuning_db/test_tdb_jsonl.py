@@ -125,16 +125,24 @@ def test_prune_keeps_the_k_best_configs(db: tuning_db.TuningDB) -> None:
     _fill(db, 5, n=80)
     before = _best_map(db, k=2)
     configs_before = {w: {json.dumps(r.config) for r in db.history(w, T)} for w in before}
+    errors_before = {w: sorted(json.dumps(r.config) for r in db.history(w, T) if r.error_kind)
+                     for w in before}
+    assert any(errors_before.values())
     done = db.prune(2, dry_run=True)
     assert db.stats()["measurements"] == 80
     real = db.prune(2)
     assert real == done
     assert _best_map(db, k=2) == before
     for w, best in before.items():
-        kept = {json.dumps(r.config) for r in db.history(w, T)}
+        kept = {json.dumps(r.config) for r in db.history(w, T) if not r.error_kind}
         assert kept == {c for c, _ in best}
         assert kept <= configs_before[w]
+        # failures stay: a resumed tuner must not retry a config that crashed
+        assert sorted(json.dumps(r.config) for r in db.history(w, T) if r.error_kind) == errors_before[w]
     assert db.stats()["measurements"] == 80 - done["measurements"]
+    db.prune(2, keep_errors=False)
+    for w, best in before.items():  # now only the failures of the K best configs themselves remain
+        assert {json.dumps(r.config) for r in db.history(w, T)} == {c for c, _ in best}
     with pytest.raises(TuningDBError, match="at least 1"):
         db.prune(0)
 
