@@ -19,7 +19,7 @@ from autorelay.tir.nodes import Allocate, For, If, PrimFunc, Seq, Stmt, Store
 
 LEVELS = 6  # innermost loop levels of the hot nest described one by one
 BUFFERS = 4  # buffers of the hot statement described one by one
-KNOBS = 8
+KNOBS = 10
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1}
 

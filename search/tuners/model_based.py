@@ -3,10 +3,13 @@ batch; simulated annealing over the model proposes the next batch; the batch is 
 predicted speed and diversity, with a few random points (epsilon-greedy) so a wrong model cannot
 trap the search.
 
-Features come from lowering candidates (`Featurizer`, cached per config, in the builder's worker
-processes when attached) and, for measured candidates, from the builder. Lowering is the expensive
-part, so annealing spends a fixed budget of newly lowered configs per proposal; every lowered,
-unmeasured config stays a candidate for later batches.
+Two models, because the informative features are expensive. The loop-IR features (`Featurizer`)
+need each candidate lowered (~10 ms), too slow for annealing to visit thousands of points of a
+10^4-10^5 space per batch. So a second ranking model over the knob values alone (microseconds per
+point) drives the annealing: many chains walk the whole space, and only the best `explore` points
+they found are lowered and ranked by the loop-IR model, which picks the batch. Lowering runs in
+the builder's worker processes when attached; every lowered, unmeasured config stays a candidate
+for later batches.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from search import space_ops
 from search.cost_model import XGBoostCostModel
-from search.features import LENGTH, extract
+from search.features import LENGTH, extract, knob_features
 from search.measure.result import MeasureResult
 from search.measure.workers import WorkerPool
 from search.task import Task
@@ -83,8 +86,8 @@ class Featurizer:
 class ModelBasedTuner(Tuner):
     name = "xgb"
 
-    def __init__(self, task: Task, seed: int = 0, *, epsilon: float = 0.05, diversity: float = 0.5,
-                 chains: int = 16, sa_iters: int = 30, explore: int = 32,
+    def __init__(self, task: Task, seed: int = 0, *, epsilon: float = 0.05, diversity: float = 0.25,
+                 chains: int = 64, sa_iters: int = 40, explore: int = 32,
                  start_from_default: bool = True) -> None:
         """`start_from_default`: measure the template's heuristic default in the first batch (it
         is usually good, so a model trained on it starts well); experiments that compare search
@@ -92,7 +95,9 @@ class ModelBasedTuner(Tuner):
         super().__init__(task, seed)
         self.start_from_default = start_from_default
         self.model = XGBoostCostModel(seed=seed)
+        self.knob_model = XGBoostCostModel(seed=seed)
         self.features = Featurizer(task)
+        self._knob_cache: dict[int, tuple[float, ...]] = {}
         self.epsilon, self.diversity = epsilon, diversity
         self.chains, self.sa_iters, self.explore = chains, sa_iters, explore
         self.transferred = 0
@@ -120,10 +125,21 @@ class ModelBasedTuner(Tuner):
                 xs.append(f)
                 ys.append(c)
         self.model.fit(xs, ys)
+        measured = list(self.costs)
+        self.knob_model.fit(self._knob_rows(measured), [self.costs[i] for i in measured])
+
+    def _knob_rows(self, indices: Sequence[int]) -> list[tuple[float, ...]]:
+        rows = []
+        for i in indices:
+            row = self._knob_cache.get(i)
+            if row is None:
+                row = self._knob_cache[i] = tuple(knob_features(self.space.get(i)))
+            rows.append(row)
+        return rows
 
     def transfer(self, records: Sequence[tuple[dict[str, Any], float]]) -> int:
         """Learn from one donor workload's (config JSON, cost) pairs; returns how many were usable."""
-        xs, ys = [], []
+        xs, ys, ks, kys = [], [], [], []
         for cfg_json, cost in records:
             try:
                 cfg = self.task.config_from_json(cfg_json)
@@ -131,11 +147,14 @@ class ModelBasedTuner(Tuner):
                 continue
             if cfg.template != self.task.template:
                 continue
+            ks.append(tuple(knob_features(cfg)))
+            kys.append(cost)
             f = self.features.of_config(cfg)
             if f is not None:
                 xs.append(f)
                 ys.append(cost)
         self.model.add_transfer(xs, ys)
+        self.knob_model.add_transfer(ks, kys)
         self.transferred += len(xs)
         if xs:
             self._refit()
@@ -152,39 +171,36 @@ class ModelBasedTuner(Tuner):
             out[ok] = self.model.predict([feats[k] for k in ok])
         return out
 
-    def _anneal(self) -> None:
-        """Parallel simulated annealing on the model. Each step moves every chain; configs never
-        seen before are lowered for features in one parallel batch, until `explore` new ones have
-        been lowered for this proposal; after that, moves into unlowered configs are rejected."""
+    def _anneal(self) -> dict[int, float]:
+        """Parallel simulated annealing on the knob model: `chains` walkers (half from the best
+        measured configs, half random) take `sa_iters` random moves each, accepting worse points
+        with a probability that cools; returns every point visited with its knob-model score."""
         measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
         points = [i for _, i in measured[: self.chains // 2]]
         points += [self.rng.randrange(len(self.space)) for _ in range(self.chains - len(points))]
-        self.features.many(points)
-        scores = self._score(points)
-        budget = self.explore
-        spread = 1.0
+        scores = self.knob_model.predict(self._knob_rows(points))
+        seen = dict(zip(points, scores.tolist()))
+        spread = max(float(np.std(scores)), 1e-9)
         for it in range(self.sa_iters):
             temp = 1.0 - it / self.sa_iters
             new = [space_ops.random_move(self.space, p, self.rng) for p in points]
-            unseen = [i for i in dict.fromkeys(new) if i not in self.features.cache][:max(budget, 0)]
-            if unseen:
-                self.features.many(unseen)
-                budget -= len(unseen)
-            ns = self._score(new)
-            fin = ns[np.isfinite(ns)]
-            if len(fin) > 1:
-                spread = max(float(np.std(fin)), 1e-9)
-            for k, s in enumerate(ns):
-                if not math.isfinite(s):
-                    continue
-                delta = (s - scores[k]) / spread
-                accept = delta >= 0 or self.rng.random() < math.exp(delta / max(temp, 1e-3))
-                if not math.isfinite(scores[k]) or accept:
-                    points[k], scores[k] = new[k], s
+            ns = self.knob_model.predict(self._knob_rows(new))
+            seen.update(zip(new, ns.tolist()))
+            spread = max(float(np.std(ns)), 1e-9)
+            for k, sc in enumerate(ns):
+                delta = (sc - scores[k]) / spread
+                if delta >= 0 or self.rng.random() < math.exp(delta / max(temp, 1e-3)):
+                    points[k], scores[k] = new[k], sc
+        return seen
 
     def _candidates(self, want: int) -> list[tuple[float, int]]:
-        """(score, index) of the best-predicted unvisited featurized configs, best first."""
-        self._anneal()
+        """(score, index) of the best unvisited configs by the loop-IR model, best first: the
+        knob model's `explore` best unvisited points from annealing are lowered and join the
+        configs lowered for earlier batches."""
+        seen = self._anneal()
+        fresh = sorted(((sc, i) for i, sc in seen.items()
+                        if i not in self.visited and i not in self.features.cache), reverse=True)
+        self.features.many([i for _, i in fresh[: self.explore]])
         pool = [i for i, f in self.features.cache.items() if f is not None and i not in self.visited]
         scores = self._score(pool)
         return sorted(((float(s), i) for s, i in zip(scores, pool) if math.isfinite(s)), reverse=True)[:want]
