@@ -15,8 +15,6 @@ workload by the compute alone; here the key is overridden with the build's.
 from __future__ import annotations
 
 import dataclasses
-import json
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -192,18 +190,18 @@ class BoundSource:
     """The tuning log's schedule source for one tuning target, as `autorelay.build` consults it.
 
     `build` asks under its target's `tuning_name()`, the name measurements are filed under, so a
-    plain `db.schedule_source(name)` works too; this adapter adds two things for tuned models.
-    Given the model's `tasks`, a config transferred from a neighbouring workload must belong to
-    the same template with the same knobs (a depthwise and a dense conv share the family
-    `nn.conv2d` but not a schedule); otherwise the next-nearest donor is tried. A workload that
-    `search.tune` re-measured gets the winner of those interleaved rounds (see `picked`).
+    plain `db.schedule_source(name)` works too (and, like it, gives a workload that `search.tune`
+    re-measured the winner of those interleaved rounds: the log's `pick`). What this adapter
+    adds is a check on transfers: given the model's `tasks`, a config transferred from a
+    neighbouring workload must belong to the same template with the same knobs (a depthwise and a
+    dense conv share the family `nn.conv2d` but not a schedule); otherwise the next-nearest donor
+    is tried.
     """
 
     def __init__(self, db: Any, target_str: str, tasks: list[ModelTask] | None = None) -> None:
         self.db = db
         self.knobs = {t.key: (t.template, sorted(k.name for k in t.space.knobs)) for t in tasks or []}
         self.source = db.schedule_source(target_str, validate=self._fits)
-        self._kind: str | None = None
 
     def _fits(self, key: str, config: dict[str, Any]) -> bool:
         want = self.knobs.get(key)
@@ -211,34 +209,13 @@ class BoundSource:
             return True
         return config.get("template") == want[0] and sorted(config.get("knobs", {})) == want[1]
 
-    def picked(self, key: str) -> dict[str, Any] | None:
-        """The winner of the interleaved re-measurements of `key` (`search.tune`'s final pick: per
-        config its latest re-measured row, then the fastest median), which the log's plain `best`
-        (the fastest figure ever seen, possibly a lucky quiet moment) does not know about; None
-        when the key was never re-measured."""
-        from search.tune import REMEASURE_TAG
-
-        latest: dict[str, tuple[dict[str, Any], list[float]]] = {}
-        for r in self.db.history(key, self.source.target):  # oldest first: later rows overwrite
-            if r.runner_version == REMEASURE_TAG and r.error_kind is None and r.costs:
-                latest[json.dumps(r.config, sort_keys=True)] = (r.config, r.costs)
-        if not latest:
-            return None
-        return min(latest.values(), key=lambda c: statistics.median(c[1]))[0]
-
     def lookup(self, workload_key: str, target: str | None = None, *,
                workload: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        found = self.picked(workload_key)
-        if found is not None:
-            self._kind = "exact"
-            self.source.counts["exact"] += 1
-            return found
-        self._kind = None
         return self.source.lookup(workload_key, workload=workload)
 
     @property
     def last_lookup_kind(self) -> Any:
-        return self._kind or self.source.last_lookup_kind
+        return self.source.last_lookup_kind
 
     @property
     def counts(self) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import tuning_db
 from autorelay.schedule.space import Config
 from search.measure.local import Measurer
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
@@ -22,7 +23,7 @@ from search.task import Task
 from search.tuners.base import Tuner
 
 log = logging.getLogger(__name__)
-REMEASURE_TAG = "interleaved-remeasure"
+REMEASURE_TAG = tuning_db.INTERLEAVED  # the log's mark for rows re-timed interleaved with rivals
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, SchemaVersionError, TuningDBError
 from .jsonl import ImportReport
+from .queries import INTERLEAVED
 from .records import Record, RunInfo
 from .schema import CURRENT_VERSION as SCHEMA_VERSION
 from .settings import Settings
@@ -21,6 +22,7 @@ from .source import LookupKind, LookupResult, ScheduleSource, shape_distance
 open = open_db
 
 __all__ = [
+    "INTERLEAVED",
     "SCHEMA_VERSION",
     "ImportReport",
     "JSONLImportError",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import Any
 
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, TuningDBError
+from .queries import INTERLEAVED
 
 
 def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -166,6 +168,10 @@ def _best(db: TuningDB, args: argparse.Namespace) -> int:
             ],
         )
     )
+    chosen = db.pick(args.workload, args.target)
+    if chosen is not None and chosen.runner_version == INTERLEAVED:
+        print(f"build uses (won the interleaved re-measurement, median "
+              f"{fmt_seconds(statistics.median(chosen.costs))}): {json.dumps(chosen.config, sort_keys=True)}")
     return 0
 
 

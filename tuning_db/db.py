@@ -192,6 +192,13 @@ class TuningDB:
         with read_tx(self.engine) as conn:
             return queries.best(conn, workload_key, target, k)
 
+    def pick(self, workload_key: str, target: str) -> Record | None:
+        """The config a build should use: the winner of the workload's latest interleaved
+        re-measurement (rows logged with runner_version `INTERLEAVED`), else its fastest
+        measurement; None when nothing succeeded. See `queries.pick`."""
+        with read_tx(self.engine) as conn:
+            return queries.pick(conn, workload_key, target)
+
     def history(self, workload_key: str, target: str) -> list[Record]:
         with read_tx(self.engine) as conn:
             return queries.history(conn, workload_key, target)

@@ -7,6 +7,8 @@ has k distinct configs, so its cost depends on k, not on how many measurements t
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from collections.abc import Iterable
 from typing import Any
 
@@ -109,6 +111,34 @@ def history(conn: Connection, workload_key: str, target: str) -> list[Record]:
         .order_by(m.c.recorded_at, m.c.id)
     )
     return [to_record(row) for row in rows]
+
+
+INTERLEAVED = "interleaved-remeasure"  # runner_version of rows re-timed interleaved with their rivals
+
+
+def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
+    """The config to trust for a workload: the winner of its latest interleaved re-measurement
+    (per config its latest re-timed row, then the fastest median), or — when it was never
+    re-measured — its fastest measurement. A single fastest figure can be a lucky quiet moment
+    on a shared machine; rivals timed in alternation under the same conditions cannot."""
+    wid, tid = ids_of(conn, workload_key, target)
+    if wid is None or tid is None:
+        return None
+    rows = conn.execute(
+        select(*RECORD_COLUMNS)
+        .select_from(RECORD_FROM)
+        .where(m.c.workload_id == wid, m.c.target_id == tid, m.c.runner_version == INTERLEAVED,
+               m.c.mean_cost.is_not(None))
+        .order_by(m.c.recorded_at, m.c.id)
+    )
+    latest: dict[str, Record] = {}
+    for row in rows:  # oldest first: a config's later rows replace its earlier ones
+        rec = to_record(row)
+        latest[schema.canonical_json(rec.config)] = rec
+    if latest:
+        return min(latest.values(), key=lambda r: statistics.median(r.costs) if r.costs else math.inf)
+    found = best(conn, workload_key, target, 1)
+    return found[0] if found else None
 
 
 def has_measured(conn: Connection, workload_key: str, target: str, config: dict[str, Any]) -> bool:

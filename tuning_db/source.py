@@ -2,7 +2,9 @@
 
 `lookup(workload_key, target)` answers in three tiers and always says which one answered:
 
-  * ``exact``       - the workload was tuned on this target: its fastest config;
+  * ``exact``       - the workload was tuned on this target: the winner of its interleaved
+                      re-measurement, or its fastest config if it was never re-measured
+                      (`TuningDB.pick`);
   * ``transferred`` - the nearest tuned workload of the same op family on this target (by shape
                       distance, see `shape_distance`), whose config the optional `validate` callable
                       accepted for the new shape;
@@ -120,10 +122,10 @@ class ScheduleSource:
         return result
 
     def _exact(self, key: str) -> LookupResult | None:
-        best = self.db.best(key, self.target, k=1)
-        if not best:
+        rec = self.db.pick(key, self.target)
+        if rec is None:
             return None
-        return LookupResult(best[0].config, LookupKind.EXACT, key, key, 0.0, best[0].mean_cost)
+        return LookupResult(rec.config, LookupKind.EXACT, key, key, 0.0, rec.mean_cost)
 
     def _transfer(self, key: str, workload: dict[str, Any] | None) -> LookupResult | None:
         desc = workload or (self.describe(key) if self.describe else None) or self._stored(key)

@@ -195,3 +195,23 @@ def test_a_run_whose_process_died_is_closed_as_interrupted(tmp_path):
         assert db.runs(ids=[dead])[0].status == "interrupted"
         assert db.runs(ids=[mine])[0].status == "running"  # this process is alive
         assert db.close_dead_runs() == []
+
+
+def test_pick_trusts_the_interleaved_rounds_over_a_lucky_figure(tmp_path):
+    url = f"sqlite:///{tmp_path / 'pick.db'}"
+    with tuning_db.open(url) as db:
+        a, b = {"tile": 4}, {"tile": 8}
+        db.record("wk", "llvm", a, [1.0e-3])
+        db.record("wk", "llvm", a, [0.5e-3])  # a lucky quiet moment
+        db.record("wk", "llvm", b, [0.8e-3])
+        assert db.pick("wk", "llvm").config == a  # never re-measured: the fastest figure
+        # re-timed in alternation: b wins
+        db.record("wk", "llvm", a, [0.90e-3, 0.95e-3, 0.92e-3], runner_version=tuning_db.INTERLEAVED)
+        db.record("wk", "llvm", b, [0.80e-3, 0.82e-3, 0.81e-3], runner_version=tuning_db.INTERLEAVED)
+        assert db.best("wk", "llvm")[0].config == a
+        assert db.pick("wk", "llvm").config == b
+        assert db.schedule_source("llvm").lookup("wk") == b
+        # a later round replaces a config's earlier one
+        db.record("wk", "llvm", a, [0.70e-3, 0.71e-3, 0.72e-3], runner_version=tuning_db.INTERLEAVED)
+        assert db.pick("wk", "llvm").config == a
+        assert db.pick("other", "llvm") is None

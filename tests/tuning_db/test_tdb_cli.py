@@ -75,3 +75,16 @@ def test_bad_usage_fails(logged: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["db", "--db", "mysql://a/b", "stats"]) == 1
     assert main(["db", "--db", logged, "export", str(Path(logged).parent / "no" / "x.jsonl")]) == 1
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_best_names_the_config_build_uses_after_interleaved_rounds(
+    logged: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["db", "--db", logged, "best", "--workload", "wk", "--target", T]) == 0
+    assert "build uses" not in capsys.readouterr().out  # never re-measured: the fastest is used
+    with tuning_db.open(logged) as db:
+        db.record("wk", T, {"tile": 3}, [9e-6, 9e-6], runner_version=tuning_db.INTERLEAVED)
+        db.record("wk", T, {"tile": 1}, [8e-6, 8e-6], runner_version=tuning_db.INTERLEAVED)
+    assert main(["db", "--db", logged, "best", "--workload", "wk", "--target", T]) == 0
+    out = capsys.readouterr().out
+    assert 'build uses (won the interleaved re-measurement, median 8.000 us): {"tile": 1}' in out
