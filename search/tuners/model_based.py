@@ -126,14 +126,18 @@ class ModelBasedTuner(Tuner):
                 ys.append(c)
         self.model.fit(xs, ys)
         measured = list(self.costs)
-        self.knob_model.fit(self._knob_rows(measured), [self.costs[i] for i in measured])
+        self.knob_model.fit(self._knob_rows(measured, keep=True), [self.costs[i] for i in measured])
 
-    def _knob_rows(self, indices: Sequence[int]) -> list[tuple[float, ...]]:
+    def _knob_rows(self, indices: Sequence[int], keep: bool = False) -> list[tuple[float, ...]]:
+        """Knob features of configs; `keep` caches them (measured configs, refit every batch) —
+        annealing visits thousands of points per batch, so those are recomputed, not kept."""
         rows = []
         for i in indices:
             row = self._knob_cache.get(i)
             if row is None:
-                row = self._knob_cache[i] = tuple(knob_features(self.space.get(i)))
+                row = tuple(knob_features(self.space.get(i)))
+                if keep:
+                    self._knob_cache[i] = row
             rows.append(row)
         return rows
 
