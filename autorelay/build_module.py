@@ -266,12 +266,18 @@ class _GraphBuilder:
         config, source = self.lookup(key, fn)
         detail = ""
         try:
+            if config is not None:
+                _check_in_space(lowered.cdef, config, self.target)
             kernels = self.compile(lowered, config)
-        except ScheduleError as e:
+        except (ScheduleError, KeyError, ValueError, TypeError) as e:
             if config is None:
+                if not isinstance(e, ScheduleError):
+                    raise
                 self.choices[key] = (None, "fallback", f"default schedule failed: {e}")
                 return self.choices[key]
-            detail = f"logged config rejected ({e}); "
+            # a logged config the template no longer takes (e.g. logged before a knob was added)
+            # must not break a build: the heuristic default compiles instead
+            detail = f"logged config rejected ({type(e).__name__}: {e}); "
             source, kernels = "default", self.compile(lowered, None)
         for k, kern in enumerate(kernels):
             self.kernels.append(kern)
@@ -330,6 +336,14 @@ def _ws_bytes(k: Kernel) -> int:
     from autorelay.runtime.graph_executor import KernelSpec
 
     return KernelSpec(k.module.key, [(b.shape, b.dtype) for b in k.func.workspaces]).workspace_offsets[1]
+
+
+def _check_in_space(cdef: Any, config: Config, target: Target) -> None:
+    """Raise (ValueError / KeyError / ScheduleError) unless `config` is a point of its template's
+    space for this workload: a logged config may predate a template change."""
+    from autorelay.schedule.templates import template_for
+
+    template_for(cdef, config.template).space(cdef, target).index(config)
 
 
 def _config_text(k: Kernel, config: Config | None) -> str:

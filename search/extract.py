@@ -26,6 +26,7 @@ from autorelay.ir.expr import Call, Function, Op
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.lower import NoCompute, describe_workload, lower, workload_key
+from autorelay.schedule.space import Config
 from autorelay.utils.deep import deep
 from search.task import Task, count_flops, kernel_task
 
@@ -193,21 +194,28 @@ class BoundSource:
     plain `db.schedule_source(name)` works too (and, like it, gives a workload that `search.tune`
     re-measured the winner of those interleaved rounds: the log's `pick`). What this adapter
     adds is a check on transfers: given the model's `tasks`, a config transferred from a
-    neighbouring workload must belong to the same template with the same knobs (a depthwise and a
-    dense conv share the family `nn.conv2d` but not a schedule); otherwise the next-nearest donor
-    is tried.
+    neighbouring workload must be a point of this workload's space — same template, same knobs,
+    values it offers (a depthwise and a dense conv share the family `nn.conv2d` but not a
+    schedule; a channel block of 64 means nothing to a 32-channel conv); otherwise the
+    next-nearest donor is tried.
     """
 
     def __init__(self, db: Any, target_str: str, tasks: list[ModelTask] | None = None) -> None:
         self.db = db
-        self.knobs = {t.key: (t.template, sorted(k.name for k in t.space.knobs)) for t in tasks or []}
+        self.spaces = {t.key: t.space for t in tasks or []}
         self.source = db.schedule_source(target_str, validate=self._fits)
 
     def _fits(self, key: str, config: dict[str, Any]) -> bool:
-        want = self.knobs.get(key)
-        if want is None:
+        """Whether a donor's config is a point of this workload's space (same template, same
+        knobs, every value one this workload's template offers)."""
+        space = self.spaces.get(key)
+        if space is None:
             return True
-        return config.get("template") == want[0] and sorted(config.get("knobs", {})) == want[1]
+        try:
+            space.index(Config.from_json(config))
+        except (KeyError, ValueError, TypeError):
+            return False
+        return True
 
     def lookup(self, workload_key: str, target: str | None = None, *,
                workload: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -166,6 +166,20 @@ def test_logged_configs_are_used_and_reported(net, kind):
     np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("knobs", [
+    {"tile_m": 1, "tile_n_vectors": 1, "outer": "m"},  # logged before a knob existed
+    {"tile_m": 1, "tile_n_vectors": 1, "outer": "diagonal", "unroll_k": 2},  # a value it never takes
+])
+def test_a_logged_config_the_template_no_longer_takes_falls_back_to_the_default(net, knobs):
+    mod, params, x, want, exe = net
+    dense = next(r for r in exe.report.rows if r.name.startswith("dense"))
+    source = _Lookup(dense.workload_key, {"template": "dense", "knobs": knobs}, "exact")
+    tuned = autorelay.build(mod, params=params, schedules=source)
+    row = next(r for r in tuned.report.rows if r.name.startswith("dense"))
+    assert row.source == "default" and row.detail.startswith("logged config rejected")
+    np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_the_tuning_log_source_plugs_in_directly(net, tmp_path):
     """A tuning_db schedule source bound to the tuning name of the build's target answers build's
     lookups: one name on both sides, no adapter."""

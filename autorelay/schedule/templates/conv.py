@@ -117,10 +117,12 @@ class Conv2dNCHWTemplate(Template):
     of output channels is contiguous; each input pixel is broadcast; the tile is scattered to NCHW
     once per tile.
 
-    `tile_ic` < C blocks the input channels for the cache: the accumulators then live in a
-    buffer for the whole output row block and the block of channels loops outside the width
-    tiles, so the block's weights stay in L1 while every tile of the row reuses them (a ragged
-    width tile then costs a guard in the inner loop, which the search learns to avoid).
+    `tile_ic` blocks the input channels for the cache: the accumulators then live in a buffer for
+    the whole output row block and the block of channels loops outside the width tiles, so the
+    block's weights stay in L1 while every tile of the row reuses them (a ragged width tile then
+    costs a guard in the inner loop, which the search learns to avoid). `tile_ic` 0 means all
+    channels, no blocking: a value that means the same for every workload, so a config
+    transferred to a conv with other channel counts keeps its meaning.
 
     The space is the product of the register tile's three extents, the channel block, the order
     of the reduction loops (and an unrolled inner block of input channels), unrolling the kernel
@@ -143,8 +145,7 @@ class Conv2dNCHWTemplate(Template):
                 Knob("tile_oc_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < oc] or [1]),
                 Knob("tile_ow", _width_tiles(ow, 16)),
                 Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
-                Knob("tile_ic", [b for b in (8, 16, 32, 64) if b < channels and channels % b == 0]
-                     + [channels]),
+                Knob("tile_ic", [b for b in (8, 16, 32, 64) if b < channels and channels % b == 0] + [0]),
                 Knob("reduce_order", self.REDUCE_ORDERS),
                 Knob("unroll_c", [u for u in (1, 2, 3, 4) if channels % u == 0]),
                 Knob("unroll_kw", (0, 1)),
@@ -172,7 +173,7 @@ class Conv2dNCHWTemplate(Template):
                 ("tile_oc_vectors", best[1]),
                 ("tile_ow", best[2]),
                 ("tile_oh", 1),
-                ("tile_ic", pattern(cdef).reduce.op.reduce_axes[0].extent),  # type: ignore[union-attr]
+                ("tile_ic", 0),
                 ("reduce_order", "c_h_w"),
                 ("unroll_c", 1),
                 ("unroll_kw", 0),
@@ -205,13 +206,14 @@ class Conv2dNCHWTemplate(Template):
             S.Vectorize(out, f"{ooc}_w"),
         ]
         channels = red.op.reduce_axes[0].extent  # type: ignore[union-attr]
-        blocked = config["tile_ic"] < channels
+        block = config["tile_ic"] or channels
+        blocked = block < channels
         # the channels the register tile reduces over without leaving it: all, or one cache block
         c_all = rc
         if blocked:
             steps += [
                 S.ComputeAt(acc, out, f"{on}_{blocks[0]}_{blocks[1]}"),
-                S.Split(acc, rc, config["tile_ic"]),
+                S.Split(acc, rc, block),
                 S.Split(acc, ow, tow),
             ]
             c_all = f"{rc}_i"
@@ -244,16 +246,23 @@ class Conv2dNCHWTemplate(Template):
 
 
 class DepthwiseNCHWTemplate(Template):
+    """Depthwise NCHW: each channel is its own tiny convolution, so the register tile is output
+    width (the vector) x `tile_oh` rows of one channel, weights broadcast. Several rows per tile
+    let one loaded input row serve every output row it overlaps (unrolled, the loads are shared),
+    which is what a memory-bound kernel needs; unrolling the kernel rows and columns exposes it."""
+
     name = "depthwise_conv2d_nchw"
     tags = ("depthwise_conv2d_nchw",)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
-        ow = pattern(cdef).reduce.shape[3]  # type: ignore[union-attr]
+        _, _, oh, ow = pattern(cdef).reduce.shape  # type: ignore[union-attr]
         lanes = target.vector_lanes()
         return Space(
             self.name,
             (
                 Knob("tile_ow_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < ow] or [1]),
+                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
+                Knob("unroll_kh", (0, 1)),
                 Knob("unroll_kw", (0, 1)),
                 Knob("pad", ("root", "inline")),
             ),
@@ -265,36 +274,41 @@ class DepthwiseNCHWTemplate(Template):
         lanes = target.vector_lanes()
         # a strided or tiny output reads too little of a padded copy to pay for making it
         # (measured: inline padding wins for stride 2 and 7x7 maps)
-        if in_w > ow + 4 or ow < lanes:
-            return Config(self.name, (("tile_ow_vectors", 1), ("unroll_kw", 1), ("pad", "inline")))
-        tv = min(4, max(1, -(-ow // lanes)))
-        return Config(self.name, (("tile_ow_vectors", tv), ("unroll_kw", 1), ("pad", "root")))
+        inline = in_w > ow + 4 or ow < lanes
+        tv = 1 if inline else min(4, max(1, -(-ow // lanes)))
+        return Config(self.name, (("tile_ow_vectors", tv), ("tile_oh", 1), ("unroll_kh", 0), ("unroll_kw", 1),
+                                  ("pad", "inline" if inline else "root")))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
         lanes = target.vector_lanes()
         tv = config["tile_ow_vectors"]
-        _n, _c, _oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        _n, _c, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         on, oc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         steps += [
+            S.Split(out, ooh, config["tile_oh"]),
             S.Split(out, oow, tv * lanes),
+            S.Reorder(out, (on, oc, f"{ooh}_o", f"{oow}_o", f"{ooh}_i", f"{oow}_i")),
             S.Fuse(out, on, oc),
-            S.Fuse(out, f"{on}_{oc}", ooh),
-            S.Parallel(out, f"{on}_{oc}_{ooh}"),
+            S.Fuse(out, f"{on}_{oc}", f"{ooh}_o"),
+            S.Parallel(out, f"{on}_{oc}_{ooh}_o"),
             S.ComputeAt(acc, out, f"{oow}_o"),
             S.Split(out, f"{oow}_i", lanes, f"{oow}_v", f"{oow}_w"),
             S.Vectorize(out, f"{oow}_w"),
         ]
         steps += [
             S.Split(acc, ow, lanes),
-            S.Reorder(acc, (rh, rw, f"{ow}_o", f"{ow}_i")),
+            S.Reorder(acc, (rh, rw, oh, f"{ow}_o", f"{ow}_i")),
+            S.Unroll(acc, oh),
             S.Unroll(acc, f"{ow}_o"),
             S.Vectorize(acc, f"{ow}_i"),
         ]
         if config["unroll_kw"]:
             steps.append(S.Unroll(acc, rw))
+        if config["unroll_kh"]:
+            steps.append(S.Unroll(acc, rh))
         return tuple(steps)
 
 

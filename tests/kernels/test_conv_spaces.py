@@ -1,5 +1,6 @@
-"""The NCHW conv template's channel blocking: every cache block of input channels, with ragged
-register tiles in every direction and every reduction order, computes the convolution."""
+"""The conv templates' spaces. NCHW: every cache block of input channels, with ragged
+register tiles in every direction and every reduction order, computes the convolution; depthwise:
+every row tile, unrolled or not, with either padding."""
 
 from __future__ import annotations
 
@@ -27,12 +28,12 @@ def _conv(stride: int):
 def test_channel_blocks_are_in_the_space():
     cdef = _conv(1)
     space = template_for(cdef).space(cdef, Target.host())
-    assert space.knob("tile_ic").values == (8, 16, 32)
+    assert space.knob("tile_ic").values == (8, 16, 0)  # 0: all channels, no cache blocking
     assert len(space) > 10_000
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("tile_ic", [8, 16, 32])
+@pytest.mark.parametrize("tile_ic", [8, 16, 0])
 def test_blocked_channels_with_ragged_tiles_match_numpy(stride, tile_ic):
     cdef = _conv(stride)
     target = Target.host(threads=2)
@@ -50,4 +51,23 @@ def test_blocked_channels_with_ragged_tiles_match_numpy(stride, tile_ic):
             ("reduce_order", order), ("unroll_c", uc), ("unroll_kw", 1), ("outer", "oh"), ("pad", pad),
         ))
         got = build_kernel(cdef, cfg, target).run(x, w)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_row_tiles_match_numpy(stride):
+    """Every row tile (ragged against 9 or 5 output rows), unrolled or not, either padding."""
+    x = te.placeholder((1, 6, 9, 19), name="X")
+    w = te.placeholder((6, 1, 3, 3), name="W")
+    cdef = te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, stride, 1), "dw")
+    target = Target.host(threads=2)
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((1, 6, 9, 19), dtype=np.float32)
+    ws = rng.standard_normal((6, 1, 3, 3), dtype=np.float32)
+    expect = H.conv_nchw(xs, ws, stride, 1, groups=6)
+    for toh, unroll_kh, pad in itertools.product((1, 2, 3, 4), (0, 1), ("root", "inline")):
+        knobs = (("tile_ow_vectors", 2), ("tile_oh", toh), ("unroll_kh", unroll_kh), ("unroll_kw", 1),
+                 ("pad", pad))
+        cfg = Config("depthwise_conv2d_nchw", knobs)
+        got = build_kernel(cdef, cfg, target).run(xs, ws)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
