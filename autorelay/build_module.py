@@ -55,6 +55,7 @@ from autorelay.runtime.graph_executor import GraphPlan
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.schedule.space import Config
 from autorelay.schedule.state import relayout
+from autorelay.schedule.templates import check_in_space
 from autorelay.transform.bind import bind_params
 from autorelay.utils.deep import deep
 
@@ -267,7 +268,7 @@ class _GraphBuilder:
         detail = ""
         try:
             if config is not None:
-                _check_in_space(lowered.cdef, config, self.target)
+                check_in_space(lowered.cdef, config, self.target)
             kernels = self.compile(lowered, config)
         except (ScheduleError, KeyError, ValueError, TypeError) as e:
             if config is None:
@@ -336,14 +337,6 @@ def _ws_bytes(k: Kernel) -> int:
     from autorelay.runtime.graph_executor import KernelSpec
 
     return KernelSpec(k.module.key, [(b.shape, b.dtype) for b in k.func.workspaces]).workspace_offsets[1]
-
-
-def _check_in_space(cdef: Any, config: Config, target: Target) -> None:
-    """Raise (ValueError / KeyError / ScheduleError) unless `config` is a point of its template's
-    space for this workload: a logged config may predate a template change."""
-    from autorelay.schedule.templates import template_for
-
-    template_for(cdef, config.template).space(cdef, target).index(config)
 
 
 def _config_text(k: Kernel, config: Config | None) -> str:

@@ -70,6 +70,13 @@ def pattern(cdef: ComputeDef) -> Pattern:
     return Pattern(out, main, others)
 
 
+def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
+    """Raise (ScheduleError / KeyError / ValueError) unless `config` is a point of its template's
+    space for this workload. A logged config may predate a template change; templates read their
+    knobs without re-checking them, so a config from outside the space must be caught here."""
+    template_for(cdef, config.template).space(cdef, target).index(config)
+
+
 def template_for(cdef: ComputeDef, name: str | None = None) -> Template:
     _load()
     if name is not None:
