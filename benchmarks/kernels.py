@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import limit_threads, median_times
+
 from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.kernel import build_kernel
@@ -44,26 +45,6 @@ except ImportError:  # the torch column is optional
 
 
 CLOCK = time.perf_counter  # --clock cpu: process CPU time, robust to other processes (1 thread only)
-
-
-def median_times(fns: list[Callable[[], object]], repeats: int, min_time: float = 0.02) -> list[float]:
-    """Median seconds per call of each fn, measured alternately (one batch of each per round)."""
-    for f in fns:
-        f()
-    batch = []
-    for f in fns:
-        t0 = CLOCK()
-        f()
-        dt = CLOCK() - t0
-        batch.append(max(1, int(min_time / max(dt, 1e-7))))
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
-            t0 = CLOCK()
-            for _ in range(batch[i]):
-                f()
-            samples[i].append((CLOCK() - t0) / batch[i])
-    return [statistics.median(s) for s in samples]
 
 
 def sweep(cdef, target: Target, n: int, arrays: list[np.ndarray], seed: int = 0):
@@ -82,7 +63,7 @@ def sweep(cdef, target: Target, n: int, arrays: list[np.ndarray], seed: int = 0)
             bound = build_kernel(cdef, cfg, target).bind(*arrays)
         except ScheduleError:
             continue
-        t = median_times([bound], 3, 0.01)[0]
+        t = median_times([bound], 3, 0.01, CLOCK)[0]
         if best is None or t < best[0]:
             best = (t, cfg)
     return best
@@ -94,7 +75,7 @@ def row(name: str, flops: float, cdef, arrays, baselines: dict[str, Callable], t
     _best_t, best_cfg = sweep(cdef, target, n_sweep, arrays) if n_sweep else (None, None)
     best_k = build_kernel(cdef, best_cfg, target).bind(*arrays) if best_cfg is not None else default_k
     fns = [default_k, best_k, *baselines.values()]
-    times = median_times(fns, 7)
+    times = median_times(fns, 7, clock=CLOCK)
     g = [flops / t / 1e9 for t in times]
     g[1] = max(g[0], g[1])  # the default is one of the swept configs: the better of the two timed here
     cols = {"default": g[0], "best": g[1]}
@@ -224,14 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--clock cpu needs --threads 1 (spinning library threads would count as work)")
         CLOCK = time.process_time
     target = Target.host(threads=args.threads)
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(args.threads)
-    except ImportError:
-        pass
-    if torch is not None:
-        torch.set_num_threads(args.threads)
+    limit_threads(args.threads)
     print(
         f"target {target.cpu} ({target.vector_bits}-bit vectors), {args.threads} threads; "
         f"torch {'present' if torch is not None else 'missing (column skipped)'}",

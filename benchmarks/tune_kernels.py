@@ -18,19 +18,20 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 # OpenBLAS's idle worker spins on a core for ~100 ms after each numpy call; interleaved re-timing
-# would charge that to whichever kernel runs next (see benchmarks/kernels.py).
+# would charge that to whichever kernel runs next (see benchmarks/timing.py).
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import limit_threads, median_times
 
 import tuning_db
 from autorelay.codegen.llvm.target import Target
@@ -120,24 +121,6 @@ def conv_task(target: Target) -> tuple[Task, Callable[[], object] | None, str]:
     return task, base, "torch"
 
 
-def median_times(fns: list[Callable[[], object]], rounds: int = 9, min_time: float = 0.05) -> list[float]:
-    """Median seconds per call of each fn, timed alternately (one batch of each per round)."""
-    numbers = []
-    for f in fns:
-        f()
-        t0 = time.perf_counter()
-        f()
-        numbers.append(max(1, int(min_time / max(time.perf_counter() - t0, 1e-7))))
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for f, n, out in zip(fns, numbers, samples):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                f()
-            out.append((time.perf_counter() - t0) / n)
-    return [statistics.median(s) for s in samples]
-
-
 class TimedMeasurer(Measurer):
     """Counts candidates and seconds spent measuring them (builds + timings)."""
 
@@ -182,7 +165,7 @@ def bench(task: Task, baseline: Callable[[], object] | None, base_name: str, tun
     if baseline is not None:
         fns.append(baseline)
         labels.append(base_name)
-    times = median_times(fns)
+    times = median_times(fns, rounds=9, min_time=0.05)
     g = {lbl: gf / t for lbl, t in zip(labels, times)}
     line = "  ".join(f"{lbl} {v:6.1f}" for lbl, v in g.items())
     print(f"  fresh interleaved re-time, GFLOP/s: {line}", flush=True)
@@ -201,14 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default="dense,conv")
     args = ap.parse_args(argv)
     target = Target.host(threads=args.threads)
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(args.threads)
-    except ImportError:
-        pass
-    if torch is not None:
-        torch.set_num_threads(args.threads)
+    limit_threads(args.threads)
     print(f"target {target.cpu} ({target.vector_bits}-bit vectors), {args.threads} threads, "
           f"{args.trials} trials per tuner", flush=True)
     tuners = args.tuners.split(",")
