@@ -21,6 +21,22 @@ def @map[A, B](%f: fn (A) -> B, %l: List[A]) -> List[B] {
 }
 """
 
+# nested constructor patterns with a fallthrough, and a tuple pattern
+PATTERNS = LIST + """
+def @first_two(%l: List[Tensor[(), int32]]) -> Tensor[(), int32] {
+  match (%l) {
+    Cons(%a, Cons(%b, _)) => add(%a, %b),
+    Cons(%a, Nil) => %a,
+    Nil => -1,
+  }
+}
+def @swap(%p: (Tensor[(), int32], Tensor[(), int32])) {
+  match (%p) {
+    (%a, %b) => (%b, %a),
+  }
+}
+"""
+
 
 def f32(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype("float32")

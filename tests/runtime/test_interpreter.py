@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from runtime_programs import LIST, f32
+from runtime_programs import LIST, PATTERNS, f32
 
 import autorelay
 from autorelay.errors import InterpreterError
@@ -110,20 +110,7 @@ def @main(%l: List[Tensor[(), float32]], %c: Tensor[(), float32]) {
 
 
 def test_nested_and_tuple_patterns() -> None:
-    mod = autorelay.parse(LIST + """
-def @first_two(%l: List[Tensor[(), int32]]) -> Tensor[(), int32] {
-  match (%l) {
-    Cons(%a, Cons(%b, _)) => add(%a, %b),
-    Cons(%a, Nil) => %a,
-    Nil => -1,
-  }
-}
-def @swap(%p: (Tensor[(), int32], Tensor[(), int32])) {
-  match (%p) {
-    (%a, %b) => (%b, %a),
-  }
-}
-""")
+    mod = autorelay.parse(PATTERNS)
     interp = Interpreter(mod)
     ints = [np.array(v, "int32") for v in (5, 7, 9)]
     assert int(interp.call("first_two", from_list(mod, ints))) == 12

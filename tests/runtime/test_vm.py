@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from runtime_programs import LIST, f32, interpret_main
+from runtime_programs import LIST, PATTERNS, f32, interpret_main
 
 import autorelay
 from autorelay.frontend import zoo
@@ -111,19 +111,7 @@ def @count(%i: Tensor[(), int32], %n: Tensor[(), int32], %acc: Tensor[(), int32]
 
 
 def test_match_with_nested_and_tuple_patterns_and_a_failing_match() -> None:
-    mod = autorelay.parse(LIST + """
-def @first_two(%l: List[Tensor[(), int32]]) -> Tensor[(), int32] {
-  match (%l) {
-    Cons(%a, Cons(%b, _)) => add(%a, %b),
-    Cons(%a, Nil) => %a,
-    Nil => -1,
-  }
-}
-def @swap(%p: (Tensor[(), int32], Tensor[(), int32])) {
-  match (%p) {
-    (%a, %b) => (%b, %a),
-  }
-}
+    mod = autorelay.parse(PATTERNS + """
 def @head(%l: List[Tensor[(), float32]]) -> Tensor[(), float32] {
   match? (%l) {
     Cons(%h, _) => %h,
