@@ -53,13 +53,12 @@ from autorelay.runtime.executable import Executable, KernelArtifact
 from autorelay.runtime.fallback import ReferenceFunction, op_names
 from autorelay.runtime.graph_executor import GraphPlan
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
+from autorelay.schedule.source import lookup_schedule
 from autorelay.schedule.space import Config
 from autorelay.schedule.state import relayout
 from autorelay.schedule.templates import check_in_space
 from autorelay.transform.bind import bind_params
 from autorelay.utils.deep import deep
-
-_SOURCE_NAMES = {"exact": "tuned", "transferred": "transferred", "default": "default"}
 
 
 class BuildError(AutoRelayError):
@@ -267,18 +266,14 @@ class _GraphBuilder:
         config, source = self.lookup(key, fn)
         detail = ""
         try:
-            if config is not None:
+            if config is not None:  # a logged config may predate a change of its template
                 check_in_space(lowered.cdef, config, self.target)
             kernels = self.compile(lowered, config)
-        except (ScheduleError, KeyError, ValueError, TypeError) as e:
+        except ScheduleError as e:
             if config is None:
-                if not isinstance(e, ScheduleError):
-                    raise
                 self.choices[key] = (None, "fallback", f"default schedule failed: {e}")
                 return self.choices[key]
-            # a logged config the template no longer takes (e.g. logged before a knob was added)
-            # must not break a build: the heuristic default compiles instead
-            detail = f"logged config rejected ({type(e).__name__}: {e}); "
+            detail = f"logged config rejected ({e}); "
             source, kernels = "default", self.compile(lowered, None)
         for k, kern in enumerate(kernels):
             self.kernels.append(kern)
@@ -297,17 +292,7 @@ class _GraphBuilder:
                              self.target) for k, o in enumerate(cdef.outputs)]
 
     def lookup(self, key: str, fn: Function) -> tuple[Config | None, str]:
-        if self.schedules is None:
-            return None, "default"
-        try:
-            found = self.schedules.lookup(key, self.target_name, workload=describe_workload(fn))
-        except TypeError:  # a plain lookup object without the `workload` keyword
-            found = self.schedules.lookup(key, self.target_name)
-        if found is None:
-            return None, "default"
-        kind = getattr(self.schedules, "last_lookup_kind", None)
-        source = _SOURCE_NAMES.get(str(kind), "tuned") if kind is not None else "tuned"
-        return (found if isinstance(found, Config) else Config.from_json(found)), source
+        return lookup_schedule(self.schedules, key, self.target_name, describe_workload(fn))
 
 
 def _dataflow_children(node: Expr) -> list[Expr]:

@@ -113,23 +113,17 @@ class CompiledProvider:
 
     def _build(self, lowered: Any, config: Any) -> Any:
         from autorelay.kernel import build_kernel
+        from autorelay.schedule.space import Config
+        from autorelay.schedule.templates import check_in_space
 
+        if isinstance(config, Config):  # a logged config may predate a change of its template
+            check_in_space(lowered.cdef, config, self.target)
         return build_kernel(lowered.cdef, config, self.target)
 
     def _lookup(self, key: str, fn: Function, describe: Callable[[Function], Any]) -> tuple[Any, str]:
-        if self.schedules is None:
-            return None, "default"
-        from autorelay.schedule.space import Config
+        from autorelay.schedule.source import lookup_schedule
 
-        try:
-            found = self.schedules.lookup(key, self.target_name, workload=describe(fn))
-        except TypeError:  # a plain lookup object without the `workload` keyword
-            found = self.schedules.lookup(key, self.target_name)
-        if found is None:
-            return None, "default"
-        kind = getattr(self.schedules, "last_lookup_kind", None)
-        source = {"exact": "tuned", "transferred": "transferred"}.get(str(kind), "tuned")
-        return (found if isinstance(found, Config) else Config.from_json(found)), source
+        return lookup_schedule(self.schedules, key, self.target_name, describe(fn))
 
     def set_threads(self, threads: int) -> None:
         self.threads = threads

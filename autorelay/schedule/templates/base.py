@@ -71,10 +71,13 @@ def pattern(cdef: ComputeDef) -> Pattern:
 
 
 def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
-    """Raise (ScheduleError / KeyError / ValueError) unless `config` is a point of its template's
-    space for this workload. A logged config may predate a template change; templates read their
-    knobs without re-checking them, so a config from outside the space must be caught here."""
-    template_for(cdef, config.template).space(cdef, target).index(config)
+    """Raise ScheduleError unless `config` is a point of its template's space for this workload.
+    A logged config may predate a template change; templates read their knobs without
+    re-checking them, so a config from outside the space must be caught here."""
+    try:
+        template_for(cdef, config.template).space(cdef, target).index(config)
+    except (KeyError, ValueError, TypeError) as e:
+        raise ScheduleError(f"config not in the {config.template} space of {cdef.name}: {e}") from None
 
 
 def template_for(cdef: ComputeDef, name: str | None = None) -> Template:
