@@ -1,7 +1,8 @@
 """Kernel benchmarks: GFLOP/s of the default config, of the best config of a sweep, and of
 NumPy / PyTorch for the same op, timed in the same process, interleaved, median of repeats.
 
-    python benchmarks/kernels.py [--threads 2] [--sweep 24] [--only dense,bmm,conv,depthwise] [--clock cpu]
+    python benchmarks/kernels.py [--threads 2] [--sweep 24] [--only dense,bmm,conv,depthwise,winograd]
+        [--clock cpu]
 
 The machine is shared and noisy, so read the ratio columns: each ratio compares timings taken
 alternately within one run. Weight packing (Pack steps) happens once at bind time, as it does
@@ -162,6 +163,31 @@ def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
             row(f"conv NCHW  {label}", flops, cdef, [x, w], base, target, n_sweep)
 
 
+VGG_3X3 = [(64, 224), (128, 112), (256, 56), (512, 28), (512, 14)]  # (C = OC, H) of VGG-16's 3x3 convs
+
+
+def bench_winograd(target: Target, n_sweep: int) -> None:
+    """Stride-1 3x3 convolutions by Winograd F(2x2, 3x3), next to the direct NCHW kernel's default
+    schedule and PyTorch; GFLOP/s count the direct convolution's multiply-adds (effective rate)."""
+    from autorelay.te import winograd
+
+    shapes = [(c, h) for c, h, oc, k, s, _ in RESNET if k == 3 and s == 1 and c == oc] + VGG_3X3
+    for c, h in shapes:
+        flops = 2.0 * c * c * h * h * 9
+        x = np.random.rand(1, c, h, h).astype(np.float32)
+        w = (np.random.rand(c, c, 3, 3).astype(np.float32) - 0.5) / c
+        xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, c, 3, 3), name="W")
+        direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, 1, 1), "conv"), None, target)
+        base = {"direct": direct.bind(x, w)}
+        if torch is not None:
+            base["torch"] = _torch_conv(x, w, 1, 1)
+        ud = te.placeholder((16, c, c), name="U")
+        cdef = te.make_def([xd, ud], winograd.conv2d_winograd_nchw(xd, ud, 1), "winograd")
+        u = winograd.weight_transform_np(w)
+        arrays = [{"X": x, "U": u}[t.name] for t in cdef.inputs]
+        row(f"winograd {c}x{h}x{h}", flops, cdef, arrays, base, target, n_sweep)
+
+
 MOBILENET_DW = [
     (32, 112, 1),
     (64, 112, 2),
@@ -189,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sweep", type=int, default=24, help="configs sampled per workload besides the default")
-    ap.add_argument("--only", default="dense,bmm,conv,depthwise")
+    ap.add_argument("--only", default="dense,bmm,conv,depthwise,winograd")
     ap.add_argument("--layouts", default="nchwc,nchw")
     ap.add_argument(
         "--clock",
@@ -220,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
         bench_conv(target, args.sweep, tuple(args.layouts.split(",")))
     if "depthwise" in only:
         bench_depthwise(target, args.sweep)
+    if "winograd" in only:
+        bench_winograd(target, args.sweep)
 
 
 if __name__ == "__main__":

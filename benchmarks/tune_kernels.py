@@ -4,7 +4,9 @@ and a ResNet-18 3x3 convolution (NCHWc, 64x56x56 -> 64), measured for real.
     python benchmarks/tune_kernels.py [--trials 64] [--tuners xgb,random] [--threads 2]
                                       [--only dense,conv,resnet]
 
-(`resnet`: each of ResNet-18's 3x3 convolutions in NCHW, as the built model runs them.)
+(`resnet`: each of ResNet-18's 3x3 convolutions as the built model runs them: Winograd F(2x2, 3x3)
+for the stride-1 ones, direct NCHW for the stride-2 ones; GFLOP/s count the direct convolution's
+multiply-adds for both.)
 
 For each workload and tuner: a fresh tuning log, `tune_task` with the given trial budget, then the
 tuned kernel, the template default and the baseline (NumPy matmul / PyTorch conv2d) re-timed
@@ -35,8 +37,10 @@ from timing import limit_threads, median_times
 
 import tuning_db
 from autorelay.codegen.llvm.target import Target
+from autorelay.ir.attrs import Attrs
 from autorelay.kernel import build_kernel
-from autorelay.te import nn
+from autorelay.op.winograd import conv_reference
+from autorelay.te import nn, winograd
 from autorelay.te import tensor as te
 from search.measure import Measurer, TimingSettings
 from search.task import Task, kernel_task
@@ -78,17 +82,32 @@ RESNET18_3X3 = [(64, 56, 64, 1), (64, 56, 128, 2), (128, 28, 128, 1), (128, 28, 
                 (256, 14, 256, 1), (256, 14, 512, 2), (512, 7, 512, 1)]
 
 
+def winograd_ref(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The op's NumPy Winograd (float64 inside): the kernel's input U is random, not a transform of
+    a 3x3 weight, so a direct convolution cannot check it; the algorithm in NumPy can."""
+    return conv_reference(Attrs({"padding": (1, 1, 1, 1)}), x.astype(np.float64), u.astype(np.float64))
+
+
 def resnet_conv_tasks(target: Target) -> list[tuple[Task, Callable[[], object] | None, str]]:
-    """ResNet-18's 3x3 convs in NCHW, the layout and template the built model uses."""
+    """ResNet-18's 3x3 convs with the compute and template the built model uses."""
     out = []
     for c, h, oc, s in RESNET18_3X3:
-        xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((oc, c, 3, 3), name="W")
-        task = kernel_task(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, s, 1), "conv"), target,
-                           name=f"conv NCHW {c}x{h}x{h}->{oc} k3 s{s}",
-                           reference=functools.partial(conv_nchw_ref, stride=s, pad=1))
+        xd = te.placeholder((1, c, h, h), name="X")
+        if s == 1:
+            ud = te.placeholder((16, oc, c), name="U")
+            cdef = te.make_def([xd, ud], winograd.conv2d_winograd_nchw(xd, ud, 1), "conv")
+            task = kernel_task(cdef, target, name=f"conv winograd {c}x{h}x{h}->{oc} k3 s1",
+                               reference=winograd_ref)
+            task.flops = 2.0 * oc * c * 9 * h * h  # the direct convolution's, for comparable GFLOP/s
+        else:
+            wd = te.placeholder((oc, c, 3, 3), name="W")
+            task = kernel_task(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, s, 1), "conv"), target,
+                               name=f"conv NCHW {c}x{h}x{h}->{oc} k3 s{s}",
+                               reference=functools.partial(conv_nchw_ref, stride=s, pad=1))
         base = None
-        if torch is not None:
-            tx, tw = (torch.from_numpy(a) for a in task.inputs())
+        if torch is not None:  # timing only: the values do not matter
+            tx = torch.from_numpy(task.inputs()[0])
+            tw = torch.from_numpy(np.random.default_rng(0).standard_normal((oc, c, 3, 3), dtype=np.float32))
             base = functools.partial(torch.nn.functional.conv2d, tx, tw, stride=s, padding=1)
         out.append((task, base, "torch"))
     return out

@@ -34,7 +34,7 @@ from autorelay.te.expr import Read, Reduce
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, inline_reads, topo_order, transform
 from autorelay.utils.deep import deep
 
-KEEP_TAGS = ("pad", "keep")  # stages a schedule may want to compute on their own
+KEEP_TAGS = ("pad", "keep", "winograd_input")  # stages a schedule may want to compute on their own
 
 
 class NoCompute(Exception):

@@ -5,7 +5,8 @@ passes listed below, in order.
 
 * `O0`: only what lowering needs — inference-time rewrites of training ops, and every op in its
   own primitive function (no fusion).
-* `default`: the graph optimisations, then Relay's fusion rules.
+* `default`: the graph optimisations, Winograd F(2x2, 3x3) for the stride-1 3x3 convolutions that
+  profit from it (their transformed weights folded at build time), then Relay's fusion rules.
 * `tune`: `default` plus channel packing (NCHW → NCHW16c convolutions) before fusion, the form the
   kernel search tunes.
 """
@@ -23,6 +24,7 @@ from autorelay.transform.normal_form import ToGraphNormalForm
 from autorelay.transform.pass_base import Pass, Pipeline
 from autorelay.transform.simplify_expr import SimplifyExpr
 from autorelay.transform.simplify_inference import SimplifyInference
+from autorelay.transform.winograd_conv import WinogradConv
 
 
 def _graph_opts() -> list[Pass]:
@@ -43,7 +45,7 @@ def pipeline_passes(name: str) -> list[Pass]:
     if name == "O0":
         return [SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
-        return [*_graph_opts(), FuseOps()]
+        return [*_graph_opts(), WinogradConv(), FoldConstant(), FuseOps()]
     if name == "tune":
         packing = [ConvertLayout(dst="NCHWc", block=16), FoldConstant(), SimplifyExpr()]
         return [*_graph_opts(), *packing, FuseOps()]

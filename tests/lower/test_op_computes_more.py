@@ -1,8 +1,8 @@
 """The computes added for the last op families — trigonometry, prod/argmax/argmin/cumsum, resize and
-upsampling, conv1d, lrn, dropout, batch_norm, cross_entropy — and the direct (gather) form of
-conv2d_transpose, each lowered under its default schedule against the op's NumPy reference on small
-shapes, most with extents that divide no vector width. `test_op_computes` checks coverage over both
-files."""
+upsampling, conv1d, lrn, dropout, batch_norm, cross_entropy — the direct (gather) form of
+conv2d_transpose and the Winograd convolution ops, each lowered under its default schedule against
+the op's NumPy reference on small shapes, most with extents that divide no vector width.
+`test_op_computes` checks coverage over both files."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def _resize(method: str, mode: str, src: tuple, size: tuple, **extra: Any) -> An
 
 
 MORE_CASES = [
+    case("nn.winograd_weight_transform", [tensor((5, 4, 3, 3))]),
+    case("nn.conv2d_winograd", [tensor((1, 6, 7, 9)), tensor((16, 5, 6))], {"padding": (1, 1, 1, 1)},
+         rtol=1e-4),
+    case("nn.conv2d_winograd", [tensor((2, 3, 6, 5)), tensor((16, 4, 3))], {"padding": (0, 1, 2, 0)},
+         rtol=1e-4, ident="conv2d_winograd-asymmetric"),
     *[case(op, [A], rng=(-4.0, 4.0)) for op in ("sin", "cos", "atan")],
     case("tan", [A], rng=(-1.4, 1.4)),
     case("prod", [B3], {"axis": [0, 2]}, rng=(0.5, 1.5)),

@@ -2,8 +2,10 @@
 ones `autorelay.build` asks the tuning log about.
 
 Oracles: ResNet-18's architecture (20 convolutions, one dense layer; the second block of stages
-2-4 repeats its shapes) and the textbook FLOP count of a convolution, 2·N·K·C/groups·R·S·OH·OW
-multiply-adds (a fused bias/ReLU epilogue adds a few operations per output element on top).
+2-4 repeats its shapes; the 13 stride-1 3x3 convolutions run as Winograd F(2x2, 3x3), the
+stem, the stride-2 and the 1x1 ones directly) and the textbook FLOP counts: 2·N·K·C/groups·R·S·OH·OW
+for a direct convolution (a fused bias/ReLU epilogue adds a few operations per output element on
+top), 2·16·K·C·tiles for the 16 GEMMs of a Winograd one (its transforms add a few percent).
 """
 
 from __future__ import annotations
@@ -41,11 +43,16 @@ def _conv_flops(workload: dict) -> float:
     return 2.0 * n * k * oh * ow * cg * r * s
 
 
+CONVS = ("nn.conv2d", "nn.conv2d_winograd")
+
+
 def test_resnet18_counts_and_dedup(resnet):
     _, _, ex = resnet
-    convs = [t for t in ex.tasks if t.workload["family"] == "nn.conv2d"]
+    convs = [t for t in ex.tasks if t.workload["family"] in CONVS]
     dense = [t for t in ex.tasks if t.workload["family"] == "nn.dense"]
     assert sum(t.count for t in convs) == 20  # 1 stem + 16 in the basic blocks + 3 downsampling 1x1
+    winograd = [t for t in convs if t.workload["family"] == "nn.conv2d_winograd"]
+    assert sum(t.count for t in winograd) == 13  # the 3x3 stride-1 ones
     assert [t.count for t in dense] == [1]
     assert len({t.key for t in ex.tasks}) == len(ex.tasks)  # one task per distinct workload
     # stage 1: both blocks are alike, two 3x3 workloads (with and without the residual add) twice
@@ -54,7 +61,7 @@ def test_resnet18_counts_and_dedup(resnet):
     assert len(convs) == 15
     repeated = [t for t in convs if t.count == 2]
     assert len(repeated) == 5
-    assert all(_weight(t.workload)[2:] == [3, 3] for t in repeated)
+    assert all(t.workload["family"] == "nn.conv2d_winograd" for t in repeated)
     # kernels with no tunable template are reported, not dropped silently
     assert [s.name for s in ex.skipped] == ["batch_flatten"]
     assert all(isinstance(t, ModelTask) and len(t.space) > 1 for t in ex.tasks)
@@ -63,15 +70,19 @@ def test_resnet18_counts_and_dedup(resnet):
 def test_resnet18_flops_and_shares(resnet):
     _, _, ex = resnet
     for t in ex.tasks:
-        if t.workload["family"] != "nn.conv2d":
-            continue
-        want = _conv_flops(t.workload)
-        out_elems = float(np.prod(t.workload["shapes"][-1]))
-        assert want <= t.flops <= want + 4 * out_elems, t.name
+        if t.workload["family"] == "nn.conv2d_winograd":
+            u = max((s for s in t.workload["shapes"][:-1] if len(s) == 3), key=np.prod)  # [16, K, C]
+            _, _, oh, ow = t.workload["shapes"][-1]
+            gemms = 2.0 * 16 * u[1] * u[2] * -(-oh // 2) * -(-ow // 2)
+            assert gemms <= t.flops <= 1.25 * gemms, t.name
+        elif t.workload["family"] == "nn.conv2d":
+            want = _conv_flops(t.workload)
+            out_elems = float(np.prod(t.workload["shapes"][-1]))
+            assert want <= t.flops <= want + 4 * out_elems, t.name
     assert all(abs(t.flop_share - t.flops * t.count / ex.total_flops) < 1e-12 for t in ex.tasks)
     total_share = sum(t.flop_share for t in ex.tasks)
     assert 0.999 < total_share <= 1.0 + 1e-9  # only batch_flatten (0 FLOPs) is left out
-    convs = sum(t.flop_share for t in ex.tasks if t.workload["family"] == "nn.conv2d")
+    convs = sum(t.flop_share for t in ex.tasks if t.workload["family"] in CONVS)
     assert convs > 0.9  # a CNN's FLOPs are its convolutions
 
 

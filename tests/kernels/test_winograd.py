@@ -1,0 +1,139 @@
+"""Winograd F(2x2, 3x3): the compute under its default and under sampled configs, the NumPy
+reference of the op, the WinogradConv pass, and a built model — each against a direct
+convolution (NumPy) or the reference interpreter on the un-rewritten program."""
+
+from __future__ import annotations
+
+import random
+
+import kernel_oracles as H
+import numpy as np
+import pytest
+
+import autorelay
+from autorelay.codegen.llvm.target import Target
+from autorelay.errors import TypeCheckError
+from autorelay.ir import Call, Function, IRModule, TensorType, Var, const, post_order
+from autorelay.ir.attrs import Attrs
+from autorelay.kernel import build_kernel
+from autorelay.op.registry import call
+from autorelay.op.winograd import conv_reference
+from autorelay.schedule.templates import template_for
+from autorelay.te import tensor as te
+from autorelay.te import winograd as W
+from autorelay.transform import FoldConstant, Pipeline
+from autorelay.transform.winograd_conv import WinogradConv
+from autorelay.typing import infer_types
+
+pytestmark = pytest.mark.cpu
+
+
+def _padded_conv(x: np.ndarray, w: np.ndarray, pad: tuple[int, int, int, int]) -> np.ndarray:
+    pt, pl, pb, pr = pad
+    return H.conv_nchw(np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr))), w, 1, 0)
+
+
+# (N, C, K, H, W, padding): even and odd outputs, a row of tiles narrower than a vector,
+# asymmetric and no padding, batch 2
+SHAPES = [
+    (1, 8, 12, 10, 10, (1, 1, 1, 1)),
+    (1, 5, 9, 7, 13, (1, 1, 1, 1)),
+    (2, 16, 7, 6, 17, (0, 2, 1, 0)),
+    (1, 3, 4, 9, 5, (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad"), SHAPES)
+def test_numpy_reference_is_a_convolution(n, c, k, h, w, pad):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((k, c, 3, 3), dtype=np.float32)
+    got = conv_reference(Attrs({"padding": pad}), x, W.weight_transform_np(wt))
+    np.testing.assert_allclose(got, _padded_conv(x, wt, pad), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad"), SHAPES)
+def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w, pad):
+    xd, ud = te.placeholder((n, c, h, w), name="X"), te.placeholder((16, k, c), name="U")
+    cdef = te.make_def([xd, ud], W.conv2d_winograd_nchw(xd, ud, pad), "winograd")
+    target = Target.host(threads=2)
+    tmpl = template_for(cdef)
+    assert tmpl.name == "conv2d_winograd"
+    space = tmpl.space(cdef, target)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((k, c, 3, 3), dtype=np.float32)
+    expect = _padded_conv(x, wt, pad)
+    u = W.weight_transform_np(wt)
+    pick = random.Random(f"{n}{c}{k}{h}{w}")
+    configs = [tmpl.default(cdef, target)] + [space.get(pick.randrange(len(space))) for _ in range(3)]
+    for cfg in configs:
+        got = build_kernel(cdef, cfg, target).run(x, u)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
+
+
+def test_weight_transform_compute_matches_numpy():
+    wd = te.placeholder((6, 5, 3, 3), name="Wt")
+    cdef = te.make_def([wd], W.weight_transform(wd), "wt")
+    wt = np.random.default_rng(3).standard_normal((6, 5, 3, 3), dtype=np.float32)
+    got = build_kernel(cdef, None, Target.host()).run(wt)
+    np.testing.assert_allclose(got, W.weight_transform_np(wt), rtol=1e-6, atol=1e-6)
+
+
+def _resnet_block(channels: int, size: int = 12) -> IRModule:
+    rng = np.random.default_rng(4)
+
+    def conv(x, cin, cout, stride=1):
+        w = const((rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype("float32"))
+        y = call("nn.conv2d", x, w, strides=[stride, stride], padding=[1, 1], channels=cout,
+                 kernel_size=[3, 3])
+        return call("nn.bias_add", y, const(rng.standard_normal(cout).astype("float32")))
+
+    x = Var("x", TensorType((1, channels, size, size)))
+    y = call("nn.relu", conv(x, channels, channels))
+    y = call("nn.relu", call("add", conv(y, channels, channels), x))
+    y = conv(y, channels, 2 * channels, stride=2)  # stride 2: stays direct
+    return IRModule.from_expr(Function((x,), y))
+
+
+def _ops(mod: IRModule) -> list[str]:
+    return [n.op.name for n in post_order(mod["main"]) if isinstance(n, Call) and hasattr(n.op, "name")]
+
+
+def test_pass_rewrites_only_eligible_convolutions_and_keeps_the_result():
+    mod = infer_types(_resnet_block(32))
+    out = Pipeline([WinogradConv(), FoldConstant()])(mod)
+    names = _ops(out)
+    assert names.count("nn.conv2d_winograd") == 2 and names.count("nn.conv2d") == 1
+    assert "nn.winograd_weight_transform" not in names  # folded into constants
+    x = np.random.default_rng(5).standard_normal((1, 32, 12, 12)).astype("float32")
+    want = autorelay.evaluate(mod, x)
+    np.testing.assert_allclose(autorelay.evaluate(out, x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_pass_leaves_narrow_and_non_constant_convolutions():
+    narrow = infer_types(_resnet_block(8))
+    assert "nn.conv2d_winograd" not in _ops(WinogradConv()(narrow))
+    x, w = Var("x", TensorType((1, 64, 8, 8))), Var("w", TensorType((64, 64, 3, 3)))
+    conv = call("nn.conv2d", x, w, padding=[1, 1])
+    runtime_weight = infer_types(IRModule.from_expr(Function((x, w), conv)))
+    assert "nn.conv2d_winograd" not in _ops(WinogradConv()(runtime_weight))
+
+
+def test_built_model_matches_the_interpreter_and_runs_winograd_kernels():
+    mod = _resnet_block(32, size=10)
+    exe = autorelay.build(mod, threads=2)
+    templates = [r.detail.split(" ", 1)[0] for r in exe.report.rows if r.kind == "kernel"]
+    assert templates.count("conv2d_winograd") == 2, templates
+    x = np.random.default_rng(6).standard_normal((1, 32, 10, 10)).astype("float32")
+    np.testing.assert_allclose(exe(x), autorelay.evaluate(infer_types(mod), x), rtol=1e-4, atol=1e-4)
+
+
+def test_shape_errors_name_the_op_and_both_shapes():
+    x, u = Var("x", TensorType((1, 8, 6, 6))), Var("u", TensorType((16, 4, 5)))
+    mismatch = r"nn.conv2d_winograd: channel mismatch.*\(1, 8, 6, 6\).*\(16, 4, 5\)"
+    with pytest.raises(TypeCheckError, match=mismatch):
+        infer_types(IRModule.from_expr(Function((x, u), call("nn.conv2d_winograd", x, u))))
+    w = Var("w", TensorType((4, 8, 5, 5)))
+    with pytest.raises(TypeCheckError, match=r"nn.winograd_weight_transform: .*\(4, 8, 5, 5\).*3x3"):
+        infer_types(IRModule.from_expr(Function((w,), call("nn.winograd_weight_transform", w))))
