@@ -35,7 +35,6 @@ from autorelay.te.expr import (
     transform,
     walk,
 )
-from autorelay.te.tensor import inline_reads
 from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Stmt, Store, seq
 from autorelay.tir.simplify import from_linear, interval, linear, simplify, simplify_stmt
 
@@ -111,9 +110,8 @@ class Lowerer:
         self.state = state
         self.name = name
         self.stages = [s for s in state.stages if not s.inline]
-        self.victims = {id(s.tensor) for s in state.stages if s.inline}
         self.layout: dict[str, _Layout] = {}
-        self.bodies: dict[str, Expr] = {s.name: inline_reads(s.body, self.victims) for s in self.stages}
+        self.bodies: dict[str, Expr] = {s.name: state.inline_into(s.body) for s in self.stages}
         self.params = {n: Buffer(n, t.shape, t.dtype) for n, t in state.inputs.items()}
         self.tensor_stage = {id(s.tensor): s for s in self.stages}
 

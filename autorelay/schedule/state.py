@@ -13,8 +13,8 @@ import numpy as np
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
-from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, transform, walk
-from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, inline_reads, placeholder, topo_order
+from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
+from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 
 
 @dataclass
@@ -99,15 +99,25 @@ class State:
 
     def consumers(self, st: Stage) -> list[Stage]:
         """Stages that read `st` once inlined stages are substituted."""
-        victims = {id(s.tensor) for s in self.stages if s.inline}
         return [
             c
             for c in self.stages
             if not c.inline
-            and any(
-                isinstance(n, Read) and n.tensor is st.tensor for n in walk(inline_reads(c.body, victims))
-            )
+            and any(isinstance(n, Read) and n.tensor is st.tensor for n in walk(self.inline_into(c.body)))
         ]
+
+    def inline_into(self, body: Expr) -> Expr:
+        """`body` with every read of an inlined stage replaced by that stage's *current* body: a
+        CacheWrite or Pack may have rewritten what the stage reads since its compute was declared."""
+        inlined = {id(s.tensor): s for s in self.stages if s.inline}
+
+        def fn(n: Expr) -> Expr | None:
+            if isinstance(n, Read) and id(n.tensor) in inlined:
+                st = inlined[id(n.tensor)]
+                return self.inline_into(substitute(st.body, {a.var: i for a, i in zip(st.axes, n.indices)}))
+            return None
+
+        return transform(body, fn) if inlined else body
 
     def rewrite_reads(self, fn) -> None:
         for s in self.stages:

@@ -137,3 +137,23 @@ def test_shape_errors_name_the_op_and_both_shapes():
     w = Var("w", TensorType((4, 8, 5, 5)))
     with pytest.raises(TypeCheckError, match=r"nn.winograd_weight_transform: .*\(4, 8, 5, 5\).*3x3"):
         infer_types(IRModule.from_expr(Function((w,), call("nn.winograd_weight_transform", w))))
+
+
+def test_fused_epilogue_reading_another_input():
+    """The output transform is inlined into an epilogue (bias, residual, ReLU); the GEMM's
+    CacheWrite rewrote what the transform reads, and inlining must see that rewrite."""
+    from autorelay.te import expr as E
+
+    xd, ud = te.placeholder((1, 8, 6, 10), name="X"), te.placeholder((16, 16, 8), name="U")
+    rd, bd = te.placeholder((1, 16, 6, 10), name="R"), te.placeholder((16, 1, 1), name="B")
+    y = W.conv2d_winograd_nchw(xd, ud, 1)
+    out = te.compute(y.shape, lambda n, k, h, w: E.maximum(y[n, k, h, w] + bd[k, 0, 0] + rd[n, k, h, w],
+                                                          E.as_expr(0.0, "float32")), name="out")
+    rng = np.random.default_rng(7)
+    x, r, wt, b = (rng.standard_normal(s, dtype=np.float32)
+                   for s in ((1, 8, 6, 10), (1, 16, 6, 10), (16, 8, 3, 3), (16, 1, 1)))
+    arrays = {"X": x, "U": W.weight_transform_np(wt), "R": r, "B": b}
+    cdef = te.make_def([xd, ud, rd, bd], out, "fused")
+    got = build_kernel(cdef, None, Target.host(threads=2)).run(*[arrays[t.name] for t in cdef.inputs])
+    want = np.maximum(_padded_conv(x, wt, (1, 1, 1, 1)) + b + r, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
