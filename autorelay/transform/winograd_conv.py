@@ -5,10 +5,12 @@ following FoldConstant computes the transformed weight once. The rewrite applies
 float32 convolutions with groups 1, dilation 1, stride 1 and a 3x3 kernel whose weight is a
 constant, and only when both channel counts reach `min_channels`: Winograd trades 2.25x fewer
 multiply-adds for two memory-bound transforms, which a convolution with few channels (an RGB
-stem) cannot pay back. On ResNet-18's stride-1 shapes (64 to 512 channels, 56 to 7 pixels) the
-default schedule of the rewritten kernel beat the direct kernel's default by 1.1-1.7x
-(`benchmarks/kernels.py --only winograd`); the threshold of 32 channels sits below every shape
-measured and above RGB stems, not at a measured crossover.
+stem) cannot pay back. On the stride-1 shapes of ResNet-18 and VGG-16 (64 to 512 channels) the
+rewritten kernel's default schedule ran at 0.87-2.05x the direct kernel's default
+(`benchmarks/kernels.py --only winograd --sweep 0`, noisy host) and, tuned, at 1.15-1.66x
+PyTorch's conv2d on ResNet-18's four shapes (`benchmarks/tune_kernels.py --only resnet`). The
+threshold of 32 channels sits below every shape measured and above RGB stems; it is not a
+measured crossover.
 
 F(2x2, 3x3) changes the rounding, not the result: errors stay at a few float32 ulps of the
 output's magnitude (the transforms' coefficients are 0, +-1/2 and +-1).
