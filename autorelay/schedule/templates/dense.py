@@ -93,15 +93,7 @@ class DenseTemplate(Template):
         blocks = (f"{j}_o", f"{i}_o") if config["outer"] == "n" else (f"{i}_o", f"{j}_o")
         steps.append(S.Reorder(out, (*ax[:-2], *blocks, f"{i}_i", f"{j}_i")))
         steps.append(S.ComputeAt(acc, out, blocks[1]))
-        steps += [S.Split(acc, aj, lanes)]
-        korder: tuple[str, ...] = (kname,)
-        if uk > 1:
-            steps.append(S.Split(acc, kname, uk))
-            korder = (f"{kname}_o", f"{kname}_i")
-        steps.append(S.Reorder(acc, (*korder, ai, f"{aj}_o", f"{aj}_i")))
-        if uk > 1:
-            steps.append(S.Unroll(acc, f"{kname}_i"))
-        steps += [S.Unroll(acc, ai), S.Unroll(acc, f"{aj}_o"), S.Vectorize(acc, f"{aj}_i")]
+        steps += accumulator_tile(acc, kname, ai, aj, lanes, uk)
         steps += [S.Split(out, f"{j}_i", lanes, f"{j}_v", f"{j}_w"), S.Vectorize(out, f"{j}_w")]
         par = blocks[0]
         if len(ax) == 3:  # batch: fuse batch with the outer block loop for parallelism
@@ -109,6 +101,22 @@ class DenseTemplate(Template):
             par = f"{ax[0]}_{blocks[0]}"
         steps.append(S.Parallel(out, par))
         return tuple(steps)
+
+
+def accumulator_tile(acc: str, k: str, row: str, col: str, lanes: int, unroll_k: int) -> list[S.Step]:
+    """The register tile of a GEMM accumulator stage computed at its output block: the reduction
+    `k` outermost (its inner `unroll_k` steps unrolled), then the tile's rows unrolled and its
+    columns as unrolled vectors of `lanes`, so every accumulator stays in a vector register."""
+    steps: list[S.Step] = [S.Split(acc, col, lanes)]
+    order: tuple[str, ...] = (k,)
+    if unroll_k > 1:
+        steps.append(S.Split(acc, k, unroll_k))
+        order = (f"{k}_o", f"{k}_i")
+    steps.append(S.Reorder(acc, (*order, row, f"{col}_o", f"{col}_i")))
+    if unroll_k > 1:
+        steps.append(S.Unroll(acc, f"{k}_i"))
+    steps += [S.Unroll(acc, row), S.Unroll(acc, f"{col}_o"), S.Vectorize(acc, f"{col}_i")]
+    return steps
 
 
 def batch_axis(pat) -> bool:

@@ -22,6 +22,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.schedule.templates.dense import accumulator_tile
 from autorelay.te.tensor import ComputeDef, Tensor
 
 
@@ -115,17 +116,8 @@ def _gemm(m: str, axes: list[str], rc: str, config: Config, lanes: int) -> list[
         S.Parallel(m, f"{z}_{blocks[0]}"),
         S.Split(m, f"{p}_i", lanes, f"{p}_v", f"{p}_w"),
         S.Vectorize(m, f"{p}_w"),
-        S.Split(acc, p, lanes),
     ]
-    order: tuple[str, ...] = (rc,)
-    if uc > 1:
-        steps.append(S.Split(acc, rc, uc))
-        order = (f"{rc}_o", f"{rc}_i")
-    steps.append(S.Reorder(acc, (*order, k, f"{p}_o", f"{p}_i")))
-    if uc > 1:
-        steps.append(S.Unroll(acc, f"{rc}_i"))
-    steps += [S.Unroll(acc, k), S.Unroll(acc, f"{p}_o"), S.Vectorize(acc, f"{p}_i")]
-    return steps
+    return steps + accumulator_tile(acc, rc, k, p, lanes, uc)
 
 
 def _output_transform(out: str, axes: list[str], vec: int) -> list[S.Step]:
