@@ -18,22 +18,12 @@ import numpy as np
 
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, Type
+from autorelay.op.layout import pad_tuple
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
 from autorelay.op.shape_utils import fmt_shape, tensor_arg
 
 WEIGHT_TRANSFORM = "nn.winograd_weight_transform"
 CONV = "nn.conv2d_winograd"
-
-
-def _padding(p: Any) -> tuple[int, int, int, int]:
-    p = tuple(int(v) for v in (p if isinstance(p, (list, tuple)) else (p,)))
-    if len(p) == 1:
-        return p * 4
-    if len(p) == 2:
-        return (p[0], p[1], p[0], p[1])
-    if len(p) == 4:
-        return p  # type: ignore[return-value]
-    raise ValueError(f"{CONV}: padding must have 1, 2 or 4 values, got {p}")
 
 
 def _weight_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
@@ -121,6 +111,6 @@ register(OpDef(
     attrs={"padding": (1, 1, 1, 1)},
     reference=conv_reference,
     compute=_conv_compute,
-    normalize_attrs=lambda a: {**a, "padding": _padding(a["padding"])},
+    normalize_attrs=lambda a: {**a, "padding": pad_tuple(CONV, a["padding"], 2)},
     doc="Stride-1 3x3 NCHW convolution by Winograd F(2x2, 3x3) on a transformed weight [16, K, C].",
 ))
