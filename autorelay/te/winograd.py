@@ -113,12 +113,18 @@ def weight_transform(weight: Tensor, name: str = "winograd_weight") -> Tensor:
     if (kh, kw) != (3, 3):
         raise ValueError(f"winograd weight transform: kernel {kh}x{kw}, expected 3x3")
 
-    def g_row(q: E.Expr, f) -> E.Expr:  # (G f)[q] for a 3-vector f
-        half = E.as_expr(0.5, weight.dtype)
-        rows = (f(0), half * (f(0) + f(1) + f(2)), half * (f(0) - f(1) + f(2)), -f(2))
-        out = rows[3]
-        for r in (2, 1, 0):
-            out = E.select(E.compare("eq", q, r), rows[r], out)
+    def dot(coeffs, f) -> E.Expr:  # sum_r coeffs[r] * f(r) over the non-zero coefficients
+        terms = [f(r) if g == 1 else -f(r) if g == -1 else E.as_expr(float(g), weight.dtype) * f(r)
+                 for r, g in enumerate(coeffs) if g != 0]
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t
+        return out
+
+    def g_row(q: E.Expr, f) -> E.Expr:  # (G f)[q] for a 3-vector f, rows taken from G
+        out = dot(G[-1], f)
+        for r in range(ALPHA - 2, -1, -1):
+            out = E.select(E.compare("eq", q, r), dot(G[r], f), out)
         return out
 
     def body(z: E.Expr, o: E.Expr, ch: E.Expr) -> E.Expr:
