@@ -3,27 +3,13 @@ and one tiny real run (one small ResNet-18 conv task, 6 trials, random + xgb) en
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from experiment_scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "search_efficiency.py"
-
-
-def load():
-    if "search_efficiency" in sys.modules:
-        return sys.modules["search_efficiency"]
-    spec = importlib.util.spec_from_file_location("search_efficiency", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_efficiency"] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-se = load()
+se = load_script("search_efficiency")
 
 
 def test_trial_gflops_uses_the_median_repeat_and_scores_failures_zero() -> None:

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "train_digits.py"
+from experiment_scripts import load_script
 
 
 def load_example():
-    if "train_digits" in sys.modules:
-        return sys.modules["train_digits"]
-    spec = importlib.util.spec_from_file_location("train_digits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_digits"] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_digits")
 
 
 def test_brief_training_lowers_the_loss_and_beats_chance() -> None:

@@ -1,0 +1,22 @@
+"""Load a script of `experiments/` as a module, once per test session."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def load_script(name: str) -> ModuleType:
+    """`experiments/<name>.py` imported under the module name `name`."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
