@@ -30,8 +30,7 @@ from autorelay.op import registry
 from autorelay.op.te_compute import TE_DTYPES, Unsupported
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
-from autorelay.te.expr import Read, Reduce
-from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, inline_reads, topo_order, transform
+from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 from autorelay.utils.deep import deep
 
 KEEP_TAGS = ("pad", "keep", "winograd_input")  # stages a schedule may want to compute on their own
@@ -204,26 +203,9 @@ def _unique_names(outputs: Sequence[Tensor], taken: set[str]) -> None:
 
 
 def inline_stages(cdef: ComputeDef) -> ComputeDef:
-    """Inline every non-output injective stage, except padding kept for the schedule to place."""
-    outs = {id(t) for t in cdef.outputs}
-    victims = {id(t) for t in topo_order(cdef.outputs)
-               if t.op is not None and id(t) not in outs and not isinstance(t.op.body, Reduce)
-               and t.op.tag not in KEEP_TAGS}
-    if not victims:
-        return cdef
-    memo: dict[int, Tensor] = {}
-
-    def rebuild(t: Tensor) -> Tensor:
-        if t.op is None:
-            return t
-        if id(t) not in memo:
-            body = inline_reads(t.op.body, victims)
-            body = transform(body, lambda n: Read(rebuild(n.tensor), n.indices, n.dtype)
-                             if isinstance(n, Read) and n.tensor.op is not None else None)
-            memo[id(t)] = Tensor(t.name, t.shape, t.dtype, ComputeOp(t.op.axes, body, t.op.tag, t.op.attrs))
-        return memo[id(t)]
-
-    return ComputeDef(cdef.inputs, tuple(rebuild(o) for o in cdef.outputs), cdef.name)
+    """Inline every non-output injective stage, except those (padding, Winograd's input transform)
+    kept for the schedule to place."""
+    return te.inline_injective(cdef, KEEP_TAGS)
 
 
 @deep

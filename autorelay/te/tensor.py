@@ -233,16 +233,17 @@ def make_def(
     return ComputeDef(tuple(inputs), outs, name)
 
 
-def inline_injective(cdef: ComputeDef) -> ComputeDef:
+def inline_injective(cdef: ComputeDef, keep: Sequence[str] = ("keep",)) -> ComputeDef:
     """Inline every non-output injective stage into its consumers (the fused-function lowering rule).
 
-    Padding stages tagged `keep` are left alone so a schedule can compute them separately.
+    Stages tagged with one of `keep` are left alone so a schedule can compute them separately.
     """
     outs = {id(t) for t in cdef.outputs}
     victims = {
         id(t)
         for t in topo_order(cdef.outputs)
-        if t.op is not None and id(t) not in outs and not isinstance(t.op.body, Reduce) and t.op.tag != "keep"
+        if t.op is not None and id(t) not in outs and not isinstance(t.op.body, Reduce)
+        and t.op.tag not in keep
     }
     if not victims:
         return cdef
