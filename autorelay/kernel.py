@@ -10,17 +10,16 @@ buffer addresses and returns a `BoundKernel` whose `__call__` costs one ctypes c
 from __future__ import annotations
 
 import ctypes
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.emit import driver_name, emit_module
+from autorelay.codegen.llvm.emit import emit_module
 from autorelay.codegen.llvm.jit import CompiledModule, compile_ir
 from autorelay.codegen.llvm.target import Target
-from autorelay.codegen.llvm.threads import run_driver, run_parallel
+from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config
 from autorelay.schedule.state import relayout
@@ -38,18 +37,6 @@ class Kernel:
     relayouts: dict[str, list]
     module: CompiledModule
     target: Target
-
-    @functools.cached_property
-    def drivers(self) -> list[Callable[..., None] | None]:
-        """Per segment, its native chunk-claiming driver if it has a parallel loop (else None)."""
-        symbol = f"k_{self.module.key[:16]}"  # build_kernel's (and the tuner's) symbol naming
-        nbuf = len(self.func.params) + len(self.func.workspaces)
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (nbuf + 1)), ctypes.c_int64, ctypes.c_int64)
-        out: list[Callable[..., None] | None] = []
-        for k, (_fn, par) in enumerate(self.module.functions):
-            addr = self.module.engine.get_function_address(driver_name(f"{symbol}_s{k}")) if par else 0
-            out.append(proto(addr) if addr else None)
-        return out
 
     @property
     def loop_ir(self) -> str:
@@ -107,19 +94,15 @@ class BoundKernel:
         self.inputs, self.outputs, self.workspaces = ins, outs, ws
         self._keep = ins + outs + ws  # the addresses below stay valid while these live
         self.args = tuple(int(a.ctypes.data) for a in self._keep)
+        self._argv = pointer_array(self.args)
         self.threads = kernel.target.threads
-        fns = kernel.module.functions
-        drivers = kernel.drivers if self.threads > 1 else [None] * len(fns)
-        self._segments = list(zip(fns, drivers))
+        self._segments = list(zip(kernel.module.functions, kernel.module.jobs))
 
     def __call__(self) -> None:
-        args, threads = self.args, self.threads
-        for (fn, par), driver in self._segments:
+        args, threads, argv = self.args, self.threads, ctypes.addressof(self._argv)
+        for (fn, par), job in self._segments:
             if par and threads > 1:
-                if driver is not None:
-                    run_driver(driver, args, par, threads)
-                else:
-                    run_parallel(fn, args, par, threads)
+                run_job(job, argv, par, threads)
             else:
                 fn(*args, 0, par)
 

@@ -1,7 +1,8 @@
 """Kernel benchmarks: GFLOP/s of the default config, of the best config of a sweep, and of
 NumPy / PyTorch for the same op, timed in the same process, interleaved, median of repeats.
 
-    python benchmarks/kernels.py [--threads 2] [--sweep 24] [--only dense,bmm,conv,depthwise,winograd]
+    python benchmarks/kernels.py [--threads 2] [--sweep 24]
+        [--only dense,bmm,conv,depthwise,winograd,pointwise]
         [--clock cpu]
 
 The machine is shared and noisy, so read the ratio columns: each ratio compares timings taken
@@ -25,6 +26,8 @@ from pathlib import Path
 # timings would measure numpy's idle thread, not our code. A short spin limit does not slow numpy
 # itself (measured: 185 GFLOP/s with it, 165-181 without) — it only stops it from taxing the others.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+# PyTorch's OpenMP workers spin the same way after each call unless told to sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 
@@ -211,11 +214,38 @@ def bench_depthwise(target: Target, n_sweep: int) -> None:
         row(f"depthwise {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
 
 
+MOBILENET_1X1 = [  # (C, OC, H) of MobileNet-v2's pointwise convolutions, expand and project
+    (16, 96, 112),
+    (24, 144, 56),
+    (144, 24, 56),
+    (32, 192, 28),
+    (64, 384, 14),
+    (384, 64, 14),
+    (960, 160, 7),
+    (320, 1280, 7),
+]
+
+
+def bench_pointwise(target: Target, n_sweep: int) -> None:
+    """1x1 convolutions on NCHW data: the pointwise GEMM template next to the direct NCHW
+    kernel's default schedule and PyTorch."""
+    for c, oc, h in MOBILENET_1X1:
+        x = np.random.rand(1, c, h, h).astype(np.float32)
+        w = np.random.rand(oc, c, 1, 1).astype(np.float32)
+        xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((oc, c, 1, 1), name="W")
+        direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd), "conv"), None, target)
+        base = {"direct": direct.bind(x, w)}
+        if torch is not None:
+            base["torch"] = _torch_conv(x, w, 1, 0)
+        cdef = te.make_def([xd, wd], nn.conv2d_1x1_nchw(xd, wd), "pointwise")
+        row(f"pointwise {c}->{oc} {h}x{h}", 2.0 * c * oc * h * h, cdef, [x, w], base, target, n_sweep)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sweep", type=int, default=24, help="configs sampled per workload besides the default")
-    ap.add_argument("--only", default="dense,bmm,conv,depthwise,winograd")
+    ap.add_argument("--only", default="dense,bmm,conv,depthwise,winograd,pointwise")
     ap.add_argument("--layouts", default="nchwc,nchw")
     ap.add_argument(
         "--clock",
@@ -248,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         bench_depthwise(target, args.sweep)
     if "winograd" in only:
         bench_winograd(target, args.sweep)
+    if "pointwise" in only:
+        bench_pointwise(target, args.sweep)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ def _depthwise_nchwc(data: Any, weight: Any, strides: tuple, pad: tuple) -> Any:
         name="depthwise_nchwc", tag="depthwise_nchwc")
 
 
+def _pointwise(wshape: tuple, strides: tuple, pad: tuple, dil: tuple) -> bool:
+    """A 1x1 kernel at stride 1 without padding: a GEMM over pixels (`te.nn.conv2d_1x1_nchw`)."""
+    return tuple(wshape[2:]) == (1, 1) and tuple(strides) == (1, 1) and not any(pad) \
+        and tuple(dil) == (1, 1)
+
+
 def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """NCHW/OIHW (plain, or depthwise when groups == channels) and NCHW[x]c/OIHW[x]i[y]o convolutions."""
     from autorelay.op import te_compute as tc
@@ -42,7 +48,9 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
     strides, pad, dil, groups = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
     if (dl, kl, ol) == ("NCHW", "OIHW", "NCHW"):
-        if groups == 1:
+        if groups == 1 and _pointwise(weight.shape, strides, pad, dil):
+            out = tnn.conv2d_1x1_nchw(data, weight)
+        elif groups == 1:
             out = tnn.conv2d_nchw(data, weight, strides, pad, dil)
         elif groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and tuple(dil) == (1, 1):
             out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)

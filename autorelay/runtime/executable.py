@@ -34,7 +34,7 @@ from autorelay.runtime.graph_plan import MemoryPlan, Slot, Step
 from autorelay.runtime.report import BuildReport
 
 FORMAT = "autorelay-executable"
-VERSION = 1
+VERSION = 2  # 2: parallel segments carry a `_job` thunk for the native thread team
 
 
 class InputError(AutoRelayError, ValueError):
@@ -61,7 +61,7 @@ class KernelArtifact:
         return KernelArtifact(k.module.key, k.module.llvm_ir, segs, nbuf, ws, k.module)
 
     def spec(self) -> KernelSpec:
-        return KernelSpec(self.key, self.workspaces, list(self.module.functions))
+        return KernelSpec(self.key, self.workspaces, list(self.module.functions), list(self.module.jobs))
 
 
 class Executable:

@@ -9,6 +9,7 @@ ctypes call per serial kernel segment, no allocation, no argument checking.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.threads import run_parallel
+from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.runtime.graph_plan import ALIGN, MemoryPlan, Slot, Step, aligned_empty, view
 from autorelay.schedule.state import relayout
 
@@ -28,6 +29,7 @@ class KernelSpec:
     key: str
     workspaces: list[tuple[tuple[int, ...], str]]
     functions: list[tuple[Callable[..., None], int]] = field(default_factory=list)  # (fn, parallel extent)
+    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address (0: serial)
 
     @property
     def workspace_offsets(self) -> tuple[list[int], int]:
@@ -73,6 +75,7 @@ class GraphExecutor:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.threads = threads
         self.calls: list[tuple[Callable[..., Any], tuple]] = []
+        self._argvs: list[ctypes.Array] = []  # the pointer arrays the calls' job thunks read
         self.step_ranges: list[tuple[int, int]] = []
         for st in self.plan.steps:
             start = len(self.calls)
@@ -88,9 +91,11 @@ class GraphExecutor:
             ptrs = tuple(int(arrays[a].ctypes.data) for a in (*st.args, *st.outputs))
             ptrs += tuple(base + o for o in offs)
             out = []
-            for fn, par in spec.functions:
+            argv = pointer_array(ptrs)
+            self._argvs.append(argv)
+            for (fn, par), job in zip(spec.functions, spec.jobs):
                 if par and self.threads > 1:
-                    out.append((run_parallel, (fn, ptrs, par, self.threads)))
+                    out.append((run_job, (job, ctypes.addressof(argv), par, self.threads)))
                 else:
                     out.append((fn, (*ptrs, 0, par)))
             return out

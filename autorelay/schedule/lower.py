@@ -83,20 +83,30 @@ def _ceil(a: int, b: int) -> int:
 def _extents(st: Stage, root_ext: dict[Var, int]) -> tuple[dict[Var, int], dict[Var, Expr], list]:
     ext: dict[Var, int] = {st.root_leaf[a.var]: root_ext[a.var] for a in st.axes + st.raxes}
     guards_rel = []
+    shifted: set[Var] = set()
     for rel in st.rels:
         if rel[0] == "split":
-            _, p, o, i, f = rel
+            _, p, o, i, f, shift = rel
             ext[o], ext[i] = _ceil(ext[p], f), min(f, ext[p]) if ext[p] < f else f
             if ext[o] * ext[i] != ext[p]:
-                guards_rel.append(p)
+                if shift and ext[p] >= f:
+                    shifted.add(p)
+                else:
+                    guards_rel.append(p)
         else:
             _, a, b, f = rel
             ext[f] = ext[a] * ext[b]
+    if shifted and st.raxes and st.scope != "local":
+        # two tiles would both initialise and accumulate the overlap in the same memory
+        raise ScheduleError(f"stage {st.name}: a reduction written to memory cannot shift a split's tail")
     env: dict[Var, Expr] = {v: v for v in st.leaves}
     for rel in reversed(st.rels):
         if rel[0] == "split":
-            _, p, o, i, f = rel
-            env[p] = Bin("add", Bin("mul", env[o], Const(f, "int64"), "int64"), env[i], "int64")
+            _, p, o, i, f, _shift = rel
+            start: Expr = Bin("mul", env[o], Const(f, "int64"), "int64")
+            if p in shifted:  # the last tile starts f before the end instead of running past it
+                start = Bin("min", start, Const(ext[p] - f, "int64"), "int64")
+            env[p] = Bin("add", start, env[i], "int64")
         else:
             _, a, b, f = rel
             env[a] = Bin("floordiv", env[f], Const(ext[b], "int64"), "int64")

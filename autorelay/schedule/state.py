@@ -143,7 +143,9 @@ def apply_step(state: State, step: S.Step) -> None:
         o, i = st.new_var(step.outer_name), st.new_var(step.inner_name)
         pos = st.leaves.index(v)
         st.leaves[pos : pos + 1] = [o, i]
-        st.rels.append(("split", v, o, i, int(step.factor)))
+        if step.shift_tail and v in st.is_reduce_var:
+            raise ScheduleError(f"Split {st.name}.{step.axis}: a reduction axis cannot shift its tail")
+        st.rels.append(("split", v, o, i, int(step.factor), bool(step.shift_tail)))
         st.kind[o] = st.kind[i] = "serial"
         if v in st.is_reduce_var:
             st.is_reduce_var |= {o, i}

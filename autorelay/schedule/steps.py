@@ -14,13 +14,19 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Split:
-    """Split `axis` into `outer` x `inner` (inner has `factor` iterations; a ragged tail is guarded)."""
+    """Split `axis` into `outer` x `inner` (inner has `factor` iterations; a ragged tail is guarded).
+
+    `shift_tail`: instead of guarding a ragged last tile, shift it back to end where the axis ends
+    (it overlaps the previous tile and computes those points again), so every tile is full and
+    guard-free. Only for data-parallel axes whose points are written once with their final value;
+    lowering refuses it on reduction axes and on stages that accumulate into their output."""
 
     stage: str
     axis: str
     factor: int
     outer: str = ""
     inner: str = ""
+    shift_tail: bool = False
 
     @property
     def outer_name(self) -> str:

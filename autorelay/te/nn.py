@@ -116,6 +116,26 @@ def conv2d_nchw(
     )
 
 
+def conv2d_1x1_nchw(data: Tensor, weight: Tensor, name: str = "conv2d") -> Tensor:
+    """A 1x1, stride-1, unpadded NCHW convolution as the GEMM it is: `M[n, k, p] = sum_c W[k, c] X[n, c, p]`
+    over the flattened pixels p, then viewed as [N, K, H, W]. Pixels are contiguous in NCHW, so a
+    vector of output pixels reads a vector of input pixels (the index `(p // W) * W + p % W`
+    simplifies back to `p`) and no output scatter is needed."""
+    n, c, h, w = data.shape
+    oc, ic, kh, kw = weight.shape
+    if ic != c or (kh, kw) != (1, 1):
+        raise ValueError(f"conv2d_1x1: data {data.shape} and weight {weight.shape} disagree")
+    rc = te.reduce_axis(c, "rc")
+    m = te.compute(
+        (n, oc, h * w),
+        lambda b, f, p: te.sum(data[b, rc, p // w, p % w] * weight[f, rc, 0, 0], [rc]),
+        name=f"{name}_gemm",
+        tag="conv2d_1x1_nchw",
+        attrs={"weight": weight.name},
+    )
+    return te.compute((n, oc, h, w), lambda b, f, y, x: m[b, f, y * w + x], name=name, tag="conv2d_1x1_view")
+
+
 def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "conv2d_nchwc") -> Tensor:
     """data [N, C/icb, H, W, icb], weight [OC/ocb, C/icb, KH, KW, icb, ocb] -> [N, OC/ocb, OH, OW, ocb]."""
     n, co, h, w, icb = data.shape

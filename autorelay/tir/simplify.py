@@ -150,8 +150,31 @@ def _divmod(e: Bin, bounds: Bounds) -> Expr | None:
     return Bin("mod", rest, e.b, e.dtype)
 
 
+def _merge_divmod(terms: dict[Expr, int], c: int) -> Linear:
+    """Fold `k*c*(x // c) + k*(x % c)` back into `k*x`: a fused loop's index split into (row,
+    column) and flattened again is the fused index, so loads along it stay contiguous."""
+    merged = True
+    while merged:
+        merged = False
+        for atom, k in list(terms.items()):
+            if not (isinstance(atom, Bin) and atom.op == "mod" and isinstance(atom.b, Const)):
+                continue
+            div = Bin("floordiv", atom.a, atom.b, atom.dtype)
+            if terms.get(div) != k * int(atom.b.value):
+                continue
+            del terms[atom], terms[div]
+            xt, xc = linear(atom.a)
+            for a, v in xt.items():
+                terms[a] = terms.get(a, 0) + k * v
+            c += k * xc
+            terms = {a: v for a, v in terms.items() if v != 0}
+            merged = True
+            break
+    return terms, c
+
+
 def _simp_lin(e: Expr) -> Expr:
-    terms, c = linear(e)
+    terms, c = _merge_divmod(*linear(e))
     return from_linear(terms, c, e.dtype)
 
 

@@ -54,6 +54,21 @@ def _conv1x1():
     return te.make_def([x, w], nn.conv2d_nchw(x, w, 2, 0), "conv1x1")
 
 
+def _pointwise(epilogue: bool):
+    """A 1x1 stride-1 conv as a GEMM over pixels: 63 pixels and 13 channels, ragged for every tile."""
+
+    def build():
+        x, w = te.placeholder((2, 8, 9, 7), name="X"), te.placeholder((13, 8, 1, 1), name="W")
+        out = nn.conv2d_1x1_nchw(x, w)
+        if not epilogue:
+            return te.make_def([x, w], out, "pointwise")
+        b = te.placeholder((13, 1, 1), name="b")
+        act = nn.elemwise(lambda a, c: E.maximum(a + c, E.const(0.0, "float32")), out, b, name="act")
+        return te.make_def([x, w, b], act, "pointwise_bias_relu")
+
+    return build
+
+
 def _conv_nchwc(s: int):
     def build():
         x, w = te.placeholder((1, 2, 10, 13, 4), name="X"), te.placeholder((2, 2, 3, 3, 4, 8), name="W")
@@ -119,6 +134,13 @@ CASES = [
     Case("conv_s1", _conv(1, 1), _conv_oracle(1, 1), "conv2d_nchw"),
     Case("conv_s2", _conv(2, 1), _conv_oracle(2, 1), "conv2d_nchw"),
     Case("conv_1x1_s2", _conv1x1, _conv_oracle(2, 0), "conv2d_nchw"),
+    Case("conv_1x1_s1", _pointwise(False), _conv_oracle(1, 0), "conv2d_1x1_nchw"),
+    Case(
+        "conv_1x1_bias_relu",
+        _pointwise(True),
+        lambda x, w, b: np.maximum(H.conv_nchw(x, w, 1, 0) + b, 0),
+        "conv2d_1x1_nchw",
+    ),
     Case(
         "conv_nchwc_s1",
         _conv_nchwc(1),

@@ -3,15 +3,12 @@ cache (memory and disk), bound kernels, threads, integer semantics and math func
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 from autorelay.codegen.llvm.emit import emit_module
 from autorelay.codegen.llvm.jit import clear_memory_cache
 from autorelay.codegen.llvm.target import Target
-from autorelay.codegen.llvm.threads import chunks
 from autorelay.kernel import build_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.apply import apply
@@ -96,15 +93,6 @@ def test_bound_kernel_reuses_buffers_and_checks_inputs():
         kernel.run(a)
 
 
-def test_parallel_chunks_cover_the_range():
-    for extent in (1, 5, 16, 17):
-        for threads in (1, 2, 3, 8):
-            parts = chunks(extent, threads)
-            assert parts[0][0] == 0 and parts[-1][1] == extent
-            assert all(a[1] == b[0] for a, b in itertools.pairwise(parts))
-            assert all(e > s for s, e in parts)
-
-
 def test_integer_floor_division_and_modulo_follow_python():
     x = te.placeholder((23,), "int64", name="X")
     q = te.compute((23,), lambda i: x[i] // 3 * 100 + x[i] % 3 + (i - 11) // 4, name="Q")
@@ -151,3 +139,15 @@ def test_ragged_vector_tail_takes_the_scalar_path():
     assert "tail" in kernel.llvm_ir  # the lane guard is tested at the first and last lane
     v = np.random.default_rng(3).standard_normal((5, 13)).astype(np.float32)
     np.testing.assert_array_equal(kernel.run(v), v * 2)
+
+
+def test_ragged_tile_guards_are_tested_once_per_tile():
+    """Guards on a ragged tile that depend on loops inside the tile (unrolled vectors) are hoisted:
+    full tiles run a guard-free copy, the ragged one the guarded copy; both give the answer."""
+    x = te.placeholder((5, 37), name="X")
+    y = te.compute((5, 37), lambda i, j: x[i, j] * 2.0 + 1.0, name="Y")
+    steps = [S.Split("Y", "j", 16), S.Split("Y", "j_i", 8), S.Unroll("Y", "j_i_o"), S.Vectorize("Y", "j_i_i")]
+    kernel = build_kernel(te.make_def([x], y), steps)
+    assert "full" in kernel.llvm_ir and "ragged" in kernel.llvm_ir
+    data = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
+    np.testing.assert_allclose(kernel.run(data), data * 2 + 1, rtol=1e-6)

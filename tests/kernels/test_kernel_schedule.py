@@ -22,6 +22,7 @@ from autorelay.tir.printer import func_str
 ALL_STEPS = [
     S.Split("C", "i", 4),
     S.Split("C", "i", 4, "a", "b"),
+    S.Split("C", "i", 4, shift_tail=True),
     S.Reorder("C", ("j", "i")),
     S.Fuse("C", "i", "j"),
     S.Vectorize("C", "j"),
@@ -143,6 +144,34 @@ def test_pad_refuses_a_max_reduction():
     m = te.compute((4,), lambda i: te.max(x[i, k], k), name="M")
     with pytest.raises(ScheduleError, match="only an unsplit reduction axis of a sum"):
         apply(te.make_def([x], m), [S.Pad("M", "k", 8)])
+
+
+def test_shifted_tail_tiles_are_full_and_keep_the_answer():
+    """A ragged split with shift_tail: the last tile starts early (overlapping the one before), so
+    no guard is left, and the values computed twice are the same values."""
+    cdef = _matmul(16, 20, 11)
+    steps = [
+        S.CacheWrite("C"),
+        S.Split("C", "j", 8, shift_tail=True),
+        S.Reorder("C", ("i", "j_o", "j_i")),
+        S.ComputeAt("C_local", "C", "j_o"),
+        S.Vectorize("C", "j_i"),
+    ]
+    f, _ = apply(cdef, steps)
+    text = func_str(f)
+    assert "if " not in text and "min((C.j_o * 8), 12)" in text
+    rng = np.random.default_rng(2)
+    a, w = rng.standard_normal((16, 11), np.float32), rng.standard_normal((20, 11), np.float32)
+    for threads in (1, 2):
+        got = build_kernel(cdef, steps, Target.host(threads)).run(a, w)
+        np.testing.assert_allclose(got, a @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_shifted_tail_is_refused_where_points_accumulate():
+    with pytest.raises(ScheduleError, match="reduction axis cannot shift"):
+        apply(_matmul(16, 20, 11), [S.Split("C", "k", 4, shift_tail=True)])
+    with pytest.raises(ScheduleError, match="reduction written to memory"):
+        apply(_matmul(16, 20, 11), [S.Split("C", "j", 8, shift_tail=True)])
 
 
 def test_pack_relayout_matches_index_rewrite():

@@ -66,6 +66,14 @@ def test_divmod_of_packed_index_becomes_linear():
     assert simplify(const(7) // const(-2)) == Const(-4, "int64")  # Python floor semantics
 
 
+def test_fused_index_split_into_row_and_column_is_the_fused_index_again():
+    """What keeps a tile that spans image rows contiguous: (p // W) * W + p % W -> p."""
+    p = x * 16 + y
+    assert expr_str(simplify(p // 14 * 14 + p % 14 + 3, BOUNDS)) == expr_str(simplify(p + 3))
+    assert expr_str(simplify(p // 14 * 28 + p % 14 * 2, BOUNDS)) == expr_str(simplify(p * 2))
+    assert "%" in expr_str(simplify(p // 14 * 13 + p % 14, BOUNDS))  # not the identity: kept
+
+
 def test_interval_of_linear_forms():
     assert interval(x * 3 - y, BOUNDS) == (-15, 15)
     assert interval((x * 16 + y) // 4, BOUNDS) == (0, 23)

@@ -136,7 +136,7 @@ def test_bound_source_transfers_only_within_a_template(tmp_path):
 
     mod, params = zoo.get("mobilenet-v2", image_size=32)
     tasks = extract_tasks(mod, params)
-    regular = [t for t in tasks if t.template == "conv2d_nchw"]
+    regular = [t for t in tasks if t.template == "conv2d_1x1_nchw"]
     depthwise = [t for t in tasks if t.template == "depthwise_conv2d_nchw"]
     donor, other = regular[0], regular[1]
     with tuning_db.open(f"sqlite:///{tmp_path / 'log.db'}") as db:

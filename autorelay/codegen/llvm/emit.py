@@ -15,6 +15,7 @@ up at constant offsets of an entry-block alloca that SROA turns into vector regi
 from __future__ import annotations
 
 from autorelay.codegen.llvm.exprs import ExprEmitter
+from autorelay.codegen.llvm.lanes import for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.target import Target
 from autorelay.codegen.llvm.values import Val, mem_align, mem_type
@@ -108,6 +109,46 @@ class SegmentEmitter(ExprEmitter):
         self.block = done
         return True
 
+    def _hoist_guards(self, body: Stmt) -> bool:
+        """Guards that depend on loops inside `body` (a ragged tile's bound) are tested once per
+        entry of `body`, at their worst corner: when it holds, a guard-free copy runs, so the
+        register tile of every full tile has no branch; the ragged tile takes the guarded copy.
+        A guard whose corner can fail for every outer iteration is left to the loops inside, and a
+        lone vector loop tests its own lane guards (`_vector_loop`)."""
+        if isinstance(body, For) and body.kind == "vectorized":
+            return False
+        extents = {t.var: t.extent for t in walk_stmts(body) if isinstance(t, For)}
+        hoisted: dict[Expr, Expr] = {}
+        for c in dict.fromkeys(_conds(body)):
+            if c in self.no_unswitch or not free_vars(c) & extents.keys():
+                continue
+            fa = for_all(c, {v: extents[v] for v in free_vars(c) & extents.keys()})
+            if fa is not None and simplify(fa, self.bounds) != Const(False, "bool"):
+                hoisted[c] = fa
+        if not hoisted:
+            return False
+        ok = simplify(_conj(list(hoisted.values())), self.bounds)
+        fast_body = _drop_conds(body, set(hoisted))
+        if ok == Const(True, "bool"):
+            self.stmt_(fast_body)
+            return True
+        c = self.scalar(ok)
+        fast, slow, done = self.new_block("full"), self.new_block("ragged"), self.new_block("fdone")
+        self.lines.append(f"  br i1 {c.ref}, label %{fast}, label %{slow}")
+        self.lines.append(f"{fast}:")
+        self.block = fast
+        self.stmt_(fast_body)
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{slow}:")
+        self.block = slow
+        self.no_unswitch |= set(hoisted)
+        self.stmt_(body)
+        self.no_unswitch -= set(hoisted)
+        self.lines.append(f"  br label %{done}")
+        self.lines.append(f"{done}:")
+        self.block = done
+        return True
+
     def _loop(self, s: For, start: str = "0", stop: str | None = None) -> None:
         pre = self.block
         hdr, body, exit_ = self.new_block("hdr"), self.new_block("body"), self.new_block("exit")
@@ -125,7 +166,8 @@ class SegmentEmitter(ExprEmitter):
         self.env[s.var] = Val(iv, "int64")
         old = self.bounds.get(s.var)
         self.bounds[s.var] = (0, s.extent - 1)
-        self.stmt_(s.body)
+        if not self._hoist_guards(s.body):
+            self.stmt_(s.body)
         if old is None:
             self.bounds.pop(s.var, None)
         latch = self.block
@@ -323,15 +365,42 @@ def driver_name(segment: str) -> str:
     return f"{segment}_par"
 
 
+def job_name(segment: str) -> str:
+    return f"{segment}_job"
+
+
+def job_thunk(segment: str, nbuffers: int) -> str:
+    """`void @<segment>_job(ptr %argv, ptr %next, i64 %extent, i64 %grain)`: the segment's driver
+    behind one signature for every kernel (buffer addresses come from the array `argv`), which is
+    what the native thread team (`team.py`) calls."""
+    loads = [
+        line
+        for i in range(nbuffers)
+        for line in (f"  %p{i} = getelementptr ptr, ptr %argv, i64 {i}",
+                     f"  %b{i} = load ptr, ptr %p{i}, align 8")
+    ]
+    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
+    return "\n".join(
+        [
+            f"define void @{job_name(segment)}(ptr %argv, ptr %next, i64 %extent, i64 %grain) #0 {{",
+            "entry:",
+            *loads,
+            f"  call void @{driver_name(segment)}({args}, ptr %next, i64 %extent, i64 %grain)",
+            "  ret void",
+            "}",
+        ]
+    )
+
+
 def parallel_driver(segment: str, nbuffers: int) -> str:
     """`void @<segment>_par(ptr %buffers..., ptr %next, i64 %extent, i64 %grain)`: runs chunks of
     `grain` iterations of the segment's parallel loop, claiming each with an atomic add on the
     shared counter `*next`, until the loop is exhausted.
 
-    Every thread of a parallel call runs this once (one ctypes call per thread), so chunks are
-    handed out dynamically at the cost of an atomic add rather than a GIL round trip: a thread on
-    a core that another process (or a BLAS library's spinning thread) is also using just takes
-    fewer chunks. The segment is called, not inlined (`#1`), so the O3 pipeline and instruction
+    Every thread of a parallel call runs this once (through the segment's job thunk), so chunks
+    are handed out dynamically at the cost of an atomic add: a thread on a core that another
+    process (or a BLAS library's spinning thread) is also using just takes fewer chunks. The
+    segment is called, not inlined (`#1`), so the O3 pipeline and instruction
     selection handle its body once.
     """
     params = ", ".join(f"ptr noalias %b{i}" for i in range(nbuffers))
@@ -370,7 +439,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
         declared |= em.declared
         par = seg.extent if isinstance(seg, For) and seg.kind == "parallel" else 0
         if par:
-            funcs.append(parallel_driver(name, len(buffers)))
+            funcs += [parallel_driver(name, len(buffers)), job_thunk(name, len(buffers))]
         info.append((name, par))
     width = target.vector_bits
     attrs = (

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import llvmlite
 import llvmlite.binding as llvm
 
+from autorelay.codegen.llvm.emit import job_name
 from autorelay.codegen.llvm.target import Target, init_llvm
 
 
@@ -25,6 +26,7 @@ class CompiledModule:
     engine: llvm.ExecutionEngine
     functions: list[tuple[ctypes._CFuncPtr, int]]  # (callable, parallel extent or 0)
     llvm_ir: str
+    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address (0: serial)
     from_disk: bool = False
     stats: dict = field(default_factory=dict)
 
@@ -87,7 +89,8 @@ def compile_ir(
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbuffers), ctypes.c_int64, ctypes.c_int64)
     fns = [(proto(engine.get_function_address(name)), par) for name, par in segments]
-    cm = CompiledModule(key, engine, fns, text, from_disk)
+    jobs = [engine.get_function_address(job_name(name)) if par else 0 for name, par in segments]
+    cm = CompiledModule(key, engine, fns, text, jobs, from_disk)
     with _LOCK:
         _MEMORY.setdefault(key, cm)
         return _MEMORY[key]

@@ -46,3 +46,26 @@ def all_of_conds(conds: list[Expr]) -> Expr:
     for c in conds[1:]:
         out = Bin("and", out, c, "bool")
     return out
+
+
+def for_all(cond: Expr, extents: dict[Var, int]) -> Expr | None:
+    """A condition free of the loops in `extents` that implies `cond` for every iteration of them,
+    or None. `cond` must be an and-tree of integer comparisons linear in those loop variables: each
+    comparison then holds throughout iff it holds at the corner where its difference is worst."""
+    from autorelay.te.expr import Cmp, substitute
+
+    if isinstance(cond, Bin) and cond.op == "and":
+        a, b = for_all(cond.a, extents), for_all(cond.b, extents)
+        return None if a is None or b is None else Bin("and", a, b, "bool")
+    ordered = isinstance(cond, Cmp) and cond.op in ("lt", "le", "gt", "ge")
+    if not (ordered and cond.a.dtype in ("int64", "int32")):
+        return None
+    diff = Bin("sub", cond.a, cond.b, "int64")
+    upper = cond.op in ("lt", "le")  # the difference must stay below: its maximum is the worst case
+    corner: dict[Var, Expr] = {}
+    for v, ext in extents.items():
+        k = lane_coef(diff, v)
+        if k is None:
+            return None
+        corner[v] = Const(ext - 1 if (k > 0) == upper else 0, "int64")
+    return simplify(substitute(cond, corner))

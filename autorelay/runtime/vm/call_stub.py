@@ -16,6 +16,7 @@ every argument, `np.empty` for every result — costs several microseconds per c
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from typing import Any
 
@@ -153,13 +154,16 @@ class CompiledCall:
         body += ["    for e in pool:", f"        if {check}:", "            break", "    else:",
                  "        e = grow()", "    o = e[1]"]
         args += [f"o[{i}]" for i in range(len(self.out_bufs))] + [str(w) for w in self.ws_addrs]
-        from autorelay.codegen.llvm.threads import run_parallel
+        from autorelay.codegen.llvm.threads import pointer_array, run_job
 
-        ns["run_parallel"] = run_parallel
+        ns.update(run_job=run_job, pointer_array=pointer_array, addressof=ctypes.addressof)
+        jobs = self.kernel.module.jobs
+        if threads > 1 and any(par for _, par in self.segments):
+            body.append(f"    argv = pointer_array(({', '.join(args)},))")
         for s, (fn, par) in enumerate(self.segments):
             ns[f"f{s}"] = fn
             if par and threads > 1:
-                body.append(f"    run_parallel(f{s}, ({', '.join(args)},), {par}, {threads})")
+                body.append(f"    run_job({jobs[s]}, addressof(argv), {par}, {threads})")
             else:
                 body.append(f"    f{s}({', '.join(args)}, 0, {par})")
         body.append("    return e[2]")

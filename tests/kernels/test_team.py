@@ -1,0 +1,97 @@
+"""The native thread team (`autorelay.codegen.llvm.team`): parallel kernels give the single-thread
+answer on every call, whether the workers are spinning, asleep, shared by two callers, or absent
+(a forked child)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from autorelay.codegen.llvm import team as T
+from autorelay.codegen.llvm.target import Target
+from autorelay.kernel import build_kernel
+from autorelay.schedule import steps as S
+from autorelay.te import nn
+from autorelay.te import tensor as te
+
+pytestmark = pytest.mark.cpu
+
+
+def _row_sums(rows: int = 97, cols: int = 33):
+    """A kernel whose parallel loop has `rows` iterations (so chunks are claimed by every thread)."""
+    x = te.placeholder((rows, cols), name="X")
+    out = nn.reduce(x, "sum", [1], False)
+    return te.make_def([x], out, "row_sums"), [S.Parallel(out.name, out.op.axes[0].name)]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_many_calls_match_numpy(threads):
+    cdef, steps = _row_sums()
+    kernel = build_kernel(cdef, steps, Target.host(threads))
+    assert any(par for _, par in kernel.module.functions)
+    x = np.random.default_rng(0).standard_normal((97, 33)).astype(np.float32)
+    bound = kernel.bind(x)
+    for i in range(300):  # back-to-back calls: workers stay spinning and are reassigned each time
+        bound.outputs[0][...] = np.nan
+        bound()
+        np.testing.assert_allclose(bound.outputs[0], x.sum(1), rtol=1e-5, atol=1e-5, err_msg=f"call {i}")
+
+
+def test_sleeping_workers_wake_and_the_answer_holds():
+    cdef, steps = _row_sums()
+    bound = build_kernel(cdef, steps, Target.host(2)).bind(np.ones((97, 33), np.float32))
+    bound()
+    workers = T.team(1)
+    deadline = time.monotonic() + 10
+    while workers.words[T.LINE] != T.SLEEPING and time.monotonic() < deadline:
+        time.sleep(0.01)  # the worker gives up spinning after SPIN_LIMIT idle spins
+    assert workers.words[T.LINE] == T.SLEEPING
+    for _ in range(20):  # the first call runs alone and wakes the worker; later ones share
+        bound.outputs[0][...] = 0
+        bound()
+        np.testing.assert_array_equal(bound.outputs[0], np.full(97, 33, np.float32))
+
+
+def test_two_callers_at_once_both_get_their_answer():
+    cdef, steps = _row_sums(rows=200, cols=64)
+    kernel = build_kernel(cdef, steps, Target.host(2))
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((200, 64)).astype(np.float32) for _ in range(2)]
+    bounds = [kernel.bind(x) for x in xs]
+    errors: list[str] = []
+
+    def caller(k: int) -> None:
+        for _ in range(200):
+            bounds[k]()
+            if not np.allclose(bounds[k].outputs[0], xs[k].sum(1), rtol=1e-5, atol=1e-4):
+                errors.append(f"caller {k}")
+                return
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+
+
+def _child(q) -> None:
+    cdef, steps = _row_sums()
+    out = build_kernel(cdef, steps, Target.host(2)).run(np.ones((97, 33), np.float32))
+    q.put(float(out.sum()))
+
+
+def test_a_forked_child_gets_its_own_team():
+    cdef, steps = _row_sums()
+    build_kernel(cdef, steps, Target.host(2)).run(np.ones((97, 33), np.float32))  # the parent's team is up
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0, "the child hung or crashed running a parallel kernel"
+    assert q.get(timeout=5) == 97 * 33
