@@ -1,7 +1,7 @@
 """Tensor computes of `nn.conv1d` and `nn.conv2d` (the op definitions live in `conv`).
 
 conv2d maps each supported layout onto a declaration in `autorelay.te.nn` whose tag picks a direct
-convolution template; conv1d is a plain reduction over (input channel, tap) that the generic
+convolution template (a 1x1 stride-1 NCHW convolution is declared as the GEMM over pixels it is); conv1d is a plain reduction over (input channel, tap) that the generic
 reduction template vectorizes along the output width.
 """
 

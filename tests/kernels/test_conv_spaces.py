@@ -71,3 +71,23 @@ def test_depthwise_row_tiles_match_numpy(stride):
         cfg = Config("depthwise_conv2d_nchw", knobs)
         got = build_kernel(cdef, cfg, target).run(xs, ws)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
+
+
+def test_pointwise_register_tiles_match_numpy():
+    """Every register tile of the 1x1 GEMM template against 13 output channels and 63 pixels (7
+    rows of 9: tiles span rows, the last pixel tile is shifted back), in both block orders."""
+    x = te.placeholder((1, 12, 7, 9), name="X")
+    w = te.placeholder((13, 12, 1, 1), name="W")
+    cdef = te.make_def([x, w], nn.conv2d_1x1_nchw(x, w), "pointwise")
+    target = Target.host(threads=2)
+    space = template_for(cdef).space(cdef, target)
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal((1, 12, 7, 9), dtype=np.float32)
+    ws = rng.standard_normal((13, 12, 1, 1), dtype=np.float32)
+    expect = H.conv_nchw(xs, ws, 1, 0)
+    tiles = itertools.product(space.knob("tile_k").values, space.knob("tile_p_vectors").values)
+    for n, (tk, pv) in enumerate(tiles):
+        knobs = (("tile_k", tk), ("tile_p_vectors", pv), ("outer", ("k", "p")[n % 2]), ("unroll_c", 4))
+        cfg = Config("conv2d_1x1_nchw", knobs)
+        got = build_kernel(cdef, cfg, target).run(xs, ws)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
