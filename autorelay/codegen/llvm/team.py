@@ -32,7 +32,7 @@ from autorelay.codegen.llvm.target import init_llvm
 SLEEPING, SPINNING, ASSIGNED = 0, 1, 2
 MAX_WORKERS = 63  # the caller's mask of assigned workers is one i64
 LINE = 8  # i64 words per cache line: each status word gets its own line
-SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (a few ms)
+SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
 # the job header: fn, argv, next, extent, grain, quit — line 0; worker w's status — line w + 1
 _FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _QUIT = range(6)
 
