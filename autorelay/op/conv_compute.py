@@ -1,8 +1,9 @@
 """Tensor computes of `nn.conv1d` and `nn.conv2d` (the op definitions live in `conv`).
 
 conv2d maps each supported layout onto a declaration in `autorelay.te.nn` whose tag picks a direct
-convolution template (a 1x1 stride-1 NCHW convolution is declared as the GEMM over pixels it is); conv1d is a plain reduction over (input channel, tap) that the generic
-reduction template vectorizes along the output width.
+convolution template (a 1x1 stride-1 NCHW convolution is declared as the GEMM over pixels it is);
+conv1d is a plain reduction over (input channel, tap) that the generic reduction template
+vectorizes along the output width.
 """
 
 from __future__ import annotations
