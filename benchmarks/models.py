@@ -34,6 +34,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autorelay
+from autorelay.codegen.llvm.threads import park_all
 from autorelay.frontend import zoo
 from autorelay.ir.expr import Call, Constant, Op, Tuple, TupleGetItem, Var
 from autorelay.ir.visitor import post_order
@@ -154,6 +155,7 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
             t0 = time.perf_counter()
             r()
             times[k].append(time.perf_counter() - t0)
+            park_all()  # AutoRelay's idle workers must not spin through the next backend's run
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -12,6 +12,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from autorelay.codegen.llvm.threads import park_all
+
 
 def median_times(fns: list[Callable[[], object]], rounds: int, min_time: float = 0.02,
                  clock: Callable[[], float] = time.perf_counter) -> list[float]:
@@ -31,6 +33,7 @@ def median_times(fns: list[Callable[[], object]], rounds: int, min_time: float =
             for _ in range(n):
                 f()
             out.append((clock() - t0) / n)
+            park_all()  # our idle workers must not spin through the next library's batch
     return [statistics.median(s) for s in samples]
 
 

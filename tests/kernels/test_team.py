@@ -95,3 +95,25 @@ def test_a_forked_child_gets_its_own_team():
     p.join(60)
     assert p.exitcode == 0, "the child hung or crashed running a parallel kernel"
     assert q.get(timeout=5) == 97 * 33
+
+
+def test_parked_workers_sleep_at_once_and_come_back(monkeypatch):
+    """With a spin limit that never runs out, only parking can put the workers to sleep."""
+    monkeypatch.setattr(T, "SPIN_LIMIT", 1 << 62)
+    cdef, steps = _row_sums()
+    bound = build_kernel(cdef, steps, Target.host(4)).bind(np.ones((97, 33), np.float32))
+    workers = T.team(3)  # a team of its own: its workers spin under the patched limit
+    deadline = time.monotonic() + 10
+    while any(workers.words[T.LINE * (w + 1)] != T.SPINNING for w in range(3)):
+        bound()  # the first calls wake them
+        assert time.monotonic() < deadline, "workers never started spinning"
+    T.park_all()
+    while any(workers.words[T.LINE * (w + 1)] != T.SLEEPING for w in range(3)):
+        assert time.monotonic() < deadline, "parked workers kept spinning"
+        time.sleep(0.001)
+    for _ in range(20):
+        bound.outputs[0][...] = 0
+        bound()
+        np.testing.assert_array_equal(bound.outputs[0], np.full(97, 33, np.float32))
+    assert workers.words[T._PARK] == 0  # the next call cleared it
+    T.park_all()

@@ -33,8 +33,8 @@ SLEEPING, SPINNING, ASSIGNED = 0, 1, 2
 MAX_WORKERS = 63  # the caller's mask of assigned workers is one i64
 LINE = 8  # i64 words per cache line: each status word gets its own line
 SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
-# the job header: fn, argv, next, extent, grain, quit — line 0; worker w's status — line w + 1
-_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _QUIT = range(6)
+# the job header: fn, argv, next, extent, grain, quit, park — line 0; worker w's status — line w + 1
+_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _QUIT, _PARK = range(7)
 
 
 def _team_ir(pause: str) -> str:
@@ -43,7 +43,7 @@ def _team_ir(pause: str) -> str:
     header = "\n".join(
         f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
         for n, i in (("fn", _FN), ("argv", _ARGV), ("next", _NEXT), ("ext", _EXTENT), ("grain", _GRAIN),
-                     ("quit", _QUIT))
+                     ("quit", _QUIT), ("park", _PARK))
     )
     job = (
         "  %fn = load ptr, ptr %fnp, align 8\n  %argv = load ptr, ptr %argvp, align 8\n"
@@ -67,7 +67,11 @@ run:
 check:
   %q = load atomic i64, ptr %quitp monotonic, align 8
   %stop = icmp ne i64 %q, 0
-  br i1 %stop, label %exit, label %count
+  br i1 %stop, label %exit, label %parked
+parked:
+  %pk = load atomic i64, ptr %parkp monotonic, align 8
+  %nap = icmp ne i64 %pk, 0
+  br i1 %nap, label %sleep, label %count
 count:
   %spins1 = add i64 %spins, 1
   %more = icmp slt i64 %spins1, %limit
@@ -194,6 +198,8 @@ class Team:
             counter = ctypes.c_int64(0)
             _JOB(job)(argv, ctypes.addressof(counter), extent, grain)
             return
+        if self.words[_PARK]:
+            self.words[_PARK] = 0
         try:
             assigned = self.native.run(self.addr, self.workers, job, argv, extent, grain)
         finally:
@@ -202,6 +208,12 @@ class Team:
             for w in range(self.workers):
                 if not assigned >> w & 1:
                     self.wake[w].set()
+
+    def park(self) -> None:
+        """Send spinning workers to sleep now rather than after SPIN_LIMIT (the next call wakes
+        them): a benchmark parks them before timing another library, so that library does not
+        share its cores with our idle spinners."""
+        self.words[_PARK] = 1
 
     def close(self) -> None:
         self.words[_QUIT] = 1
@@ -220,6 +232,13 @@ def team(workers: int) -> Team:
                 _NATIVE = _Native()
             t = _TEAMS[workers] = Team(workers, _NATIVE)
         return t
+
+
+def park_all() -> None:
+    """Park every team's workers (see `Team.park`)."""
+    with _LOCK:
+        for t in _TEAMS.values():
+            t.park()
 
 
 def _forget_teams() -> None:

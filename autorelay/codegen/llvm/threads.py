@@ -20,7 +20,9 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from autorelay.codegen.llvm.team import team
+from autorelay.codegen.llvm.team import park_all, team
+
+__all__ = ["grain", "park_all", "pointer_array", "run_job"]
 
 # chunks per thread: claiming one costs an atomic add, so finer chunks even out the threads'
 # finishing times better
