@@ -70,6 +70,12 @@ def pattern(cdef: ComputeDef) -> Pattern:
     return Pattern(out, main, others)
 
 
+def tile_waste(size: int, tile: int) -> float:
+    """Work done per useful element when `size` is covered by tiles of `tile` (ragged edge tiles
+    compute their full extent): what tile-choosing defaults divide their score by."""
+    return -(-size // tile) * tile / size
+
+
 def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
     """Raise ScheduleError unless `config` is a point of its template's space for this workload.
     A logged config may predate a template change; templates read their knobs without

@@ -12,7 +12,7 @@ from __future__ import annotations
 from autorelay.codegen.llvm.target import Target
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.te.tensor import ComputeDef, Tensor
 
@@ -163,8 +163,7 @@ class Conv2dNCHWTemplate(Template):
             for tow in _width_tiles(ow, 14):
                 if tow * tv + tv + 1 > regs - 1 or (tv - 1) * lanes >= oc:
                     continue
-                waste = (-(-ow // tow) * tow / ow) * (-(-oc // (tv * lanes)) * tv * lanes / oc)
-                score = tow * tv / (tow + tv) / waste
+                score = tow * tv / (tow + tv) / (tile_waste(ow, tow) * tile_waste(oc, tv * lanes))
                 if score > best[0]:
                     best = (score, tv, tow)
         return Config(

@@ -119,6 +119,16 @@ def accumulator_tile(acc: str, k: str, row: str, col: str, lanes: int, unroll_k:
     return steps
 
 
+def gemm_tile_knobs(rows: int, cols: int, lanes: int) -> tuple[Knob, Knob]:
+    """The register-tile knobs of a GEMM whose rows are broadcast and whose columns are vectors
+    (the Winograd and 1x1-conv GEMMs): `tile_k` rows, `tile_p_vectors` vectors of columns, no
+    taller or wider than the problem by a whole row or vector."""
+    return (
+        Knob("tile_k", [t for t in (1, 2, 3, 4, 6, 8) if t <= rows]),
+        Knob("tile_p_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < cols]),
+    )
+
+
 def batch_axis(pat) -> bool:
     return bool(pat.reduce.op.attrs.get("batch", 0))
 

@@ -18,8 +18,8 @@ from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, pattern, register
-from autorelay.schedule.templates.dense import accumulator_tile
+from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
+from autorelay.schedule.templates.dense import accumulator_tile, gemm_tile_knobs
 from autorelay.te.tensor import ComputeDef, Tensor
 
 
@@ -32,11 +32,6 @@ def _gemm_stage(cdef: ComputeDef) -> tuple[Tensor, int, int, int]:
     return m, k, p, m.op.reduce_axes[0].extent
 
 
-def _waste(size: int, tile: int) -> float:
-    """Work done per useful element when `size` is covered by tiles of `tile`."""
-    return -(-size // tile) * tile / size
-
-
 class Conv2d1x1NCHWTemplate(Template):
     name = "conv2d_1x1_nchw"
     tags = ("conv2d_1x1_nchw",)
@@ -47,8 +42,7 @@ class Conv2d1x1NCHWTemplate(Template):
         return Space(
             self.name,
             (
-                Knob("tile_k", [t for t in (1, 2, 3, 4, 6, 8) if t <= k]),
-                Knob("tile_p_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < p]),
+                *gemm_tile_knobs(k, p, lanes),
                 Knob("outer", ("k", "p")),
                 Knob("unroll_c", [u for u in (1, 2, 4) if c % u == 0]),
             ),
@@ -65,7 +59,7 @@ class Conv2d1x1NCHWTemplate(Template):
             for pv in (4, 3, 2, 1):
                 if tk * pv + pv + 1 > regs - 1 or tk > k or (pv - 1) * lanes >= p:
                     continue
-                score = tk * pv / (tk + pv) / (_waste(k, tk) * _waste(p, pv * lanes))
+                score = tk * pv / (tk + pv) / (tile_waste(k, tk) * tile_waste(p, pv * lanes))
                 if score > best[0]:
                     best = (score, tk, pv)
         unroll = max(u for u in (1, 2, 4) if c % u == 0)

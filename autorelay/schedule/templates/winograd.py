@@ -22,7 +22,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
-from autorelay.schedule.templates.dense import accumulator_tile
+from autorelay.schedule.templates.dense import accumulator_tile, gemm_tile_knobs
 from autorelay.te.tensor import ComputeDef, Tensor
 
 
@@ -49,8 +49,7 @@ class Conv2dWinogradTemplate(Template):
         return Space(
             self.name,
             (
-                Knob("tile_k", [t for t in (1, 2, 3, 4, 6, 8) if t <= k]),
-                Knob("tile_p_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < p]),
+                *gemm_tile_knobs(k, p, lanes),
                 Knob("outer", ("k", "p")),
                 Knob("unroll_c", (1, 2, 4)),
                 Knob("transform_lanes", _transform_widths(m.op.attrs["tiles_w"], lanes)),  # type: ignore[union-attr]
