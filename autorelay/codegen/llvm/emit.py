@@ -14,6 +14,8 @@ up at constant offsets of an entry-block alloca that SROA turns into vector regi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from autorelay.codegen.llvm.exprs import ExprEmitter
 from autorelay.codegen.llvm.lanes import for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
@@ -93,21 +95,31 @@ class SegmentEmitter(ExprEmitter):
         if not conds:
             return False
         ok = self.scalar(_conj(conds))
-        fast, slow, done = self.new_block("fast"), self.new_block("guarded"), self.new_block("unsw")
-        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
-        self.lines.append(f"{fast}:")
-        self.block = fast
-        self.stmt_(_drop_conds(s, set(conds)))
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{slow}:")
-        self.block = slow
-        self.no_unswitch |= set(conds)
-        self._loop(s)
-        self.no_unswitch -= set(conds)
-        self.lines.append(f"  br label %{done}")
+        self._fast_or_guarded(ok.ref, ("fast", "guarded", "unsw"),
+                              lambda: self.stmt_(_drop_conds(s, set(conds))),
+                              lambda: self._without_unswitching(conds, lambda: self._loop(s)))
+        return True
+
+    def _fast_or_guarded(self, cond: str, names: tuple[str, str, str], fast: Callable[[], None],
+                         guarded: Callable[[], None]) -> None:
+        """`br cond` into a block emitted by `fast` (the copy that knows its guards hold) or one
+        emitted by `guarded`, both joining after; `names` label the three blocks."""
+        fast_b, slow_b, done = (self.new_block(n) for n in names)
+        self.lines.append(f"  br i1 {cond}, label %{fast_b}, label %{slow_b}")
+        for block, emit in ((fast_b, fast), (slow_b, guarded)):
+            self.lines.append(f"{block}:")
+            self.block = block
+            emit()
+            self.lines.append(f"  br label %{done}")
         self.lines.append(f"{done}:")
         self.block = done
-        return True
+
+    def _without_unswitching(self, conds: Iterable[Expr], emit: Callable[[], None]) -> None:
+        """Run `emit` with `conds` barred from being hoisted again (the guarded copy keeps them)."""
+        added = set(conds)
+        self.no_unswitch |= added
+        emit()
+        self.no_unswitch -= added
 
     def _hoist_guards(self, body: Stmt) -> bool:
         """Guards that depend on loops inside `body` (a ragged tile's bound) are tested once per
@@ -133,20 +145,8 @@ class SegmentEmitter(ExprEmitter):
             self.stmt_(fast_body)
             return True
         c = self.scalar(ok)
-        fast, slow, done = self.new_block("full"), self.new_block("ragged"), self.new_block("fdone")
-        self.lines.append(f"  br i1 {c.ref}, label %{fast}, label %{slow}")
-        self.lines.append(f"{fast}:")
-        self.block = fast
-        self.stmt_(fast_body)
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{slow}:")
-        self.block = slow
-        self.no_unswitch |= set(hoisted)
-        self.stmt_(body)
-        self.no_unswitch -= set(hoisted)
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{done}:")
-        self.block = done
+        self._fast_or_guarded(c.ref, ("full", "ragged", "fdone"), lambda: self.stmt_(fast_body),
+                              lambda: self._without_unswitching(hoisted, lambda: self.stmt_(body)))
         return True
 
     def _loop(self, s: For, start: str = "0", stop: str | None = None) -> None:
@@ -237,18 +237,9 @@ class SegmentEmitter(ExprEmitter):
             return
         checks = [_at_lane(c, s.var, lane) for c in lane_conds for lane in (0, s.extent - 1)]
         ok = self.scalar(simplify(_conj(checks), self.bounds))
-        fast, slow, done = self.new_block("vec"), self.new_block("tail"), self.new_block("vdone")
-        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
-        self.lines.append(f"{fast}:")
-        self.block = fast
-        self._vector_body(s, _drop_conds(s.body, set(lane_conds)))
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{slow}:")
-        self.block = slow
-        self._loop(For(s.var, s.extent, s.body, "serial"))
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{done}:")
-        self.block = done
+        self._fast_or_guarded(ok.ref, ("vec", "tail", "vdone"),
+                              lambda: self._vector_body(s, _drop_conds(s.body, set(lane_conds))),
+                              lambda: self._loop(For(s.var, s.extent, s.body, "serial")))
 
     def _vector_body(self, s: For, body: Stmt) -> None:
         self.vector_var, self.lanes = s.var, s.extent
