@@ -95,11 +95,12 @@ class BoundKernel:
         self._keep = ins + outs + ws  # the addresses below stay valid while these live
         self.args = tuple(int(a.ctypes.data) for a in self._keep)
         self._argv = pointer_array(self.args)
+        self._argv_addr = ctypes.addressof(self._argv)
         self.threads = kernel.target.threads
         self._segments = list(zip(kernel.module.functions, kernel.module.jobs))
 
     def __call__(self) -> None:
-        args, threads, argv = self.args, self.threads, ctypes.addressof(self._argv)
+        args, threads, argv = self.args, self.threads, self._argv_addr
         for (fn, par), job in self._segments:
             if par and threads > 1:
                 run_job(job, argv, par, threads)

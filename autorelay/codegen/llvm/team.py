@@ -12,7 +12,7 @@ woken for the next call and joins the calls after it).
 Protocol (one status word per worker, on its own cache line): SLEEPING 0 -> SPINNING 1 (the worker,
 when woken) -> ASSIGNED 2 (the caller, by compare-and-swap from SPINNING, after writing the job)
 -> SPINNING 1 (the worker, job done) ... -> SLEEPING 0 (the worker, by compare-and-swap from
-SPINNING, once idle too long). The caller runs its share of the job itself, then waits for
+SPINNING, once idle too long or parked). The caller runs its share of the job itself, then waits for
 exactly the workers it assigned. A job is `void job(ptr argv, ptr next, i64 extent, i64 grain)`:
 each parallel segment's `_job` thunk, which claims chunks of its loop from the shared counter
 `next` (see `emit.parallel_driver`), so an assigned worker that starts late just finds fewer
@@ -22,6 +22,7 @@ chunks left.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 
@@ -33,8 +34,8 @@ SLEEPING, SPINNING, ASSIGNED = 0, 1, 2
 MAX_WORKERS = 63  # the caller's mask of assigned workers is one i64
 LINE = 8  # i64 words per cache line: each status word gets its own line
 SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
-# the job header: fn, argv, next, extent, grain, quit, park — line 0; worker w's status — line w + 1
-_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _QUIT, _PARK = range(7)
+# the job header: fn, argv, next, extent, grain, park — line 0; worker w's status — line w + 1
+_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _PARK = range(6)
 
 
 def _team_ir(pause: str) -> str:
@@ -43,7 +44,7 @@ def _team_ir(pause: str) -> str:
     header = "\n".join(
         f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
         for n, i in (("fn", _FN), ("argv", _ARGV), ("next", _NEXT), ("ext", _EXTENT), ("grain", _GRAIN),
-                     ("quit", _QUIT), ("park", _PARK))
+                     ("park", _PARK))
     )
     job = (
         "  %fn = load ptr, ptr %fnp, align 8\n  %argv = load ptr, ptr %argvp, align 8\n"
@@ -51,7 +52,7 @@ def _team_ir(pause: str) -> str:
         "  call void %fn(ptr %argv, ptr %nextp, i64 %ext, i64 %gr)\n"
     )
     return f"""
-define i64 @team_worker(ptr %team, i64 %w, i64 %limit) {{
+define void @team_worker(ptr %team, i64 %w, i64 %limit) {{
 entry:
 {status}{header}
   store atomic i64 {SPINNING}, ptr %st release, align 8
@@ -65,10 +66,6 @@ run:
 {job}  store atomic i64 {SPINNING}, ptr %st release, align 8
   br label %loop
 check:
-  %q = load atomic i64, ptr %quitp monotonic, align 8
-  %stop = icmp ne i64 %q, 0
-  br i1 %stop, label %exit, label %parked
-parked:
   %pk = load atomic i64, ptr %parkp monotonic, align 8
   %nap = icmp ne i64 %pk, 0
   br i1 %nap, label %sleep, label %count
@@ -84,10 +81,7 @@ sleep:
   %slept = extractvalue {{ i64, i1 }} %r, 1
   br i1 %slept, label %out, label %loop
 out:
-  ret i64 0
-exit:
-  store atomic i64 {SLEEPING}, ptr %st release, align 8
-  ret i64 1
+  ret void
 }}
 
 define i64 @team_run(ptr %team, i64 %workers, ptr %job, ptr %argvv, i64 %extent, i64 %grain) {{
@@ -159,7 +153,7 @@ class _Native:
         self.engine = llvm.create_mcjit_compiler(mod, machine)
         self.engine.finalize_object()
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        self.worker = ctypes.CFUNCTYPE(i64, ptr, i64, i64)(self.engine.get_function_address("team_worker"))
+        self.worker = ctypes.CFUNCTYPE(None, ptr, i64, i64)(self.engine.get_function_address("team_worker"))
         run = self.engine.get_function_address("team_run")
         self.run = ctypes.CFUNCTYPE(i64, ptr, i64, ptr, ptr, i64, i64)(run)
 
@@ -167,7 +161,18 @@ class _Native:
 _NATIVE: _Native | None = None
 _TEAMS: dict[int, Team] = {}
 _LOCK = threading.Lock()
-_JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _job(addr: int) -> ctypes._CFuncPtr:
+    return JOB(addr)
+
+
+def run_alone(job: int, argv: int, extent: int, grain: int) -> None:
+    """Run the job thunk at address `job` on the calling thread only (its own chunk counter)."""
+    counter = ctypes.c_int64(0)
+    _job(job)(argv, ctypes.addressof(counter), extent, grain)
 
 
 class Team:
@@ -189,14 +194,12 @@ class Team:
         while True:
             self.wake[w].wait()
             self.wake[w].clear()
-            if self.native.worker(self.addr, w, SPIN_LIMIT):  # returns when idle too long, or quit
-                return
+            self.native.worker(self.addr, w, SPIN_LIMIT)  # returns once idle too long, or parked
 
     def run(self, job: int, argv: int, extent: int, grain: int) -> None:
         """Run `job` over [0, extent) in chunks of `grain` on the caller and the spinning workers."""
         if not self.busy.acquire(blocking=False):
-            counter = ctypes.c_int64(0)
-            _JOB(job)(argv, ctypes.addressof(counter), extent, grain)
+            run_alone(job, argv, extent, grain)
             return
         if self.words[_PARK]:
             self.words[_PARK] = 0
@@ -214,11 +217,6 @@ class Team:
         them): a benchmark parks them before timing another library, so that library does not
         share its cores with our idle spinners."""
         self.words[_PARK] = 1
-
-    def close(self) -> None:
-        self.words[_QUIT] = 1
-        for e in self.wake:
-            e.set()
 
 
 def team(workers: int) -> Team:

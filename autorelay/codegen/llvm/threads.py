@@ -18,9 +18,8 @@ walks memory in order.
 from __future__ import annotations
 
 import ctypes
-import functools
 
-from autorelay.codegen.llvm.team import park_all, team
+from autorelay.codegen.llvm.team import park_all, run_alone, team
 
 __all__ = ["grain", "park_all", "pointer_array", "run_job"]
 
@@ -28,25 +27,16 @@ __all__ = ["grain", "park_all", "pointer_array", "run_job"]
 # finishing times better
 CHUNKS_PER_THREAD = 32
 
-JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-
-
 def grain(extent: int, threads: int) -> int:
     """Iterations per dynamically scheduled chunk of a parallel loop of `extent` iterations."""
     return max(1, extent // (max(1, threads) * CHUNKS_PER_THREAD))
-
-
-@functools.lru_cache(maxsize=4096)
-def _job(addr: int) -> ctypes._CFuncPtr:
-    return JOB(addr)
 
 
 def run_job(job: int, argv: int, extent: int, threads: int) -> None:
     """Run the job thunk at address `job` over its loop's `extent` iterations; `argv` is the
     address of the kernel's array of buffer pointers (kept alive by the caller)."""
     if threads <= 1 or extent <= 1:
-        counter = ctypes.c_int64(0)
-        _job(job)(argv, ctypes.addressof(counter), extent, extent)
+        run_alone(job, argv, extent, extent)
         return
     team(threads - 1).run(job, argv, extent, grain(extent, threads))
 
