@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autorelay.te.expr import Bin, Const, Expr, Var, free_vars
+from autorelay.te.expr import Bin, Cmp, Const, Expr, Var, free_vars, substitute
 from autorelay.tir.simplify import linear, simplify
 
 
@@ -52,8 +52,6 @@ def for_all(cond: Expr, extents: dict[Var, int]) -> Expr | None:
     """A condition free of the loops in `extents` that implies `cond` for every iteration of them,
     or None. `cond` must be an and-tree of integer comparisons linear in those loop variables: each
     comparison then holds throughout iff it holds at the corner where its difference is worst."""
-    from autorelay.te.expr import Cmp, substitute
-
     if isinstance(cond, Bin) and cond.op == "and":
         a, b = for_all(cond.a, extents), for_all(cond.b, extents)
         return None if a is None or b is None else Bin("and", a, b, "bool")
