@@ -140,6 +140,16 @@ def _torch_conv(x: np.ndarray, w: np.ndarray, s: int, p: int, groups: int = 1):
     return lambda: torch.nn.functional.conv2d(tx, tw, stride=s, padding=p, groups=groups)
 
 
+def _direct_and_torch(xd, wd, x: np.ndarray, w: np.ndarray, pad: int, target: Target) -> dict[str, Callable]:
+    """Baselines of a stride-1 NCHW conv computed another way: the direct NCHW kernel under its
+    default schedule, and PyTorch's conv2d when installed."""
+    direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, 1, pad), "conv"), None, target)
+    base: dict[str, Callable] = {"direct": direct.bind(x, w)}
+    if torch is not None:
+        base["torch"] = _torch_conv(x, w, 1, pad)
+    return base
+
+
 def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
     for c, h, oc, k, s, p in RESNET:
         oh = (h + 2 * p - k) // s + 1
@@ -180,10 +190,7 @@ def bench_winograd(target: Target, n_sweep: int) -> None:
         x = np.random.rand(1, c, h, h).astype(np.float32)
         w = (np.random.rand(c, c, 3, 3).astype(np.float32) - 0.5) / c
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, c, 3, 3), name="W")
-        direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, 1, 1), "conv"), None, target)
-        base = {"direct": direct.bind(x, w)}
-        if torch is not None:
-            base["torch"] = _torch_conv(x, w, 1, 1)
+        base = _direct_and_torch(xd, wd, x, w, 1, target)
         ud = te.placeholder((16, c, c), name="U")
         cdef = te.make_def([xd, ud], winograd.conv2d_winograd_nchw(xd, ud, 1), "winograd")
         u = winograd.weight_transform_np(w)
@@ -233,10 +240,7 @@ def bench_pointwise(target: Target, n_sweep: int) -> None:
         x = np.random.rand(1, c, h, h).astype(np.float32)
         w = np.random.rand(oc, c, 1, 1).astype(np.float32)
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((oc, c, 1, 1), name="W")
-        direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd), "conv"), None, target)
-        base = {"direct": direct.bind(x, w)}
-        if torch is not None:
-            base["torch"] = _torch_conv(x, w, 1, 0)
+        base = _direct_and_torch(xd, wd, x, w, 0, target)
         cdef = te.make_def([xd, wd], nn.conv2d_1x1_nchw(xd, wd), "pointwise")
         row(f"pointwise {c}->{oc} {h}x{h}", 2.0 * c * oc * h * h, cdef, [x, w], base, target, n_sweep)
 
