@@ -1,10 +1,12 @@
 """Whole-model latency: AutoRelay (default schedules) vs PyTorch eager vs ONNX Runtime.
 
     python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15] [--db URL]
+                                [--pipeline auto|default|nchwc]
 
 With `--db`, AutoRelay builds with the best schedules in that tuning log (what `autorelay tune`
 wrote, looked up as `autorelay compile` does) and the heuristic-default build is timed too, as
-the column `default ms`.
+the column `default ms`. The pass pipeline is chosen as `autorelay compile` chooses it (`auto`:
+the one the log tuned the model with, else the faster of default and nchwc with default schedules).
 
 Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
 network with the same weights: the Relay graph is walked once and every op is mapped to its
@@ -160,25 +162,27 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
 
 
 def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any],
-                db: Any = None) -> dict[str, Any]:
+                db: Any = None, pipeline: str = "auto") -> dict[str, Any]:
+    from search.models import Model, schedule_source
+    from search.pipeline_choice import choose_pipeline
+
     mod, params = zoo.get(name, **options)
     inputs = zoo.random_inputs(mod, params)
-    source = None
-    if db is not None:
-        from search.models import Model, schedule_source
-
-        source = schedule_source(db, Model(name, mod, params, inputs), threads=threads)
+    model = Model(name, mod, params, inputs)
+    pipeline = choose_pipeline(pipeline, model, db, "llvm", threads).pipeline
+    source = None if db is None else schedule_source(db, model, threads=threads, pipeline=pipeline)
     t0 = time.perf_counter()
-    exe = autorelay.build(mod, params=params, threads=threads, schedules=source)
+    exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=pipeline)
     build_s = time.perf_counter() - t0
     args = [inputs[n] for n in exe.input_names]
     ours = np.asarray(exe(*args))
     runners: dict[str, Callable[[], Any]] = {"autorelay": lambda: exe(*args)}
     if db is not None:
-        plain = autorelay.build(mod, params=params, threads=threads)
+        plain = autorelay.build(mod, params=params, threads=threads, pipeline=pipeline)
         runners["default"] = lambda: plain(*args)
-    row: dict[str, Any] = {"model": name, "build_s": build_s, "kernels": len(exe.report.rows),
-                           "fallbacks": len(exe.report.fallbacks), "peak_kib": exe.peak_memory_bytes / 1024}
+    row: dict[str, Any] = {"model": name, "pipeline": pipeline, "build_s": build_s,
+                           "kernels": len(exe.report.rows), "fallbacks": len(exe.report.fallbacks),
+                           "peak_kib": exe.peak_memory_bytes / 1024}
     try:
         import torch
 
@@ -236,6 +240,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--image-size", type=int, default=None, help="override the CNNs' input size")
     ap.add_argument("--db", default=None, help="tuning log whose best schedules AutoRelay builds with")
+    ap.add_argument("--pipeline", default="auto",
+                    help="AutoRelay's pass pipeline (auto: the one the log tuned the model with, "
+                         "else measured)")
     args = ap.parse_args()
     db = None
     if args.db:
@@ -247,15 +254,16 @@ def main() -> None:
         sized = name not in ("mlp", "transformer", "nature-dqn", "dcgan")
         opts = {"image_size": args.image_size} if args.image_size and sized else {}
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_model(name, args.threads, args.repeat, opts, db))
+        rows.append(bench_model(name, args.threads, args.repeat, opts, db, args.pipeline))
     cols = ["autorelay_ms", "default_ms", "torch_ms", "onnxruntime_ms"]
     present = [c for c in cols if any(c in r for r in rows)]
-    head = f"{'model':<16}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
+    head = f"{'model':<16}{'pipeline':>9}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
     head += f"{'AR/torch':>10}{'AR/ORT':>9}{'build s':>9}{'fallbk':>7}{'peak KiB':>10}"
     print(f"batch 1, {args.threads} threads, median of {args.repeat} interleaved runs")
     print(head)
     for r in rows:
-        line = f"{r['model']:<16}" + "".join(f"{r.get(c, float('nan')):>16.3f}" for c in present)
+        line = f"{r['model']:<16}{r['pipeline']:>9}"
+        line += "".join(f"{r.get(c, float('nan')):>16.3f}" for c in present)
         rt = r["autorelay_ms"] / r["torch_ms"] if "torch_ms" in r else float("nan")
         ro = r["autorelay_ms"] / r["onnxruntime_ms"] if "onnxruntime_ms" in r else float("nan")
         line += f"{rt:>10.2f}{ro:>9.2f}{r['build_s']:>9.1f}{r['fallbacks']:>7}{r['peak_kib']:>10.0f}"

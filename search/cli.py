@@ -85,7 +85,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         with db:
             res = compile_model(model, db, args.target, threads=threads, pipeline=args.pipeline)
         print(res.exe.report)
-        print(f"compiled {model.name} in {res.seconds:.1f} s; kernels by source: "
+        print(f"compiled {model.name} (pipeline {res.pipeline}) in {res.seconds:.1f} s; kernels by source: "
               + ", ".join(f"{k} {v}" for k, v in sorted(res.source_counts.items())))
         if args.output:
             if not hasattr(res.exe, "save"):
@@ -121,7 +121,9 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
                    help="input height/width for zoo image models (smaller: faster)")
     p.add_argument("--threads", type=int, default=None, metavar="T",
                    help="kernel threads (default: min(2, CPU count)); part of the tuning target")
-    p.add_argument("--pipeline", default="default", help="pass pipeline (default, tune, O0)")
+    p.add_argument("--pipeline", default="auto",
+                   help="pass pipeline: default, nchwc, tune, O0, or auto (default): the one this model was "
+                        "tuned with in the log, else the faster of default and nchwc, measured")
 
 
 def build_parser() -> argparse.ArgumentParser:

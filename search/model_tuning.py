@@ -32,6 +32,7 @@ from search.models import (
     time_interleaved,
     tuning_target,
 )
+from search.pipeline_choice import AUTO, choose_pipeline
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class ModelTuneResult:
     max_abs_diff: float = math.nan  # tuned vs default outputs, same inputs
     source_counts: dict[str, int] = field(default_factory=dict)
     report: Any = None  # the tuned executable's BuildReport
+    pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
 
     @property
     def new_trials(self) -> int:
@@ -120,7 +122,7 @@ class ModelTuneResult:
         lines.append("-" * len(head))
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
                      f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
-        lines.append(f"target: {self.target}")
+        lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))
         if math.isfinite(self.latency_before_s):
             lines.append(f"end to end: {self.latency_before_s * 1e3:.3f} ms default -> "
                          f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "
@@ -220,7 +222,9 @@ def tune_model(
     Tasks are tuned heaviest (FLOPs x occurrences) first; the scheduler's rounds are
     `round_trials` trials (default: the budget per task in whole batches, between `batch` and 16).
     `executor`: where candidates are built and timed (None/'local': here; 'dask://HOST:PORT': a Dask
-    cluster, see `search.measure.dask_executor`)."""
+    cluster, see `search.measure.dask_executor`). `pipeline` "auto": the pipeline this model was
+    last tuned with in `db`, else the fastest of `pipeline_choice.CANDIDATES` (measured); the run
+    records the pipeline it tuned with."""
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
     if tuner not in TUNER_NAMES:
@@ -234,6 +238,11 @@ def tune_model(
     measurer: Measurer | None = None
     interrupted = False
     try:
+        if pipeline == AUTO:
+            progress.stage("choosing the pass pipeline (layout) for the model")
+        choice = choose_pipeline(pipeline, model, handle, target, threads)
+        pipeline = choice.pipeline
+        progress.stage(choice.describe())
         ex = extract_all(model.mod, model.params, target, pipeline=pipeline, threads=threads)
         # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
         ex.tasks.sort(key=lambda t: -t.total_flops)
@@ -245,6 +254,8 @@ def tune_model(
             log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
         run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
                                info={"target": tuning_target(target, threads), "pipeline": pipeline,
+                                     "pipeline_choice": choice.how,
+                                     "pipeline_ms": {k: v * 1e3 for k, v in choice.latencies.items()},
                                      "tasks": len(ex.tasks), "seed": seed})
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
@@ -263,7 +274,7 @@ def tune_model(
         except KeyboardInterrupt:
             interrupted = True
         result = ModelTuneResult(model.name, tuning_target(target, threads), tuner, trials, st.rows(),
-                                 ex.skipped, run, 0.0, interrupted)
+                                 ex.skipped, run, 0.0, interrupted, pipeline=choice.describe())
         measurer.close()
         measurer = None
         if compare and not interrupted:

@@ -145,24 +145,30 @@ class CompileResult:
     exe: Any
     source_counts: dict[str, int]  # kernel steps per schedule source (tuned/transferred/default/fallback)
     seconds: float
+    pipeline: str = "default"  # the pass pipeline it was built with
 
 
 def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int = 1,
                   pipeline: str = "default") -> CompileResult:
-    """Build with the best logged schedules of `db` (a TuningDB, URL, or None for no log)."""
+    """Build with the best logged schedules of `db` (a TuningDB, URL, or None for no log);
+    `pipeline` "auto" builds with the pipeline the log's run for this model tuned with."""
+    from search.pipeline_choice import choose_pipeline
+
     t0 = time.perf_counter()
     if db is None:
+        pipeline = choose_pipeline(pipeline, model, None, target, threads).pipeline
         exe = build_model(model, None, target, threads=threads, pipeline=pipeline)
     else:
         handle, own = open_db(db)
         try:
+            pipeline = choose_pipeline(pipeline, model, handle, target, threads).pipeline
             src = schedule_source(handle, model, target, threads=threads, pipeline=pipeline)
             exe = build_model(model, src, target, threads=threads, pipeline=pipeline)
         finally:
             if own:
                 handle.close()
     counts = dict(exe.report.sources)
-    return CompileResult(exe, counts, time.perf_counter() - t0)
+    return CompileResult(exe, counts, time.perf_counter() - t0, pipeline)
 
 
 @dataclass

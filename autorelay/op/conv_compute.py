@@ -14,23 +14,6 @@ from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import Type
 
 
-def _depthwise_nchwc(data: Any, weight: Any, strides: tuple, pad: tuple) -> Any:
-    """Depthwise convolution in NCHW[b]c: weight OIHW1i[b]o; each channel block is a vector of b lanes
-    (the generic reduction template vectorizes that innermost axis)."""
-    from autorelay.te import nn as tnn
-    from autorelay.te import tensor as te
-
-    n, cb, h, w, b = data.shape
-    _, _, kh, kw, _, _ = weight.shape
-    (sh, sw), (pt, pl, pb, pr) = strides, pad
-    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
-    x = tnn.pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name="dw_pad")
-    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-    return te.compute((n, cb, oh, ow, b), lambda i, c, y, z, v: te.sum(
-        x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
-        name="depthwise_nchwc", tag="depthwise_nchwc")
-
-
 def _pointwise(wshape: tuple, strides: tuple, pad: tuple, dil: tuple) -> bool:
     """A 1x1 kernel at stride 1 without padding: a GEMM over pixels (`te.nn.conv2d_1x1_nchw`)."""
     return tuple(wshape[2:]) == (1, 1) and tuple(strides) == (1, 1) and not any(pad) \
@@ -62,7 +45,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         out = tnn.conv2d_nchwc(data, weight, strides, pad)
     elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
             and groups == data.shape[1] * data.shape[4] and tuple(dil) == (1, 1):
-        out = _depthwise_nchwc(data, weight, strides, pad)
+        out = tnn.depthwise_conv2d_nchwc(data, weight, strides, pad)
     else:
         raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")
     if tuple(out.shape) != tc.out_shape(out_type):

@@ -177,6 +177,28 @@ def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, na
     )
 
 
+def depthwise_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
+                           name: str = "depthwise_nchwc") -> Tensor:
+    """data [N, C/b, H, W, b], weight [C/b, 1, KH, KW, 1, b] (OIHW1i{b}o) -> [N, C/b, OH, OW, b]:
+    each channel block is one vector of b lanes (template `depthwise_nchwc`)."""
+    n, cb, h, w, b = data.shape
+    wcb, one, kh, kw, one_i, wb = weight.shape
+    if (wcb, one, one_i, wb) != (cb, 1, 1, b):
+        raise ValueError(f"depthwise_conv2d_nchwc: weight {weight.shape} must be [{cb}, 1, KH, KW, 1, {b}]")
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name=f"{name}_pad")
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    return te.compute(
+        (n, cb, oh, ow, b),
+        lambda i, c, y, z, v: te.sum(
+            x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
+        name=name,
+        tag="depthwise_nchwc",
+    )
+
+
 def pool2d(data: Tensor, kind: str, pool_size, strides=1, padding=0, name: str = "pool") -> Tensor:
     """NCHW max/avg pooling; avg divides by the full window (count_include_pad)."""
     n, c, h, w = data.shape

@@ -60,12 +60,14 @@ def test_zoo_model_matches_interpreter(name: str, options: dict):
     assert exe.peak_memory_bytes <= report.unplanned_bytes
 
 
+@pytest.mark.parametrize("pipeline", ["tune", "nchwc"])
 @pytest.mark.parametrize("name", ["resnet-18", "mobilenet-v2"])
-def test_tune_pipeline_blocked_layouts_compile_without_fallbacks(name: str):
-    """The `tune` pipeline's NCHW16c convolutions, pooling and layout transforms all have computes."""
+def test_blocked_layout_pipelines_compile_without_fallbacks(name: str, pipeline: str):
+    """The NCHW16c (`tune`) and NCHW8c (`nchwc`, Winograd kept in NCHW) convolutions, depthwise
+    convolutions, pooling and layout transforms all have computes and agree with the interpreter."""
     mod, params = zoo.get(name, image_size=32)
     inputs = zoo.random_inputs(mod, params, seed=4)
-    exe = autorelay.build(mod, params=params, pipeline="tune")
+    exe = autorelay.build(mod, params=params, pipeline=pipeline)
     assert exe.report.fallbacks == []
     want = _interpreter(mod, params, inputs)
     np.testing.assert_allclose(np.asarray(exe.run(**inputs)), want, rtol=1e-4,

@@ -77,6 +77,31 @@ def _conv_nchwc(s: int):
     return build
 
 
+def _conv_nchwc_1x1():
+    """No padding stage; 6 output blocks (register tiles of 1, 2 or 3 blocks); 11 px rows."""
+    x, w = te.placeholder((1, 3, 9, 11, 8), name="X"), te.placeholder((6, 3, 1, 1, 8, 8), name="W")
+    return te.make_def([x, w], nn.conv2d_nchwc(x, w, 1, 0), "conv_nchwc_1x1")
+
+
+def _dw_nchwc(s: int):
+    def build():
+        x, w = te.placeholder((1, 2, 12, 19, 8), name="X"), te.placeholder((2, 1, 3, 3, 1, 8), name="W")
+        return te.make_def([x, w], nn.depthwise_conv2d_nchwc(x, w, s, 1), "dw_nchwc")
+
+    return build
+
+
+def _blocked_oracle(s: int, p: int, groups: int = 1):
+    """The NCHW[x]c conv through the NCHW oracle: unpack data (and OIHW[i]i[o]o weights), repack."""
+
+    def oracle(x, w):
+        ob, ib = w.shape[0], w.shape[1]
+        oihw = w.transpose(0, 5, 1, 4, 2, 3).reshape(ob * w.shape[5], ib * w.shape[4], *w.shape[2:4])
+        return H.to_nchwc(H.conv_nchw(H.from_nchwc(x), oihw, s, p, groups), w.shape[5])
+
+    return oracle
+
+
 def _dw(s: int):
     def build():
         x, w = te.placeholder((1, 5, 12, 19), name="X"), te.placeholder((5, 1, 3, 3), name="W")
@@ -141,22 +166,11 @@ CASES = [
         lambda x, w, b: np.maximum(H.conv_nchw(x, w, 1, 0) + b, 0),
         "conv2d_1x1_nchw",
     ),
-    Case(
-        "conv_nchwc_s1",
-        _conv_nchwc(1),
-        lambda x, w: H.to_nchwc(
-            H.conv_nchw(H.from_nchwc(x), w.transpose(0, 5, 1, 4, 2, 3).reshape(16, 8, 3, 3), 1, 1), 8
-        ),
-        "conv2d_nchwc",
-    ),
-    Case(
-        "conv_nchwc_s2",
-        _conv_nchwc(2),
-        lambda x, w: H.to_nchwc(
-            H.conv_nchw(H.from_nchwc(x), w.transpose(0, 5, 1, 4, 2, 3).reshape(16, 8, 3, 3), 2, 1), 8
-        ),
-        "conv2d_nchwc",
-    ),
+    Case("conv_nchwc_s1", _conv_nchwc(1), _blocked_oracle(1, 1), "conv2d_nchwc"),
+    Case("conv_nchwc_s2", _conv_nchwc(2), _blocked_oracle(2, 1), "conv2d_nchwc"),
+    Case("conv_nchwc_1x1", _conv_nchwc_1x1, _blocked_oracle(1, 0), "conv2d_nchwc"),
+    Case("depthwise_nchwc_s1", _dw_nchwc(1), _blocked_oracle(1, 1, groups=16), "depthwise_nchwc"),
+    Case("depthwise_nchwc_s2", _dw_nchwc(2), _blocked_oracle(2, 1, groups=16), "depthwise_nchwc"),
     Case("depthwise_s1", _dw(1), lambda x, w: H.conv_nchw(x, w, 1, 1, groups=5), "depthwise_conv2d_nchw"),
     Case("depthwise_s2", _dw(2), lambda x, w: H.conv_nchw(x, w, 2, 1, groups=5), "depthwise_conv2d_nchw"),
     Case("maxpool", _pool("max", 3, 2, 1), lambda x: H.pool(x, 3, 2, 1, "max"), "reduction"),

@@ -49,7 +49,7 @@ def templates() -> dict[str, Template]:
 
 
 def _load() -> None:
-    from autorelay.schedule.templates import conv, dense, generic, pointwise, winograd  # noqa: F401 - registers templates
+    from autorelay.schedule.templates import conv, dense, depthwise, generic, pointwise, winograd  # noqa: F401 - registers templates
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""Direct (im2col-free) convolution templates: NCHW[x]c, NCHW and depthwise NCHW.
+"""Direct (im2col-free) convolution templates: NCHW[x]c and NCHW (depthwise ones: `depthwise`).
 
-All three keep a register tile of output accumulators in a local buffer computed at the output's
+Both keep a register tile of output accumulators in a local buffer computed at the output's
 tile loop: NCHWc tiles output width x the channel block (the channel block is the vector, the
-input pixel is broadcast, the weight block is a contiguous vector load); NCHW and depthwise tile
-output channels x output width (width is the vector, weights are broadcast). Padding is either a
+input pixel is broadcast, the weight block is a contiguous vector load); NCHW tiles output
+channels x output width (width is the vector, weights are broadcast). Padding is either a
 separate parallel pass into a workspace ("root") or inlined into the inner loop as a select.
 """
 
@@ -48,49 +48,70 @@ def _width_tiles(ow: int, limit: int) -> list[int]:
 
 
 class Conv2dNCHWcTemplate(Template):
+    """Direct NCHW[x]c convolution: the register tile is `tile_ow` output pixels x `tile_oc_blocks`
+    output channel blocks (each block one or more vectors). Per input channel, each pixel's input
+    value is broadcast once and serves every block of the tile, each block's weight vector is
+    loaded once and serves every pixel: with one block, every multiply-add needs its own
+    broadcast, which is what bounds 1x1 convolutions (MLAS's NCHWc kernels likewise span several
+    output blocks). Knobs: the tile, the reduction order, unrolling the kernel width, padding."""
+
     name = "conv2d_nchwc"
     tags = ("conv2d_nchwc",)
+
+    @staticmethod
+    def _block_tiles(red: Tensor) -> list[int]:
+        blocks = red.shape[1]
+        return [t for t in (1, 2, 3, 4) if blocks % t == 0]
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
         ow = red.shape[3]  # type: ignore[union-attr]
+        padded = any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
         return Space(
             self.name,
             (
                 Knob("tile_ow", _width_tiles(ow, 16)),
+                Knob("tile_oc_blocks", self._block_tiles(red)),  # type: ignore[arg-type]
                 Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
                 Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline")),
+                Knob("pad", ("root", "inline") if padded else ("inline",)),
             ),
         )
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         red = pattern(cdef).reduce
         ow, ocb = red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        lanes = min(target.vector_lanes(), ocb)
-        nv = max(1, ocb // lanes)
-        budget = max(1, (target.vector_registers - nv - 1) // nv)
-        tiles = [t for t in _width_tiles(ow, 16) if t <= budget]
-        divs = [t for t in tiles if ow % t == 0]
-        tow = max(divs) if divs and max(divs) * 2 > budget else max(tiles)
-        return Config(
-            self.name, (("tile_ow", tow), ("reduce_order", "c_hw_ci"), ("unroll_kw", 1), ("pad", "root"))
-        )
+        nv = max(1, ocb // min(target.vector_lanes(), ocb))
+        regs = target.vector_registers
+        best = (0.0, 1, 1)
+        for tb in self._block_tiles(red):  # type: ignore[arg-type]
+            for tow in _width_tiles(ow, 16):
+                if tow * tb * nv + tb * nv + 1 > regs:
+                    continue
+                # multiply-adds per load (pixels x blocks over pixels + blocks), less ragged waste
+                score = tow * tb / (tow + tb) / tile_waste(ow, tow)
+                if score > best[0]:
+                    best = (score, tb, tow)
+        padded = any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
+        knobs = (("tile_ow", best[2]), ("tile_oc_blocks", best[1]), ("reduce_order", "c_hw_ci"),
+                 ("unroll_kw", 1), ("pad", "root" if padded else "inline"))
+        return Config(self.name, knobs)
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
         icb, ocb = red.op.attrs["ic_bn"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
         lanes = min(target.vector_lanes(), ocb)
-        _n, _oc, _oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        _n, oc, _oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         steps += [
+            S.Split(out, ooc, config["tile_oc_blocks"]),
             S.Split(out, oow, config["tile_ow"]),
-            S.Reorder(out, (on, ooc, ooh, f"{oow}_o", f"{oow}_i", ooci)),
-            S.Fuse(out, on, ooc),
-            S.Fuse(out, f"{on}_{ooc}", ooh),
-            S.Parallel(out, f"{on}_{ooc}_{ooh}"),
+            S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{ooc}_i", f"{oow}_i", ooci)),
+            S.Fuse(out, on, f"{ooc}_o"),
+            S.Fuse(out, f"{on}_{ooc}_o", ooh),
+            S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
             S.ComputeAt(acc, out, f"{oow}_o"),
         ]
         steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
@@ -100,8 +121,9 @@ class Conv2dNCHWcTemplate(Template):
             else (rh, rw, f"{rc}_o", f"{rc}_i")
         )
         steps += [
-            S.Reorder(acc, (*red_order, ow, f"{oci}_o", f"{oci}_i")),
+            S.Reorder(acc, (*red_order, ow, oc, f"{oci}_o", f"{oci}_i")),
             S.Unroll(acc, ow),
+            S.Unroll(acc, oc),
             S.Unroll(acc, f"{oci}_o"),
             S.Vectorize(acc, f"{oci}_i"),
         ]
@@ -244,77 +266,5 @@ class Conv2dNCHWTemplate(Template):
         return tuple(steps)
 
 
-class DepthwiseNCHWTemplate(Template):
-    """Depthwise NCHW: each channel is its own tiny convolution, so the register tile is output
-    width (the vector) x `tile_oh` rows of one channel, weights broadcast. Several rows per tile
-    let one loaded input row serve every output row it overlaps (unrolled, the loads are shared),
-    which is what a memory-bound kernel needs; unrolling the kernel rows and columns exposes it."""
-
-    name = "depthwise_conv2d_nchw"
-    tags = ("depthwise_conv2d_nchw",)
-
-    def space(self, cdef: ComputeDef, target: Target) -> Space:
-        _, _, oh, ow = pattern(cdef).reduce.shape  # type: ignore[union-attr]
-        lanes = target.vector_lanes()
-        return Space(
-            self.name,
-            (
-                Knob("tile_ow_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < ow] or [1]),
-                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
-                Knob("unroll_kh", (0, 1)),
-                Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline")),
-            ),
-        )
-
-    def default(self, cdef: ComputeDef, target: Target) -> Config:
-        ow = pattern(cdef).reduce.shape[3]  # type: ignore[union-attr]
-        in_w = cdef.inputs[0].shape[3]
-        lanes = target.vector_lanes()
-        # a strided or tiny output reads too little of a padded copy to pay for making it
-        # (measured: inline padding wins for stride 2 and 7x7 maps)
-        inline = in_w > ow + 4 or ow < lanes
-        tv = 1 if inline else min(4, max(1, -(-ow // lanes)))
-        # large maps: two rows per tile with the kernel unrolled (measured on a noisy host: up to
-        # 1.4x on MobileNet's 112 and 56 px layers); 14 and 7 px maps were slower with it
-        big = pattern(cdef).reduce.shape[2] >= 28  # type: ignore[union-attr]
-        knobs = (("tile_ow_vectors", tv), ("tile_oh", 2 if big else 1), ("unroll_kh", int(big)),
-                 ("unroll_kw", 1), ("pad", "inline" if inline else "root"))
-        return Config(self.name, knobs)
-
-    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
-        self.check(config)
-        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
-        lanes = target.vector_lanes()
-        tv = config["tile_ow_vectors"]
-        _n, _c, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
-        rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        on, oc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
-        steps += [
-            S.Split(out, ooh, config["tile_oh"]),
-            S.Split(out, oow, tv * lanes),
-            S.Reorder(out, (on, oc, f"{ooh}_o", f"{oow}_o", f"{ooh}_i", f"{oow}_i")),
-            S.Fuse(out, on, oc),
-            S.Fuse(out, f"{on}_{oc}", f"{ooh}_o"),
-            S.Parallel(out, f"{on}_{oc}_{ooh}_o"),
-            S.ComputeAt(acc, out, f"{oow}_o"),
-            S.Split(out, f"{oow}_i", lanes, f"{oow}_v", f"{oow}_w"),
-            S.Vectorize(out, f"{oow}_w"),
-        ]
-        steps += [
-            S.Split(acc, ow, lanes),
-            S.Reorder(acc, (rh, rw, oh, f"{ow}_o", f"{ow}_i")),
-            S.Unroll(acc, oh),
-            S.Unroll(acc, f"{ow}_o"),
-            S.Vectorize(acc, f"{ow}_i"),
-        ]
-        if config["unroll_kw"]:
-            steps.append(S.Unroll(acc, rw))
-        if config["unroll_kh"]:
-            steps.append(S.Unroll(acc, rh))
-        return tuple(steps)
-
-
 register(Conv2dNCHWcTemplate())
 register(Conv2dNCHWTemplate())
-register(DepthwiseNCHWTemplate())

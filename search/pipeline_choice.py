@@ -1,0 +1,69 @@
+"""The graph-level choice of a model's pass pipeline (`--pipeline auto`).
+
+The pipelines differ in how the whole graph is laid out: `default` keeps convolutions in NCHW
+(Winograd where it pays), `nchwc` packs the remaining ones in channel blocks of 8. Which is faster
+depends on the model — depthwise and 1x1 convolutions (MobileNet) gain from channel blocks, a
+Winograd ResNet loses to the layout transforms around its Winograd kernels — so it is measured,
+not guessed: both are built with default schedules and timed interleaved, and the fastest wins.
+
+The pick is a property of the tuning log, not of one command: `tune_model` records the pipeline
+it tuned with in its run, and a later `auto` for the same model and target (a resumed tune, a
+compile, a benchmark) reuses that pipeline, so the build finds the schedules the tuner logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from search.models import Model, build_model, run_inputs, time_interleaved, tuning_target
+
+AUTO = "auto"
+CANDIDATES = ("default", "nchwc")
+
+
+@dataclass
+class PipelineChoice:
+    pipeline: str
+    how: str  # "given" (named by the user), "logged" (an earlier run's pick), "measured"
+    latencies: dict[str, float] = field(default_factory=dict)  # seconds per candidate, when measured
+
+    def describe(self) -> str:
+        if self.how != "measured":
+            return f"pipeline {self.pipeline} ({self.how})"
+        times = ", ".join(f"{p} {s * 1e3:.2f} ms" for p, s in self.latencies.items())
+        return f"pipeline {self.pipeline} (measured with default schedules: {times})"
+
+
+def logged_pipeline(db: Any, model: Model, target: str, threads: int) -> str | None:
+    """The pipeline of the latest tuning run of this model for this target in the log, if any."""
+    want = tuning_target(target, threads)
+    for run in reversed(db.runs()):
+        info = run.info or {}
+        if run.model == model.name and info.get("target") == want and isinstance(info.get("pipeline"), str):
+            return info["pipeline"]
+    return None
+
+
+def measure_pipelines(model: Model, target: str, threads: int,
+                      candidates: tuple[str, ...] = CANDIDATES) -> PipelineChoice:
+    """Build `model` with each candidate pipeline and default schedules; the fastest, timed
+    interleaved (candidates that build the same kernels still cost one build each)."""
+    exes = [build_model(model, None, target, threads=threads, pipeline=p) for p in candidates]
+    times = time_interleaved(exes, run_inputs(exes[0], model), rounds=9)
+    best = min(range(len(candidates)), key=lambda i: times[i])
+    return PipelineChoice(candidates[best], "measured", dict(zip(candidates, times)))
+
+
+def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int) -> PipelineChoice:
+    """Resolve `pipeline`: a name stands for itself; `auto` is the log's pick for this model
+    (`db` may be None: no log) or, when there is none, the measured fastest candidate."""
+    if pipeline != AUTO:
+        return PipelineChoice(pipeline, "given")
+    logged = logged_pipeline(db, model, target, threads) if db is not None else None
+    if logged is not None:
+        return PipelineChoice(logged, "logged")
+    return measure_pipelines(model, target, threads)
+
+
+__all__ = ["AUTO", "CANDIDATES", "PipelineChoice", "choose_pipeline", "logged_pipeline", "measure_pipelines"]

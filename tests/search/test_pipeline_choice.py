@@ -1,0 +1,60 @@
+"""`--pipeline auto`: the graph-level layout choice is measured once, logged with the tuning run,
+and reused by every later command on the same log (so a build finds what the tuner tuned)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tuning_db
+from search import tune_model
+from search.measure import TimingSettings
+from search.models import compile_model, load_model, tuning_target
+from search.pipeline_choice import CANDIDATES, choose_pipeline, logged_pipeline
+
+pytestmark = pytest.mark.cpu
+
+FAST = TimingSettings(number=1, repeat=2, min_repeat_ms=2.0, warmup=1, timeout=10.0)
+
+
+def _log(tmp_path, name="log.db"):
+    return tuning_db.open(f"sqlite:///{tmp_path / name}")
+
+
+def test_logged_pipeline_is_the_latest_run_of_that_model_and_target(tmp_path):
+    model = load_model("mlp")
+    target = tuning_target("llvm", 1)
+    with _log(tmp_path) as db:
+        assert logged_pipeline(db, model, "llvm", 1) is None
+        db.start_run(model="mlp", info={"target": target, "pipeline": "nchwc"})
+        db.start_run(model="mlp", info={"target": target, "pipeline": "default"})
+        db.start_run(model="other", info={"target": target, "pipeline": "tune"})
+        db.start_run(model="mlp", info={"target": tuning_target("llvm", 2), "pipeline": "O0"})
+        assert logged_pipeline(db, model, "llvm", 1) == "default"
+        assert logged_pipeline(db, model, "llvm", 2) == "O0"
+        choice = choose_pipeline("auto", model, db, "llvm", 1)
+        assert (choice.pipeline, choice.how) == ("default", "logged")
+        assert choose_pipeline("nchwc", model, db, "llvm", 1).how == "given"
+
+
+def test_measured_choice_is_the_fastest_candidate_and_compile_builds_with_it():
+    model = load_model("mobilenet-v2", image_size=32)
+    choice = choose_pipeline("auto", model, None, "llvm", 1)
+    assert choice.how == "measured" and set(choice.latencies) == set(CANDIDATES)
+    assert choice.latencies[choice.pipeline] == min(choice.latencies.values())
+    assert "measured" in choice.describe() and choice.pipeline in choice.describe()
+    res = compile_model(model, None, "llvm", threads=1, pipeline="nchwc")
+    assert res.pipeline == "nchwc"
+    assert any(r.detail.startswith("depthwise_nchwc") for r in res.exe.report.rows)
+
+
+def test_tune_records_its_pipeline_and_compile_auto_reuses_it(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    model = load_model("mlp")
+    result = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
+                        batch=4, pipeline="nchwc", compare=False)
+    assert "pipeline nchwc (given)" in result.table()
+    with tuning_db.open(url) as db:
+        (run,) = db.runs()
+        assert run.info["pipeline"] == "nchwc" and run.info["pipeline_choice"] == "given"
+        res = compile_model(model, db, "llvm", threads=1, pipeline="auto")
+    assert res.pipeline == "nchwc" and res.source_counts.get("tuned", 0) >= 1
