@@ -150,6 +150,18 @@ def _direct_and_torch(xd, wd, x: np.ndarray, w: np.ndarray, pad: int, target: Ta
     return base
 
 
+def _blocked(x: np.ndarray, b: int) -> np.ndarray:
+    """NCHW data as NCHW{b}c."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _blocked_weight(w: np.ndarray, ib: int, ob: int) -> np.ndarray:
+    """OIHW weights as OIHW{ib}i{ob}o (depthwise: ib = 1)."""
+    oc, ic, kh, kw = w.shape
+    return np.ascontiguousarray(w.reshape(oc // ob, ob, ic // ib, ib, kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
 def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
     for c, h, oc, k, s, p in RESNET:
         oh = (h + 2 * p - k) // s + 1
@@ -164,11 +176,8 @@ def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
             xd = te.placeholder((1, c // icb, h, h, icb), name="X")
             wd = te.placeholder((oc // ocb, c // icb, k, k, icb, ocb), name="W")
             cdef = te.make_def([xd, wd], nn.conv2d_nchwc(xd, wd, s, p), "conv")
-            xc = np.ascontiguousarray(x.reshape(1, c // icb, icb, h, h).transpose(0, 1, 3, 4, 2))
-            wc = np.ascontiguousarray(
-                w.reshape(oc // ocb, ocb, c // icb, icb, k, k).transpose(0, 2, 4, 5, 3, 1)
-            )
-            row(f"conv NCHWc {label}", flops, cdef, [xc, wc], base, target, n_sweep)
+            arrays = [_blocked(x, icb), _blocked_weight(w, icb, ocb)]
+            row(f"conv NCHWc {label}", flops, cdef, arrays, base, target, n_sweep)
         if "nchw" in layouts:
             xd = te.placeholder((1, c, h, h), name="X")
             wd = te.placeholder((oc, c, k, k), name="W")
@@ -198,18 +207,22 @@ def bench_winograd(target: Target, n_sweep: int) -> None:
         row(f"winograd {c}x{h}x{h}", flops, cdef, arrays, base, target, n_sweep)
 
 
-MOBILENET_DW = [
+MOBILENET_DW = [  # (C, H, stride) of MobileNet-v2's depthwise convolutions
     (32, 112, 1),
-    (64, 112, 2),
-    (128, 56, 1),
-    (256, 28, 1),
-    (512, 14, 1),
-    (512, 14, 2),
-    (1024, 7, 1),
+    (96, 112, 2),
+    (144, 56, 1),
+    (144, 56, 2),
+    (192, 28, 1),
+    (384, 14, 1),
+    (576, 14, 2),
+    (960, 7, 1),
 ]
 
 
 def bench_depthwise(target: Target, n_sweep: int) -> None:
+    """Depthwise 3x3 convolutions: the NCHW8c template (one vector per tap) next to the NCHW
+    template's default schedule and PyTorch (NCHW); the NCHW template's own row follows."""
+    lanes = target.vector_lanes()
     for c, h, s in MOBILENET_DW:
         oh = (h + 2 - 3) // s + 1
         flops = 2.0 * c * oh * oh * 9
@@ -217,8 +230,15 @@ def bench_depthwise(target: Target, n_sweep: int) -> None:
         w = np.random.rand(c, 1, 3, 3).astype(np.float32)
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, 1, 3, 3), name="W")
         cdef = te.make_def([xd, wd], nn.depthwise_conv2d_nchw(xd, wd, s, 1), "dw")
-        base = {"torch": _torch_conv(x, w, s, 1, groups=c)} if torch is not None else {}
-        row(f"depthwise {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
+        base = {"nchw": build_kernel(cdef, None, target).bind(x, w)}
+        if torch is not None:
+            base["torch"] = _torch_conv(x, w, s, 1, groups=c)
+        xb = te.placeholder((1, c // lanes, h, h, lanes), name="X")
+        wb = te.placeholder((c // lanes, 1, 3, 3, 1, lanes), name="W")
+        blocked = te.make_def([xb, wb], nn.depthwise_conv2d_nchwc(xb, wb, s, 1), "dw")
+        arrays = [_blocked(x, lanes), _blocked_weight(w, 1, lanes)]
+        row(f"depthwise NCHW8c {c}x{h}x{h} s{s}", flops, blocked, arrays, base, target, n_sweep)
+        row(f"depthwise NCHW   {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
 
 
 MOBILENET_1X1 = [  # (C, OC, H) of MobileNet-v2's pointwise convolutions, expand and project
@@ -234,15 +254,23 @@ MOBILENET_1X1 = [  # (C, OC, H) of MobileNet-v2's pointwise convolutions, expand
 
 
 def bench_pointwise(target: Target, n_sweep: int) -> None:
-    """1x1 convolutions on NCHW data: the pointwise GEMM template next to the direct NCHW
+    """1x1 convolutions: on NCHW data the pointwise GEMM template, on NCHW8c data the direct
+    NCHWc template (register tiles over several output blocks), each next to the direct NCHW
     kernel's default schedule and PyTorch."""
+    lanes = target.vector_lanes()
     for c, oc, h in MOBILENET_1X1:
         x = np.random.rand(1, c, h, h).astype(np.float32)
         w = np.random.rand(oc, c, 1, 1).astype(np.float32)
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((oc, c, 1, 1), name="W")
         base = _direct_and_torch(xd, wd, x, w, 0, target)
+        flops = 2.0 * c * oc * h * h
         cdef = te.make_def([xd, wd], nn.conv2d_1x1_nchw(xd, wd), "pointwise")
-        row(f"pointwise {c}->{oc} {h}x{h}", 2.0 * c * oc * h * h, cdef, [x, w], base, target, n_sweep)
+        row(f"pointwise NCHW   {c}->{oc} {h}x{h}", flops, cdef, [x, w], base, target, n_sweep)
+        xb = te.placeholder((1, c // lanes, h, h, lanes), name="X")
+        wb = te.placeholder((oc // lanes, c // lanes, 1, 1, lanes, lanes), name="W")
+        blocked = te.make_def([xb, wb], nn.conv2d_nchwc(xb, wb, 1, 0), "pointwise")
+        arrays = [_blocked(x, lanes), _blocked_weight(w, lanes, lanes)]
+        row(f"pointwise NCHW8c {c}->{oc} {h}x{h}", flops, blocked, arrays, base, target, n_sweep)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,8 @@
 """Direct (im2col-free) convolution templates: NCHW[x]c and NCHW (depthwise ones: `depthwise`).
 
 Both keep a register tile of output accumulators in a local buffer computed at the output's
-tile loop: NCHWc tiles output width x the channel block (the channel block is the vector, the
-input pixel is broadcast, the weight block is a contiguous vector load); NCHW tiles output
+tile loop: NCHWc tiles output width x one or more channel blocks (a channel block is the vector,
+the input pixel is broadcast, the weight block is a contiguous vector load); NCHW tiles output
 channels x output width (width is the vector, weights are broadcast). Padding is either a
 separate parallel pass into a workspace ("root") or inlined into the inner loop as a select.
 """
