@@ -48,11 +48,21 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int) -> str | N
 def measure_pipelines(model: Model, target: str, threads: int,
                       candidates: tuple[str, ...] = CANDIDATES) -> PipelineChoice:
     """Build `model` with each candidate pipeline and default schedules; the fastest, timed
-    interleaved (candidates that build the same kernels still cost one build each)."""
-    exes = [build_model(model, None, target, threads=threads, pipeline=p) for p in candidates]
-    times = time_interleaved(exes, run_inputs(exes[0], model), rounds=9)
-    best = min(range(len(candidates)), key=lambda i: times[i])
-    return PipelineChoice(candidates[best], "measured", dict(zip(candidates, times)))
+    interleaved (candidates that build the same kernels still cost one build each). A candidate
+    that does not build for this model drops out; when none builds, the first one's error is raised."""
+    from autorelay.errors import AutoRelayError
+
+    built, errors = [], []
+    for p in candidates:
+        try:
+            built.append((p, build_model(model, None, target, threads=threads, pipeline=p)))
+        except AutoRelayError as e:
+            errors.append(e)
+    if not built:
+        raise errors[0]
+    times = time_interleaved([exe for _, exe in built], run_inputs(built[0][1], model), rounds=9)
+    latencies = {p: t for (p, _), t in zip(built, times)}
+    return PipelineChoice(min(latencies, key=latencies.__getitem__), "measured", latencies)
 
 
 def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int) -> PipelineChoice:

@@ -58,3 +58,21 @@ def test_tune_records_its_pipeline_and_compile_auto_reuses_it(tmp_path):
         assert run.info["pipeline"] == "nchwc" and run.info["pipeline_choice"] == "given"
         res = compile_model(model, db, "llvm", threads=1, pipeline="auto")
     assert res.pipeline == "nchwc" and res.source_counts.get("tuned", 0) >= 1
+
+
+def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
+    import search.pipeline_choice as pc
+    from autorelay.build_module import BuildError
+
+    real = pc.build_model
+
+    def build(model, source, target, *, threads, pipeline):
+        if pipeline == "nchwc":
+            raise BuildError("no NCHWc compute for this op")
+        return real(model, source, target, threads=threads, pipeline=pipeline)
+
+    monkeypatch.setattr(pc, "build_model", build)
+    choice = pc.measure_pipelines(load_model("mlp"), "llvm", 1)
+    assert choice.pipeline == "default" and set(choice.latencies) == {"default"}
+    with pytest.raises(BuildError, match="no NCHWc compute"):
+        pc.measure_pipelines(load_model("mlp"), "llvm", 1, candidates=("nchwc",))
