@@ -162,6 +162,16 @@ def _blocked_weight(w: np.ndarray, ib: int, ob: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(oc // ob, ob, ic // ib, ib, kh, kw).transpose(0, 2, 4, 5, 3, 1))
 
 
+def _blocked_def(declare: Callable, stride: int, pad: int, x: np.ndarray, w: np.ndarray,
+                 blocks: tuple[int, int, int]) -> tuple[te.ComputeDef, list[np.ndarray]]:
+    """`declare(X, W, stride, pad)` on NCHW{b}c data and OIHW{ib}i{ob}o weights (`blocks` = (b, ib,
+    ob)), with `x` and `w` (NCHW, OIHW) packed to match."""
+    b, ib, ob = blocks
+    arrays = [_blocked(x, b), _blocked_weight(w, ib, ob)]
+    xd, wd = te.placeholder(arrays[0].shape, name="X"), te.placeholder(arrays[1].shape, name="W")
+    return te.make_def([xd, wd], declare(xd, wd, stride, pad), "blocked"), arrays
+
+
 def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
     for c, h, oc, k, s, p in RESNET:
         oh = (h + 2 * p - k) // s + 1
@@ -173,10 +183,7 @@ def bench_conv(target: Target, n_sweep: int, layouts=("nchwc", "nchw")) -> None:
         if "nchwc" in layouts:
             lanes = target.vector_lanes()
             icb, ocb = min(c, lanes), min(oc, 2 * lanes)
-            xd = te.placeholder((1, c // icb, h, h, icb), name="X")
-            wd = te.placeholder((oc // ocb, c // icb, k, k, icb, ocb), name="W")
-            cdef = te.make_def([xd, wd], nn.conv2d_nchwc(xd, wd, s, p), "conv")
-            arrays = [_blocked(x, icb), _blocked_weight(w, icb, ocb)]
+            cdef, arrays = _blocked_def(nn.conv2d_nchwc, s, p, x, w, (icb, icb, ocb))
             row(f"conv NCHWc {label}", flops, cdef, arrays, base, target, n_sweep)
         if "nchw" in layouts:
             xd = te.placeholder((1, c, h, h), name="X")
@@ -233,10 +240,7 @@ def bench_depthwise(target: Target, n_sweep: int) -> None:
         base = {"nchw": build_kernel(cdef, None, target).bind(x, w)}
         if torch is not None:
             base["torch"] = _torch_conv(x, w, s, 1, groups=c)
-        xb = te.placeholder((1, c // lanes, h, h, lanes), name="X")
-        wb = te.placeholder((c // lanes, 1, 3, 3, 1, lanes), name="W")
-        blocked = te.make_def([xb, wb], nn.depthwise_conv2d_nchwc(xb, wb, s, 1), "dw")
-        arrays = [_blocked(x, lanes), _blocked_weight(w, 1, lanes)]
+        blocked, arrays = _blocked_def(nn.depthwise_conv2d_nchwc, s, 1, x, w, (lanes, 1, lanes))
         row(f"depthwise NCHW8c {c}x{h}x{h} s{s}", flops, blocked, arrays, base, target, n_sweep)
         row(f"depthwise NCHW   {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
 
@@ -266,10 +270,7 @@ def bench_pointwise(target: Target, n_sweep: int) -> None:
         flops = 2.0 * c * oc * h * h
         cdef = te.make_def([xd, wd], nn.conv2d_1x1_nchw(xd, wd), "pointwise")
         row(f"pointwise NCHW   {c}->{oc} {h}x{h}", flops, cdef, [x, w], base, target, n_sweep)
-        xb = te.placeholder((1, c // lanes, h, h, lanes), name="X")
-        wb = te.placeholder((oc // lanes, c // lanes, 1, 1, lanes, lanes), name="W")
-        blocked = te.make_def([xb, wb], nn.conv2d_nchwc(xb, wb, 1, 0), "pointwise")
-        arrays = [_blocked(x, lanes), _blocked_weight(w, lanes, lanes)]
+        blocked, arrays = _blocked_def(nn.conv2d_nchwc, 1, 0, x, w, (lanes, lanes, lanes))
         row(f"pointwise NCHW8c {c}->{oc} {h}x{h}", flops, blocked, arrays, base, target, n_sweep)
 
 
