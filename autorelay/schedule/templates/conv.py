@@ -41,6 +41,11 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
     return steps, out, red.name, red
 
 
+def _padded(cdef: ComputeDef) -> bool:
+    """Whether the convolution has a padding stage (the `pad` knob then chooses root or inline)."""
+    return any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
+
+
 def _width_tiles(ow: int, limit: int) -> list[int]:
     return sorted(
         {t for t in (1, 2, 3, 4, 5, 6, 7, 8, 12, 14, 16, 28) if t <= limit and t <= ow} | {min(ow, limit)}
@@ -66,7 +71,6 @@ class Conv2dNCHWcTemplate(Template):
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
         ow = red.shape[3]  # type: ignore[union-attr]
-        padded = any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
         return Space(
             self.name,
             (
@@ -74,7 +78,7 @@ class Conv2dNCHWcTemplate(Template):
                 Knob("tile_oc_blocks", self._block_tiles(red)),  # type: ignore[arg-type]
                 Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
                 Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline") if padded else ("inline",)),
+                Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
             ),
         )
 
@@ -92,9 +96,8 @@ class Conv2dNCHWcTemplate(Template):
                 score = tow * tb / (tow + tb) / tile_waste(ow, tow)
                 if score > best[0]:
                     best = (score, tb, tow)
-        padded = any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
         knobs = (("tile_ow", best[2]), ("tile_oc_blocks", best[1]), ("reduce_order", "c_hw_ci"),
-                 ("unroll_kw", 1), ("pad", "root" if padded else "inline"))
+                 ("unroll_kw", 1), ("pad", "root" if _padded(cdef) else "inline"))
         return Config(self.name, knobs)
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
