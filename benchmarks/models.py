@@ -169,7 +169,7 @@ def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any],
     mod, params = zoo.get(name, **options)
     inputs = zoo.random_inputs(mod, params)
     model = Model(name, mod, params, inputs)
-    pipeline = choose_pipeline(pipeline, model, db, "llvm", threads).pipeline
+    pipeline = choose_pipeline(pipeline, model, db, "llvm", threads).pipeline  # rebuilt below: timed
     source = None if db is None else schedule_source(db, model, threads=threads, pipeline=pipeline)
     t0 = time.perf_counter()
     exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=pipeline)

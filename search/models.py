@@ -156,8 +156,9 @@ def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads
 
     t0 = time.perf_counter()
     if db is None:
-        pipeline = choose_pipeline(pipeline, model, None, target, threads).pipeline
-        exe = build_model(model, None, target, threads=threads, pipeline=pipeline)
+        choice = choose_pipeline(pipeline, model, None, target, threads, keep_build=True)
+        pipeline = choice.pipeline
+        exe = choice.exe or build_model(model, None, target, threads=threads, pipeline=pipeline)
     else:
         handle, own = open_db(db)
         try:

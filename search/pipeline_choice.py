@@ -27,6 +27,7 @@ class PipelineChoice:
     pipeline: str
     how: str  # "given" (named by the user), "logged" (an earlier run's pick), "measured"
     latencies: dict[str, float] = field(default_factory=dict)  # seconds per candidate, when measured
+    exe: Any = None  # the measured winner's default-schedule build, when asked to keep it
 
     def describe(self) -> str:
         if self.how != "measured":
@@ -46,10 +47,11 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int) -> str | N
 
 
 def measure_pipelines(model: Model, target: str, threads: int,
-                      candidates: tuple[str, ...] = CANDIDATES) -> PipelineChoice:
+                      candidates: tuple[str, ...] = CANDIDATES, keep_build: bool = False) -> PipelineChoice:
     """Build `model` with each candidate pipeline and default schedules; the fastest, timed
     interleaved (candidates that build the same kernels still cost one build each). A candidate
-    that does not build for this model drops out; when none builds, the first one's error is raised."""
+    that does not build for this model drops out; when none builds, the first one's error is raised.
+    `keep_build`: the choice keeps the winner's build, for a caller that wants exactly that build."""
     from autorelay.errors import AutoRelayError
 
     built, errors = [], []
@@ -62,18 +64,21 @@ def measure_pipelines(model: Model, target: str, threads: int,
         raise errors[0]
     times = time_interleaved([exe for _, exe in built], run_inputs(built[0][1], model), rounds=9)
     latencies = {p: t for (p, _), t in zip(built, times)}
-    return PipelineChoice(min(latencies, key=latencies.__getitem__), "measured", latencies)
+    best = min(latencies, key=latencies.__getitem__)
+    return PipelineChoice(best, "measured", latencies, dict(built)[best] if keep_build else None)
 
 
-def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int) -> PipelineChoice:
+def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int,
+                    keep_build: bool = False) -> PipelineChoice:
     """Resolve `pipeline`: a name stands for itself; `auto` is the log's pick for this model
-    (`db` may be None: no log) or, when there is none, the measured fastest candidate."""
+    (`db` may be None: no log) or, when there is none, the measured fastest candidate (with its
+    default-schedule build when `keep_build`)."""
     if pipeline != AUTO:
         return PipelineChoice(pipeline, "given")
     logged = logged_pipeline(db, model, target, threads) if db is not None else None
     if logged is not None:
         return PipelineChoice(logged, "logged")
-    return measure_pipelines(model, target, threads)
+    return measure_pipelines(model, target, threads, keep_build=keep_build)
 
 
 __all__ = ["AUTO", "CANDIDATES", "PipelineChoice", "choose_pipeline", "logged_pipeline", "measure_pipelines"]

@@ -76,3 +76,20 @@ def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
     assert choice.pipeline == "default" and set(choice.latencies) == {"default"}
     with pytest.raises(BuildError, match="no NCHWc compute"):
         pc.measure_pipelines(load_model("mlp"), "llvm", 1, candidates=("nchwc",))
+
+
+def test_compile_without_a_log_reuses_the_measured_winner_build(monkeypatch):
+    import search.pipeline_choice as pc
+
+    builds = []
+    real = pc.build_model
+
+    def counting(model, source, target, *, threads, pipeline):
+        builds.append(pipeline)
+        return real(model, source, target, threads=threads, pipeline=pipeline)
+
+    monkeypatch.setattr(pc, "build_model", counting)
+    monkeypatch.setattr("search.models.build_model", counting)
+    res = compile_model(load_model("mlp"), None, "llvm", threads=1, pipeline="auto")
+    assert sorted(builds) == sorted(CANDIDATES)  # one build per candidate, none after the choice
+    assert res.pipeline in CANDIDATES
