@@ -28,6 +28,7 @@ _LAZY = {
     "structural_hash": "autorelay.ir.structural",
     "assert_structural_equal": "autorelay.ir.structural",
     "infer_types": "autorelay.typing",
+    "infer_expr": "autorelay.typing",
     "evaluate": "autorelay.runtime.interpreter",
     "Interpreter": "autorelay.runtime.interpreter",
     "gradient": "autorelay.transform.gradient",
@@ -37,7 +38,15 @@ _LAZY = {
 }
 
 
+# Subpackages reachable as attributes (`autorelay.frontend.from_onnx`, `autorelay.transform.pipeline`),
+# as `tvm.relay.frontend` is, imported on first use.
+_SUBPACKAGES = ("codegen", "frontend", "ir", "lower", "op", "runtime", "schedule", "target", "te", "tir",
+                "transform", "typing")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"autorelay.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'autorelay' has no attribute {name!r}")

@@ -6,13 +6,14 @@ runtime.
     out = exe(data)                      # or exe.run(data=data)
     print(exe.profile())                 # every kernel: workload key, config source, time share
 
-Order of work: send programs with control flow to the VM (or AoT) by `executor`; bind `params`
-as constants (so weight folding passes see them); run the named pipeline (which ends in FuseOps); then for
-each primitive function called from `@main`, in dependency order: lower it to a compute DAG, ask
-`schedules.lookup(workload_key, target)` for a config (None: the template's heuristic default),
-compile it (the kernel cache makes a repeated workload free), and record a plan step. A function
-whose ops lack computes — or whose kernel cannot be scheduled — becomes a fallback step running the
-ops' NumPy references, marked "fallback" with the reason in the report.
+Order of work: resolve the target (`autorelay.codegen.resolve_target`); pick the pipeline (the one
+given, else the one the schedule source logged for this model, else `default`); prepare the module
+once (`autorelay.transform.prepare`: bind `params` as constants so weight folding sees them, push
+invariant weights into recursive globals, run the pipeline ending in FuseOps); then hand it to the
+executor: the graph executor for dataflow programs, the VM (or AoT) for control flow. Every executor
+turns each fused primitive function into kernels with `autorelay.primitive.compile_primitive` (the
+one schedule choice, the one compile seam); a function whose ops lack computes — or whose kernel
+cannot be scheduled — runs the ops' NumPy references, marked "fallback" in the report.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.target import Target
-from autorelay.errors import AutoRelayError, ScheduleError
+from autorelay.codegen import resolve_target
+from autorelay.errors import AutoRelayError
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import (
     Call,
@@ -46,33 +47,25 @@ from autorelay.ir.expr import (
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import post_order
-from autorelay.kernel import Kernel, build_kernel
-from autorelay.lower import NoCompute, describe_workload, lower, workload_key
-from autorelay.lower.relayout import packed_shape, relayout_compute
+from autorelay.kernel import Kernel, compile_kernel
+from autorelay.lower import model_key, workload_key
+from autorelay.lower.relayout import relayout_compute
+from autorelay.primitive import PrimitiveKernels, compile_primitive
+from autorelay.runtime import aot, vm
 from autorelay.runtime.executable import Executable, KernelArtifact
 from autorelay.runtime.fallback import ReferenceFunction, op_names
-from autorelay.runtime.graph_executor import GraphPlan
+from autorelay.runtime.graph_executor import GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
-from autorelay.schedule.source import lookup_schedule
-from autorelay.schedule.space import Config
-from autorelay.schedule.state import relayout
-from autorelay.schedule.templates import check_in_space
-from autorelay.transform.bind import bind_params
+from autorelay.schedule.relayout import packed_shape, relayout
+from autorelay.schedule.source import PipelineSource, ScheduleSource
+from autorelay.target import Target
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 
 
 class BuildError(AutoRelayError):
     """The model cannot be built by this backend (control flow, dynamic shapes, …)."""
-
-
-def _target(target: str | Target, threads: int) -> tuple[Target, str]:
-    if isinstance(target, Target):
-        tgt = target.with_threads(threads)
-    elif isinstance(target, str) and target.split()[:1] == ["llvm"]:
-        tgt = Target.host(threads)
-    else:
-        raise BuildError(f"build: unsupported target {target!r} (only 'llvm' for the CPU so far)")
-    return tgt, tgt.tuning_name()
 
 
 def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
@@ -128,15 +121,15 @@ def _wrap_op(call: Call) -> tuple[Function, list[Expr]]:
 class _GraphBuilder:
     """Turns a fused `@main` into a plan, compiling one kernel per distinct workload."""
 
-    def __init__(self, target: Target, target_name: str, schedules: Any) -> None:
-        self.target, self.target_name, self.schedules = target, target_name, schedules
+    def __init__(self, target: Target, schedules: ScheduleSource | None) -> None:
+        self.target, self.schedules = target, schedules
         self.slots: list[Slot] = []
         self.steps: list[Step] = []
         self.consts: list[np.ndarray] = []
         self.kernels: list[Kernel] = []
         self.kernel_index: dict[tuple[str, int], int] = {}
         self.pack_kernels: dict[tuple, int] = {}
-        self.choices: dict[str, tuple[Any, str, str]] = {}  # key -> (lowered | None, source, detail)
+        self.compiled: dict[str, PrimitiveKernels] = {}  # workload key -> its kernels
         self.functions: list[Function] = []
         self.values: dict[int, Any] = {}  # expr id -> slot id | list (tuple value)
 
@@ -200,25 +193,24 @@ class _GraphBuilder:
         ret = site.checked_type if site.has_checked_type else fn.ret_type
         out_types = _tensor_types(ret, f"the result of {'+'.join(op_names(fn)) or 'a function'}")
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
-        key = workload_key(fn)
-        choice = self.choose(key, fn)
-        name = "_".join(n.split(".")[-1] for n in op_names(fn)) or "identity"
-        lowered, source, detail = choice
-        if lowered is None:
+        prim = self.compile(fn)
+        key, name = prim.key, prim.name
+        if prim.lowered is None:
             self.functions.append(fn)
             self.steps.append(Step("fallback", name, _flatten(arg_slots), out_slots,
                                    function=len(self.functions) - 1,
-                                   workload_key=key, source="fallback", detail=detail))
+                                   workload_key=key, source="fallback", detail=prim.detail))
         else:
             consts = _constants(fn)
-            if len(consts) != sum(1 for src in lowered.sources if src.kind == "const"):
+            if len(consts) != sum(1 for src in prim.lowered.sources if src.kind == "const"):
                 raise BuildError(f"build: constants of {name} do not line up with its lowering")
             for k, o in enumerate(out_slots):
                 kid = self.kernel_index[(key, k)]
                 kern = self.kernels[kid]
-                ins = self.kernel_inputs(kern, lowered, arg_slots, consts)
+                ins = self.kernel_inputs(kern, prim.lowered, arg_slots, consts)
                 self.steps.append(Step("kernel", name if len(out_slots) == 1 else f"{name}.{k}", ins, [o],
-                                       kernel=kid, workload_key=key, source=source, detail=detail))
+                                       kernel=kid, workload_key=key, source=prim.source,
+                                       detail=prim.detail))
         return out_slots if isinstance(ret, TupleType) else out_slots[0]
 
     def kernel_inputs(self, kern: Kernel, lowered: Any, arg_slots: list[Any],
@@ -246,7 +238,7 @@ class _GraphBuilder:
         cache_key = (shape, dtype, tuple(map(tuple, ops)))
         if cache_key not in self.pack_kernels:
             cdef = relayout_compute(shape, dtype, ops)
-            self.kernels.append(build_kernel(cdef, None, self.target))
+            self.kernels.append(compile_kernel(cdef, None, self.target))
             self.pack_kernels[cache_key] = len(self.kernels) - 1
         kid = self.pack_kernels[cache_key]
         p = self.slot(packed_shape(shape, ops), dtype, "temp")
@@ -254,45 +246,16 @@ class _GraphBuilder:
                                detail=f"re-layout {list(shape)} for a blocked read: {ops}"))
         return p
 
-    def choose(self, key: str, fn: Function) -> tuple[Any, str, str]:
-        """Lower and compile a workload once: (lowered | None for fallback, config source, detail)."""
-        if key in self.choices:
-            return self.choices[key]
-        try:
-            lowered = lower(fn)
-        except NoCompute as e:
-            self.choices[key] = (None, "fallback", f"no compute: {e}")
-            return self.choices[key]
-        config, source = self.lookup(key, fn)
-        detail = ""
-        try:
-            if config is not None:  # a logged config may predate a change of its template
-                check_in_space(lowered.cdef, config, self.target)
-            kernels = self.compile(lowered, config)
-        except ScheduleError as e:
-            if config is None:
-                self.choices[key] = (None, "fallback", f"default schedule failed: {e}")
-                return self.choices[key]
-            detail = f"logged config rejected ({e}); "
-            source, kernels = "default", self.compile(lowered, None)
-        for k, kern in enumerate(kernels):
-            self.kernels.append(kern)
-            self.kernel_index[(key, k)] = len(self.kernels) - 1
-        detail += _config_text(kernels[0], config)
-        self.choices[key] = (lowered, source, detail)
-        return self.choices[key]
-
-    def compile(self, lowered: Any, config: Config | None) -> list[Kernel]:
-        cdef = lowered.cdef
-        if len(cdef.outputs) == 1:
-            return [build_kernel(cdef, config, self.target)]
-        from autorelay.te.tensor import ComputeDef
-
-        return [build_kernel(ComputeDef(cdef.inputs, (o,), f"{cdef.name}_{k}"), config,
-                             self.target) for k, o in enumerate(cdef.outputs)]
-
-    def lookup(self, key: str, fn: Function) -> tuple[Config | None, str]:
-        return lookup_schedule(self.schedules, key, self.target_name, describe_workload(fn))
+    def compile(self, fn: Function) -> PrimitiveKernels:
+        """A workload's kernels, compiled once per distinct workload key."""
+        key = workload_key(fn)
+        if key not in self.compiled:
+            prim = self.compiled[key] = compile_primitive(fn, self.schedules, self.target,
+                                                          split_outputs=True)
+            for k, kern in enumerate(prim.kernels):
+                self.kernels.append(kern)
+                self.kernel_index[(key, k)] = len(self.kernels) - 1
+        return self.compiled[key]
 
 
 def _dataflow_children(node: Expr) -> list[Expr]:
@@ -319,21 +282,21 @@ def _constants(fn: Function) -> list[np.ndarray]:
 
 
 def _ws_bytes(k: Kernel) -> int:
-    from autorelay.runtime.graph_executor import KernelSpec
 
     return KernelSpec(k.module.key, [(b.shape, b.dtype) for b in k.func.workspaces]).workspace_offsets[1]
 
 
-def _config_text(k: Kernel, config: Config | None) -> str:
-    if config is not None:
-        return f"{config.template} {config.as_dict()}"
-    from autorelay.schedule.templates import template_for
-
-    try:
-        tmpl = template_for(k.cdef)
-        return f"{tmpl.name} {tmpl.default(k.cdef, k.target).as_dict()}"
-    except Exception:
-        return "explicit steps"
+def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Target,
+                    pipeline: str | Pipeline | None) -> str | Pipeline:
+    """The pipeline to build with: the one given, else the one the schedule source logged for this
+    model on this target (what `autorelay tune --pipeline auto` picked), else `default`."""
+    if pipeline is not None:
+        return pipeline
+    if isinstance(schedules, PipelineSource):
+        logged = schedules.pipeline_for(model_key(mod), str(target))
+        if logged is not None:
+            return logged
+    return "default"
 
 
 @deep
@@ -341,10 +304,10 @@ def build(
     mod: IRModule | Function,
     target: str | Target = "llvm",
     params: Mapping[str, np.ndarray] | None = None,
-    schedules: Any = None,
-    pipeline: str | Any = "default",
+    schedules: ScheduleSource | None = None,
+    pipeline: str | Pipeline | None = None,
     *,
-    threads: int = 1,
+    threads: int | None = None,
     executor: str = "auto",
 ) -> Any:
     """Compile a model into an executable (see the module docstring).
@@ -353,35 +316,39 @@ def build(
     closures, recursion, ADTs), "aot" (first-order loops compiled to native code), or "auto"
     (graph for dataflow, otherwise the VM).
 
-    `schedules`: an object with `lookup(workload_key, target) -> config dict | None` (e.g. a
-    `tuning_db` ScheduleSource) or None for heuristic defaults. `pipeline`: a pipeline name
-    (`autorelay.transform.PIPELINES`) or a Pipeline value. `threads`: kernel threads (changeable
-    later with `exe.set_threads`).
+    `target`: a target string (``llvm``, ``llvm -mcpu=znver3 -threads=2``) or `Target`.
+    `schedules`: a `ScheduleSource` (e.g. `tuning_db.open().schedule_source("llvm")`) or None for
+    heuristic defaults. `pipeline`: a name (`autorelay.transform.PIPELINES`), a Pipeline value, or
+    None for the one the source logged for this model (else `default`). `threads`: kernel threads
+    (default: the target string's `-threads=`, else every core of this machine; the VM and AoT run
+    one thread unless told otherwise, since their fused kernel blocks are single-threaded).
     """
-    from autorelay.transform.pipelines import pipeline as named_pipeline
-
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
     if executor not in ("auto", "graph", "vm", "aot"):
         raise BuildError(f"build: unknown executor {executor!r}; use auto, graph, vm or aot")
     if executor == "auto":
         executor = "graph" if control_flow_reason(mod) is None else "vm"
+    if executor == "graph":
+        check_dataflow(mod)
+    serial = executor != "graph" and threads is None and "-threads=" not in str(target)
+    tgt = resolve_target(target, 1 if serial else threads)
+    chosen = choose_pipeline(mod, schedules, tgt, pipeline)
+    exe = build_prepared(prepare(mod, params, chosen), tgt, schedules, executor=executor)
+    exe.pipeline = chosen if isinstance(chosen, str) else "custom"
+    return exe
+
+
+def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource | None = None, *,
+                   executor: str = "graph") -> Any:
+    """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
+    what `build` does after preparing. The tuner prepares a model once and builds it from here."""
     if executor == "vm":
-        from autorelay.runtime import vm
-
-        return vm.compile(mod, target, params=params, schedules=schedules, pipeline=pipeline, threads=threads)
+        return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":
-        from autorelay.runtime import aot
-
-        return aot.compile(mod, target, params=params, schedules=schedules, pipeline=pipeline)
-    tgt, target_name = _target(target, threads)
-    check_dataflow(mod)
-    if params:
-        mod = bind_params(mod, params)
-    pipe = named_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-    mod = pipe(mod)
-    builder = _GraphBuilder(tgt, target_name, schedules)
-    plan = builder.build(mod["main"])
+        return aot.from_prepared(prepared, aot.KernelTable(target, schedules))
+    builder = _GraphBuilder(target, schedules)
+    plan = builder.build(prepared["main"])
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
     funcs = [ReferenceFunction(f) for f in builder.functions]
-    return Executable(plan, artifacts, builder.consts, builder.functions, funcs, tgt)
+    return Executable(plan, artifacts, builder.consts, builder.functions, funcs, target)

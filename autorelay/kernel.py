@@ -1,10 +1,17 @@
-"""Kernel API: build one compute (an operator or a fused function) under a config and run it on
-NumPy arrays. Used by tests, benchmarks and the measurement workers.
+"""The one way to compile a kernel, and the kernel the CPU runtime calls.
 
-`build_kernel(compute, config, target)` lowers, compiles (through the kernel cache) and returns a
-`Kernel`. `Kernel.run(*arrays)` is the convenient call; `Kernel.bind(*arrays)` re-lays-out the
-inputs once (packing constant weights), allocates the outputs and workspaces, precomputes the
-buffer addresses and returns a `BoundKernel` whose `__call__` costs one ctypes call per segment.
+`compile_kernel(compute, config, target)` = `load_kernel(emit_kernel(compute, config, target))`:
+
+* `emit_kernel` (pure) expands the config into schedule steps (None: the template's heuristic
+  default), applies them to the compute (loop IR) and has the target's backend emit its code — a
+  `KernelCode`, plain data that pickles (the tuner's builder process hands it to a runner);
+* `load_kernel` has the backend load that code (through the kernel cache, in memory and optionally
+  on disk) and returns a runnable `Kernel`.
+
+The graph executor, the VM, AoT, the measurement workers, tests and benchmarks all compile here.
+`Kernel.run(*arrays)` is the convenient call; `Kernel.bind(*arrays)` re-lays-out the inputs once
+(packing constant weights), allocates the outputs and workspaces, precomputes the buffer addresses
+and returns a `BoundKernel` whose `__call__` costs one ctypes call per segment.
 """
 
 from __future__ import annotations
@@ -16,27 +23,61 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.emit import emit_module
-from autorelay.codegen.llvm.jit import CompiledModule, compile_ir
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen import backend_for, resolve_target
+from autorelay.codegen.base import BackendCode
+from autorelay.codegen.llvm.jit import CompiledModule
 from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.schedule.apply import apply
+from autorelay.schedule.relayout import relayout
 from autorelay.schedule.space import Config
-from autorelay.schedule.state import relayout
 from autorelay.schedule.steps import Step
+from autorelay.schedule.templates import template_for
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor, make_def, topo_order
 from autorelay.tir.nodes import PrimFunc
 from autorelay.tir.printer import func_str, structural_hash
 
 
-@dataclass(eq=False)
-class Kernel:
+@dataclass(frozen=True, eq=False)
+class KernelCode:
+    """What `emit_kernel` produces: the scheduled loop IR and the backend's code for it."""
+
     cdef: ComputeDef
     func: PrimFunc
     steps: tuple[Step, ...]
     relayouts: dict[str, list]
+    code: BackendCode
+    key: str  # structural hash of the loop IR and the target's code-changing part
+    target: Target
+
+    @property
+    def nbuffers(self) -> int:
+        return len(self.func.params) + len(self.func.workspaces)
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A loaded kernel: its code and the backend module whose entry points run it."""
+
+    code: KernelCode
     module: CompiledModule
     target: Target
+
+    @property
+    def cdef(self) -> ComputeDef:
+        return self.code.cdef
+
+    @property
+    def func(self) -> PrimFunc:
+        return self.code.func
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return self.code.steps
+
+    @property
+    def relayouts(self) -> dict[str, list]:
+        return self.code.relayouts
 
     @property
     def loop_ir(self) -> str:
@@ -117,26 +158,19 @@ def as_compute_def(compute: Any) -> ComputeDef:
     if isinstance(compute, tuple) and len(compute) == 2:
         return make_def(compute[0], compute[1])
     raise TypeError(
-        f"build_kernel: expected a ComputeDef, an output Tensor or (inputs, outputs), got {compute!r}"
+        f"compile_kernel: expected a ComputeDef, an output Tensor or (inputs, outputs), got {compute!r}"
     )
 
 
-def build_kernel(
-    compute: Any,
-    config: Config | Sequence[Step] | None = None,
-    target: Target | None = None,
-    *,
-    cache_dir: str | None = None,
-) -> Kernel:
-    """Lower, compile and return a runnable kernel.
+def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
+                target: Target | str | None = None) -> KernelCode:
+    """Schedule a compute and emit its backend code (pure; see the module docstring).
 
     `config`: a template Config, an explicit tuple of Steps, or None for the template's heuristic
     default. Raises ScheduleError if the schedule is illegal for this compute.
     """
-    from autorelay.schedule.templates import template_for
-
     cdef = as_compute_def(compute)
-    target = target or Target.host()
+    target = resolve_target(target if target is not None else "llvm", None if target is not None else 1)
     if config is None:
         tmpl = template_for(cdef)
         steps = tmpl.steps(cdef, tmpl.default(cdef, target), target)
@@ -147,7 +181,18 @@ def build_kernel(
         steps = tuple(config)
     func, state = apply(cdef, steps)
     key = structural_hash(func, target.key())
-    symbol = f"k_{key[:16]}"
-    text, segs = emit_module(func, target, symbol)
-    module = compile_ir(text, segs, len(func.params) + len(func.workspaces), target, key, cache_dir)
-    return Kernel(cdef, func, tuple(steps), state.relayouts, module, target)
+    code = backend_for(target).emit(func, target, f"k_{key[:16]}")
+    return KernelCode(cdef, func, tuple(steps), state.relayouts, code, key, target)
+
+
+def load_kernel(code: KernelCode, cache_dir: str | None = None) -> Kernel:
+    """Load emitted code through the target's backend (and its kernel cache)."""
+    module = backend_for(code.target).load(code.code, code.nbuffers, code.target, code.key, cache_dir)
+    return Kernel(code, module, code.target)
+
+
+def compile_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
+                   target: Target | str | None = None, *, cache_dir: str | None = None) -> Kernel:
+    """Emit and load one kernel: `compute` is a ComputeDef, an output Tensor or (inputs, outputs);
+    `target` a Target or target string (None: the host CPU, one thread)."""
+    return load_kernel(emit_kernel(compute, config, target), cache_dir)

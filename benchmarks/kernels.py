@@ -35,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timing import limit_threads, median_times
 
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import ScheduleError
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.schedule.templates import template_for
+from autorelay.target import Target
 from autorelay.te import nn
 from autorelay.te import tensor as te
 
@@ -64,7 +65,7 @@ def sweep(cdef, target: Target, n: int, arrays: list[np.ndarray], seed: int = 0)
     best = None
     for cfg in cands:
         try:
-            bound = build_kernel(cdef, cfg, target).bind(*arrays)
+            bound = compile_kernel(cdef, cfg, target).bind(*arrays)
         except ScheduleError:
             continue
         t = median_times([bound], 3, 0.01, CLOCK)[0]
@@ -75,9 +76,9 @@ def sweep(cdef, target: Target, n: int, arrays: list[np.ndarray], seed: int = 0)
 
 def row(name: str, flops: float, cdef, arrays, baselines: dict[str, Callable], target: Target, n_sweep: int):
     tmpl = template_for(cdef)
-    default_k = build_kernel(cdef, None, target).bind(*arrays)
+    default_k = compile_kernel(cdef, None, target).bind(*arrays)
     _best_t, best_cfg = sweep(cdef, target, n_sweep, arrays) if n_sweep else (None, None)
-    best_k = build_kernel(cdef, best_cfg, target).bind(*arrays) if best_cfg is not None else default_k
+    best_k = compile_kernel(cdef, best_cfg, target).bind(*arrays) if best_cfg is not None else default_k
     fns = [default_k, best_k, *baselines.values()]
     times = median_times(fns, 7, clock=CLOCK)
     g = [flops / t / 1e9 for t in times]
@@ -143,7 +144,7 @@ def _torch_conv(x: np.ndarray, w: np.ndarray, s: int, p: int, groups: int = 1):
 def _direct_and_torch(xd, wd, x: np.ndarray, w: np.ndarray, pad: int, target: Target) -> dict[str, Callable]:
     """Baselines of a stride-1 NCHW conv computed another way: the direct NCHW kernel under its
     default schedule, and PyTorch's conv2d when installed."""
-    direct = build_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, 1, pad), "conv"), None, target)
+    direct = compile_kernel(te.make_def([xd, wd], nn.conv2d_nchw(xd, wd, 1, pad), "conv"), None, target)
     base: dict[str, Callable] = {"direct": direct.bind(x, w)}
     if torch is not None:
         base["torch"] = _torch_conv(x, w, 1, pad)
@@ -237,7 +238,7 @@ def bench_depthwise(target: Target, n_sweep: int) -> None:
         w = np.random.rand(c, 1, 3, 3).astype(np.float32)
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, 1, 3, 3), name="W")
         cdef = te.make_def([xd, wd], nn.depthwise_conv2d_nchw(xd, wd, s, 1), "dw")
-        base = {"nchw": build_kernel(cdef, None, target).bind(x, w)}
+        base = {"nchw": compile_kernel(cdef, None, target).bind(x, w)}
         if torch is not None:
             base["torch"] = _torch_conv(x, w, s, 1, groups=c)
         blocked, arrays = _blocked_def(nn.depthwise_conv2d_nchwc, s, 1, x, w, (lanes, 1, lanes))
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.threads != 1:
             ap.error("--clock cpu needs --threads 1 (spinning library threads would count as work)")
         CLOCK = time.process_time
-    target = Target.host(threads=args.threads)
+    target = host_target(threads=args.threads)
     limit_threads(args.threads)
     print(
         f"target {target.cpu} ({target.vector_bits}-bit vectors), {args.threads} threads; "

@@ -36,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from timing import limit_threads, median_times
 
 import tuning_db
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.ir.attrs import Attrs
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.op.winograd import conv_reference
+from autorelay.target import Target
 from autorelay.te import nn, winograd
 from autorelay.te import tensor as te
 from search.measure import Measurer, TimingSettings
@@ -176,10 +177,10 @@ def bench(task: Task, baseline: Callable[[], object] | None, base_name: str, tun
               f"re-measured {gf / res.best_cost:7.1f}  errors {res.errors or '-'}", flush=True)
         print(f"          best config {res.best_config.as_dict() if res.best_config else None}", flush=True)
     ins = task.inputs()
-    fns = [build_kernel(task.cdef, None, task.target).bind(*ins)]
+    fns = [compile_kernel(task.cdef, None, task.target).bind(*ins)]
     labels = ["default"]
     for name, res, *_ in rows:
-        fns.append(build_kernel(task.cdef, res.best_config, task.target).bind(*ins))
+        fns.append(compile_kernel(task.cdef, res.best_config, task.target).bind(*ins))
         labels.append(f"tuned-{name}")
     if baseline is not None:
         fns.append(baseline)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="dense,conv")
     args = ap.parse_args(argv)
-    target = Target.host(threads=args.threads)
+    target = host_target(threads=args.threads)
     limit_threads(args.threads)
     print(f"target {target.cpu} ({target.vector_bits}-bit vectors), {args.threads} threads, "
           f"{args.trials} trials per tuner", flush=True)

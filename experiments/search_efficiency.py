@@ -269,7 +269,7 @@ def history_gflops(db: Any, task: Task, trials: int) -> list[float]:
     """GFLOP/s of the first `trials` search measurements of `task` in the log, oldest first."""
     from search.tune import REMEASURE_TAG
 
-    recs = [r for r in db.history(task.key, task.target_str) if r.runner_version != REMEASURE_TAG]
+    recs = [r for r in db.history(task.key, str(task.target)) if r.runner_version != REMEASURE_TAG]
     return [trial_gflops(r.costs, r.error_kind is not None, task.flops) for r in recs[:trials]]
 
 
@@ -281,7 +281,7 @@ def default_gflops(db: Any, task: Task, tuners: Sequence[str], seeds: int) -> fl
     for tuner in tuners:
         for seed in range(seeds):
             tt = tagged(task, tuner, seed)
-            for r in db.history(tt.key, tt.target_str):
+            for r in db.history(tt.key, str(tt.target)):
                 if r.runner_version != REMEASURE_TAG and tt.config_from_json(r.config) == task.default:
                     found.append(trial_gflops(r.costs, r.error_kind is not None, task.flops))
     return max(found, default=math.nan)

@@ -98,12 +98,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from search.models import run_model
+    from search.models import open_db, run_model
 
     try:
         model, threads = _load(args)
-        res = run_model(model, args.db, args.target, threads=threads, pipeline=args.pipeline,
-                        repeat=args.repeat)
+        db, _ = open_db(args.db)  # like compile: the default log unless --db names another
+        with db:
+            res = run_model(model, db, args.target, threads=threads, pipeline=args.pipeline,
+                            repeat=args.repeat)
     except _errors() as e:
         return _fail("run", e)
     print(res.compile.exe.report)
@@ -120,7 +122,7 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
     p.add_argument("--image-size", type=int, default=None, metavar="S",
                    help="input height/width for zoo image models (smaller: faster)")
     p.add_argument("--threads", type=int, default=None, metavar="T",
-                   help="kernel threads (default: min(2, CPU count)); part of the tuning target")
+                   help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",
                    help="pass pipeline: default, nchwc, tune, O0, or auto (default): the one this model was "
                         "tuned with in the log, else the faster of default and nchwc, measured")
@@ -159,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=_cmd_compile)
 
     run = sub.add_parser("run", help="build a model and run it once: latency and the kernel report")
-    _model_args(run, "tuning log to take schedules from (default: none, heuristic defaults)")
+    _model_args(run, log_help + "data directory)")
     run.add_argument("--repeat", type=int, default=10, help="timed calls after the first (median shown)")
     run.set_defaults(func=_cmd_run)
 

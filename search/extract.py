@@ -5,10 +5,12 @@ the weights, the named pipeline ending in FuseOps), lowers each fused primitive 
 from `@main`, and returns one `ModelTask` per distinct workload with how often it occurs and its
 share of the model's FLOPs.
 
-The one thing that must hold: a task's `key`, `workload` and `target_str` are the names
+The one thing that must hold: a task's `key`, `workload` and `str(target)` are the names
 `autorelay.build` asks the tuning log about (`autorelay.lower.workload_key(fn)` and
-`describe_workload(fn)`, and the tuning target via `BoundSource`), so whatever the tuner logs
-under them is what the next build applies. A kernel-level `search.task.kernel_task` names its
+`describe_workload(fn)`, and the canonical target string), so whatever the tuner logs under them is
+what the next build applies. `extract_prepared` reads a module `autorelay.transform.prepare` has
+already prepared, so a tuning run prepares its model once and builds from the same module.
+A kernel-level `search.task.kernel_task` names its
 workload by the compute alone; here the key is overridden with the build's.
 """
 
@@ -21,12 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.target import Target
+from autorelay.build_module import check_dataflow
+from autorelay.codegen import resolve_target
 from autorelay.ir.expr import Call, Function, Op
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.lower import NoCompute, describe_workload, lower, workload_key
+from autorelay.primitive import kernel_name
 from autorelay.schedule.space import Config
+from autorelay.target import Target
+from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 from search.task import Task, count_flops, kernel_task
 
@@ -68,34 +74,11 @@ class Extraction:
     total_flops: float
 
 
-def as_target(target: str | Target, threads: int = 1) -> Target:
-    """The host LLVM target for `"llvm"` (or a Target), with `threads` kernel threads."""
-    if isinstance(target, Target):
-        return target.with_threads(threads)
-    if not isinstance(target, str) or target.split()[:1] != ["llvm"]:
-        raise ValueError(f"unsupported target {target!r}: only 'llvm' (the host CPU) can be tuned so far")
-    return Target.host(threads)
-
-
 def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
              pipeline: str | Any = "default") -> IRModule:
-    """The IR `autorelay.build` lowers: weights bound as constants, then the named pipeline."""
-    from autorelay.build_module import check_dataflow
-    from autorelay.transform.bind import bind_params
-    from autorelay.transform.pipelines import pipeline as named_pipeline
-
+    """The IR `autorelay.build` lowers for a dataflow model: `autorelay.transform.prepare`."""
     check_dataflow(mod)
-    if params:
-        mod = bind_params(mod, params)
-    pipe = named_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-    return pipe(mod)
-
-
-def _kernel_name(fn: Function) -> str:
-    """Like the build report's step names: the fused ops' short names joined by '_'."""
-    names = [n.op.name.split(".")[-1] for n in post_order(fn.body)
-             if isinstance(n, Call) and isinstance(n.op, Op)]
-    return "_".join(names) or "identity"
+    return prepare(mod, params, pipeline)
 
 
 def _primitive_calls(mod: IRModule) -> list[Function]:
@@ -135,11 +118,14 @@ def extract_all(
     target: str | Target = "llvm",
     *,
     pipeline: str | Any = "default",
-    threads: int = 1,
+    threads: int | None = None,
 ) -> Extraction:
     """Tasks plus the kernels left out (see `extract_tasks`)."""
-    tgt = as_target(target, threads)
-    fused = optimize(mod, params, pipeline)
+    return extract_prepared(optimize(mod, params, pipeline), resolve_target(target, threads))
+
+
+def extract_prepared(fused: IRModule, target: Target) -> Extraction:
+    """`extract_all` of a module that is already prepared (weights bound, pipeline run)."""
     order: list[str] = []
     first: dict[str, Function] = {}
     counts: dict[str, int] = {}
@@ -154,10 +140,10 @@ def extract_all(
     flops: dict[str, float] = {}
     for key in order:
         fn = first[key]
-        name = f"t{len(tasks)}.{_kernel_name(fn)}"
-        got = _model_task(fn, key, counts[key], tgt, name)
+        name = f"t{len(tasks)}.{kernel_name(fn)}"
+        got = _model_task(fn, key, counts[key], target, name)
         if isinstance(got, str):
-            skipped.append(Skipped(_kernel_name(fn), key, counts[key], got))
+            skipped.append(Skipped(kernel_name(fn), key, counts[key], got))
             try:
                 flops[key] = count_flops(lower(fn).cdef)
             except NoCompute:
@@ -177,7 +163,7 @@ def extract_tasks(
     target: str | Target = "llvm",
     *,
     pipeline: str | Any = "default",
-    threads: int = 1,
+    threads: int | None = None,
 ) -> list[ModelTask]:
     """One task per distinct fused kernel of `mod` that has a tunable schedule template, in the
     order the model first runs them. Each task carries `count` (occurrences per inference) and
@@ -188,26 +174,21 @@ def extract_tasks(
 
 
 class BoundSource:
-    """The tuning log's schedule source for one tuning target, as `autorelay.build` consults it.
-
-    `build` asks under its target's `tuning_name()`, the name measurements are filed under, so a
-    plain `db.schedule_source(name)` works too (and, like it, gives a workload that `search.tune`
-    re-measured the winner of those interleaved rounds: the log's `pick`). What this adapter
-    adds is a check on transfers: given the model's `tasks`, a config transferred from a
-    neighbouring workload must be a point of this workload's space — same template, same knobs,
-    values it offers (a depthwise and a dense conv share the family `nn.conv2d` but not a
-    schedule; a channel block of 64 means nothing to a 32-channel conv); otherwise the
-    next-nearest donor is tried.
+    """The tuning log's schedule source as `autorelay.build` consults it for one model, with a check
+    on transfers: given the model's `tasks`, a config transferred from a neighbouring workload must
+    be a point of this workload's space — same template, same knobs, values it offers (a depthwise
+    and a dense conv share the family `nn.conv2d` but not a schedule; a channel block of 64 means
+    nothing to a 32-channel conv); otherwise the next-nearest donor is tried. Lookups go to the
+    log under the target the build asks about (`tuning_db.source.ScheduleSource`).
     """
 
-    def __init__(self, db: Any, target_str: str, tasks: list[ModelTask] | None = None) -> None:
+    def __init__(self, db: Any, target: str | Target, tasks: list[ModelTask] | None = None) -> None:
         self.db = db
         self.spaces = {t.key: t.space for t in tasks or []}
-        self.source = db.schedule_source(target_str, validate=self._fits)
+        self.source = db.schedule_source(str(target), validate=self._fits)
 
     def _fits(self, key: str, config: dict[str, Any]) -> bool:
-        """Whether a donor's config is a point of this workload's space (same template, same
-        knobs, every value one this workload's template offers)."""
+        """Whether a donor's config is a point of this workload's space."""
         space = self.spaces.get(key)
         if space is None:
             return True
@@ -218,17 +199,16 @@ class BoundSource:
         return True
 
     def lookup(self, workload_key: str, target: str | None = None, *,
-               workload: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        return self.source.lookup(workload_key, workload=workload)
+               workload: dict[str, Any] | None = None) -> Any:
+        return self.source.lookup(workload_key, target, workload=workload)
 
-    @property
-    def last_lookup_kind(self) -> Any:
-        return self.source.last_lookup_kind
+    def pipeline_for(self, model_key: str, target: str | None = None) -> str | None:
+        return self.source.pipeline_for(model_key, target)
 
     @property
     def counts(self) -> Any:
         return self.source.counts
 
 
-__all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "as_target", "extract_all", "extract_tasks",
-           "optimize"]
+__all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "extract_all", "extract_prepared",
+           "extract_tasks", "optimize"]

@@ -19,18 +19,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.extract import Extraction, ModelTask, Skipped, extract_all
+from search.extract import Extraction, ModelTask, Skipped
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
 from search.models import (
     Model,
+    PreparedModel,
     build_model,
     max_difference,
     open_db,
+    prepare_model,
     run_inputs,
     schedule_source,
     time_interleaved,
-    tuning_target,
 )
 from search.pipeline_choice import AUTO, choose_pipeline
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
@@ -204,7 +205,7 @@ def tune_model(
     tuner: str = "xgb",
     db: Any = None,
     target: str = "llvm",
-    threads: int = 1,
+    threads: int | None = None,
     pipeline: str = "default",
     seed: int = 0,
     round_trials: int | None = None,
@@ -243,7 +244,9 @@ def tune_model(
         choice = choose_pipeline(pipeline, model, handle, target, threads)
         pipeline = choice.pipeline
         progress.stage(choice.describe())
-        ex = extract_all(model.mod, model.params, target, pipeline=pipeline, threads=threads)
+        # prepared once: the task list, the comparison builds and the schedule source share it
+        prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+        ex = prepared.extraction
         # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
         ex.tasks.sort(key=lambda t: -t.total_flops)
         per_task = trials // max(1, len(ex.tasks))
@@ -253,7 +256,8 @@ def tune_model(
         if stale:
             log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
         run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
-                               info={"target": tuning_target(target, threads), "pipeline": pipeline,
+                               info={"target": str(prepared.target), "model_key": prepared.key,
+                                     "pipeline": pipeline,
                                      "pipeline_choice": choice.how,
                                      "pipeline_ms": {k: v * 1e3 for k, v in choice.latencies.items()},
                                      "tasks": len(ex.tasks), "seed": seed})
@@ -273,13 +277,13 @@ def tune_model(
                 st.settle(i)
         except KeyboardInterrupt:
             interrupted = True
-        result = ModelTuneResult(model.name, tuning_target(target, threads), tuner, trials, st.rows(),
+        result = ModelTuneResult(model.name, str(prepared.target), tuner, trials, st.rows(),
                                  ex.skipped, run, 0.0, interrupted, pipeline=choice.describe())
         measurer.close()
         measurer = None
         if compare and not interrupted:
             progress.stage("building the model with default and with tuned schedules; timing both")
-            _compare(result, model, handle, target, threads, pipeline)
+            _compare(result, prepared, handle)
         handle.finish_run(run, interrupted=interrupted)
         result.seconds = time.perf_counter() - t0
         return result
@@ -294,11 +298,10 @@ def tune_model(
             handle.close()
 
 
-def _compare(result: ModelTuneResult, model: Model, db: Any, target: str, threads: int,
-             pipeline: str) -> None:
-    before = build_model(model, None, target, threads=threads, pipeline=pipeline)
-    src = schedule_source(db, model, target, threads=threads, pipeline=pipeline)
-    after = build_model(model, src, target, threads=threads, pipeline=pipeline)
+def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any) -> None:
+    model = prepared.model
+    before = build_model(model, None, prepared=prepared)
+    after = build_model(model, schedule_source(db, model, prepared=prepared), prepared=prepared)
     args = run_inputs(before, model)
     result.max_abs_diff = max_difference(before(*args), after(*args))
     result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)

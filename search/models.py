@@ -17,9 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.build_module import build_prepared
+from autorelay.codegen import host_threads, resolve_target
 from autorelay.ir.module import IRModule
-from search.extract import BoundSource, as_target, extract_tasks
-from search.task import target_string
+from autorelay.lower import model_key
+from autorelay.target import Target
+from search.extract import BoundSource, Extraction, extract_prepared, optimize
 
 
 @dataclass
@@ -33,8 +36,8 @@ class Model:
 
 
 def default_threads() -> int:
-    """Kernel threads when none are given: two (the machine the bars are stated on), or fewer."""
-    return max(1, min(2, os.cpu_count() or 1))
+    """Kernel threads when none are given: every core this process may use (like ONNX Runtime)."""
+    return host_threads()
 
 
 def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1, seed: int = 1) -> Model:
@@ -69,9 +72,38 @@ def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1,
     return Model(name, mod, params, zoo.random_inputs(mod, params, seed))
 
 
-def tuning_target(target: str, threads: int) -> str:
+def tuning_target(target: str | Target, threads: int | None) -> str:
     """The name measurements of kernels for `target` with `threads` threads are logged under."""
-    return target_string(as_target(target, threads))
+    return str(resolve_target(target, threads))
+
+
+@dataclass
+class PreparedModel:
+    """A model prepared once for one target and pipeline (`autorelay.transform.prepare`): the task
+    list, the schedule source's transfer check and every build of a tuning run start from it."""
+
+    model: Model
+    target: Target
+    pipeline: str
+    module: IRModule
+    _extraction: Extraction | None = None
+
+    @property
+    def extraction(self) -> Extraction:
+        if self._extraction is None:
+            self._extraction = extract_prepared(self.module, self.target)
+        return self._extraction
+
+    @property
+    def key(self) -> str:
+        """The model's key in the log (`autorelay.lower.model_key`)."""
+        return model_key(self.model.mod)
+
+
+def prepare_model(model: Model, target: str | Target = "llvm", *, threads: int | None = None,
+                  pipeline: str = "default") -> PreparedModel:
+    tgt = resolve_target(target, threads)
+    return PreparedModel(model, tgt, pipeline, optimize(model.mod, model.params, pipeline))
 
 
 def open_db(db: Any) -> tuple[Any, bool]:
@@ -83,19 +115,21 @@ def open_db(db: Any) -> tuple[Any, bool]:
     return db, False
 
 
-def schedule_source(db: Any, model: Model, target: str = "llvm", *, threads: int = 1,
-                    pipeline: str = "default") -> BoundSource:
+def schedule_source(db: Any, model: Model, target: str | Target = "llvm", *, threads: int | None = None,
+                    pipeline: str = "default", prepared: PreparedModel | None = None) -> BoundSource:
     """The log's lookup object for building `model`, with the model's tasks guarding transfers."""
-    tasks = extract_tasks(model.mod, model.params, target, pipeline=pipeline, threads=threads)
-    return BoundSource(db, tuning_target(target, threads), tasks)
+    prepared = prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+    return BoundSource(db, prepared.target, prepared.extraction.tasks)
 
 
-def build_model(model: Model, source: Any = None, target: str = "llvm", *, threads: int = 1,
-                pipeline: str = "default") -> Any:
-    """`autorelay.build` of the model with `source` (None: the heuristic defaults)."""
-    from autorelay.build_module import build
-
-    return build(model.mod, target, model.params, schedules=source, pipeline=pipeline, threads=threads)
+def build_model(model: Model, source: Any = None, target: str | Target = "llvm", *,
+                threads: int | None = None, pipeline: str = "default",
+                prepared: PreparedModel | None = None) -> Any:
+    """The model built with `source` (None: the heuristic defaults), from `prepared` when given."""
+    prepared = prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+    exe = build_prepared(prepared.module, prepared.target, source)
+    exe.pipeline = prepared.pipeline
+    return exe
 
 
 def run_inputs(exe: Any, model: Model) -> list[np.ndarray]:
@@ -148,7 +182,7 @@ class CompileResult:
     pipeline: str = "default"  # the pass pipeline it was built with
 
 
-def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int = 1,
+def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int | None = None,
                   pipeline: str = "default") -> CompileResult:
     """Build with the best logged schedules of `db` (a TuningDB, URL, or None for no log);
     `pipeline` "auto" builds with the pipeline the log's run for this model tuned with."""
@@ -162,9 +196,11 @@ def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads
     else:
         handle, own = open_db(db)
         try:
-            pipeline = choose_pipeline(pipeline, model, handle, target, threads).pipeline
-            src = schedule_source(handle, model, target, threads=threads, pipeline=pipeline)
-            exe = build_model(model, src, target, threads=threads, pipeline=pipeline)
+            choice = choose_pipeline(pipeline, model, handle, target, threads)
+            pipeline = choice.pipeline
+            prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+            src = schedule_source(handle, model, prepared=prepared)
+            exe = build_model(model, src, prepared=prepared)
         finally:
             if own:
                 handle.close()
@@ -180,7 +216,7 @@ class RunResult:
     outputs: Any
 
 
-def run_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int = 1,
+def run_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int | None = None,
               pipeline: str = "default", repeat: int = 10, inputs: Mapping[str, np.ndarray] | None = None
               ) -> RunResult:
     """Build (with the log's schedules when `db` is given), run once, then time `repeat` calls and
@@ -202,6 +238,21 @@ def run_model(model: Model, db: Any = None, target: str = "llvm", *, threads: in
     return RunResult(comp, first, statistics.median(times), out)
 
 
-__all__ = ["CompileResult", "Model", "RunResult", "build_model", "compile_model", "default_threads",
-           "load_model", "max_difference", "open_db", "run_inputs", "run_model", "schedule_source",
-           "time_interleaved", "tuning_target"]
+__all__ = [
+    "CompileResult",
+    "Model",
+    "PreparedModel",
+    "RunResult",
+    "build_model",
+    "compile_model",
+    "default_threads",
+    "load_model",
+    "max_difference",
+    "open_db",
+    "prepare_model",
+    "run_inputs",
+    "run_model",
+    "schedule_source",
+    "time_interleaved",
+    "tuning_target",
+]

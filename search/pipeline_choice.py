@@ -16,7 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.models import Model, build_model, run_inputs, time_interleaved, tuning_target
+from search.models import (
+    Model,
+    PreparedModel,
+    build_model,
+    prepare_model,
+    run_inputs,
+    time_interleaved,
+    tuning_target,
+)
 
 AUTO = "auto"
 CANDIDATES = ("default", "nchwc")
@@ -28,6 +36,7 @@ class PipelineChoice:
     how: str  # "given" (named by the user), "logged" (an earlier run's pick), "measured"
     latencies: dict[str, float] = field(default_factory=dict)  # seconds per candidate, when measured
     exe: Any = None  # the measured winner's default-schedule build, when asked to keep it
+    prepared: PreparedModel | None = None  # the measured winner's prepared module (reused by tune)
 
     def describe(self) -> str:
         if self.how != "measured":
@@ -36,7 +45,7 @@ class PipelineChoice:
         return f"pipeline {self.pipeline} (measured with default schedules: {times})"
 
 
-def logged_pipeline(db: Any, model: Model, target: str, threads: int) -> str | None:
+def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> str | None:
     """The pipeline of the latest tuning run of this model for this target in the log, if any."""
     want = tuning_target(target, threads)
     for run in reversed(db.runs()):
@@ -46,7 +55,7 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int) -> str | N
     return None
 
 
-def measure_pipelines(model: Model, target: str, threads: int,
+def measure_pipelines(model: Model, target: str, threads: int | None,
                       candidates: tuple[str, ...] = CANDIDATES, keep_build: bool = False) -> PipelineChoice:
     """Build `model` with each candidate pipeline and default schedules; the fastest, timed
     interleaved (candidates that build the same kernels still cost one build each). A candidate
@@ -54,10 +63,12 @@ def measure_pipelines(model: Model, target: str, threads: int,
     `keep_build`: the choice keeps the winner's build, for a caller that wants exactly that build."""
     from autorelay.errors import AutoRelayError
 
-    built, errors = [], []
+    built, prepared, errors = [], {}, []
     for p in candidates:
         try:
-            built.append((p, build_model(model, None, target, threads=threads, pipeline=p)))
+            prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
+            built.append((p, build_model(model, None, target, threads=threads, pipeline=p,
+                                         prepared=prepared[p])))
         except AutoRelayError as e:
             errors.append(e)
     if not built:
@@ -65,10 +76,11 @@ def measure_pipelines(model: Model, target: str, threads: int,
     times = time_interleaved([exe for _, exe in built], run_inputs(built[0][1], model), rounds=9)
     latencies = {p: t for (p, _), t in zip(built, times)}
     best = min(latencies, key=latencies.__getitem__)
-    return PipelineChoice(best, "measured", latencies, dict(built)[best] if keep_build else None)
+    return PipelineChoice(best, "measured", latencies, dict(built)[best] if keep_build else None,
+                          prepared[best])
 
 
-def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int,
+def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int | None,
                     keep_build: bool = False) -> PipelineChoice:
     """Resolve `pipeline`: a name stands for itself; `auto` is the log's pick for this model
     (`db` may be None: no log) or, when there is none, the measured fastest candidate (with its

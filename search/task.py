@@ -15,21 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import as_compute_def, build_kernel
+from autorelay.codegen.llvm.host import host_target
+from autorelay.kernel import as_compute_def, compile_kernel
 from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config, Space
 from autorelay.schedule.templates import template_for
+from autorelay.target import Target
 from autorelay.te.expr import Bin, Call, Reduce, is_float, walk
 from autorelay.te.tensor import ComputeDef, topo_order
 from autorelay.tir.printer import structural_hash
 
 Reference = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
-
-
-def target_string(target: Target) -> str:
-    """The tuning log's name for a target (`Target.tuning_name`, the same name `build` asks for)."""
-    return target.tuning_name()
 
 
 def count_flops(cdef: ComputeDef) -> float:
@@ -71,22 +67,13 @@ class Task:
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Target caches an LLVM TargetMachine that cannot cross processes: send its fields instead.
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("_cache", "target")}
-        t = self.target
-        d["target_fields"] = (t.cpu, t.features, t.threads, t.triple)
-        return d
+        # inputs and reference outputs are recomputed (and cached) by whichever process needs them
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "_cache"}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
-        cpu, feat, threads, triple = d.pop("target_fields")
         for k, v in d.items():
             setattr(self, k, v)
-        self.target = Target(cpu, feat, threads, triple)
         self._cache = {}
-
-    @property
-    def target_str(self) -> str:
-        return target_string(self.target)
 
     def config(self, index: int) -> Config:
         return self.space.get(index)
@@ -128,7 +115,7 @@ class Task:
             if self.reference is not None:
                 out = self.reference(*ins)
             else:
-                out = build_kernel(self.cdef, (), self.target.with_threads(1)).run(*ins)
+                out = compile_kernel(self.cdef, (), self.target.with_threads(1)).run(*ins)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             for o, t in zip(outs, self.cdef.outputs):
                 if tuple(np.shape(o)) != t.shape:
@@ -176,7 +163,7 @@ def kernel_task(
     is_builder = callable(cdef_or_builder) and not hasattr(cdef_or_builder, "op")
     obj = cdef_or_builder() if is_builder else cdef_or_builder
     cdef = as_compute_def(obj)
-    target = target or Target.host()
+    target = target or host_target()
     tmpl = template_for(cdef, template)
     space = tmpl.space(cdef, target)
     default = tmpl.default(cdef, target)

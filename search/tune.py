@@ -53,7 +53,7 @@ def _fingerprint(task: Task) -> dict[str, Any]:
 def _record(db: Any, task: Task, inp: MeasureInput, res: MeasureResult, run: int | None,
             tag: str | None) -> None:
     failed = res.error is not ErrorKind.NONE
-    db.record(task.key, task.target_str, inp.config.to_json(), list(res.costs), workload=task.workload,
+    db.record(task.key, str(task.target), inp.config.to_json(), list(res.costs), workload=task.workload,
               error=(res.message or res.error.value) if failed else None,
               error_kind=res.error.value if failed else None, run=run,
               space_index=inp.index if inp.index >= 0 else None, target_fingerprint=_fingerprint(task),
@@ -65,7 +65,7 @@ def resume(db: Any, task: Task, tuner: Tuner) -> tuple[int, float]:
     seen: set[int] = set()
     best = math.inf
     idx, res = [], []
-    for rec in db.history(task.key, task.target_str):
+    for rec in db.history(task.key, str(task.target)):
         try:
             cfg = task.config_from_json(rec.config)
         except (KeyError, TypeError, AttributeError):
@@ -203,7 +203,7 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner) -> tuple[Config | None, floa
     """The last interleaved re-measurement in the log (fastest median of its latest rows per config),
     or None when the log holds none or it lacks the default."""
     latest: dict[Config, list[float]] = {}
-    for rec in db.history(task.key, task.target_str):  # oldest first: later rows overwrite
+    for rec in db.history(task.key, str(task.target)):  # oldest first: later rows overwrite
         if rec.runner_version == REMEASURE_TAG and rec.error_kind is None and rec.costs:
             latest[task.config_from_json(rec.config)] = rec.costs
     if task.default not in latest:
@@ -220,9 +220,9 @@ def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_
 
     if not hasattr(tuner, "transfer"):
         return 0
-    src = db.schedule_source(task.target_str)
+    src = db.schedule_source(str(task.target))
     donors = []
-    for key, wl in src._tuned_of_family(task.workload["family"]):  # no public query yet
+    for key, wl in src.tuned_of_family(task.workload["family"]):
         if key == task.key:
             continue
         d = shape_distance(task.workload, wl)
@@ -230,7 +230,7 @@ def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_
             donors.append((d, key))
     used = 0
     for _, key in sorted(donors)[:max_donors]:
-        recs = [(r.config, r.mean_cost) for r in db.history(key, task.target_str)
+        recs = [(r.config, r.mean_cost) for r in db.history(key, str(task.target))
                 if r.mean_cost is not None and r.runner_version != REMEASURE_TAG][:per_donor]
         used += tuner.transfer(recs)
     return used

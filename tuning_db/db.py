@@ -219,9 +219,10 @@ class TuningDB:
         return json.loads(raw) if raw else None
 
     def schedule_source(
-        self, target: str, *, validate: Validate | None = None, describe: Describe | None = None
+        self, target: str = "llvm", *, validate: Validate | None = None, describe: Describe | None = None
     ) -> ScheduleSource:
-        """The lookup object for `autorelay.build(..., schedules=...)`; see `tuning_db.source`."""
+        """The lookup object for `autorelay.build(..., schedules=...)`; `target` a kind (``llvm``:
+        whatever CPU target the build asks about) or one full target name. See `tuning_db.source`."""
         return ScheduleSource(self, target, validate=validate, describe=describe)
 
     # ---- files and other logs -----------------------------------------------------------------

@@ -8,14 +8,15 @@
   * ``transferred`` - the nearest tuned workload of the same op family on this target (by shape
                       distance, see `shape_distance`), whose config the optional `validate` callable
                       accepted for the new shape;
-  * ``default``     - nothing usable: None, and the compiler falls back to its heuristic.
+  * ``default``     - nothing usable: config None, and the compiler falls back to its heuristic.
 
-After each call `source.last_lookup_kind` (a `LookupKind`, which compares equal to the strings above)
-and `source.last_result` (a `LookupResult` with the donor workload and distance) tell what happened;
-`lookup_with_kind()` returns the `LookupResult` directly; `source.counts` tallies kinds, for a build
-report. To find a *neighbour* the source needs the new workload's description
-(`{"family", "shapes", "dtypes", ...}`): pass it as `lookup(..., workload=...)`, or give
-`schedule_source(target, describe=fn)`, or have it logged with `db.register_workload()`.
+Each answer is a `LookupResult` (`config`, `kind` — a `LookupKind`, which compares equal to the
+strings above — the donor workload and distance, and a `detail` such as "tuned for 1 thread");
+`source.counts` tallies kinds, for a build report. Workloads tuned for the same target with another
+thread count stand in when the asked thread count has none. To find a *neighbour* the source needs
+the new workload's description (`{"family", "shapes", "dtypes", ...}`): pass it as
+`lookup(..., workload=...)`, or give `schedule_source(target, describe=fn)`, or have it logged with
+`db.register_workload()`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from sqlalchemy import exists, select
 from . import schema
 from .engine import read_tx
 from .errors import TuningDBError
+from .schema import target_kind
 
 if TYPE_CHECKING:
     from .db import TuningDB
@@ -51,12 +53,16 @@ class LookupKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LookupResult:
+    """One answer: what `autorelay.build` reads (`config`, `kind`, `detail`) and where it came from."""
+
     config: dict[str, Any] | None
     kind: LookupKind
     workload_key: str
     donor_key: str | None = None  # the workload whose config was used (== workload_key for exact)
     distance: float | None = None
     mean_cost: float | None = None  # the donor's measured cost (on its own shape for transfers)
+    target: str | None = None  # the log target that answered
+    detail: str = ""  # e.g. that the schedules were tuned for another thread count
 
 
 def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -84,10 +90,18 @@ def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
 
 
 class ScheduleSource:
-    """A plain lookup object bound to one target of one tuning log (see the module docstring)."""
+    """A lookup object over one tuning log (see the module docstring), for `autorelay.build`.
+
+    `target` is the target it was opened for: a kind alone (``llvm``) serves whatever concrete
+    target of that kind a build asks about; a full name (``llvm -mcpu=… -threads=2``) serves that
+    target only (asking about another CPU or kind is an error, not a silent default). Either way, a
+    workload tuned for the same target with another thread count is used when the asked thread
+    count has nothing, and the answer's `detail` says so.
+    """
 
     def __init__(
-        self, db: TuningDB, target: str, *, validate: Validate | None = None, describe: Describe | None = None
+        self, db: TuningDB, target: str = "llvm", *, validate: Validate | None = None,
+        describe: Describe | None = None
     ) -> None:
         self.db = db
         self.target = schema.canonical_target(target)
@@ -97,52 +111,79 @@ class ScheduleSource:
         self.counts: Counter[str] = Counter()
         self.rejections: list[tuple[str, str, str]] = []  # (workload, donor, why) of refused transfers
 
-    @property
-    def last_lookup_kind(self) -> LookupKind | None:
-        return self.last_result.kind if self.last_result else None
-
     def lookup(
         self, workload_key: str, target: str | None = None, *, workload: dict[str, Any] | None = None
-    ) -> dict[str, Any] | None:
-        """The config to compile `workload_key` with on `target`, or None for the heuristic default."""
-        return self.lookup_with_kind(workload_key, target, workload=workload).config
-
-    def lookup_with_kind(
-        self, workload_key: str, target: str | None = None, *, workload: dict[str, Any] | None = None
     ) -> LookupResult:
-        if target is not None and schema.canonical_target(target) != self.target:
-            raise TuningDBError(
-                f"schedule source for target {self.target!r} was asked about target {target!r}"
-            )
-        result = self._exact(workload_key) or self._transfer(workload_key, workload)
+        """The config to compile `workload_key` with on `target` (None: the source's own target);
+        `config` is None when nothing usable is logged (the compiler's heuristic default)."""
+        candidates = self._targets(target)
+        result = None
+        for tier in (self._exact, lambda k, t: self._transfer(k, t, workload)):
+            for t in candidates:
+                result = tier(workload_key, t)
+                if result is not None:
+                    break
+            if result is not None:
+                break
         if result is None:
             result = LookupResult(None, LookupKind.DEFAULT, workload_key)
+        elif result.target != candidates[0]:
+            result = replace(result, detail=f"tuned for {_threads_text(result.target)}")
         self.last_result = result
         self.counts[result.kind.value] += 1
         return result
 
-    def _exact(self, key: str) -> LookupResult | None:
-        rec = self.db.pick(key, self.target)
+    def pipeline_for(self, model_key: str, target: str | None = None) -> str | None:
+        """The pass pipeline of the latest tuning run of the model with this key on this target
+        (or the same target with other threads), as `tune` logged it."""
+        candidates = self._targets(target)
+        for run in reversed(self.db.runs()):
+            info = run.info or {}
+            if (info.get("model_key") == model_key and isinstance(info.get("pipeline"), str)
+                    and schema.canonical_target(str(info.get("target", ""))) in candidates):
+                return info["pipeline"]
+        return None
+
+    def _targets(self, target: str | None) -> list[str]:
+        """The log targets to consult, best first: the asked one, then it with other threads."""
+        asked = schema.canonical_target(target) if target else self.target
+        own = self.target
+        if " " not in asked and target_kind(asked) == target_kind(own):
+            asked = own  # a bare kind asks about whatever target this source was opened for
+        if target_kind(asked) != target_kind(own) or (" " in own and _base(own) != _base(asked)):
+            raise TuningDBError(f"schedule source for target {own!r} was asked about target {target!r}")
+        others = sorted((n for n in self._target_names() if n != asked and _base(n) == _base(asked)),
+                        key=lambda n: abs(_thread_count(n) - _thread_count(asked)))
+        return [asked, *others]
+
+    def _target_names(self) -> list[str]:
+        t = schema.targets
+        with read_tx(self.db.engine) as conn:
+            return [str(n) for n in conn.scalars(select(t.c.name))]
+
+    def _exact(self, key: str, target: str) -> LookupResult | None:
+        rec = self.db.pick(key, target)
         if rec is None:
             return None
-        return LookupResult(rec.config, LookupKind.EXACT, key, key, 0.0, rec.mean_cost)
+        return LookupResult(rec.config, LookupKind.EXACT, key, key, 0.0, rec.mean_cost, target=target)
 
-    def _transfer(self, key: str, workload: dict[str, Any] | None) -> LookupResult | None:
+    def _transfer(self, key: str, target: str, workload: dict[str, Any] | None) -> LookupResult | None:
         desc = workload or (self.describe(key) if self.describe else None) or self._stored(key)
         if not isinstance(desc, dict) or not isinstance(desc.get("family"), str):
             return None
         ranked = sorted(
             (d, k)
-            for k, other in self._tuned_of_family(desc["family"])
+            for k, other in self.tuned_of_family(desc["family"], target)
             if k != key
             for d in [shape_distance(desc, other)]
             if d is not None
         )
         for dist, donor in ranked[:MAX_DONORS]:
-            for rec in self.db.best(donor, self.target, k=CONFIGS_PER_DONOR):
+            for rec in self.db.best(donor, target, k=CONFIGS_PER_DONOR):
                 why = self._check(key, rec.config)
                 if why is None:
-                    return LookupResult(rec.config, LookupKind.TRANSFERRED, key, donor, dist, rec.mean_cost)
+                    return LookupResult(rec.config, LookupKind.TRANSFERRED, key, donor, dist, rec.mean_cost,
+                                        target=target)
                 self.rejections.append((key, donor, why))
         return None
 
@@ -161,11 +202,13 @@ class ScheduleSource:
             raw = conn.scalar(select(w.c.workload).where(w.c.key == key))
         return json.loads(raw) if raw else None
 
-    def _tuned_of_family(self, family: str) -> list[tuple[str, dict[str, Any]]]:
-        """Workloads of `family` with at least one successful measurement on this target."""
+    def tuned_of_family(self, family: str, target: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """(key, description) of the workloads of `family` with at least one successful measurement
+        on `target` (default: the source's own)."""
+        target = schema.canonical_target(target) if target else self.target
         w, m, t = schema.workloads, schema.measurements, schema.targets
         with read_tx(self.db.engine) as conn:
-            tid = conn.scalar(select(t.c.id).where(t.c.name == self.target))
+            tid = conn.scalar(select(t.c.id).where(t.c.name == target))
             if tid is None:
                 return []
             tuned = exists().where(
@@ -173,6 +216,23 @@ class ScheduleSource:
             )
             rows = conn.execute(select(w.c.key, w.c.workload).where(w.c.family == family, tuned)).all()
         return [(k, json.loads(raw)) for k, raw in rows if raw]
+
+
+def _base(target: str) -> str:
+    """A canonical target name without its `-threads=` option."""
+    return " ".join(p for p in target.split() if not p.startswith("-threads="))
+
+
+def _thread_count(target: str) -> int:
+    for p in target.split():
+        if p.startswith("-threads=") and p[9:].isdigit():
+            return int(p[9:])
+    return 1
+
+
+def _threads_text(target: str | None) -> str:
+    n = _thread_count(target or "")
+    return f"{n} thread{'s' if n != 1 else ''} ({target})"
 
 
 __all__ = ["LookupKind", "LookupResult", "ScheduleSource", "shape_distance"]

@@ -9,8 +9,9 @@ from autorelay.lower.lower import (
            lower,
            lower_primitive,
 )
-from autorelay.lower.relayout import packed_shape, relayout_compute
-from autorelay.lower.workload import describe_workload, workload_key
+from autorelay.lower.relayout import relayout_compute
+from autorelay.lower.workload import describe_workload, model_key, workload_key
+from autorelay.schedule.relayout import packed_shape
 
 __all__ = ["InputSource", "LoweredFunction", "NoCompute", "describe_workload", "inline_stages", "lower",
-           "lower_primitive", "packed_shape", "relayout_compute", "workload_key"]
+           "lower_primitive", "model_key", "packed_shape", "relayout_compute", "workload_key"]

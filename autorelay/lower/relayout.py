@@ -1,6 +1,6 @@
 """A kernel input's recorded re-layouts (the schedule's Pack / Pad steps) as a compute.
 
-Constant weights are packed once at build time with NumPy (`autorelay.schedule.state.relayout`).
+Constant weights are packed once at build time with NumPy (`autorelay.schedule.relayout`).
 A non-constant input that a kernel reads blocked (batch_matmul's second operand, an activation)
 must be packed on every run; as a compiled injective kernel that costs one pass over the data and
 no allocation. The index map inverts the recorded operations last to first, with the same meaning
@@ -13,23 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autorelay.schedule.relayout import packed_shape
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
 from autorelay.te.tensor import ComputeDef
-
-
-def packed_shape(shape: Sequence[int], ops: Sequence[Any]) -> tuple[int, ...]:
-    out = list(shape)
-    for op in ops:
-        if op[0] == "pad":
-            _, d, n = op
-            out[d] = max(out[d], n)
-        else:
-            _, axis, f, pos = op
-            outer = -(-out[axis] // f)
-            rest = out[:axis] + [outer] + out[axis + 1 :]
-            out = rest[:pos] + [f] + rest[pos:]
-    return tuple(out)
 
 
 def relayout_compute(shape: Sequence[int], dtype: str, ops: Sequence[Any], name: str = "pack") -> ComputeDef:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
+from autorelay.ir.module import IRModule
 from autorelay.ir.structural import structural_hash
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator, post_order
@@ -109,3 +110,14 @@ def describe_workload(fn: Function) -> dict[str, Any]:
         "attrs": attrs,
         "ops": ops,
     }
+
+
+@deep
+def model_key(mod: IRModule) -> str:
+    """A stable hex key for a whole model as the user hands it to `build` (before weights are bound
+    and passes run): the log files the pipeline a model was tuned with under it, so a later build of
+    the same network finds that choice. Weights do not enter it (they are parameters or constants
+    of the same types either way)."""
+    canon = [f"{gv.name_hint}:{structural_hash(_canonical(fn)[0])}"
+             for gv, fn in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint)]
+    return hashlib.sha256("|".join(canon).encode()).hexdigest()[:32]

@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.codegen.llvm.host import host_target, init_llvm, target_machine
 from autorelay.codegen.llvm.jit import _optimize, compile_ir
-from autorelay.codegen.llvm.target import Target, init_llvm
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
 from autorelay.runtime.graph_executor import GraphExecutor, GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import MemoryPlan, Slot, Step
 from autorelay.runtime.report import BuildReport
+from autorelay.target import Target
 
 FORMAT = "autorelay-executable"
 VERSION = 2  # 2: parallel segments carry a `_job` thunk for the native thread team
@@ -54,7 +55,7 @@ class KernelArtifact:
 
     @staticmethod
     def from_kernel(k: Any) -> KernelArtifact:
-        symbol = f"k_{k.module.key[:16]}"  # build_kernel's symbol naming (emit_module appends _sK)
+        symbol = f"k_{k.module.key[:16]}"  # compile_kernel's symbol naming (emit_module appends _sK)
         segs = [(f"{symbol}_s{i}", par) for i, (_, par) in enumerate(k.module.functions)]
         ws = [(tuple(b.shape), b.dtype) for b in k.func.workspaces]
         nbuf = len(k.func.params) + len(ws)
@@ -181,7 +182,7 @@ def _object_code(text: str, target: Target) -> bytes:
     mod = llvm.parse_assembly(text)
     mod.triple = target.triple or llvm.get_process_triple()
     _optimize(mod, target)
-    return target.machine().emit_object(mod)
+    return target_machine(target).emit_object(mod)
 
 
 def _object_names(key: str, text: str) -> list[str]:
@@ -211,7 +212,7 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise AutoRelayError(f"load: {path} has format {meta.get('format')} v{meta.get('version')}, "
                                  f"expected {FORMAT} v{VERSION}")
-        host = Target.host(threads or meta["target"]["threads"])
+        host = host_target(threads or meta["target"]["threads"])
         same_cpu = (host.cpu, host.features) == (meta["target"]["cpu"], meta["target"]["features"])
         npz = np.load(io.BytesIO(z.read("consts.npz")))
         consts = [npz[f"arr_{i}"] for i in range(len(npz.files))]

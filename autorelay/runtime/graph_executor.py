@@ -19,7 +19,7 @@ import numpy as np
 
 from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.runtime.graph_plan import ALIGN, MemoryPlan, Slot, Step, aligned_empty, view
-from autorelay.schedule.state import relayout
+from autorelay.schedule.relayout import relayout
 
 
 @dataclass

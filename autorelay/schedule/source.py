@@ -1,31 +1,54 @@
-"""How a compiler asks a schedule source for a workload's config — one rule for the graph build,
-the VM and the AoT compiler.
+"""The schedule-source seam: how a compiler asks a tuning log (or anything else) for a config.
 
-A source is any object with `lookup(workload_key, target, workload=...)` returning a config (a
-`Config` or its JSON form) or None; it may say where the answer came from in `last_lookup_kind`
-("exact", "transferred", "default"), which becomes the kernel's reported source.
+A source answers `lookup(workload_key, target, workload=description)` with a `Lookup`-shaped value:
+`config` (a `Config`, its JSON dict, or None for "use the heuristic default"), `kind` — where the
+answer came from (``exact``: tuned for this workload; ``transferred``: from the nearest tuned
+workload; ``default``: nothing usable) — and `detail` (a note for the build report, e.g. that the
+schedules were tuned for another thread count). `target` is the canonical target string
+(`str(Target)`), the name the log files measurements under. `tuning_db`'s `ScheduleSource` is one
+such source; `autorelay.primitive.choose_schedule` is the one caller.
+
+A source may also carry the pipeline a model was tuned with (`pipeline_for(model_key, target)`),
+so a build from Python uses the pipeline `autorelay tune --pipeline auto` picked.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from autorelay.schedule.space import Config
 
+# The build report's word for each lookup kind.
 SOURCE_NAMES = {"exact": "tuned", "transferred": "transferred", "default": "default"}
 
 
-def lookup_schedule(schedules: Any, key: str, target_name: str,
-                    workload: dict[str, Any] | None) -> tuple[Config | None, str]:
-    """(config or None for the heuristic default, reported source) for one workload."""
-    if schedules is None:
-        return None, "default"
-    try:
-        found = schedules.lookup(key, target_name, workload=workload)
-    except TypeError:  # a plain lookup object without the `workload` keyword
-        found = schedules.lookup(key, target_name)
-    if found is None:
-        return None, "default"
-    kind = getattr(schedules, "last_lookup_kind", None)
-    source = SOURCE_NAMES.get(str(kind), "tuned") if kind is not None else "tuned"
-    return (found if isinstance(found, Config) else Config.from_json(found)), source
+@dataclass(frozen=True)
+class Lookup:
+    """A source's answer for one workload (see the module docstring)."""
+
+    config: Config | dict[str, Any] | None
+    kind: str = "default"
+    detail: str = ""
+
+
+@runtime_checkable
+class ScheduleSource(Protocol):
+    def lookup(self, workload_key: str, target: str, *,
+               workload: dict[str, Any] | None = None) -> Lookup:
+        """The config for `workload_key` on `target` (see the module docstring)."""
+        ...
+
+
+@runtime_checkable
+class PipelineSource(Protocol):
+    def pipeline_for(self, model_key: str, target: str) -> str | None:
+        """The pass pipeline the model with this key was tuned with on `target`, if logged."""
+        ...
+
+
+def as_config(found: Config | dict[str, Any] | None) -> Config | None:
+    return found if isinstance(found, Config) or found is None else Config.from_json(found)
+
+
+__all__ = ["SOURCE_NAMES", "Lookup", "PipelineSource", "ScheduleSource", "as_config"]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
@@ -302,27 +300,3 @@ def _product_factors(e: Expr) -> list[Expr]:
     if isinstance(e, Bin) and e.op == "mul":
         return _product_factors(e.a) + _product_factors(e.b)
     return [e]
-
-
-def relayout(arr: np.ndarray, ops: list) -> np.ndarray:
-    """Apply an input's recorded Pack/Pad re-layouts to a NumPy array (zero padding)."""
-    for op in ops:
-        if op[0] == "pad":
-            _, d, n = op
-            if arr.shape[d] < n:
-                width = [(0, 0)] * arr.ndim
-                width[d] = (0, n - arr.shape[d])
-                arr = np.pad(arr, width)
-        else:
-            _, axis, f, pos = op
-            n = arr.shape[axis]
-            padded = -(-n // f) * f
-            if padded != n:
-                width = [(0, 0)] * arr.ndim
-                width[axis] = (0, padded - n)
-                arr = np.pad(arr, width)
-            shape = list(arr.shape)
-            shape[axis : axis + 1] = [padded // f, f]
-            arr = arr.reshape(shape)
-            arr = np.moveaxis(arr, axis + 1, pos)
-    return np.ascontiguousarray(arr)

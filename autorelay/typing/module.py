@@ -165,13 +165,20 @@ def reachable_globals(mod: IRModule, e: Expr) -> set[GlobalVar]:
 
 
 @deep
-def infer_types(mod: IRModule) -> IRModule:
+def infer_types(mod: IRModule | Expr) -> IRModule | Expr:
     """Type-check every global of `mod`, filling `checked_type` on every node.
 
     Returns a module with the same (now typed) functions and type definitions. Raises
     `TypeCheckError` naming the construct, the argument and the conflicting types, located at the
     node's span when the program came from text. Nothing is written onto the nodes on failure.
+    Given an expression instead (as `relay.transform.InferType` users write), it types it with
+    `infer_expr` and returns the same, now typed, expression.
     """
+    if isinstance(mod, Expr):
+        infer_expr(mod)
+        return mod
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"infer_types takes an IRModule or an expression, got {type(mod).__name__}")
     checker = ModuleChecker(mod)
     checker.check_inferred()
     for gv in mod.functions:

@@ -243,7 +243,7 @@ class DaskMeasurer:
             else:
                 results.append(None)
                 todo.append((i, b))
-        calls = [(run_job, (inputs[i].config, self.settings, self.hook, b.artifact), self.settings.timeout)
+        calls = [(run_job, (inputs[i].config, self.settings, self.hook, b.code), self.settings.timeout)
                  for i, b in todo]
         for (i, b), out in zip(todo, self._timed(task, calls)):
             if out.status != "ok":

@@ -1,7 +1,8 @@
 """The functions measurement workers run (module level, so they pickle by name).
 
-`build_job` compiles a candidate to the shared on-disk object cache and returns its loop-IR
-features; `run_job` loads it from that cache (skipping LLVM's optimiser), checks its output against
+`build_job` compiles a candidate (`autorelay.kernel.emit_kernel` + `load_kernel`, the one compile
+seam) to the shared on-disk object cache and returns its loop-IR features and `KernelCode`;
+`run_job` loads that code from the cache (skipping LLVM's optimiser), checks its output against
 the task's reference, then times it; `interleaved_job` times several candidates round-robin in one
 process so that machine noise hits them alike. Worker-side state (task inputs, reference outputs)
 is cached per task key, so a reused worker pays for them once.
@@ -17,16 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.emit import emit_module
-from autorelay.codegen.llvm.jit import compile_ir
 from autorelay.errors import ScheduleError
-from autorelay.kernel import BoundKernel, Kernel
-from autorelay.schedule.apply import apply
+from autorelay.kernel import BoundKernel, Kernel, KernelCode, emit_kernel, load_kernel
 from autorelay.schedule.space import Config
-from autorelay.schedule.steps import Step
-from autorelay.schedule.templates import template_for
-from autorelay.tir.nodes import PrimFunc
-from autorelay.tir.printer import structural_hash
 from search.features import extract
 from search.measure.result import BuildResult, ErrorKind, MeasureResult
 from search.task import Task
@@ -62,35 +56,11 @@ def _task(task: Task) -> Task:
     return cached
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """What the builder hands the runner: the lowered function and its LLVM IR, so the runner only
-    loads the object file from the shared cache instead of lowering and emitting again (which cost
-    more than timing a small kernel). Mirrors `autorelay.kernel.build_kernel`."""
-
-    func: PrimFunc
-    steps: tuple[Step, ...]
-    relayouts: dict[str, list]
-    text: str
-    segments: list[tuple[str, int]]
-    key: str
-
-
-def compile_candidate(task: Task, config: Config, cache_dir: str) -> tuple[Kernel, Artifact]:
-    """Lower, emit and compile one candidate (the object lands in `cache_dir`)."""
-    cdef, target = task.cdef, task.target
-    steps = tuple(template_for(cdef, config.template).steps(cdef, config, target))
-    func, state = apply(cdef, steps)
-    key = structural_hash(func, target.key())
-    text, segs = emit_module(func, target, f"k_{key[:16]}")
-    art = Artifact(func, steps, state.relayouts, text, segs, key)
-    return load_candidate(task, art, cache_dir), art
-
-
-def load_candidate(task: Task, art: Artifact, cache_dir: str) -> Kernel:
-    nbuf = len(art.func.params) + len(art.func.workspaces)
-    module = compile_ir(art.text, art.segments, nbuf, task.target, art.key, cache_dir)
-    return Kernel(task.cdef, art.func, art.steps, art.relayouts, module, task.target)
+def compile_candidate(task: Task, config: Config, cache_dir: str) -> tuple[Kernel, KernelCode]:
+    """Emit and load one candidate through the one compile seam (the object lands in `cache_dir`,
+    so the runner loads it from there instead of emitting again)."""
+    code = emit_kernel(task.cdef, config, task.target)
+    return load_kernel(code, cache_dir), code
 
 
 def prime_job(task: Task) -> bool:
@@ -104,20 +74,20 @@ def build_job(task: Task, config: Config, cache_dir: str, hook: FaultHook | None
     try:
         if hook is not None:
             hook("build", config, ())
-        kernel, art = compile_candidate(task, config, cache_dir)
+        kernel, code = compile_candidate(task, config, cache_dir)
     except ScheduleError as e:
         return BuildResult(ErrorKind.ILLEGAL_SCHEDULE, str(e), time.perf_counter() - t0)
     except Exception as e:  # anything else while lowering/compiling is a compile error
         return BuildResult(ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
     feats = extract(kernel.func, config)
-    return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, art)
+    return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, code)
 
 
 def _prepare(task: Task, config: Config, cache_dir: str, hook: FaultHook | None,
-             art: Artifact | None = None) -> BoundKernel | MeasureResult:
+             code: KernelCode | None = None) -> BoundKernel | MeasureResult:
     """Load, bind, run once and check one candidate; a MeasureResult when it fails."""
     try:
-        kernel = load_candidate(task, art, cache_dir) if art is not None else compile_candidate(
+        kernel = load_kernel(code, cache_dir) if code is not None else compile_candidate(
             task, config, cache_dir)[0]
     except ScheduleError as e:
         return MeasureResult.failed(ErrorKind.ILLEGAL_SCHEDULE, str(e))
@@ -161,10 +131,10 @@ def _time(bound: BoundKernel, number: int) -> float:
 
 
 def run_job(task: Task, config: Config, cache_dir: str, settings: TimingSettings,
-            hook: FaultHook | None = None, art: Artifact | None = None) -> MeasureResult:
+            hook: FaultHook | None = None, code: KernelCode | None = None) -> MeasureResult:
     t0 = time.perf_counter()
     task = _task(task)
-    got = _prepare(task, config, cache_dir, hook, art)
+    got = _prepare(task, config, cache_dir, hook, code)
     if isinstance(got, MeasureResult):
         return MeasureResult.failed(got.error, got.message, run_s=time.perf_counter() - t0)
     number = _calibrate(got, settings)

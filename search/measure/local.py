@@ -74,11 +74,11 @@ class LocalRunner:
         return None
 
     def run(self, task: Task, inp: MeasureInput, hook: FaultHook | None = None,
-            artifact: Any = None) -> MeasureResult:
+            code: Any = None) -> MeasureResult:
         failed = self._prime(task)
         if failed is not None:
             return failed
-        args = (task, inp.config, self.cache_dir, self.settings, hook, artifact)
+        args = (task, inp.config, self.cache_dir, self.settings, hook, code)
         out = self.pool.workers[0].call(run_job, args, self.settings.timeout)
         return out.value if out.status == "ok" else _failure(out, "run")
 
@@ -121,7 +121,7 @@ class Measurer:
             elif b.error is not ErrorKind.NONE:
                 results.append(MeasureResult.failed(b.error, b.message, build_s=b.build_s))
             else:
-                r = self.runner.run(task, inp, self.hook, b.artifact)
+                r = self.runner.run(task, inp, self.hook, b.code)
                 results.append(MeasureResult(r.costs, r.error, r.message, b.build_s, r.run_s,
                                              {**r.extra, "features": b.features}))
         return results

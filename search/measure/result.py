@@ -35,13 +35,13 @@ class MeasureInput:
 @dataclass(frozen=True)
 class BuildResult:
     """What a builder worker reports: failure kind (or NONE), compile seconds, loop-IR features and
-    the artifact the runner loads (`search.measure.jobs.Artifact`)."""
+    the emitted code the runner loads (`autorelay.kernel.KernelCode`)."""
 
     error: ErrorKind
     message: str = ""
     build_s: float = 0.0
     features: tuple[float, ...] = ()
-    artifact: Any = field(default=None, compare=False, repr=False)
+    code: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

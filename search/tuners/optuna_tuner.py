@@ -36,7 +36,7 @@ class OptunaTuner(Tuner):
             raise ValueError(f"optuna tuner: unknown sampler {sampler!r} (use 'tpe' or 'cmaes')")
         self.name = f"optuna-{sampler}"
         self.study = optuna.create_study(
-            study_name=f"autorelay:{task.key}:{task.target_str}:{sampler}", storage=storage,
+            study_name=f"autorelay:{task.key}:{task.target!s}:{sampler}", storage=storage,
             sampler=smp, direction="minimize", load_if_exists=True,
         )
         self._pending: dict[int, list] = {}

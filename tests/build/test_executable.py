@@ -11,9 +11,11 @@ import pytest
 
 import autorelay
 from autorelay.build_module import BuildError
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.frontend import zoo
 from autorelay.runtime.executable import InputError
+from autorelay.schedule.source import Lookup
+from autorelay.target import TargetError
 
 pytestmark = pytest.mark.cpu
 
@@ -120,7 +122,7 @@ def test_load_in_fresh_process_uses_object_code(net, tmp_path):
     code = textwrap.dedent(f"""
         import numpy as np, autorelay, autorelay.kernel as K
         def boom(*a, **k): raise AssertionError("load must not lower or schedule")
-        K.build_kernel = boom
+        K.compile_kernel = boom
         exe = autorelay.load({str(path)!r})
         assert all(k.module.from_disk for k in exe.kernels)
         np.save({str(out)!r}, exe(np.load({str(xin)!r}))[0])
@@ -142,13 +144,10 @@ class _Lookup:
     def __init__(self, key: str, config: dict, kind: str) -> None:
         self.key, self.config, self.kind = key, config, kind
         self.asked: list[tuple[str, str]] = []
-        self.last_lookup_kind = None
 
-    def lookup(self, key: str, target: str, workload: dict | None = None) -> dict | None:
+    def lookup(self, key: str, target: str, workload: dict | None = None) -> Lookup:
         self.asked.append((key, target))
-        hit = key == self.key
-        self.last_lookup_kind = self.kind if hit else "default"
-        return self.config if hit else None
+        return Lookup(self.config, self.kind) if key == self.key else Lookup(None)
 
 
 @pytest.mark.parametrize("kind", ["exact", "transferred"])
@@ -162,7 +161,7 @@ def test_logged_configs_are_used_and_reported(net, kind):
     assert row.source == {"exact": "tuned", "transferred": "transferred"}[kind]
     assert "'unroll_k': 2" in row.detail
     assert {r.source for r in tuned.report.rows if r.kind == "kernel" and r is not row} == {"default"}
-    assert all(t == Target.host(1).tuning_name() for _, t in source.asked)
+    assert all(t == str(tuned.target) for _, t in source.asked)
     np.testing.assert_allclose(tuned(x)[0], want[0], rtol=1e-5, atol=1e-5)
 
 
@@ -189,7 +188,7 @@ def test_the_tuning_log_source_plugs_in_directly(net, tmp_path):
     dense = next(r for r in exe.report.rows if r.name.startswith("dense"))
     config = {"template": "dense", "knobs": {"tile_m": 1, "tile_n_vectors": 1, "outer": "m", "unroll_k": 2}}
     db = tuning_db.open(f"sqlite:///{tmp_path / 'log.sqlite'}")
-    name = Target.host(2).tuning_name()
+    name = str(host_target(2))
     db.record(dense.workload_key, name, config, [1e-4, 1.1e-4])
     tuned = autorelay.build(mod, params=params, schedules=db.schedule_source(name), threads=2)
     row = next(r for r in tuned.report.rows if r.name.startswith("dense"))
@@ -227,8 +226,10 @@ def test_control_flow_goes_to_the_vm():
 
 def test_unknown_target_is_an_error():
     mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) { exp(%x) }')
-    with pytest.raises(BuildError, match="unsupported target 'cuda'"):
+    with pytest.raises(TargetError, match="no backend for target kind 'cuda'"):
         autorelay.build(mod, target="cuda")
+    with pytest.raises(TargetError, match="unknown kind 'opencl'"):
+        autorelay.build(mod, target="opencl")
 
 
 def test_engines_can_be_released(tmp_path):

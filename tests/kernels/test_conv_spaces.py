@@ -10,8 +10,8 @@ import kernel_oracles as H
 import numpy as np
 import pytest
 
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import build_kernel
+from autorelay.codegen.llvm.host import host_target
+from autorelay.kernel import compile_kernel
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from autorelay.te import nn
@@ -27,7 +27,7 @@ def _conv(stride: int):
 
 def test_channel_blocks_are_in_the_space():
     cdef = _conv(1)
-    space = template_for(cdef).space(cdef, Target.host())
+    space = template_for(cdef).space(cdef, host_target())
     assert space.knob("tile_ic").values == (8, 16, 0)  # 0: all channels, no cache blocking
     assert len(space) > 10_000
 
@@ -36,7 +36,7 @@ def test_channel_blocks_are_in_the_space():
 @pytest.mark.parametrize("tile_ic", [8, 16, 0])
 def test_blocked_channels_with_ragged_tiles_match_numpy(stride, tile_ic):
     cdef = _conv(stride)
-    target = Target.host(threads=2)
+    target = host_target(threads=2)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 32, 9, 11), dtype=np.float32)
     w = rng.standard_normal((20, 32, 3, 3), dtype=np.float32)
@@ -50,7 +50,7 @@ def test_blocked_channels_with_ragged_tiles_match_numpy(stride, tile_ic):
             ("tile_oc_vectors", tv), ("tile_ow", tow), ("tile_oh", toh), ("tile_ic", tile_ic),
             ("reduce_order", order), ("unroll_c", uc), ("unroll_kw", 1), ("outer", "oh"), ("pad", pad),
         ))
-        got = build_kernel(cdef, cfg, target).run(x, w)
+        got = compile_kernel(cdef, cfg, target).run(x, w)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
 
 
@@ -60,7 +60,7 @@ def test_depthwise_row_tiles_match_numpy(stride):
     x = te.placeholder((1, 6, 9, 19), name="X")
     w = te.placeholder((6, 1, 3, 3), name="W")
     cdef = te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, stride, 1), "dw")
-    target = Target.host(threads=2)
+    target = host_target(threads=2)
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((1, 6, 9, 19), dtype=np.float32)
     ws = rng.standard_normal((6, 1, 3, 3), dtype=np.float32)
@@ -69,7 +69,7 @@ def test_depthwise_row_tiles_match_numpy(stride):
         knobs = (("tile_ow_vectors", 2), ("tile_oh", toh), ("unroll_kh", unroll_kh), ("unroll_kw", 1),
                  ("pad", pad))
         cfg = Config("depthwise_conv2d_nchw", knobs)
-        got = build_kernel(cdef, cfg, target).run(xs, ws)
+        got = compile_kernel(cdef, cfg, target).run(xs, ws)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
 
 
@@ -79,7 +79,7 @@ def test_pointwise_register_tiles_match_numpy():
     x = te.placeholder((1, 12, 7, 9), name="X")
     w = te.placeholder((13, 12, 1, 1), name="W")
     cdef = te.make_def([x, w], nn.conv2d_1x1_nchw(x, w), "pointwise")
-    target = Target.host(threads=2)
+    target = host_target(threads=2)
     space = template_for(cdef).space(cdef, target)
     rng = np.random.default_rng(2)
     xs = rng.standard_normal((1, 12, 7, 9), dtype=np.float32)
@@ -89,5 +89,5 @@ def test_pointwise_register_tiles_match_numpy():
     for n, (tk, pv) in enumerate(tiles):
         knobs = (("tile_k", tk), ("tile_p_vectors", pv), ("outer", ("k", "p")[n % 2]), ("unroll_c", 4))
         cfg = Config("conv2d_1x1_nchw", knobs)
-        got = build_kernel(cdef, cfg, target).run(xs, ws)
+        got = compile_kernel(cdef, cfg, target).run(xs, ws)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))

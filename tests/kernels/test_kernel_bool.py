@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import autorelay
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import build_kernel
+from autorelay.codegen.llvm.host import host_target
+from autorelay.kernel import compile_kernel
 from autorelay.schedule import steps as S
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
@@ -21,7 +21,7 @@ ROWS, COLS = 3, 37  # ragged: the vector loop also takes its scalar tail
 
 def _configs(stage: str) -> list[list[S.Step]]:
     """Scalar, a narrow vector and the host's widest byte vector (wider than the row)."""
-    wide = Target.host().vector_lanes("bool")
+    wide = host_target().vector_lanes("bool")
     return [[]] + [[S.Split(stage, "j", w), S.Vectorize(stage, "j_i")] for w in (8, wide)]
 
 
@@ -44,7 +44,7 @@ def test_comparisons_write_bool_outputs(op, rng):
     b = rng.integers(-3, 4, (ROWS, COLS)).astype(np.int32)
     want = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[op]
     for cfg in _configs("C"):
-        _assert_bools(build_kernel(te.make_def([x, y], out), cfg).run(a, b), want)
+        _assert_bools(compile_kernel(te.make_def([x, y], out), cfg).run(a, b), want)
 
 
 def test_float_comparison_and_where_with_a_bool_input(rng):
@@ -56,7 +56,7 @@ def test_float_comparison_and_where_with_a_bool_input(rng):
     b = rng.standard_normal(COLS).astype(np.float32)
     want = np.where(cond & (a > b), a, b)
     for cfg in _configs("W"):
-        np.testing.assert_array_equal(build_kernel(te.make_def([c, x, y], out), cfg).run(cond, a, b), want)
+        np.testing.assert_array_equal(compile_kernel(te.make_def([c, x, y], out), cfg).run(cond, a, b), want)
 
 
 def test_logical_ops_on_bool_buffers(rng):
@@ -69,7 +69,7 @@ def test_logical_ops_on_bool_buffers(rng):
     p, q = rng.random((ROWS, COLS)) > 0.5, rng.random((ROWS, COLS)) > 0.3
     want = (p & ~q) | (p != ~q)
     for cfg in _configs("L"):
-        _assert_bools(build_kernel(te.make_def([a, b], out), cfg).run(p, q), want)
+        _assert_bools(compile_kernel(te.make_def([a, b], out), cfg).run(p, q), want)
 
 
 def test_strided_and_gathered_bool_loads(rng):
@@ -79,7 +79,7 @@ def test_strided_and_gathered_bool_loads(rng):
     cond = rng.random((ROWS, 2 * COLS)) > 0.6
     want = cond[:, 0::2] | cond[:, ::-1][:, :COLS]
     for cfg in _configs("G"):
-        _assert_bools(build_kernel(te.make_def([c], out), cfg).run(cond), want)
+        _assert_bools(compile_kernel(te.make_def([c], out), cfg).run(cond), want)
 
 
 def test_bool_casts_both_ways(rng):
@@ -91,15 +91,15 @@ def test_bool_casts_both_ways(rng):
     a = np.where(rng.random((ROWS, COLS)) > 0.5, rng.standard_normal((ROWS, COLS)), 0).astype(np.float32)
     p = rng.random((ROWS, COLS)) > 0.5
     for cfg in _configs("K"):
-        _assert_bools(build_kernel(te.make_def([x, b], out), cfg).run(a, p), (a != 0) & p)
+        _assert_bools(compile_kernel(te.make_def([x, b], out), cfg).run(a, p), (a != 0) & p)
     for cfg in _configs("F"):
-        np.testing.assert_array_equal(build_kernel(te.make_def([b], back), cfg).run(p), p * np.float32(3))
+        np.testing.assert_array_equal(compile_kernel(te.make_def([b], back), cfg).run(p), p * np.float32(3))
 
 
 def test_vector_code_moves_bytes_not_bits():
     a, b = te.placeholder((4, 64), "bool", "A"), te.placeholder((4, 64), "bool", "B")
     out = te.compute((4, 64), lambda i, j: a[i, j] | b[i, j], name="O")
-    ir = build_kernel(te.make_def([a, b], out), [S.Split("O", "j", 16), S.Vectorize("O", "j_i")]).llvm_ir
+    ir = compile_kernel(te.make_def([a, b], out), [S.Split("O", "j", 16), S.Vectorize("O", "j_i")]).llvm_ir
     assert "load <16 x i8>" in ir and "store <16 x i8>" in ir
     assert "load <16 x i1>" not in ir and "store <16 x i1>" not in ir
 

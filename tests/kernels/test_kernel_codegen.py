@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from autorelay.codegen.llvm.emit import emit_module
+from autorelay.codegen.llvm.host import host_target
 from autorelay.codegen.llvm.jit import clear_memory_cache
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.apply import apply
 from autorelay.schedule.templates import template_for
+from autorelay.target import Target
 from autorelay.te import expr as E
 from autorelay.te import nn
 from autorelay.te import tensor as te
@@ -26,8 +27,8 @@ def _dense(m=24, n=40, k=16):
 
 
 def test_vectorized_dense_uses_vector_fma_and_wide_vector_attributes():
-    target = Target.host()
-    kernel = build_kernel(_dense(), None, target)
+    target = host_target()
+    kernel = compile_kernel(_dense(), None, target)
     lanes = target.vector_lanes()
     ir = kernel.llvm_ir
     assert f"load <{lanes} x float>" in ir
@@ -51,31 +52,31 @@ def test_avx512_targets_ask_for_512_bit_vectors():
 
 
 def test_kernel_cache_is_keyed_by_structure():
-    target = Target.host()
-    k1 = build_kernel(_dense(), None, target)
-    k2 = build_kernel(_dense(), None, target)  # new tensors, same structure
+    target = host_target()
+    k1 = compile_kernel(_dense(), None, target)
+    k2 = compile_kernel(_dense(), None, target)  # new tensors, same structure
     assert k1.module is k2.module
-    other = build_kernel(_dense(), [S.CacheWrite("dense")], target)
+    other = compile_kernel(_dense(), [S.CacheWrite("dense")], target)
     assert other.module is not k1.module
 
 
 def test_disk_cache_serves_object_code(tmp_path):
-    target = Target.host()
+    target = host_target()
     cdef = _dense(8, 8, 8)
     rng = np.random.default_rng(0)
     a, w = rng.standard_normal((8, 8), np.float32), rng.standard_normal((8, 8), np.float32)
-    first = build_kernel(cdef, None, target, cache_dir=str(tmp_path))
+    first = compile_kernel(cdef, None, target, cache_dir=str(tmp_path))
     assert not first.module.from_disk
     assert list(tmp_path.glob("*.o"))
     clear_memory_cache()
-    second = build_kernel(cdef, None, target, cache_dir=str(tmp_path))
+    second = compile_kernel(cdef, None, target, cache_dir=str(tmp_path))
     assert second.module.from_disk
     np.testing.assert_allclose(second.run(a, w), a @ w.T, rtol=1e-5, atol=1e-5)
 
 
 def test_bound_kernel_reuses_buffers_and_checks_inputs():
     cdef = _dense()
-    kernel = build_kernel(cdef)
+    kernel = compile_kernel(cdef)
     rng = np.random.default_rng(1)
     a, w = rng.standard_normal((24, 16), np.float32), rng.standard_normal((40, 16), np.float32)
     expect = a @ w.T
@@ -98,7 +99,7 @@ def test_integer_floor_division_and_modulo_follow_python():
     q = te.compute((23,), lambda i: x[i] // 3 * 100 + x[i] % 3 + (i - 11) // 4, name="Q")
     data = np.arange(-11, 12, dtype=np.int64)
     for cfg in ([], [S.Split("Q", "i", 4), S.Vectorize("Q", "i_i")]):
-        got = build_kernel(te.make_def([x], q), cfg).run(data)
+        got = compile_kernel(te.make_def([x], q), cfg).run(data)
         np.testing.assert_array_equal(got, data // 3 * 100 + data % 3 + (np.arange(23) - 11) // 4)
 
 
@@ -127,7 +128,7 @@ def test_math_functions_and_casts_scalar_and_vector():
         + np.where(v > 0.25, np.floor(v), np.tanh(v))
     )
     for cfg in ([], [S.Split("Y", "j", 8), S.Vectorize("Y", "j_i")]):
-        got = build_kernel(te.make_def([x], out), cfg).run(v)
+        got = compile_kernel(te.make_def([x], out), cfg).run(v)
         np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
 
 
@@ -135,7 +136,7 @@ def test_ragged_vector_tail_takes_the_scalar_path():
     x = te.placeholder((5, 13), name="X")
     y = te.compute((5, 13), lambda i, j: x[i, j] * 2.0, name="Y")
     steps = [S.Split("Y", "j", 8), S.Vectorize("Y", "j_i")]
-    kernel = build_kernel(te.make_def([x], y), steps)
+    kernel = compile_kernel(te.make_def([x], y), steps)
     assert "tail" in kernel.llvm_ir  # the lane guard is tested at the first and last lane
     v = np.random.default_rng(3).standard_normal((5, 13)).astype(np.float32)
     np.testing.assert_array_equal(kernel.run(v), v * 2)
@@ -147,7 +148,7 @@ def test_ragged_tile_guards_are_tested_once_per_tile():
     x = te.placeholder((5, 37), name="X")
     y = te.compute((5, 37), lambda i, j: x[i, j] * 2.0 + 1.0, name="Y")
     steps = [S.Split("Y", "j", 16), S.Split("Y", "j_i", 8), S.Unroll("Y", "j_i_o"), S.Vectorize("Y", "j_i_i")]
-    kernel = build_kernel(te.make_def([x], y), steps)
+    kernel = compile_kernel(te.make_def([x], y), steps)
     assert "full" in kernel.llvm_ir and "ragged" in kernel.llvm_ir
     data = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
     np.testing.assert_allclose(kernel.run(data), data * 2 + 1, rtol=1e-6)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from autorelay.codegen.llvm.emit import emit_module
-from autorelay.codegen.llvm.target import Target
 from autorelay.schedule.apply import apply
 from autorelay.schedule.templates import template_for
+from autorelay.target import Target
 from autorelay.te import nn
 from autorelay.te import tensor as te
 from autorelay.tir.printer import func_str

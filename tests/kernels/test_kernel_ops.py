@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from kernel_cases import CASES, inputs_for
 
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import build_kernel
+from autorelay.codegen.llvm.host import host_target
+from autorelay.kernel import compile_kernel
 from autorelay.schedule.templates import template_for
 
 pytestmark = pytest.mark.cpu
@@ -20,7 +20,7 @@ def test_default_config_matches_oracle(case):
     assert template_for(cdef).name == case.template
     arrays = inputs_for(cdef)
     expect = case.oracle(*arrays)
-    got = build_kernel(cdef, None, Target.host(threads=2)).run(*arrays)
+    got = compile_kernel(cdef, None, host_target(threads=2)).run(*arrays)
     assert got.shape == expect.shape
     np.testing.assert_allclose(got, expect, rtol=case.rtol, atol=case.rtol)
 
@@ -28,6 +28,6 @@ def test_default_config_matches_oracle(case):
 def test_threads_do_not_change_the_answer():
     cdef = CASES[0].build()
     arrays = inputs_for(cdef, seed=3)
-    one = build_kernel(cdef, None, Target.host(threads=1)).run(*arrays)
-    two = build_kernel(cdef, None, Target.host(threads=2)).run(*arrays)
+    one = compile_kernel(cdef, None, host_target(threads=1)).run(*arrays)
+    two = compile_kernel(cdef, None, host_target(threads=2)).run(*arrays)
     np.testing.assert_array_equal(one, two)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from kernel_cases import CASES, inputs_for
 
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import ScheduleError
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.schedule.templates import template_for
 
 pytestmark = pytest.mark.cpu
@@ -25,7 +25,7 @@ SAMPLES = 4
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_random_configs_match_oracle(case):
     cdef = case.build()
-    target = Target.host(threads=2)
+    target = host_target(threads=2)
     tmpl = template_for(cdef)
     space = tmpl.space(cdef, target)
     rng = random.Random(f"{case.name}-{space.size}")
@@ -36,7 +36,7 @@ def test_random_configs_match_oracle(case):
         cfg = space.get(index)
         assert space.index(cfg) == index
         try:
-            kernel = build_kernel(cdef, cfg, target)
+            kernel = compile_kernel(cdef, cfg, target)
         except ScheduleError:
             continue
         legal += 1

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import ScheduleError
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.apply import apply
+from autorelay.schedule.relayout import relayout
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.state import relayout
 from autorelay.schedule.templates import template_for, templates
 from autorelay.te import nn
 from autorelay.te import tensor as te
@@ -70,7 +70,7 @@ def test_space_mixed_radix_round_trip():
 
 
 def test_every_template_default_is_in_its_space():
-    target = Target.host()
+    target = host_target()
     a, w = te.placeholder((64, 32), name="A"), te.placeholder((48, 32), name="W")
     cdef = te.make_def([a, w], nn.dense(a, w))
     for name in ("dense",):
@@ -134,7 +134,7 @@ def test_pad_removes_the_reduction_guard_and_keeps_the_answer():
     assert state.inputs["A"].shape == (16, 24) and state.inputs["W"].shape == (24, 24)
     rng = np.random.default_rng(0)
     a, w = rng.standard_normal((16, 21), np.float32), rng.standard_normal((24, 21), np.float32)
-    got = build_kernel(cdef, [S.Pad("C", "k", 8), *split]).run(a, w)
+    got = compile_kernel(cdef, [S.Pad("C", "k", 8), *split]).run(a, w)
     np.testing.assert_allclose(got, a @ w.T, rtol=1e-5, atol=1e-5)
 
 
@@ -163,7 +163,7 @@ def test_shifted_tail_tiles_are_full_and_keep_the_answer():
     rng = np.random.default_rng(2)
     a, w = rng.standard_normal((16, 11), np.float32), rng.standard_normal((20, 11), np.float32)
     for threads in (1, 2):
-        got = build_kernel(cdef, steps, Target.host(threads)).run(a, w)
+        got = compile_kernel(cdef, steps, host_target(threads)).run(a, w)
         np.testing.assert_allclose(got, a @ w.T, rtol=1e-5, atol=1e-5)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
 from autorelay.te.tensor import inline_injective, topo_order
@@ -54,5 +54,5 @@ def test_inline_injective_keeps_the_answer_and_removes_stages():
     assert [t.name for t in topo_order(inlined.outputs)] == ["X", "C"]
     v = np.random.default_rng(0).standard_normal((6, 7)).astype(np.float32)
     expect = (v * 3 - 1).sum(0)
-    np.testing.assert_allclose(build_kernel(cdef).run(v), expect, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(build_kernel(inlined).run(v), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compile_kernel(cdef).run(v), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compile_kernel(inlined).run(v), expect, rtol=1e-5, atol=1e-5)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from autorelay.codegen.llvm import team as T
-from autorelay.codegen.llvm.target import Target
-from autorelay.kernel import build_kernel
+from autorelay.codegen.llvm.host import host_target
+from autorelay.kernel import compile_kernel
 from autorelay.schedule import steps as S
 from autorelay.te import nn
 from autorelay.te import tensor as te
@@ -31,7 +31,7 @@ def _row_sums(rows: int = 97, cols: int = 33):
 @pytest.mark.parametrize("threads", [2, 3])
 def test_many_calls_match_numpy(threads):
     cdef, steps = _row_sums()
-    kernel = build_kernel(cdef, steps, Target.host(threads))
+    kernel = compile_kernel(cdef, steps, host_target(threads))
     assert any(par for _, par in kernel.module.functions)
     x = np.random.default_rng(0).standard_normal((97, 33)).astype(np.float32)
     bound = kernel.bind(x)
@@ -43,7 +43,7 @@ def test_many_calls_match_numpy(threads):
 
 def test_sleeping_workers_wake_and_the_answer_holds():
     cdef, steps = _row_sums()
-    bound = build_kernel(cdef, steps, Target.host(2)).bind(np.ones((97, 33), np.float32))
+    bound = compile_kernel(cdef, steps, host_target(2)).bind(np.ones((97, 33), np.float32))
     bound()
     workers = T.team(1)
     deadline = time.monotonic() + 10
@@ -58,7 +58,7 @@ def test_sleeping_workers_wake_and_the_answer_holds():
 
 def test_two_callers_at_once_both_get_their_answer():
     cdef, steps = _row_sums(rows=200, cols=64)
-    kernel = build_kernel(cdef, steps, Target.host(2))
+    kernel = compile_kernel(cdef, steps, host_target(2))
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((200, 64)).astype(np.float32) for _ in range(2)]
     bounds = [kernel.bind(x) for x in xs]
@@ -81,13 +81,13 @@ def test_two_callers_at_once_both_get_their_answer():
 
 def _child(q) -> None:
     cdef, steps = _row_sums()
-    out = build_kernel(cdef, steps, Target.host(2)).run(np.ones((97, 33), np.float32))
+    out = compile_kernel(cdef, steps, host_target(2)).run(np.ones((97, 33), np.float32))
     q.put(float(out.sum()))
 
 
 def test_a_forked_child_gets_its_own_team():
     cdef, steps = _row_sums()
-    build_kernel(cdef, steps, Target.host(2)).run(np.ones((97, 33), np.float32))  # the parent's team is up
+    compile_kernel(cdef, steps, host_target(2)).run(np.ones((97, 33), np.float32))  # the parent's team is up
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(q,))
@@ -101,7 +101,7 @@ def test_parked_workers_sleep_at_once_and_come_back(monkeypatch):
     """With a spin limit that never runs out, only parking can put the workers to sleep."""
     monkeypatch.setattr(T, "SPIN_LIMIT", 1 << 62)
     cdef, steps = _row_sums()
-    bound = build_kernel(cdef, steps, Target.host(4)).bind(np.ones((97, 33), np.float32))
+    bound = compile_kernel(cdef, steps, host_target(4)).bind(np.ones((97, 33), np.float32))
     workers = T.team(3)  # a team of its own: its workers spin under the patched limit
     deadline = time.monotonic() + 10
     while any(workers.words[T.LINE * (w + 1)] != T.SPINNING for w in range(3)):

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import autorelay
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import TypeCheckError
 from autorelay.ir import Call, Function, IRModule, TensorType, Var, const, post_order
 from autorelay.ir.attrs import Attrs
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.op.registry import call
 from autorelay.op.winograd import conv_reference
 from autorelay.schedule.templates import template_for
@@ -56,7 +56,7 @@ def test_numpy_reference_is_a_convolution(n, c, k, h, w, pad):
 def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w, pad):
     xd, ud = te.placeholder((n, c, h, w), name="X"), te.placeholder((16, k, c), name="U")
     cdef = te.make_def([xd, ud], W.conv2d_winograd_nchw(xd, ud, pad), "winograd")
-    target = Target.host(threads=2)
+    target = host_target(threads=2)
     tmpl = template_for(cdef)
     assert tmpl.name == "conv2d_winograd"
     space = tmpl.space(cdef, target)
@@ -68,7 +68,7 @@ def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w
     pick = random.Random(f"{n}{c}{k}{h}{w}")
     configs = [tmpl.default(cdef, target)] + [space.get(pick.randrange(len(space))) for _ in range(3)]
     for cfg in configs:
-        got = build_kernel(cdef, cfg, target).run(x, u)
+        got = compile_kernel(cdef, cfg, target).run(x, u)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
 
 
@@ -76,7 +76,7 @@ def test_weight_transform_compute_matches_numpy():
     wd = te.placeholder((6, 5, 3, 3), name="Wt")
     cdef = te.make_def([wd], W.weight_transform(wd), "wt")
     wt = np.random.default_rng(3).standard_normal((6, 5, 3, 3), dtype=np.float32)
-    got = build_kernel(cdef, None, Target.host()).run(wt)
+    got = compile_kernel(cdef, None, host_target()).run(wt)
     np.testing.assert_allclose(got, W.weight_transform_np(wt), rtol=1e-6, atol=1e-6)
 
 
@@ -154,6 +154,6 @@ def test_fused_epilogue_reading_another_input():
                    for s in ((1, 8, 6, 10), (1, 16, 6, 10), (16, 8, 3, 3), (16, 1, 1)))
     arrays = {"X": x, "U": W.weight_transform_np(wt), "R": r, "B": b}
     cdef = te.make_def([xd, ud, rd, bd], out, "fused")
-    got = build_kernel(cdef, None, Target.host(threads=2)).run(*[arrays[t.name] for t in cdef.inputs])
+    got = compile_kernel(cdef, None, host_target(threads=2)).run(*[arrays[t.name] for t in cdef.inputs])
     want = np.maximum(_padded_conv(x, wt, (1, 1, 1, 1)) + b + r, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

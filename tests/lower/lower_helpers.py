@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 import autorelay
-from autorelay.codegen.llvm.target import Target
+from autorelay.codegen.llvm.host import host_target
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Function, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType, TupleType
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.lower import lower
 from autorelay.op import registry
 from autorelay.schedule.templates import template_for
@@ -65,13 +65,13 @@ def run_lowered(fn: Function, inputs: list[np.ndarray],
     it = iter(consts)
     arrays = [a if a is not None else next(it) for a in arrays]
     outs = []
-    target = Target.host()
+    target = host_target()
     for o in lowered.cdef.outputs:
         cdef = ComputeDef(lowered.cdef.inputs, (o,), "t")
         config = None
         if sample is not None:
             config = template_for(cdef).space(cdef, target).sample(sample)
-        k = build_kernel(cdef, config, target)
+        k = compile_kernel(cdef, config, target)
         outs.append(np.asarray(k.run(*arrays)))
     return outs
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autorelay.kernel import build_kernel
+from autorelay.kernel import compile_kernel
 from autorelay.lower.relayout import packed_shape, relayout_compute
-from autorelay.schedule.state import relayout
+from autorelay.schedule.relayout import relayout
 
 pytestmark = pytest.mark.cpu
 
@@ -24,5 +24,5 @@ def test_packing_kernel_matches_numpy_relayout(shape, ops):
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     want = relayout(x, ops)
     assert packed_shape(shape, ops) == want.shape
-    got = build_kernel(relayout_compute(shape, "float32", ops)).run(x)
+    got = compile_kernel(relayout_compute(shape, "float32", ops)).run(x)
     np.testing.assert_array_equal(got, want)

@@ -229,7 +229,7 @@ def @main(%a: Tensor[(4), float32], %b: Tensor[(4), float32]) {
 
 
 def test_prepare_pushes_invariant_weights_into_recursive_globals_only() -> None:
-    from autorelay.runtime.vm.prepare import prepare
+    from autorelay.transform.prepare import prepare
 
     def names(mod):
         return {g.name_hint: [p.name_hint for p in f.params] for g, f in mod.functions.items()}

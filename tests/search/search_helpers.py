@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autorelay.target import Target
 from autorelay.te import nn
 from autorelay.te import tensor as te
 from search.measure.result import MeasureResult
@@ -21,10 +22,10 @@ def dense_ref(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) @ w.astype(np.float64).T
 
 
-def dense_task(m: int = 16, n: int = 24, k: int = 32) -> Task:
+def dense_task(m: int = 16, n: int = 24, k: int = 32, target: Target | None = None) -> Task:
     a, w = te.placeholder((m, k), name="A"), te.placeholder((n, k), name="W")
     cdef = te.make_def([a, w], nn.dense(a, w), "dense")
-    return kernel_task(cdef, reference=dense_ref, name=f"dense{m}x{n}x{k}")
+    return kernel_task(cdef, target, reference=dense_ref, name=f"dense{m}x{n}x{k}")
 
 
 @dataclass(frozen=True)

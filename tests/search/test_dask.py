@@ -44,11 +44,11 @@ def test_tune_end_to_end_matches_the_local_measurer(cluster, task, tmp_path):
     db = tuning_db.open(f"sqlite:///{tmp_path / 'log.db'}")
     with distributed.get_task_stream(client) as stream, DaskMeasurer(c, FAST) as m:
         res = tune_task(task, make_tuner("random", task, seed=1), 6, db, m, batch=3, top_k=2, rounds=3)
-        inputs = [MeasureInput(task.config(i), i) for i in (0, 7, 101)]
+        inputs = [MeasureInput(task.config(i), i) for i in (0, len(task.space) // 2, len(task.space) - 1)]
         remote = m.measure(task, inputs)
     assert res.trials == 6 and res.best_config is not None
     assert 0 < res.best_cost < 0.1 and 0 < res.default_cost < 0.1
-    rows = db.history(task.key, task.target_str)
+    rows = db.history(task.key, str(task.target))
     searched = [r for r in rows if r.runner_version != REMEASURE_TAG]
     assert len(searched) == 6 and all(r.error_kind is None and len(r.costs) == 3 for r in searched)
     assert any(r.runner_version == REMEASURE_TAG for r in rows)
@@ -79,7 +79,7 @@ def test_crash_and_hang_are_failures_and_the_tune_goes_on(cluster, task, tmp_pat
     with DaskMeasurer(client, settings, hook=hook) as m:
         res = tune_task(task, make_tuner("grid", task), 4, db, m, batch=4, top_k=2, rounds=2)
         after = m.measure(task, [MeasureInput(task.config(3), 3)])  # still measuring after the faults
-    kinds = {r.space_index: r.error_kind for r in db.history(task.key, task.target_str)
+    kinds = {r.space_index: r.error_kind for r in db.history(task.key, str(task.target))
              if r.runner_version != REMEASURE_TAG}
     db.close()
     assert kinds == {0: None, 1: "runtime_crash", 2: "timeout", 3: None}

@@ -17,6 +17,7 @@ import pytest
 
 import autorelay
 from autorelay.frontend import zoo
+from autorelay.schedule.source import Lookup
 from search import extract_tasks
 from search.extract import ModelTask, extract_all
 
@@ -93,7 +94,7 @@ def test_task_keys_are_the_build_lookup_keys(resnet):
     class Spy:
         def lookup(self, key, target, workload=None):
             asked.append((key, workload))
-            return None
+            return Lookup(None)
 
     autorelay.build(mod, "llvm", params, schedules=Spy())
     keys = {k for k, _ in asked}
@@ -119,7 +120,7 @@ def test_threads_change_the_tuning_target():
     mod, params = zoo.get("mlp")
     one = extract_tasks(mod, params, threads=1)[0]
     two = extract_tasks(mod, params, threads=2)[0]
-    assert one.key == two.key and one.target_str != two.target_str
+    assert one.key == two.key and str(one.target) != str(two.target)
 
 
 def test_bad_target_is_named():
@@ -140,14 +141,14 @@ def test_bound_source_transfers_only_within_a_template(tmp_path):
     depthwise = [t for t in tasks if t.template == "depthwise_conv2d_nchw"]
     donor, other = regular[0], regular[1]
     with tuning_db.open(f"sqlite:///{tmp_path / 'log.db'}") as db:
-        db.record(donor.key, donor.target_str, donor.default.to_json(), [1e-4], workload=donor.workload)
-        src = BoundSource(db, donor.target_str, tasks)
-        assert src.lookup(donor.key, "llvm", workload=donor.workload) == donor.default.to_json()
-        assert src.last_lookup_kind == "exact"
-        assert src.lookup(other.key, "llvm", workload=other.workload) == donor.default.to_json()
-        assert src.last_lookup_kind == "transferred"
-        assert src.lookup(depthwise[0].key, "llvm", workload=depthwise[0].workload) is None
-        assert src.last_lookup_kind == "default"
+        db.record(donor.key, str(donor.target), donor.default.to_json(), [1e-4], workload=donor.workload)
+        src = BoundSource(db, str(donor.target), tasks)
+        got = src.lookup(donor.key, "llvm", workload=donor.workload)
+        assert (got.config, got.kind) == (donor.default.to_json(), "exact")
+        got = src.lookup(other.key, "llvm", workload=other.workload)
+        assert (got.config, got.kind) == (donor.default.to_json(), "transferred")
+        got = src.lookup(depthwise[0].key, "llvm", workload=depthwise[0].workload)
+        assert (got.config, got.kind) == (None, "default")
         exe = autorelay.build(mod, "llvm", params, schedules=src)
     assert exe.report.sources["tuned"] == 1 and exe.report.sources["transferred"] >= 1
     inputs = zoo.random_inputs(mod, params)

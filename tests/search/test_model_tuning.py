@@ -9,11 +9,12 @@ import pytest
 
 import autorelay
 import tuning_db
+from autorelay.lower import model_key
 from search import tune_model
 from search.extract import BoundSource
 from search.measure import TimingSettings
 from search.model_tuning import Progress
-from search.models import compile_model, load_model, tuning_target
+from search.models import compile_model, load_model, run_inputs, tuning_target
 from search.tune import REMEASURE_TAG
 
 pytestmark = pytest.mark.cpu
@@ -76,8 +77,23 @@ def test_build_uses_the_remeasured_pick(tuned):
         src = BoundSource(db, result.target, [r.task for r in result.rows])
         for r in result.rows:
             if r.config is not None:
-                assert src.lookup(r.task.key, "llvm") == r.config.to_json()
-                assert src.last_lookup_kind == "exact"
+                got = src.lookup(r.task.key, "llvm")
+                assert (got.config, got.kind) == (r.config.to_json(), "exact")
+
+
+def test_python_build_with_the_plain_source_uses_what_tune_logged(tuned):
+    """`tuning_db.open(url).schedule_source("llvm")` answers a build on this host, with whatever
+    thread count the build uses: schedules tuned for another count are used, and the report says so."""
+    model, url, result = tuned
+    with tuning_db.open(url) as db:
+        (run,) = [r for r in db.runs() if r.info.get("target") == result.target]
+        assert run.info["model_key"] == model_key(model.mod) and run.info["pipeline"] == "default"
+        exe = autorelay.build(model.mod, params=model.params, schedules=db.schedule_source("llvm"))
+    rows = [r for r in exe.report.rows if r.source == "tuned"]
+    assert rows and exe.pipeline == "default"
+    if exe.target.threads != 1:  # tuned with threads=1 above
+        assert all("tuned for 1 thread" in r.detail for r in rows)
+    np.testing.assert_allclose(exe(*run_inputs(exe, model)), _interpreter(model), rtol=1e-4, atol=1e-4)
 
 
 def test_rerun_resumes_without_measuring_again(tuned):

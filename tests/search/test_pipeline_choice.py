@@ -66,10 +66,10 @@ def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
 
     real = pc.build_model
 
-    def build(model, source, target, *, threads, pipeline):
+    def build(model, source, target="llvm", *, threads=None, pipeline="default", prepared=None):
         if pipeline == "nchwc":
             raise BuildError("no NCHWc compute for this op")
-        return real(model, source, target, threads=threads, pipeline=pipeline)
+        return real(model, source, target, threads=threads, pipeline=pipeline, prepared=prepared)
 
     monkeypatch.setattr(pc, "build_model", build)
     choice = pc.measure_pipelines(load_model("mlp"), "llvm", 1)
@@ -84,12 +84,33 @@ def test_compile_without_a_log_reuses_the_measured_winner_build(monkeypatch):
     builds = []
     real = pc.build_model
 
-    def counting(model, source, target, *, threads, pipeline):
+    def counting(model, source, target="llvm", *, threads=None, pipeline="default", prepared=None):
         builds.append(pipeline)
-        return real(model, source, target, threads=threads, pipeline=pipeline)
+        return real(model, source, target, threads=threads, pipeline=pipeline, prepared=prepared)
 
     monkeypatch.setattr(pc, "build_model", counting)
     monkeypatch.setattr("search.models.build_model", counting)
     res = compile_model(load_model("mlp"), None, "llvm", threads=1, pipeline="auto")
     assert sorted(builds) == sorted(CANDIDATES)  # one build per candidate, none after the choice
     assert res.pipeline in CANDIDATES
+
+
+def test_a_python_build_uses_the_pipeline_tune_logged_for_the_model(tmp_path):
+    """`autorelay.build(mod, schedules=source)` without a pipeline builds with the one `tune` logged
+    for this model and target (found by the model's key), and `default` when none is logged."""
+    import autorelay
+    from autorelay.codegen import resolve_target
+    from autorelay.lower import model_key
+
+    model = load_model("mlp")
+    target = str(resolve_target("llvm", 1))
+    with tuning_db.open(f"sqlite:///{tmp_path / 'log.db'}") as db:
+        src = db.schedule_source("llvm")
+        assert autorelay.build(model.mod, params=model.params, schedules=src, threads=1).pipeline == "default"
+        db.start_run(model="renamed", info={"target": target, "model_key": model_key(model.mod),
+                                            "pipeline": "O0"})
+        db.start_run(model="other", info={"target": target, "model_key": "0" * 32, "pipeline": "tune"})
+        exe = autorelay.build(model.mod, params=model.params, schedules=src, threads=1)
+        assert exe.pipeline == "O0"
+        given = autorelay.build(model.mod, params=model.params, schedules=src, threads=1, pipeline="nchwc")
+        assert given.pipeline == "nchwc"

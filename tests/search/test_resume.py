@@ -23,7 +23,7 @@ ROOT = HERE.parent.parent
 def _trials(url: str) -> list:
     task = dense_task(16, 24, 32)
     with tuning_db.open(url) as db:
-        return [r for r in db.history(task.key, task.target_str) if r.runner_version != REMEASURE_TAG]
+        return [r for r in db.history(task.key, str(task.target)) if r.runner_version != REMEASURE_TAG]
 
 
 def _start(url: str, trials: int) -> subprocess.Popen:

@@ -10,7 +10,8 @@ import pytest
 from search_helpers import Faults, SyntheticMeasurer, dense_task, synthetic_cost
 
 import tuning_db
-from autorelay.kernel import build_kernel
+from autorelay.codegen import resolve_target
+from autorelay.kernel import compile_kernel
 from search.measure import Measurer, TimingSettings
 from search.tune import REMEASURE_TAG, transfer_from_log, tune_task, tune_tasks
 from search.tuners import TUNERS, ModelBasedTuner, make_tuner
@@ -45,7 +46,7 @@ def test_every_tuner_proposes_fresh_configs_and_improves(task, db, name):
     res = tune_task(task, make_tuner(name, task, seed=1), 40, db, meas, batch=8)
     assert res.trials == 40
     assert len(set(meas.measured)) == 40  # never the same config twice
-    hist = [r for r in db.history(task.key, task.target_str) if r.runner_version != REMEASURE_TAG]
+    hist = [r for r in db.history(task.key, str(task.target)) if r.runner_version != REMEASURE_TAG]
     assert len(hist) == 40
     assert {r.error_kind for r in hist if r.space_index in fail} <= {"illegal_schedule"}
     seen = [synthetic_cost(task, i) for i in meas.measured if i not in fail]
@@ -57,17 +58,24 @@ def test_every_tuner_proposes_fresh_configs_and_improves(task, db, name):
 
 
 @pytest.fixture(scope="module")
-def all_features(task):
+def avx2_task():
+    """The dense task on a forced AVX2 CPU: the same space (and so the same statistics) on every host."""
+    return dense_task(16, 24, 32, resolve_target("llvm -mcpu=znver3 -threads=1"))
+
+
+@pytest.fixture(scope="module")
+def all_features(avx2_task):
     """Features of the whole (small) space, lowered once and shared by the tuners below."""
     from search.tuners.model_based import Featurizer
 
-    f = Featurizer(task)
-    f.many(range(len(task.space)))
+    f = Featurizer(avx2_task)
+    f.many(range(len(avx2_task.space)))
     return f.cache
 
 
-def test_model_based_beats_random_on_a_smooth_surface(task, all_features):
+def test_model_based_beats_random_on_a_smooth_surface(avx2_task, all_features):
     """The issue's search-efficiency bar in miniature: trials to reach 95% of the best speed."""
+    task = avx2_task
     opt = _optimum(task)
 
     def trials_to_95(name: str, seed: int) -> int:
@@ -113,9 +121,9 @@ def test_optuna_study_lives_in_the_tuning_log(task, tmp_path):
     assert res.trials == 16
     import optuna
 
-    study = optuna.load_study(study_name=f"autorelay:{task.key}:{task.target_str}:tpe", storage=url)
+    study = optuna.load_study(study_name=f"autorelay:{task.key}:{task.target!s}:tpe", storage=url)
     assert len([t for t in study.trials if t.state.is_finished()]) >= 16
-    assert len(tuning_db.open(url).history(task.key, task.target_str)) >= 16
+    assert len(tuning_db.open(url).history(task.key, str(task.target))) >= 16
 
 
 def test_real_tuning_end_to_end_with_faults(task, db):
@@ -124,7 +132,7 @@ def test_real_tuning_end_to_end_with_faults(task, db):
     settings = TimingSettings(number=1, repeat=3, min_repeat_ms=2.0, warmup=1, timeout=10.0)
     with Measurer(settings=settings, hook=hook) as m:
         res = tune_task(task, make_tuner("xgb", task, seed=0), 16, db, m, batch=8, top_k=2, rounds=3)
-    hist = db.history(task.key, task.target_str)
+    hist = db.history(task.key, str(task.target))
     trials = [r for r in hist if r.runner_version != REMEASURE_TAG]
     assert len(trials) == 16 and res.trials == 16
     by_tm = {}
@@ -140,7 +148,7 @@ def test_real_tuning_end_to_end_with_faults(task, db):
     with Measurer(settings=settings) as m:
         again = tune_task(task, make_tuner("xgb", task, seed=0), 16, db, m, batch=8)
     assert again.trials == 0 and again.resumed == 16
-    after = db.history(task.key, task.target_str)
+    after = db.history(task.key, str(task.target))
     assert [r.id for r in after if r.runner_version != REMEASURE_TAG] == [r.id for r in trials]
     default_logged = any(r.runner_version == REMEASURE_TAG and r.error_kind is None
                          and task.config_from_json(r.config) == task.default for r in hist)
@@ -148,7 +156,7 @@ def test_real_tuning_end_to_end_with_faults(task, db):
         assert len(after) == len(hist)
         assert again.best_config == res.best_config and again.best_cost == res.best_cost
     a, w = task.inputs()
-    out = build_kernel(task.cdef, res.best_config, task.target).run(a, w)
+    out = compile_kernel(task.cdef, res.best_config, task.target).run(a, w)
     np.testing.assert_allclose(out, a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
@@ -156,8 +164,8 @@ def test_tune_tasks_splits_one_budget(db):
     heavy, light = dense_task(16, 24, 32), dense_task(8, 16, 16)
     meas = SyntheticMeasurer()
     res = tune_tasks([heavy, light], [10.0, 1.0], "random", 96, db, meas, round_trials=16, batch=8)
-    n_heavy = sum(1 for r in db.history(heavy.key, heavy.target_str) if r.runner_version != REMEASURE_TAG)
-    n_light = sum(1 for r in db.history(light.key, light.target_str) if r.runner_version != REMEASURE_TAG)
+    n_heavy = sum(1 for r in db.history(heavy.key, str(heavy.target)) if r.runner_version != REMEASURE_TAG)
+    n_light = sum(1 for r in db.history(light.key, str(light.target)) if r.runner_version != REMEASURE_TAG)
     assert n_heavy + n_light == 96 and n_heavy > n_light >= 16
     assert all(math.isfinite(r.best_cost) for r in res)
     # rerunning with the same budget measures nothing new: the log already holds it

@@ -210,7 +210,7 @@ def test_pick_trusts_the_interleaved_rounds_over_a_lucky_figure(tmp_path):
         db.record("wk", "llvm", b, [0.80e-3, 0.82e-3, 0.81e-3], runner_version=tuning_db.INTERLEAVED)
         assert db.best("wk", "llvm")[0].config == a
         assert db.pick("wk", "llvm").config == b
-        assert db.schedule_source("llvm").lookup("wk") == b
+        assert db.schedule_source("llvm").lookup("wk").config == b
         # a later round replaces a config's earlier one
         db.record("wk", "llvm", a, [0.70e-3, 0.71e-3, 0.72e-3], runner_version=tuning_db.INTERLEAVED)
         assert db.pick("wk", "llvm").config == a

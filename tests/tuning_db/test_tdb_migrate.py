@@ -55,8 +55,8 @@ def test_v1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     # the new family column drives transfer: an unseen 28x28 conv borrows from a logged conv
     src = db.schedule_source("llvm -mcpu=skylake-avx512")
     wl = {"family": "conv2d", "shapes": [[1, 64, 28, 28], [64, 64, 3, 3]], "dtypes": ["float32"] * 2}
-    assert src.lookup("conv-28", "llvm -mcpu=skylake-avx512", workload=wl) is not None
-    assert src.last_lookup_kind == "transferred"
+    assert src.lookup("conv-28", "llvm -mcpu=skylake-avx512", workload=wl).config is not None
+    assert src.last_result.kind == "transferred"
     db.record("conv-56", "llvm -mcpu=skylake-avx512", {"tile": 32}, [1e-9])  # writable after upgrade
     db.close()
     again = tuning_db.open(path)

@@ -41,23 +41,23 @@ def test_shape_distance_is_sum_of_log_ratios() -> None:
 
 def test_exact_match(logged: tuning_db.TuningDB) -> None:
     src = logged.schedule_source(T)
-    assert src.lookup("c56", T) == {"tile": 8}
-    assert src.last_lookup_kind == LookupKind.EXACT == "exact"
+    assert src.lookup("c56", T).config == {"tile": 8}
+    assert src.last_result.kind == LookupKind.EXACT == "exact"
 
 
 def test_nearest_workload_of_same_family_and_target(logged: tuning_db.TuningDB) -> None:
     src = logged.schedule_source(T)
     # 20x20 is nearer 14 than 56 (|log2 20 - log2 14| * 2 < |log2 20 - log2 56| * 2).
-    res = src.lookup_with_kind("new20", T, workload=conv(1, 64, 20))
+    res = src.lookup("new20", T, workload=conv(1, 64, 20))
     assert (res.kind, res.donor_key, res.config) == (LookupKind.TRANSFERRED, "c14", {"tile": 2})
     assert res.distance == pytest.approx(2 * abs(math.log2(20) - math.log2(14)))
-    assert src.lookup("new50", T, workload=conv(1, 64, 50)) == {"tile": 8}
+    assert src.lookup("new50", T, workload=conv(1, 64, 50)).config == {"tile": 8}
     # 28x28 is 2 log2-units from both 14 and 56: ties go to the smaller key, deterministically
-    assert src.lookup_with_kind("new28", T, workload=conv(1, 64, 28)).donor_key == "c14"
-    assert src.last_lookup_kind == "transferred"
+    assert src.lookup("new28", T, workload=conv(1, 64, 28)).donor_key == "c14"
+    assert src.last_result.kind == "transferred"
     # the cuda-only 28x28 workload is never a donor for llvm; int8 has no same-dtype neighbour
-    assert src.lookup("new8", T, workload=conv(1, 64, 8, "int8")) is None
-    assert src.last_lookup_kind == "default"
+    assert src.lookup("new8", T, workload=conv(1, 64, 8, "int8")).config is None
+    assert src.last_result.kind == "default"
     assert src.counts == {"transferred": 3, "default": 1}
 
 
@@ -71,33 +71,33 @@ def test_validate_rejects_and_the_next_candidate_is_tried(logged: tuning_db.Tuni
         return config["tile"] != 8
 
     src = logged.schedule_source(T, validate=validate)
-    res = src.lookup_with_kind("new20", T, workload=conv(1, 64, 20))
+    res = src.lookup("new20", T, workload=conv(1, 64, 20))
     # c14's configs (2, then 8) rejected, then c56's best (8) rejected, then c56's second (32) accepted
     assert calls == [("new20", 2), ("new20", 8), ("new20", 8), ("new20", 32)]
     assert (res.kind, res.donor_key, res.config) == ("transferred", "c56", {"tile": 32})
     assert src.rejections[0] == ("new20", "c14", "ValueError: tile 2 does not divide 20")
     never = logged.schedule_source(T, validate=lambda k, c: False)
-    assert never.lookup("new20", T, workload=conv(1, 64, 20)) is None
-    assert never.last_lookup_kind == "default"
+    assert never.lookup("new20", T, workload=conv(1, 64, 20)).config is None
+    assert never.last_result.kind == "default"
 
 
 def test_description_from_describe_or_from_the_log(logged: tuning_db.TuningDB) -> None:
     src = logged.schedule_source(T, describe=lambda key: conv(1, 64, 13) if key == "k13" else None)
-    assert src.lookup("k13", T) == {"tile": 2} and src.last_lookup_kind == "transferred"
-    assert src.lookup("unknown", T) is None and src.last_lookup_kind == "default"
+    assert src.lookup("k13", T).config == {"tile": 2} and src.last_result.kind == "transferred"
+    assert src.lookup("unknown", T).config is None and src.last_result.kind == "default"
     logged.register_workload("reg6", conv(1, 64, 6))
-    assert logged.schedule_source(T).lookup("reg6", T) == {"tile": 1}
+    assert logged.schedule_source(T).lookup("reg6", T).config == {"tile": 1}
     assert logged.best("reg6", T) == []  # registering logs no measurement
 
 
 def test_only_failed_measurements_do_not_count_as_exact(logged: tuning_db.TuningDB) -> None:
     logged.record("c30", T, {"tile": 5}, [], error="timeout", error_kind="timeout", workload=conv(1, 64, 30))
     src = logged.schedule_source(T)
-    assert src.lookup("c30", T) is not None and src.last_lookup_kind == "transferred"
+    assert src.lookup("c30", T).config is not None and src.last_result.kind == "transferred"
 
 
 def test_wrong_target_is_an_error_not_a_silent_default(logged: tuning_db.TuningDB) -> None:
     src = logged.schedule_source(T)
     with pytest.raises(TuningDBError, match="schedule source for target 'llvm -mcpu=x' was asked about"):
         src.lookup("c56", "cuda")
-    assert src.lookup("c56", "llvm   -mcpu=x") == {"tile": 8}  # same target, other spacing
+    assert src.lookup("c56", "llvm   -mcpu=x").config == {"tile": 8}  # same target, other spacing

@@ -1,7 +1,7 @@
 """CPU code generation with LLVM (llvmlite): loop IR -> LLVM IR -> JIT-compiled segment functions."""
 
 from autorelay.codegen.llvm.emit import emit_module
+from autorelay.codegen.llvm.host import host_target
 from autorelay.codegen.llvm.jit import CompiledModule, clear_memory_cache, compile_ir
-from autorelay.codegen.llvm.target import Target
 
-__all__ = ["CompiledModule", "Target", "clear_memory_cache", "compile_ir", "emit_module"]
+__all__ = ["CompiledModule", "clear_memory_cache", "compile_ir", "emit_module", "host_target"]

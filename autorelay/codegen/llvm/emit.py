@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from autorelay.codegen.llvm.exprs import ExprEmitter
 from autorelay.codegen.llvm.lanes import for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
-from autorelay.codegen.llvm.target import Target
 from autorelay.codegen.llvm.values import Val, mem_align, mem_type
+from autorelay.target import Target
 from autorelay.te.expr import Cmp, Const, Expr, Load, Var, free_vars, substitute, walk
 from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt

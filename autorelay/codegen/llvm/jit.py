@@ -17,7 +17,8 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from autorelay.codegen.llvm.emit import job_name
-from autorelay.codegen.llvm.target import Target, init_llvm
+from autorelay.codegen.llvm.host import init_llvm, new_machine, target_machine
+from autorelay.target import Target
 
 
 @dataclass(eq=False)
@@ -40,7 +41,7 @@ def _optimize(mod: llvm.ModuleRef, target: Target) -> None:
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = False
-    pb = llvm.create_pass_builder(target.machine(), pto)
+    pb = llvm.create_pass_builder(target_machine(target), pto)
     pm = pb.getModulePassManager()
     pm.run(mod, pb)
 
@@ -69,7 +70,7 @@ def compile_ir(
     from_disk = obj_path is not None and os.path.exists(obj_path)
     if not from_disk:
         _optimize(mod, target)
-    engine = llvm.create_mcjit_compiler(mod, target.new_machine())
+    engine = llvm.create_mcjit_compiler(mod, new_machine(target))
     if obj_path is not None:
 
         def notify(_mod: object, data: bytes) -> None:
@@ -106,4 +107,4 @@ def assembly(text: str, target: Target) -> str:
     init_llvm()
     mod = llvm.parse_assembly(text)
     _optimize(mod, target)
-    return target.machine().emit_assembly(mod)
+    return target_machine(target).emit_assembly(mod)

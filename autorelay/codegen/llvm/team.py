@@ -28,7 +28,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from autorelay.codegen.llvm.target import init_llvm
+from autorelay.codegen.llvm.host import init_llvm
 
 SLEEPING, SPINNING, ASSIGNED = 0, 1, 2
 MAX_WORKERS = 63  # the caller's mask of assigned workers is one i64

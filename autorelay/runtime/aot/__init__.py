@@ -3,7 +3,7 @@
     exe = autorelay.runtime.aot.compile(mod, target="llvm", params=params)
     out = exe(data)                # one native call runs the whole program
 
-The module is prepared like the VM's (`autorelay.runtime.vm.prepare`), every fused primitive
+The module is prepared like the VM's (`autorelay.transform.prepare`), every fused primitive
 function is compiled to a kernel, and the control flow itself is emitted as LLVM IR
 (`autorelay.runtime.aot.emit`) that calls the kernels' segment functions directly on buffers
 allocated once: a recurrent loop or a generative char-rnn runs without any per-step Python.
@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.codegen import resolve_target
 from autorelay.ir.expr import Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType
@@ -28,9 +29,11 @@ from autorelay.runtime.aot.kernels import AotError, KernelTable
 from autorelay.runtime.aot.layout import leaves, list_element
 from autorelay.runtime.values import ConstructorValue
 from autorelay.runtime.vm.kernels import build_report
-from autorelay.runtime.vm.prepare import prepare
+from autorelay.schedule.source import ScheduleSource
+from autorelay.target import Target
+from autorelay.transform.prepare import prepare
 
-__all__ = ["AotError", "AotExecutable", "compile"]
+__all__ = ["AotError", "AotExecutable", "KernelTable", "compile", "from_prepared"]
 
 _LIBC = ctypes.CDLL(None)
 _REALLOC = int(ctypes.cast(_LIBC.realloc, ctypes.c_void_p).value or 0)
@@ -128,22 +131,26 @@ def _unflatten(t: Any, outs: list[np.ndarray]) -> Any:
 
 def compile(
     mod: IRModule | Function,
-    target: Any = "llvm",
+    target: str | Target = "llvm",
     params: Mapping[str, np.ndarray] | None = None,
-    schedules: Any = None,
+    schedules: ScheduleSource | None = None,
     *,
     pipeline: str | Any = "default",
     entry: str = "main",
 ) -> AotExecutable:
-    """Compile a first-order program to native code (see the module docstring)."""
+    """Prepare and compile a first-order program to native code (see the module docstring)."""
     prepared = prepare(mod, params, pipeline, entry)
+    return from_prepared(prepared, KernelTable(resolve_target(target, 1), schedules), entry=entry)
+
+
+def from_prepared(prepared: IRModule, table: KernelTable, *, entry: str = "main") -> AotExecutable:
+    """Compile an already prepared module (`autorelay.transform.prepare`) with `table`'s kernels."""
     main = prepared[entry]
     for p in main.params:
         t = p.type_annotation or (p.checked_type if p.has_checked_type else None)
         if not isinstance(t, TensorType) or not t.is_static:
             raise AotError(f"AoT: input %{p.name_hint} of @{entry} has type {t}; AoT entry points take "
                            f"static tensors only (use the VM)")
-    table = KernelTable(target, schedules)
     emitter = ModuleEmitter(prepared, table, _REALLOC)
     text = emitter.emit_all(entry)
     n = len(main.params) + len(emitter.signature(entry)[1]) + 1

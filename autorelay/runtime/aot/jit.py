@@ -7,7 +7,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from autorelay.codegen.llvm.target import Target, init_llvm
+from autorelay.codegen.llvm.host import init_llvm, new_machine, target_machine
+from autorelay.target import Target
 
 
 def jit_function(text: str, name: str, nargs: int, target: Target) -> tuple[Any, Any]:
@@ -17,9 +18,9 @@ def jit_function(text: str, name: str, nargs: int, target: Target) -> tuple[Any,
     mod.triple = target.triple or llvm.get_process_triple()
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=2)
-    pb = llvm.create_pass_builder(target.machine(), pto)
+    pb = llvm.create_pass_builder(target_machine(target), pto)
     pb.getModulePassManager().run(mod, pb)
-    engine = llvm.create_mcjit_compiler(mod, target.new_machine())  # the engine owns its machine
+    engine = llvm.create_mcjit_compiler(mod, new_machine(target))  # the engine owns its machine
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))
     return engine, proto(engine.get_function_address(name))

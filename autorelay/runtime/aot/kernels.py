@@ -2,9 +2,9 @@
 constants packed and its workspaces allocated once, exposed as raw segment addresses that the
 generated code calls directly (no Python in between).
 
-Like the VM's `CompiledProvider`, lowering comes from `autorelay.lower.lower` and code from
-`autorelay.kernel.build_kernel`; an op without a compute may use a builtin compute
-(`autorelay.runtime.aot.builtins`). What the AoT path cannot do is call a NumPy reference, or
+Like the VM's `CompiledProvider`, kernels come from `autorelay.primitive.compile_primitive` (the
+one schedule choice and compile seam); an op without a compute may use a builtin compute
+(`autorelay.lower.builtins`). What the AoT path cannot do is call a NumPy reference, or
 re-lay-out a non-constant input on every call: those raise `AotError` naming the kernel.
 """
 
@@ -16,9 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.errors import AutoRelayError, ScheduleError
+from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
-from autorelay.runtime.vm.kernels import CompiledProvider, KernelInfo, kernel_name
+from autorelay.primitive import compile_primitive
+from autorelay.runtime.vm.kernels import KernelInfo
+from autorelay.schedule.relayout import relayout
+from autorelay.schedule.source import ScheduleSource
+from autorelay.target import Target
 
 
 class AotError(AutoRelayError):
@@ -36,12 +40,13 @@ class NativeKernel:
     workspaces: list[int]  # addresses
 
 
-class KernelTable(CompiledProvider):
+class KernelTable:
     """Builds `NativeKernel`s; keeps every array whose address is baked into generated code alive."""
 
-    def __init__(self, target: Any = None, schedules: Any = None) -> None:
-        super().__init__(target, schedules, threads=1)
+    def __init__(self, target: Target, schedules: ScheduleSource | None = None) -> None:
+        self.target, self.schedules = target, schedules
         self.keep: list[Any] = []
+        self._rows: list[KernelInfo] = []
         self._native: dict[int, tuple[Function, NativeKernel]] = {}
 
     def native(self, fn: Function) -> NativeKernel:
@@ -50,28 +55,19 @@ class KernelTable(CompiledProvider):
             hit = self._native[id(fn)] = (fn, self._make(fn))
         return hit[1]
 
-    def _make(self, fn: Function) -> NativeKernel:
-        from autorelay.lower import NoCompute, describe_workload, lower, workload_key
-        from autorelay.runtime.aot.builtins import builtin_lowering
-        from autorelay.schedule.state import relayout
+    def report(self) -> list[KernelInfo]:
+        return list(self._rows)
 
-        name, key = kernel_name(fn), workload_key(fn)
-        try:
-            lowered = lower(fn)
-            config, source = self._lookup(key, fn, describe_workload)
-        except NoCompute as e:
-            lowered = builtin_lowering(fn)
-            if lowered is None:
-                raise AotError(f"AoT: kernel {name} has no compiled form ({e}); the AoT path cannot call a "
-                               f"NumPy reference — use the VM") from None
-            config, source = (), "builtin"
-        try:
-            kern = self._build(lowered, config)
-        except ScheduleError as e:
-            if config is None or config == ():
-                raise AotError(f"AoT: kernel {name} cannot be scheduled: {e}") from None
-            source, kern = "default", self._build(lowered, None)
-        self._rows.append(KernelInfo(name, source, key, ""))
+    def _make(self, fn: Function) -> NativeKernel:
+        prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
+        name, lowered = prim.name, prim.lowered
+        if lowered is None:
+            if prim.choice.lowered is None:
+                raise AotError(f"AoT: kernel {name} has no compiled form ({prim.detail}); the AoT path "
+                               f"cannot call a NumPy reference — use the VM")
+            raise AotError(f"AoT: kernel {name} cannot be scheduled: {prim.detail}")
+        kern = prim.kernels[0]
+        self._rows.append(KernelInfo(name, prim.source, prim.key, prim.detail))
         inputs: list[tuple[str, int]] = []
         for t, src in zip(kern.cdef.inputs, lowered.sources):
             ops = list(kern.relayouts.get(t.name, []))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.codegen import resolve_target
 from autorelay.ir.expr import Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType
@@ -37,10 +38,12 @@ from autorelay.runtime.vm.kernels import (
     build_report,
 )
 from autorelay.runtime.vm.machine import VMRuntimeError
-from autorelay.runtime.vm.prepare import prepare
+from autorelay.schedule.source import ScheduleSource
+from autorelay.target import Target
+from autorelay.transform.prepare import prepare
 
 __all__ = ["CompiledProvider", "KernelInfo", "KernelProvider", "ReferenceProvider", "VMClosure",
-           "VMError", "VMExecutable", "VMRuntimeError", "compile"]
+           "VMError", "VMExecutable", "VMRuntimeError", "compile", "from_prepared"]
 
 
 class VMExecutable:
@@ -126,9 +129,9 @@ class VMExecutable:
 
 def compile(
     mod: IRModule | Function,
-    target: Any = "llvm",
+    target: str | Target = "llvm",
     params: Mapping[str, np.ndarray] | None = None,
-    schedules: Any = None,
+    schedules: ScheduleSource | None = None,
     *,
     pipeline: str | Any = "default",
     kernels: str | KernelProvider = "compiled",
@@ -136,24 +139,32 @@ def compile(
     blocks: bool = True,
     entry: str = "main",
 ) -> VMExecutable:
-    """Compile a program with control flow for the VM (see the module docstring).
-
-    `blocks`: fuse straight runs of compiled kernels into one native call each
-    (`autorelay.runtime.vm.blocks`; only with `threads=1`, since block kernels run single-threaded).
-    """
+    """Prepare and compile a program with control flow for the VM (see the module docstring).
+    `autorelay.build(..., executor="vm")` does the same through `from_prepared`."""
     prepared = prepare(mod, params, pipeline, entry)
     if kernels == "compiled":
-        provider: Any = CompiledProvider(target, schedules, threads)
+        provider: Any = CompiledProvider(resolve_target(target, threads), schedules)
     elif kernels == "reference":
         provider = ReferenceProvider()
     elif isinstance(kernels, str):
         raise ValueError(f"kernels must be 'compiled', 'reference' or a provider object, got {kernels!r}")
     else:
         provider = kernels
+    return from_prepared(prepared, provider, blocks=blocks, entry=entry)
+
+
+def from_prepared(prepared: IRModule, provider: KernelProvider, *, blocks: bool = True,
+                  entry: str = "main") -> VMExecutable:
+    """Compile an already prepared module (`autorelay.transform.prepare`) to bytecode whose kernels
+    come from `provider`.
+
+    `blocks`: fuse straight runs of compiled kernels into one native call each
+    (`autorelay.runtime.vm.blocks`; only with one thread, since block kernels run single-threaded).
+    """
     mc = ModuleCompiler(prepared, provider)
     functions = mc.compile()
     fused = []
-    if blocks and isinstance(provider, CompiledProvider) and threads == 1:
+    if blocks and isinstance(provider, CompiledProvider) and provider.threads == 1:
         for f in functions:
             f.code, made = fuse_blocks(f.code, provider.book, provider.target)
             fused.extend(made)

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.ir.expr import Function
 from autorelay.ir.types import TensorType, TupleType, Type
+from autorelay.schedule.relayout import relayout
 
 _POOL = 3  # buffers per call site: the value being computed, the live one, one spare
 _TRANSIENT_MAX = 4096
@@ -73,7 +75,6 @@ class CompiledCall:
     """A compiled kernel bound to one primitive function (constants packed once), callable on arrays."""
 
     def __init__(self, kernel: Any, lowered: Any, fn: Function, book: AddressBook, threads: int) -> None:
-        from autorelay.schedule.state import relayout
 
         self.kernel, self.book = kernel, book
         self.segments = list(kernel.module.functions)
@@ -154,7 +155,6 @@ class CompiledCall:
         body += ["    for e in pool:", f"        if {check}:", "            break", "    else:",
                  "        e = grow()", "    o = e[1]"]
         args += [f"o[{i}]" for i in range(len(self.out_bufs))] + [str(w) for w in self.ws_addrs]
-        from autorelay.codegen.llvm.threads import pointer_array, run_job
 
         ns.update(run_job=run_job, pointer_array=pointer_array, addressof=ctypes.addressof)
         jobs = self.kernel.module.jobs

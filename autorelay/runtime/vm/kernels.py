@@ -4,9 +4,9 @@ The VM does not care how a primitive function is computed. Two providers:
 
 * `ReferenceProvider` — the ops' NumPy references (`autorelay.runtime.fallback.ReferenceFunction`):
   needs nothing but the op registry, so the VM is testable on its own.
-* `CompiledProvider` — lowering (`autorelay.lower.lower`) + `autorelay.kernel.build_kernel`, with
-  the schedule from the plain `schedules.lookup` object (None: heuristic defaults). A function whose
-  ops lack computes uses a builtin compute when one fits (`autorelay.runtime.aot.builtins`: argmax,
+* `CompiledProvider` — `autorelay.primitive.compile_primitive` (the one schedule choice and compile
+  seam every executor uses) with a `ScheduleSource` (None: heuristic defaults). A function whose
+  ops lack computes uses a builtin compute when one fits (`autorelay.lower.builtins`: argmax,
   one_hot) and otherwise falls back to the reference; `report()` says which, per kernel.
 
 Compiled calls go through `autorelay.runtime.vm.call_stub.CompiledCall` (preallocated outputs,
@@ -19,10 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autorelay.errors import ScheduleError
 from autorelay.ir.expr import Function
-from autorelay.runtime.fallback import ReferenceFunction, op_names
+from autorelay.primitive import compile_primitive, kernel_name
+from autorelay.runtime.fallback import ReferenceFunction
+from autorelay.runtime.report import BuildReport, KernelRow
 from autorelay.runtime.vm.call_stub import AddressBook, CompiledCall
+from autorelay.schedule.source import ScheduleSource
+from autorelay.target import Target
 
 
 @dataclass
@@ -43,10 +46,6 @@ class KernelProvider(Protocol):
         """One row per distinct primitive function provided so far."""
 
 
-def kernel_name(fn: Function) -> str:
-    return "_".join(n.split(".")[-1] for n in op_names(fn)) or "identity"
-
-
 class ReferenceProvider:
     """Primitive functions computed by the ops' NumPy references."""
 
@@ -64,66 +63,20 @@ class ReferenceProvider:
 class CompiledProvider:
     """Primitive functions lowered and compiled with LLVM; unlowerable ones run their references."""
 
-    def __init__(self, target: Any = None, schedules: Any = None, threads: int = 1) -> None:
-        from autorelay.codegen.llvm.target import Target
-
-        if target is None or target == "llvm" or (isinstance(target, str) and target.split()[:1] == ["llvm"]):
-            self.target = Target.host(threads)
-        elif isinstance(target, Target):
-            self.target = target.with_threads(threads)
-        else:
-            raise ValueError(f"unsupported target {target!r} (only 'llvm' for the CPU)")
-        self.target_name = self.target.tuning_name()  # the name the tuning log files results under
-        self.schedules, self.threads = schedules, threads
+    def __init__(self, target: Target, schedules: ScheduleSource | None = None) -> None:
+        self.target, self.schedules, self.threads = target, schedules, target.threads
         self.book = AddressBook()
         self._rows: list[KernelInfo] = []
         self.calls: list[CompiledCall] = []
 
     def kernel(self, fn: Function) -> Callable[..., Any]:
-        from autorelay.lower import NoCompute, describe_workload, lower, workload_key
-
-        name, key = kernel_name(fn), workload_key(fn)
-        try:
-            lowered = lower(fn)
-        except NoCompute as e:
-            from autorelay.runtime.aot.builtins import builtin_lowering
-
-            lowered = builtin_lowering(fn)
-            if lowered is None:
-                self._rows.append(KernelInfo(name, "fallback", key, f"no compute: {e}"))
-                return ReferenceFunction(fn)
-            kern = self._build(lowered, ())  # naive loops: the default templates do not fit these
-            self._rows.append(KernelInfo(name, "builtin", key, f"builtin compute ({e})"))
-            return self._call(kern, lowered, fn)
-        config, source = self._lookup(key, fn, describe_workload)
-        try:
-            kern = self._build(lowered, config)
-        except ScheduleError as e:
-            if config is None:
-                self._rows.append(KernelInfo(name, "fallback", key, f"default schedule failed: {e}"))
-                return ReferenceFunction(fn)
-            source, kern = "default", self._build(lowered, None)
-        self._rows.append(KernelInfo(name, source, key, ""))
-        return self._call(kern, lowered, fn)
-
-    def _call(self, kern: Any, lowered: Any, fn: Function) -> CompiledCall:
-        call = CompiledCall(kern, lowered, fn, self.book, self.threads)
+        prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
+        self._rows.append(KernelInfo(prim.name, prim.source, prim.key, prim.detail))
+        if prim.lowered is None:
+            return ReferenceFunction(fn)
+        call = CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads)
         self.calls.append(call)
         return call
-
-    def _build(self, lowered: Any, config: Any) -> Any:
-        from autorelay.kernel import build_kernel
-        from autorelay.schedule.space import Config
-        from autorelay.schedule.templates import check_in_space
-
-        if isinstance(config, Config):  # a logged config may predate a change of its template
-            check_in_space(lowered.cdef, config, self.target)
-        return build_kernel(lowered.cdef, config, self.target)
-
-    def _lookup(self, key: str, fn: Function, describe: Callable[[Function], Any]) -> tuple[Any, str]:
-        from autorelay.schedule.source import lookup_schedule
-
-        return lookup_schedule(self.schedules, key, self.target_name, describe(fn))
 
     def set_threads(self, threads: int) -> None:
         self.threads = threads
@@ -136,7 +89,6 @@ class CompiledProvider:
 
 def build_report(rows: list[KernelInfo], const_bytes: int = 0) -> Any:
     """The rows as the build's `BuildReport` (same columns as the graph executor's report)."""
-    from autorelay.runtime.report import BuildReport, KernelRow
 
     kinds = {"fallback": "fallback", "reference": "fallback"}
     table = [KernelRow(r.name, kinds.get(r.source, "kernel"), r.workload_key, r.source, r.detail)

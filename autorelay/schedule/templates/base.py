@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.schedule.space import Config, Space
 from autorelay.schedule.steps import Step
+from autorelay.target import Target
 from autorelay.te.expr import Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 

@@ -9,11 +9,11 @@ separate parallel pass into a workspace ("root") or inlined into the inner loop 
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.generic import _outer_fuse
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
 

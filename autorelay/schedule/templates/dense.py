@@ -11,11 +11,11 @@ output stage and reads the accumulator; other injective stages are inlined.
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
 
 

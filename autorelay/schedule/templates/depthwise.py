@@ -8,11 +8,11 @@ pixel serves every output of the tile that it overlaps.
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.conv import _prologue, _width_tiles
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
 
 

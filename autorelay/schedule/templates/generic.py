@@ -9,10 +9,10 @@ local vector), others (row statistics such as softmax's max and sum) once per ro
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.target import Target
 from autorelay.te.expr import Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 

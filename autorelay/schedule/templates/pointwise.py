@@ -14,12 +14,12 @@ Depthwise-separable networks spend most of their FLOPs here.
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.dense import accumulator_tile, gemm_tile_knobs
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
 

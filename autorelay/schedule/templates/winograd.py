@@ -17,12 +17,12 @@ unrolling, and the vector width of the transforms.
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.target import Target
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
 from autorelay.schedule.templates.dense import accumulator_tile, gemm_tile_knobs
+from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
 

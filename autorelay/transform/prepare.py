@@ -1,5 +1,7 @@
-"""Preparing a module for the VM and the AoT compiler: bind weights, push loop-invariant weights
-into the recursive globals, then run a named pipeline (which ends in FuseOps).
+"""Preparing a module for any executor: bind weights, push loop-invariant weights into the recursive
+globals, then run a named pipeline (which ends in FuseOps). `autorelay.build` prepares once and
+hands the result to the graph executor, the VM or AoT; task extraction prepares the same way, so
+the tuner sees exactly the kernels the build compiles.
 
 Why the middle step: the zoo's recurrent models pass their weights through every recursive call
 (`@lstm_loop(i, xs, h, c, w_ih, w_hh, bias)`). Left as parameters, the weights are kernel *inputs*,
@@ -21,6 +23,7 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.transform.bind import bind_params
+from autorelay.transform.pipelines import pipeline as named_pipeline
 from autorelay.utils.deep import deep
 
 
@@ -128,8 +131,6 @@ def specialize_invariants(mod: IRModule, entry: str = "main") -> IRModule:
 def prepare(mod: IRModule | Function, params: Mapping[str, np.ndarray] | None = None,
             pipeline: str | Any = "default", entry: str = "main") -> IRModule:
     """Bind `params`, specialise invariant weights, run `pipeline` (a name or Pipeline value)."""
-    from autorelay.transform.pipelines import pipeline as named_pipeline
-
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod, entry)
     if params:

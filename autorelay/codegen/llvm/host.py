@@ -1,0 +1,100 @@
+"""The CPU as LLVM sees it: host detection, named CPUs, and target machines.
+
+`autorelay.target.Target` is plain data; this module is where a CPU target meets LLVM. A bare
+``llvm`` target is the host (`host_target`): LLVM's name for this CPU and its exact feature
+string. A named CPU (``llvm -mcpu=znver3``) takes the features our templates and kernels read from
+`NAMED_CPUS` — LLVM applies the rest of that CPU's defaults from its name — so a test or a user can
+compile for an AVX2 or an AVX-512 machine from either (running the code needs the features).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+
+from autorelay.target import Target, TargetError, TargetSpec
+
+_AVX2 = "+avx,+avx2,+fma,+sse4.2"
+_AVX512 = f"{_AVX2},+avx512f,+avx512cd,+avx512bw,+avx512dq,+avx512vl"
+# The features AutoRelay's templates and kernels read, per CPU name LLVM knows (LLVM fills in the
+# rest of each CPU's features from its name).
+NAMED_CPUS = {
+    "x86-64": "+sse2",
+    "haswell": _AVX2, "broadwell": _AVX2, "skylake": _AVX2,
+    "znver1": _AVX2, "znver2": _AVX2, "znver3": _AVX2,
+    "alderlake": f"{_AVX2},+avxvnni",
+    "skylake-avx512": _AVX512,
+    "cascadelake": f"{_AVX512},+avx512vnni",
+    "icelake-server": f"{_AVX512},+avx512vnni",
+    "sapphirerapids": f"{_AVX512},+avx512vnni,+avx512bf16,+avxvnni",
+    "znver4": f"{_AVX512},+avx512vnni,+avx512bf16",
+    "znver5": f"{_AVX512},+avx512vnni,+avx512bf16,+avxvnni",
+}
+
+
+@functools.cache
+def init_llvm() -> None:
+    """Initialise LLVM once (llvmlite >= 0.50: `initialize()` is gone and raises)."""
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@functools.cache
+def _host() -> tuple[str, str, str]:
+    init_llvm()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), llvm.get_process_triple()
+
+
+def host_target(threads: int = 1) -> Target:
+    """This machine's CPU with `threads` kernel threads."""
+    cpu, features, triple = _host()
+    return Target(cpu, features, threads, triple)
+
+
+def resolve_cpu(spec: TargetSpec, threads: int) -> Target:
+    """The concrete CPU target a parsed ``llvm …`` string names (see the module docstring)."""
+    host = host_target(threads)
+    if spec.features is not None:
+        return Target(spec.cpu or host.cpu, spec.features, threads, host.triple)
+    if spec.cpu is None or spec.cpu == host.cpu:
+        if spec.features_hash in (None, host.features_hash()):
+            return host
+        if spec.cpu is None:
+            raise TargetError(f"target -mattr-hash={spec.features_hash} does not match this host's "
+                              f"features ({host.features_hash()}); name the CPU with -mcpu")
+    if spec.cpu not in NAMED_CPUS:
+        raise TargetError(f"target -mcpu={spec.cpu}: features unknown for this CPU name; give them "
+                          f"with -mattr=+avx2,+fma,… (named CPUs: {', '.join(sorted(NAMED_CPUS))})")
+    named = Target(spec.cpu, NAMED_CPUS[spec.cpu], threads, host.triple)
+    if spec.features_hash not in (None, named.features_hash()):
+        raise TargetError(f"target -mcpu={spec.cpu} -mattr-hash={spec.features_hash}: the features "
+                          f"behind that digest are not known on this machine")
+    return named
+
+
+def host_supports(target: Target) -> bool:
+    """Whether code compiled for `target` runs here (every feature it names, the host has)."""
+    host = set(host_target().features.split(","))
+    return all(f in host for f in target.features.split(",") if f.startswith("+"))
+
+
+@functools.cache
+def target_machine(target: Target) -> llvm.TargetMachine:
+    """A shared machine for passes and assembly. Never hand it to an execution engine."""
+    return new_machine(target)
+
+
+def new_machine(target: Target) -> llvm.TargetMachine:
+    """A machine of one's own: an MCJIT engine takes ownership of (and frees) its machine, so
+    sharing one between engines crashes the process once any engine is freed."""
+    init_llvm()
+    tgt = llvm.Target.from_triple(target.triple or llvm.get_process_triple())
+    return tgt.create_target_machine(cpu=target.cpu, features=target.features, opt=3,
+                                     codemodel="jitdefault")
+
+
+__all__ = ["NAMED_CPUS", "host_supports", "host_target", "init_llvm", "new_machine", "resolve_cpu",
+           "target_machine"]

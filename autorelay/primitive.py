@@ -1,0 +1,137 @@
+"""A fused primitive function becomes kernels here, for every executor (graph, VM, AoT) alike.
+
+`choose_schedule(fn, source, target)` is the one place a config is chosen: lower the function
+(no compute: it runs through the NumPy references, a "fallback"), ask the schedule source (log ->
+transfer -> default) under the build's workload key and target, and refuse a logged config that is
+no longer a point of its template's space (the template changed since it was tuned).
+
+`compile_primitive(fn, source, target)` compiles what `choose_schedule` chose with
+`autorelay.kernel.compile_kernel`; a logged config the scheduler rejects falls back to the
+heuristic default, and the result says which (`source`: tuned / transferred / default / builtin /
+fallback, with a `detail` for the build report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autorelay.errors import ScheduleError
+from autorelay.ir.expr import Call, Function, Op
+from autorelay.ir.visitor import post_order
+from autorelay.kernel import Kernel, compile_kernel
+from autorelay.lower import LoweredFunction, NoCompute, describe_workload, lower, workload_key
+from autorelay.lower.builtins import builtin_lowering
+from autorelay.schedule.source import SOURCE_NAMES, ScheduleSource, as_config
+from autorelay.schedule.space import Config
+from autorelay.schedule.templates import check_in_space, template_for
+from autorelay.target import Target
+from autorelay.te.tensor import ComputeDef
+
+
+@dataclass(frozen=True)
+class ScheduleChoice:
+    """What `choose_schedule` decided for one primitive function."""
+
+    key: str
+    lowered: LoweredFunction | None  # None: no compute, the NumPy references run it
+    config: Config | None  # None: the template's heuristic default
+    source: str  # tuned | transferred | default | builtin | fallback
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PrimitiveKernels:
+    """How one primitive function runs: its kernels (one per output when split), or none (fallback)."""
+
+    name: str
+    choice: ScheduleChoice
+    kernels: tuple[Kernel, ...]
+    source: str
+    detail: str
+
+    @property
+    def key(self) -> str:
+        return self.choice.key
+
+    @property
+    def lowered(self) -> LoweredFunction | None:
+        return self.choice.lowered
+
+
+def kernel_name(fn: Function) -> str:
+    """The fused ops' short names joined by '_' (how reports and task lists name a kernel)."""
+    names = [n.op.name.split(".")[-1] for n in post_order(fn.body)
+             if isinstance(n, Call) and isinstance(n.op, Op)]
+    return "_".join(names) or "identity"
+
+
+def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target, *,
+                    builtins: bool = False) -> ScheduleChoice:
+    """The config `fn` is compiled with on `target` (see the module docstring). `builtins`: an op
+    without a compute may use a builtin one (argmax, one_hot: `autorelay.lower.builtins`)."""
+    key = workload_key(fn)
+    try:
+        lowered = lower(fn)
+    except NoCompute as e:
+        built = builtin_lowering(fn) if builtins else None
+        if built is None:
+            return ScheduleChoice(key, None, None, "fallback", f"no compute: {e}")
+        return ScheduleChoice(key, built, None, "builtin", f"builtin compute ({e})")
+    if source is None:
+        return ScheduleChoice(key, lowered, None, "default")
+    found = source.lookup(key, str(target), workload=describe_workload(fn))
+    config = as_config(found.config)
+    if config is None:
+        return ScheduleChoice(key, lowered, None, "default")
+    kind, note = SOURCE_NAMES.get(str(found.kind), "tuned"), getattr(found, "detail", "") or ""
+    try:
+        check_in_space(lowered.cdef, config, target)
+    except ScheduleError as e:
+        return ScheduleChoice(key, lowered, None, "default", f"logged config rejected ({e}); ")
+    return ScheduleChoice(key, lowered, config, kind, f"{note}; " if note else "")
+
+
+def compile_primitive(fn: Function, source: ScheduleSource | None, target: Target, *,
+                      split_outputs: bool = False, builtins: bool = False) -> PrimitiveKernels:
+    """Choose and compile `fn`'s kernels. `split_outputs`: one kernel per output of a multi-output
+    compute (the graph executor's plan has one step per kernel output)."""
+    name = kernel_name(fn)
+    choice = choose_schedule(fn, source, target, builtins=builtins)
+    if choice.lowered is None:
+        return PrimitiveKernels(name, choice, (), "fallback", choice.detail)
+    if choice.source == "builtin":  # naive loops: the default templates do not fit these computes
+        kern = compile_kernel(choice.lowered.cdef, (), target)
+        return PrimitiveKernels(name, choice, (kern,), "builtin", choice.detail)
+    cdefs = _split(choice.lowered.cdef) if split_outputs else [choice.lowered.cdef]
+    source_name, detail = choice.source, choice.detail
+    try:
+        kernels = tuple(compile_kernel(c, choice.config, target) for c in cdefs)
+    except ScheduleError as e:
+        if choice.config is None:
+            return PrimitiveKernels(name, choice, (), "fallback", f"default schedule failed: {e}")
+        detail = f"{detail}logged config rejected ({e}); "
+        source_name, kernels = "default", tuple(compile_kernel(c, None, target) for c in cdefs)
+        choice = ScheduleChoice(choice.key, choice.lowered, None, "default", detail)
+    return PrimitiveKernels(name, choice, kernels, source_name,
+                            detail + config_text(kernels[0].cdef, choice.config, target))
+
+
+def _split(cdef: ComputeDef) -> list[ComputeDef]:
+    if len(cdef.outputs) == 1:
+        return [cdef]
+    return [ComputeDef(cdef.inputs, (o,), f"{cdef.name}_{k}") for k, o in enumerate(cdef.outputs)]
+
+
+def config_text(cdef: ComputeDef, config: Config | None, target: Target) -> str:
+    """The schedule a kernel was compiled with, for the build report."""
+    if config is not None:
+        return f"{config.template} {config.as_dict()}"
+    try:
+        tmpl = template_for(cdef)
+        return f"{tmpl.name} {tmpl.default(cdef, target).as_dict()}"
+    except Exception:  # a compute no template claims is scheduled by explicit steps
+        return "explicit steps"
+
+
+__all__ = ["PrimitiveKernels", "ScheduleChoice", "choose_schedule", "compile_primitive", "config_text",
+           "kernel_name"]
