@@ -1,7 +1,8 @@
 """The expression half of the Relay text parser: blocks, bindings, calls, control flow, patterns.
 
-`ExprParser` resolves every name while it parses (locals in `scopes`, constructors, ops from the
-registry), so errors point at the name itself. `autorelay.ir.parser.Parser` adds the top level.
+`ExprParser` resolves every name while it parses (locals in `scopes`, constructors, and operators
+through the `OpResolver` it is given), so errors point at the name itself.
+`autorelay.ir.parser.Parser` adds the top level.
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ from autorelay.ir.expr import (
     Var,
 )
 from autorelay.ir.lexer import GLOBAL, IDENT, LOCAL, NUMBER, Token
+from autorelay.ir.op_resolver import OpResolver
 from autorelay.ir.parse_types import TokenCursor, describe
-from autorelay.op import registry
 
 _KEYWORDS = {"fn", "let", "if", "else", "match", "def", "type", "ref", "ref_read", "ref_write", "meta"}
 
 
 class ExprParser(TokenCursor):
-    def __init__(self, tokens: list[Token], lines: list[str], source: str) -> None:
+    def __init__(self, tokens: list[Token], lines: list[str], source: str, ops: OpResolver) -> None:
         super().__init__(tokens, lines, source)
+        self.ops = ops
         self.scopes: list[dict[str, Expr]] = []  # `%name` -> Var or graph-bound expression
         self.constructors: dict[str, Constructor] = {}
         self.global_refs: list[tuple[str, Token]] = []  # checked once all defs are known
@@ -193,7 +195,7 @@ class ExprParser(TokenCursor):
         self.next()
         if t.text in self.constructors:
             return self.constructors[t.text]
-        if registry.exists(t.text):
+        if self.ops(t.text) is not None:
             return Op(t.text).with_span(self.span(t))
         kind = "constructor" if t.text[:1].isupper() else "operator"
         self.fail(f"unknown {kind} {t.text}", t)
@@ -270,9 +272,11 @@ class ExprParser(TokenCursor):
 
     def op_call(self, name: str, args: list[Expr], kwargs: dict[str, object],
                 kw_toks: dict[str, Token], start: Token) -> Call:
-        opdef = registry.get(name)
-        if len(args) != opdef.num_args:
-            self.fail(f"{name} takes {opdef.num_args} argument(s) ({', '.join(opdef.arg_names)}), "
+        opdef = self.ops(name)
+        if opdef is None:
+            self.fail(f"unknown operator {name}", start)
+        if len(args) != len(opdef.arg_names):
+            self.fail(f"{name} takes {len(opdef.arg_names)} argument(s) ({', '.join(opdef.arg_names)}), "
                       f"got {len(args)}", start)
         for k, tok in kw_toks.items():
             if k not in opdef.attrs:

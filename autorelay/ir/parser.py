@@ -1,4 +1,4 @@
-"""Parser of the Relay text format, version 0.0.5: `parse(text) -> IRModule`, `parse_expr(text)`.
+"""Parser of the Relay text format, version 0.0.5: `parse(text, ops=…) -> IRModule`, `parse_expr`.
 
 A hand-written recursive-descent parser. Notes on the choices that matter:
 
@@ -8,8 +8,11 @@ A hand-written recursive-descent parser. Notes on the choices that matter:
   an unknown variable, constructor or operator is reported at its own line and column.
 * Type definitions are parsed before functions (the top level is pre-scanned), so a function may
   use an ADT defined further down, and ADTs may refer to one another.
-* Op calls are built like `registry.call`: attribute names are validated and defaults filled by
-  the op's `make_attrs`, and a bad attribute is a `ParseError` pointing at it.
+* Operators come from the `ops` resolver the caller passes (`autorelay.ir.op_resolver`): the IR
+  does not import the op library. `autorelay.parse` / `autorelay.parse_expr`
+  (`autorelay.text_format`) pass the op registry's. Op calls are built like `registry.call`:
+  attribute names are validated and defaults filled by the op's `make_attrs`, and a bad attribute
+  is a `ParseError` pointing at it.
 * Entry points run under `autorelay.utils.deep.deep`, so nesting depth is not limited by Python's
   recursion limit.
 """
@@ -24,6 +27,7 @@ from autorelay.ir.expr import Constructor, Expr, Function, GlobalVar, Var
 from autorelay.ir.lexer import GLOBAL, IDENT, STRING, Token, tokenize
 from autorelay.ir.metadata import decode_metadata
 from autorelay.ir.module import IRModule
+from autorelay.ir.op_resolver import OpResolver
 from autorelay.ir.parse_exprs import ExprParser
 from autorelay.ir.parse_types import describe
 from autorelay.ir.types import GlobalTypeVar, TypeData
@@ -34,9 +38,9 @@ SUPPORTED_VERSIONS = ("0.0.5", "0.0.4")
 
 class Parser(ExprParser):
     def __init__(self, text: str, source: str, constants: Sequence[np.ndarray] | None,
-                 prelude: IRModule | None) -> None:
+                 prelude: IRModule | None, ops: OpResolver) -> None:
         lexed = tokenize(text, source)
-        super().__init__(lexed.tokens, text.split("\n"), source)
+        super().__init__(lexed.tokens, text.split("\n"), source, ops)
         self.prelude_globals: set[str] = set()
         if constants is not None:
             self.constants = [np.asarray(c) for c in constants]
@@ -157,38 +161,30 @@ class Parser(ExprParser):
         return GlobalVar(name.text[1:]), fn, name
 
 
-def _prelude_module(prelude: bool) -> IRModule | None:
-    if not prelude:
-        return None
-    from autorelay.ir.prelude import load_prelude
-
-    return load_prelude()
-
-
 @deep
 def parse(text: str, source: str = "<string>", constants: Sequence[np.ndarray] | None = None,
-          prelude: bool = False) -> IRModule:
+          prelude: IRModule | None = None, *, ops: OpResolver) -> IRModule:
     """Parse a whole program (`def`s and `type`s) into an IRModule.
 
-    `constants` supplies the arrays of `meta[relay.Constant][i]` (otherwise the text's own
-    `#[metadata]` section is used). With `prelude=True` the prelude's ADTs and functions are in
-    scope and merged into the result.
+    `ops` resolves operator names (`autorelay.ir.op_resolver`). `constants` supplies the arrays of
+    `meta[relay.Constant][i]` (otherwise the text's own `#[metadata]` section is used). With a
+    `prelude` module, its ADTs and functions are in scope and merged into the result.
     """
-    pmod = _prelude_module(prelude)
-    p = Parser(text, source, constants, pmod)
+    p = Parser(text, source, constants, prelude, ops)
     mod = p.module()
-    return pmod.merge(mod) if pmod is not None else mod
+    return prelude.merge(mod) if prelude is not None else mod
 
 
 @deep
 def parse_expr(text: str, source: str = "<string>", constants: Sequence[np.ndarray] | None = None,
-               prelude: bool = False, free_vars: Mapping[str, Var] | Iterable[Var] | None = None) -> Expr:
+               prelude: IRModule | None = None, free_vars: Mapping[str, Var] | Iterable[Var] | None = None,
+               *, ops: OpResolver) -> Expr:
     """Parse one expression (statements allowed: `%0 = …; let %x = …; result`).
 
     `free_vars` puts existing variables in scope by name (`%x` finds the Var named `x`), so that
     an expression with free variables can be read back. Globals are not checked for existence.
     """
-    p = Parser(text, source, constants, _prelude_module(prelude))
+    p = Parser(text, source, constants, prelude, ops)
     p.header()
     if free_vars is not None:
         items = free_vars.items() if isinstance(free_vars, Mapping) else ((v.name_hint, v) for v in free_vars)
