@@ -206,7 +206,7 @@ class TokenCursor:
         if t.is_punct("?"):
             self.next()
             return AnyDim()
-        if t.kind == NUMBER and isinstance(t.value, tuple) and t.value[1] == "int32":
+        if t.kind == NUMBER and isinstance(t.value, tuple) and t.value[1] in ("int32", "int64"):
             if t.value[0] < 0:
                 self.fail(f"negative dimension {t.text}")
             self.next()

@@ -188,7 +188,7 @@ def parse_expr(text: str, source: str = "<string>", constants: Sequence[np.ndarr
     p.header()
     if free_vars is not None:
         items = free_vars.items() if isinstance(free_vars, Mapping) else ((v.name_hint, v) for v in free_vars)
-        p.scopes.append({"%" + k.lstrip("%"): v for k, v in items})
+        p.free_scope.update({"%" + k.lstrip("%"): v for k, v in items})
     e = p.body()
     if p.tok.kind != "eof":
         p.fail(f"unexpected {describe(p.tok)} after the expression")
