@@ -370,6 +370,8 @@ def type_def_text(td: TypeData) -> str:
     for c in td.constructors:
         args = f"({', '.join(type_to_text(t, hole=True) for t in c.inputs)})" if c.inputs else ""
         ctors.append(f"{c.name}{args},")
+    if not ctors:  # an extern type too: Relay prints both as an empty definition
+        return f"type {td.header.name}{tp} {{}}"
     return f"type {td.header.name}{tp} {{\n{_indent(ctors)}\n}}"
 
 
