@@ -149,3 +149,56 @@ def test_free_var_errors_are_located():
     with pytest.raises(ParseError) as err:
         parse_expr("free_var x; 1")
     assert "expected a variable after 'free_var'" in err.value.message
+
+
+# ---- all of it in one program ------------------------------------------------------------------
+
+PROGRAM = """#[version = "0.0.5"]
+/* a program in the newer syntax /* with a nested comment */ */
+extern type Handle;
+type Tree[A] { Leaf(A), Branch(Forest[A]) }
+type Forest[A] { Nil2, More(Tree[A], Forest[A]) }
+
+def @sum_tree(%t: Tree[int]) -> int {
+  match (%t) {
+    Leaf(%v) => %v,
+    Branch(%f) => @sum_forest(%f),
+  }
+}
+
+def @sum_forest(%f: Forest[int]) -> int {
+  match (%f) {
+    Nil2 => 0,
+    More(%t, %rest) => @sum_tree(%t) + @sum_forest(%rest),
+  }
+}
+
+def @main(%x: Tensor[(3), float32], %k: int, %v: Tensor[(4), int8x4]) {
+  let %r = ref(%k);
+  ref_write(%r, ref_read(%r) * 2 - -1);
+  %y = %x * 2f - 1f / 4f;
+  let %big = 2147483648 + 1i64;
+  (%y >= 0f, ref_read(%r) % 3 == 0, @sum_tree(Branch(More(Leaf(%k), More(Leaf(-5), Nil2)))), %big,
+   reshape(%v, newshape=[2, 2]))
+}
+"""
+
+
+def test_a_program_in_the_new_syntax_roundtrips_types_and_runs():
+    mod = autorelay.parse(PROGRAM)
+    text = astext(mod)
+    back = autorelay.parse(text)
+    assert_structural_equal(mod, back)
+    assert astext(back) == text  # printing is a fixed point
+    typed = autorelay.infer_types(mod)
+    ret = typed["main"].checked_type.ret_type
+    assert str(ret) == "(Tensor[(3), bool], bool, int32, int64, Tensor[(2, 2), int8x4])"
+    # Evaluate the part without the vector-typed value (it has no NumPy form) against NumPy.
+    src = PROGRAM.replace(", %v: Tensor[(4), int8x4]", "").replace(",\n   reshape(%v, newshape=[2, 2]))", ")")
+    x = np.array([-1.0, 0.0, 0.75], dtype="float32")
+    scalar_mod = autorelay.infer_types(autorelay.parse(src))
+    y_ge0, divisible, tree_sum, big = autorelay.evaluate(scalar_mod, x, np.int32(7))
+    np.testing.assert_array_equal(np.asarray(y_ge0), x * 2 - 0.25 >= 0)
+    assert bool(np.asarray(divisible)) == ((7 * 2 + 1) % 3 == 0)
+    assert int(np.asarray(tree_sum)) == 7 - 5
+    assert np.asarray(big).dtype == np.int64 and int(np.asarray(big)) == 2**31 + 1
