@@ -7,8 +7,10 @@ of the named op with default attributes, so `%a + %b` *is* `add(%a, %b)`: the pr
 call and the round trip is exact.
 
 `%` (remainder) is an extension (Relay's text format has none, since `%` starts a variable): it is
-`floor_mod`, like Python's `%` and TVM's `%` on index expressions, at the level of `*`; write it
-with a space after it (`%a % %b`), since `%b` right after it would be a variable.
+`mod`, at the level of `*`. `/` is Relay's `divide`, which truncates integers toward zero, and
+`mod` is its remainder (sign of the dividend, C's `%`), so `(a / b) * b + a % b == a` holds as in
+C; `floor_mod` (Python's `%`) stays a call. Write `%` with a space after it (`%a % %b`), since
+`%b` right after it would be a variable.
 
 Unary minus exists only on numeric literals (`-1f`, Relay's `--10`), which the lexer reads as one
 token; `-%x` is an error: write `negative(%x)`.
@@ -26,7 +28,7 @@ from autorelay.ir.lexer import PUNCT, Token
 from autorelay.ir.parse_types import TokenCursor
 
 BINARY_OPS: dict[str, tuple[str, int]] = {
-    "*": ("multiply", 12), "/": ("divide", 12), "%": ("floor_mod", 12),
+    "*": ("multiply", 12), "/": ("divide", 12), "%": ("mod", 12),
     "+": ("add", 10), "-": ("subtract", 10),
     "<": ("less", 8), "<=": ("less_equal", 8), ">": ("greater", 8), ">=": ("greater_equal", 8),
     "==": ("equal", 7), "!=": ("not_equal", 7),

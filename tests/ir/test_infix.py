@@ -19,7 +19,7 @@ F32 = TensorType((), "float32")
 
 OPERATORS = {
     "+": ("add", np.add), "-": ("subtract", np.subtract), "*": ("multiply", np.multiply),
-    "/": ("divide", np.divide), "%": ("floor_mod", np.mod), "==": ("equal", np.equal),
+    "/": ("divide", np.divide), "%": ("mod", np.fmod), "==": ("equal", np.equal),
     "!=": ("not_equal", np.not_equal), "<": ("less", np.less), "<=": ("less_equal", np.less_equal),
     ">": ("greater", np.greater), ">=": ("greater_equal", np.greater_equal),
 }
@@ -56,13 +56,16 @@ def test_each_operator_computes_what_numpy_does(sym):
     np.testing.assert_allclose(np.asarray(got), ref(a, b), rtol=1e-6)
 
 
-def test_floor_mod_on_negative_integers_rounds_toward_minus_infinity():
-    mod = parse(HEADER + "def @main(%a: Tensor[(4), int32], %b: Tensor[(4), int32]) { %a % %b }")
+def test_integer_remainder_pairs_with_truncating_division():
+    t = "Tensor[(4), int32]"
+    mod = parse(HEADER + f"def @main(%a: {t}, %b: {t}) {{ (%a / %b, %a % %b, (%a / %b) * %b + %a % %b) }}")
     a = np.array([7, -7, 7, -7], dtype="int32")
     b = np.array([3, 3, -3, -3], dtype="int32")
-    got = np.asarray(autorelay.evaluate(autorelay.infer_types(mod), a, b))
-    np.testing.assert_array_equal(got, np.mod(a, b))  # Python's %, unlike C's fmod
-    assert got.tolist() == [1, 2, -2, -1]
+    q, r, back = (np.asarray(v) for v in autorelay.evaluate(autorelay.infer_types(mod), a, b))
+    np.testing.assert_array_equal(q, np.trunc(a / b).astype("int32"))  # C division, not Python's //
+    np.testing.assert_array_equal(r, np.fmod(a, b))  # sign of the dividend, not Python's %
+    assert r.tolist() == [1, -1, 1, -1]
+    np.testing.assert_array_equal(back, a)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +93,7 @@ def test_parentheses_change_the_grouping():
 @pytest.mark.parametrize(
     ("text", "value"),
     [("1 + 2 * 3 - 4", 3), ("(1 + 2) * 3 - 4", 5), ("20 - 10 - 3", 7), ("2 * -3 + 1", -5),
-     ("-7 % 3", 2), ("10 / 3", 3), ("1 - -1", 2), ("3-1", 2), ("--10", 10), ("---10", -10)],
+     ("-7 % 3", -1), ("-7 / 2", -3), ("10 / 3", 3), ("1 - -1", 2), ("3-1", 2), ("--10", 10), ("---10", -10)],
 )
 def test_integer_arithmetic_evaluates_like_python(text, value):
     e = parse_expr(text)
