@@ -89,3 +89,11 @@ def test_schema_errors_are_located():
 def test_text_without_operators_needs_none():
     mod = parse('#[version = "0.0.5"]\ntype Box[A] { MkBox(A) }\ndef @id(%x: Box[int32]) { %x }', ops=no_ops)
     assert [g.name_hint for g in mod.functions] == ["id"]
+
+
+def test_an_infix_operator_needs_its_op_from_the_resolver():
+    x = Var("x")
+    with pytest.raises(ParseError) as err:
+        parse_expr("twice(%x)\n  + %x", free_vars=[x], ops=TOY.get)
+    assert "'+' stands for the operator add, which is not known here" in err.value.message
+    assert (err.value.line, err.value.column) == (2, 3)
