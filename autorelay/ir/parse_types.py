@@ -165,6 +165,8 @@ class TokenCursor:
         tv = self.lookup_type_var(name)
         if tv is not None:
             self.next()
+            if self.at("["):  # Relay's kind checker: a type call's head must be an ADT
+                self.fail(f"type variable {name} cannot take type arguments (only an ADT can)")
             return tv
         gtv = self.adts.get(name)
         if gtv is None:

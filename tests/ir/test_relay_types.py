@@ -164,6 +164,8 @@ def test_mutually_recursive_adts_parse_type_check_and_run():
          3, 31, "type Tree takes 1 type argument(s), got 2"),
         ("type A { MkA(B[int]) }\ntype B { MkB(A) }", 2, 14, "type B takes 0 type argument(s), got 1"),
         ("type Tree[A] { Node(A, Forest[A]) }", 2, 24, "unknown type 'Forest'"),
+        ("type Tree[A] { Node(A[int], Forest[A]) }\ntype Forest[A] { Empty }", 2, 22,
+         "type variable A cannot take type arguments"),
     ],
 )
 def test_what_relay_rejects_in_recursive_groups_is_located(defs, line, col, message):
