@@ -21,8 +21,8 @@ from autorelay.errors import (
 )
 
 _LAZY = {
-    "parse": "autorelay.ir.parser",
-    "parse_expr": "autorelay.ir.parser",
+    "parse": "autorelay.text_format",
+    "parse_expr": "autorelay.text_format",
     "astext": "autorelay.ir.printer",
     "structural_equal": "autorelay.ir.structural",
     "structural_hash": "autorelay.ir.structural",
@@ -32,7 +32,7 @@ _LAZY = {
     "evaluate": "autorelay.runtime.interpreter",
     "Interpreter": "autorelay.runtime.interpreter",
     "gradient": "autorelay.transform.gradient",
-    "load_prelude": "autorelay.ir.prelude",
+    "load_prelude": "autorelay.text_format",
     "build": "autorelay.build_module",
     "load": "autorelay.runtime.executable",
 }

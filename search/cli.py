@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from autorelay.errors import AutoRelayError
-    from autorelay.ir.parser import parse
     from autorelay.ir.printer import astext
+    from autorelay.text_format import parse
     from autorelay.typing import infer_types
 
     try:

@@ -1,9 +1,10 @@
 """Tokens of the Relay text format (version 0.0.5).
 
 The lexer is a single hand-written pass: it keeps every token's line and column so the parser can
-point a caret at the offending character, skips `//` and `/* … */` comments (so printed type
-comments `/* ty=… */` never reach the parser) and stops at a `#[metadata]` line, handing the rest of
-the text over as the metadata section.
+point a caret at the offending character, skips `//` and `/* … */` comments (block comments nest,
+as in Relay: `/* a /* b */ c */` is one comment; printed type comments `/* ty=… */` never reach
+the parser) and stops at a `#[metadata]` line, handing the rest of the text over as the metadata
+section.
 
 A local token takes dotted segments with it: `%input.1`, `%conv1.weight` and `%t.0` are each one
 LOCAL token. PyTorch-imported models name variables `%input.1`, so whether a trailing all-digit
@@ -12,13 +13,22 @@ segment is part of the name or a tuple projection depends on what is in scope; t
 (TVM's own tokenizer stops a name at the first `.`, so it reads `%input.1` as a projection and
 cannot parse `%conv1.weight`; this format accepts both.)
 
-Numbers carry their Relay suffix: `1f` and `2.5f16` are floats, `-3i64` an int64, `1` an int32, and
-`1.5` a float32. A `-` directly followed by a digit starts a negative literal: the text format has
-no infix arithmetic, so there is nothing else it could mean.
+Numbers carry their Relay suffix: `1f` and `2.5f16` are floats, `-3i64` an int64, `42i` and `1`
+int32s, and `1.5` a float32. An unsuffixed integer that does not fit int32 is an int64
+(`2147483648`), as in Relay; a literal that does not fit its suffix's dtype (`32768i16`,
+`65505f16`) is an error at the literal. (`1e999f` is infinity, which the printer writes for an
+infinite attribute.)
+
+The infix operators `+ - * / % == != < <= > >=` are PUNCT tokens (the parser gives them Relay's
+precedence). `-` directly followed by a digit is part of a negative literal where an operand is
+expected (at the start, after `(`, `,`, `=`, an operator …), and Relay's `--10` is `10`; after an
+operand (`%x -1`, `f(1)-2`) it is the subtraction operator. A `%` not followed by a name is the
+remainder operator, so write `%a % %b` with a space after it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -36,15 +46,23 @@ EOF = "eof"
 _SUFFIX_DTYPES = {
     "f": "float32", "f16": "float16", "f32": "float32", "f64": "float64",
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "i": "int32",
 }
 
-_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|u8|u16|u32|u64)?")
+_NUMBER = re.compile(r"-*\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|i|u8|u16|u32|u64)?")
 _INT_ONLY = re.compile(r"\d+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _LOCAL = re.compile(r"%[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # `%x`, `%0`, `%input.1`, `%t.0.1`
 _GLOBAL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
-_PUNCTS = ("=>", "->", "#[", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "?")
+_PUNCTS = ("=>", "->", "==", "!=", "<=", ">=", "#[", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".",
+           "?", "+", "-", "*", "/", "%", "<", ">")
+_KEYWORDS = frozenset({"fn", "let", "if", "else", "match", "def", "type", "extern", "free_var", "ref",
+                       "ref_read", "ref_write", "meta"})
+# The largest finite value of each float dtype, as its shortest text reads (float32's max prints as
+# `3.4028235e+38f`, a hair above the exact 3.4028234664e38); beyond it a literal is an error.
+_FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028235e38, "float64": float("inf")}
+_INT_RANGE = {f"{u}int{b}": ((0, 2**b - 1) if u else (-(2 ** (b - 1)), 2 ** (b - 1) - 1))
+              for u in ("", "u") for b in (8, 16, 32, 64)}
 METADATA_MARK = "#[metadata]"
 
 
@@ -118,12 +136,23 @@ class Lexer:
                 end = text.find("\n", self.pos)
                 self._advance((n if end < 0 else end) - self.pos)
             elif text.startswith("/*", self.pos):
-                end = text.find("*/", self.pos + 2)
-                if end < 0:
-                    raise self.error("unterminated comment: '/*' has no matching '*/'", self.line, self.col)
-                self._advance(end + 2 - self.pos)
+                self._advance(self._block_comment_end() - self.pos)
             else:
                 return
+
+    def _block_comment_end(self) -> int:
+        """The index just past the `*/` closing the comment at `pos`; comments nest."""
+        text, depth, i = self.text, 0, self.pos
+        while i < len(text):
+            if text.startswith("/*", i):
+                depth, i = depth + 1, i + 2
+            elif text.startswith("*/", i):
+                depth, i = depth - 1, i + 2
+                if depth == 0:
+                    return i
+            else:
+                i += 1
+        raise self.error("unterminated comment: '/*' has no matching '*/'", self.line, self.col)
 
     def _token(self, prev: Token | None) -> Token:
         text, pos, line, col = self.text, self.pos, self.line, self.col
@@ -131,7 +160,7 @@ class Lexer:
         if c == "%":
             m = _LOCAL.match(text, pos)
             if not m:
-                raise self.error("expected a variable name after '%'", line, col)
+                return self._emit(PUNCT, "%")  # the remainder operator
             return self._emit(LOCAL, m.group())
         if c == "@":
             m = _GLOBAL.match(text, pos)
@@ -140,8 +169,8 @@ class Lexer:
             return self._emit(GLOBAL, m.group())
         if c == '"':
             return self._string()
-        if c.isdigit() or (c == "-" and pos + 1 < len(text) and text[pos + 1].isdigit()):
-            if prev is not None and prev.is_punct("."):  # `%t.0.1`: a projection index, not `0.1`
+        if c.isdigit() or (c == "-" and _NEGATIVE.match(text, pos) and not _ends_operand(prev)):
+            if prev is not None and prev.is_punct(".") and c.isdigit():  # `%t.0.1`: index 0, not `0.1`
                 m = _INT_ONLY.match(text, pos)
                 assert m is not None
                 return self._emit(NUMBER, m.group(), (int(m.group()), "int32"))
@@ -171,18 +200,29 @@ class Lexer:
             raise self.error(f"malformed number {word!r}", self.line, self.col)
         suffix = m.group(3)
         body = lit[: len(lit) - len(suffix)] if suffix else lit
+        digits = body.lstrip("-")
+        negative = (len(body) - len(digits)) % 2 == 1  # Relay: `--10` is 10
         is_float_text = m.group(1) is not None or m.group(2) is not None
         if suffix:
             dtype = _SUFFIX_DTYPES[suffix]
         else:
             dtype = "float32" if is_float_text else "int32"
         if dtype.startswith("float"):
-            value: object = float(body)
+            value: object = -float(digits) if negative else float(digits)
+            if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:  # type: ignore[arg-type]
+                raise self.error(f"float literal {lit!r} does not fit in {dtype} "
+                                 f"(largest finite value {_FLOAT_MAX[dtype]:g})", self.line, self.col)
         else:
             if is_float_text:
                 msg = f"integer literal {lit!r} has a fractional part or exponent"
                 raise self.error(msg, self.line, self.col)
-            value = int(body)
+            value = -int(digits) if negative else int(digits)
+            lo, hi = _INT_RANGE[dtype]
+            if not suffix and not lo <= value <= hi:  # type: ignore[operator]
+                dtype, (lo, hi) = "int64", _INT_RANGE["int64"]  # Relay: too big for int32 is int64
+            if not lo <= value <= hi:  # type: ignore[operator]
+                raise self.error(f"integer literal {lit!r} does not fit in {dtype} ({lo} to {hi})",
+                                 self.line, self.col)
         return self._emit(NUMBER, lit, (value, dtype))
 
     def _string(self) -> Token:
@@ -202,6 +242,20 @@ class Lexer:
             out.append(c)
             i += 1
         raise self.error("unterminated string literal", self.line, self.col)
+
+
+_NEGATIVE = re.compile(r"-+\d")
+
+
+def _ends_operand(prev: Token | None) -> bool:
+    """Whether `prev` can end an operand, so that a `-` after it is the subtraction operator."""
+    if prev is None:
+        return False
+    if prev.kind in (LOCAL, GLOBAL, NUMBER, STRING):
+        return True
+    if prev.kind == IDENT:
+        return prev.text not in _KEYWORDS
+    return prev.kind == PUNCT and prev.text in (")", "}")  # not `]`: it ends the version header
 
 
 def tokenize(text: str, source: str = "<string>") -> Lexed:

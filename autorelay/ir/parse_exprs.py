@@ -1,7 +1,9 @@
-"""The expression half of the Relay text parser: blocks, bindings, calls, control flow, patterns.
+"""The expression half of the Relay text parser: blocks, statements, calls, control flow.
 
-`ExprParser` resolves every name while it parses (locals in `scopes`, constructors, ops from the
-registry), so errors point at the name itself. `autorelay.ir.parser.Parser` adds the top level.
+`ExprParser` resolves every name while it parses (locals in `scopes`, constructors, and operators
+through the `OpResolver` it is given), so errors point at the name itself. Infix operators are in
+`parse_infix`, `match` and patterns in `parse_patterns`; `autorelay.ir.parser.Parser` adds the
+top level.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import numpy as np
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import (
     Call,
-    Clause,
     Constant,
     Constructor,
     Expr,
@@ -19,13 +20,7 @@ from autorelay.ir.expr import (
     GlobalVar,
     If,
     Let,
-    Match,
     Op,
-    Pattern,
-    PatternConstructor,
-    PatternTuple,
-    PatternVar,
-    PatternWildcard,
     RefCreate,
     RefRead,
     RefWrite,
@@ -34,20 +29,26 @@ from autorelay.ir.expr import (
     Var,
 )
 from autorelay.ir.lexer import GLOBAL, IDENT, LOCAL, NUMBER, Token
-from autorelay.ir.parse_types import TokenCursor, describe
-from autorelay.op import registry
+from autorelay.ir.op_resolver import OpResolver
+from autorelay.ir.parse_infix import parse_infix
+from autorelay.ir.parse_patterns import PatternParser
+from autorelay.ir.parse_types import describe
 
-_KEYWORDS = {"fn", "let", "if", "else", "match", "def", "type", "ref", "ref_read", "ref_write", "meta"}
+_KEYWORDS = {"fn", "let", "if", "else", "match", "def", "type", "ref", "ref_read", "ref_write", "meta",
+             "free_var", "extern"}
 
 
-class ExprParser(TokenCursor):
-    def __init__(self, tokens: list[Token], lines: list[str], source: str) -> None:
+class ExprParser(PatternParser):
+    def __init__(self, tokens: list[Token], lines: list[str], source: str, ops: OpResolver) -> None:
         super().__init__(tokens, lines, source)
+        self.ops = ops
         self.scopes: list[dict[str, Expr]] = []  # `%name` -> Var or graph-bound expression
         self.constructors: dict[str, Constructor] = {}
         self.global_refs: list[tuple[str, Token]] = []  # checked once all defs are known
         self.constants: list[np.ndarray] | None = None
         self.const_nodes: dict[int, Constant] = {}
+        self.free_scope: dict[str, Expr] = {}  # free variables, declared or supplied by the caller
+        self.declared_free: set[str] = set()
 
     # ---- functions and blocks -----------------------------------------------------------------
 
@@ -98,7 +99,9 @@ class ExprParser(TokenCursor):
         return body
 
     def body(self) -> Expr:
-        """Statements (`let %x = e;`, `%0 = e;`) then the result expression, in a new scope."""
+        """Statements then the result expression, in a new scope. A statement is `let %x = e;`,
+        `%0 = e;` (a graph binding), `free_var %x: T;` (a free variable, as Relay prints them) or
+        `e;` (sequencing: Relay's `let %_ = e;`)."""
         scope: dict[str, Expr] = {}
         self.scopes.append(scope)
         lets: list[tuple[Var, Expr, Token]] = []
@@ -120,17 +123,51 @@ class ExprParser(TokenCursor):
                 self.next()
                 scope[t.text] = self.expr()
                 self.expect(";", f"after the value of {t.text}")
+            elif t.is_word("free_var"):
+                self.free_var()
             else:
-                break
-        result = self.expr()
+                e = self.expr()
+                if not self.accept(";"):
+                    result = e
+                    break
+                lets.append((Var("_").with_span(self.span(t)), e, t))
         self.scopes.pop()
         for var, value, tok in reversed(lets):
             result = Let(var, value, result).with_span(self.span(tok))
         return result
 
+    def free_var(self) -> None:
+        """`free_var %x: T;` declares a free variable of the program (visible from here on, in
+        every block); one that `parse_expr(free_vars=…)` supplied under that name is used as is."""
+        self.next()
+        t = self.tok
+        if t.kind != LOCAL:
+            self.fail(f"expected a variable after 'free_var', found {describe(t)}")
+        var = self.binder()
+        self.expect(";", "after the free_var declaration")
+        if t.text in self.declared_free:
+            self.fail(f"free variable {t.text} is declared twice", t)
+        self.declared_free.add(t.text)
+        supplied = self.free_scope.get(t.text)
+        if supplied is None:
+            self.free_scope[t.text] = var
+        elif isinstance(supplied, Var) and var.type_annotation not in (None, supplied.type_annotation):
+            self.fail(f"free_var {t.text} is declared with another type than the variable supplied "
+                      "under that name", t)
+
     # ---- expressions --------------------------------------------------------------------------
 
     def expr(self) -> Expr:
+        """Operands joined by infix operators (`%a + %b * 2f`); see `parse_infix`."""
+        return parse_infix(self, self.postfix, self.binary_call)
+
+    def binary_call(self, name: str, lhs: Expr, rhs: Expr, tok: Token) -> Expr:
+        if self.ops(name) is None:
+            self.fail(f"'{tok.text}' stands for the operator {name}, which is not known here", tok)
+        return self.op_call(name, [lhs, rhs], {}, {}, tok).with_span(self.span(tok))
+
+    def postfix(self) -> Expr:
+        """An operand: a primary expression followed by calls `(…)` and projections `.0`."""
         start = self.tok
         e = self.primary()
         while True:
@@ -164,7 +201,7 @@ class ExprParser(TokenCursor):
             if k > 1 and segments[0].isdigit():
                 continue  # graph bindings are plain integers
             name = "%" + ".".join(segments[:k])
-            for scope in reversed(self.scopes):
+            for scope in (*reversed(self.scopes), self.free_scope):
                 if name in scope:
                     e = scope[name]
                     for s in rest:
@@ -186,6 +223,8 @@ class ExprParser(TokenCursor):
             return Constant(self.literal_array(t)).with_span(self.span(t))
         if t.is_punct("("):
             return self.paren()
+        if t.is_punct("-"):
+            self.fail("unary minus applies only to number literals (-1f); write negative(...)")
         if t.kind != IDENT:
             self.fail(f"expected an expression, found {describe(t)}")
         if t.text in _KEYWORDS:
@@ -193,7 +232,7 @@ class ExprParser(TokenCursor):
         self.next()
         if t.text in self.constructors:
             return self.constructors[t.text]
-        if registry.exists(t.text):
+        if self.ops(t.text) is not None:
             return Op(t.text).with_span(self.span(t))
         kind = "constructor" if t.text[:1].isupper() else "operator"
         self.fail(f"unknown {kind} {t.text}", t)
@@ -210,7 +249,7 @@ class ExprParser(TokenCursor):
         if w in ("ref", "ref_read", "ref_write"):
             self.next()
             self.expect("(", f"after {w}")
-            args = self.comma_list(")", self.expr)
+            args = self.comma_list(")", self.body)
             n = 2 if w == "ref_write" else 1
             if len(args) != n:
                 self.fail(f"{w} takes {n} argument(s), got {len(args)}", t)
@@ -226,13 +265,9 @@ class ExprParser(TokenCursor):
         open_tok = self.next()
         if self.accept(")"):
             return Tuple(()).with_span(self.span(open_tok))
-        if self.at_word("let") or (self.tok.kind == LOCAL and self.peek().is_punct("=")):
-            e = self.body()
-            self.expect(")", "to close the parenthesised block")
-            return e
-        first = self.expr()
+        first = self.body()  # `(let %x = 1; %x)` and `(e1; e2)` too, as in Relay
         if self.accept(","):
-            rest = self.comma_list(")", self.expr, "the tuple")
+            rest = self.comma_list(")", self.body, "the tuple")
             return Tuple((first, *rest)).with_span(self.span(open_tok))
         self.expect(")", "to close the parenthesis")
         return first
@@ -254,7 +289,7 @@ class ExprParser(TokenCursor):
             else:
                 if kwargs:
                     self.fail("positional argument after keyword attributes")
-                args.append(self.expr())
+                args.append(self.body())
             if not self.accept(","):
                 break
         self.expect(")", "to close the argument list")
@@ -270,9 +305,11 @@ class ExprParser(TokenCursor):
 
     def op_call(self, name: str, args: list[Expr], kwargs: dict[str, object],
                 kw_toks: dict[str, Token], start: Token) -> Call:
-        opdef = registry.get(name)
-        if len(args) != opdef.num_args:
-            self.fail(f"{name} takes {opdef.num_args} argument(s) ({', '.join(opdef.arg_names)}), "
+        opdef = self.ops(name)
+        if opdef is None:
+            self.fail(f"unknown operator {name}", start)
+        if len(args) != len(opdef.arg_names):
+            self.fail(f"{name} takes {len(opdef.arg_names)} argument(s) ({', '.join(opdef.arg_names)}), "
                       f"got {len(args)}", start)
         for k, tok in kw_toks.items():
             if k not in opdef.attrs:
@@ -287,57 +324,12 @@ class ExprParser(TokenCursor):
     def if_(self) -> Expr:
         t = self.next()
         self.expect("(", "after 'if'")
-        cond = self.expr()
+        cond = self.body()
         self.expect(")", "to close the if condition")
         then = self.block()
         self.expect_word("else")
         other = self.if_() if self.at_word("if") else self.block()
         return If(cond, then, other).with_span(self.span(t))
-
-    def match(self) -> Expr:
-        t = self.next()
-        complete = not self.accept("?")
-        if not self.at("("):
-            self.fail(f"expected '(' after 'match', found {describe(self.tok)}")
-        data = self.paren()  # `match (%xs, %ys)` matches a tuple, as in Relay's prelude
-        self.expect("{", "to start the match clauses")
-
-        def clause() -> Clause:
-            self.scopes.append({})
-            lhs = self.pattern()
-            self.expect("=>", "after the pattern")
-            rhs = self.block() if self.at("{") else self.expr()
-            self.scopes.pop()
-            return Clause(lhs, rhs)
-
-        clauses = self.comma_list("}", clause)
-        return Match(data, tuple(clauses), complete).with_span(self.span(t))
-
-    def pattern(self) -> Pattern:
-        t = self.tok
-        if t.is_word("_"):
-            self.next()
-            return PatternWildcard().with_span(self.span(t))
-        if t.kind == LOCAL:
-            if t.text in self.scopes[-1]:
-                self.fail(f"variable {t.text} is bound twice in this pattern", t)
-            var = self.binder()
-            self.scopes[-1][t.text] = var
-            return PatternVar(var).with_span(self.span(t))
-        if t.is_punct("("):
-            self.next()
-            return PatternTuple(tuple(self.comma_list(")", self.pattern))).with_span(self.span(t))
-        if t.kind == IDENT:
-            ctor = self.constructors.get(t.text)
-            if ctor is None:
-                self.fail(f"unknown constructor {t.text}", t)
-            self.next()
-            subs = self.comma_list(")", self.pattern) if self.accept("(") else []
-            if len(subs) != len(ctor.inputs):
-                self.fail(f"constructor {ctor.name} takes {len(ctor.inputs)} argument(s), "
-                          f"its pattern has {len(subs)}", t)
-            return PatternConstructor(ctor, tuple(subs)).with_span(self.span(t))
-        self.fail(f"expected a pattern (_, %x, a constructor or a tuple), found {describe(t)}")
 
     def meta(self, t: Token) -> Expr:
         self.next()

@@ -28,6 +28,7 @@ from autorelay.ir.types import (
     Type,
     TypeCall,
     TypeVar,
+    is_dtype,
 )
 
 
@@ -41,8 +42,10 @@ class TokenCursor:
         self.source = source
         # Scopes of type variables (`def @f[A]`, `type List[A]`), innermost last.
         self.type_scopes: list[dict[str, TypeVar]] = []
-        # ADT names known in this program (filled before any type is parsed).
+        # ADT names known in this program (filled before any type is parsed), and how many type
+        # parameters each takes.
         self.adts: dict[str, GlobalTypeVar] = {}
+        self.adt_arity: dict[str, int] = {}
 
     # ---- cursor ---------------------------------------------------------------------------
 
@@ -155,12 +158,15 @@ class TokenCursor:
             inner = self.parse_type()
             self.expect("]", "to close Ref[...]")
             return RefType(inner)
-        if name in DTYPES:
+        dtype = text_dtype(name)
+        if dtype is not None:
             self.next()
-            return TensorType((), name)
+            return TensorType((), dtype)
         tv = self.lookup_type_var(name)
         if tv is not None:
             self.next()
+            if self.at("["):  # Relay's kind checker: a type call's head must be an ADT
+                self.fail(f"type variable {name} cannot take type arguments (only an ADT can)")
             return tv
         gtv = self.adts.get(name)
         if gtv is None:
@@ -169,6 +175,9 @@ class TokenCursor:
         args: list[Type] = []
         if self.accept("["):
             args = self.comma_list("]", self.parse_type)
+        arity = self.adt_arity.get(name)
+        if arity is not None and len(args) != arity:  # Relay's kind check: "Expected N arguments"
+            self.fail(f"type {name} takes {arity} type argument(s), got {len(args)}", t)
         return TypeCall(gtv, tuple(args))
 
     def _func_type(self) -> FuncType:
@@ -195,18 +204,20 @@ class TokenCursor:
         dims = self.comma_list(")", self._dim)
         self.expect(",", "between the shape and the dtype")
         dt = self.tok
-        if dt.kind != IDENT or dt.text not in DTYPES:
-            self.fail(f"expected a dtype ({', '.join(DTYPES)}), found {describe(dt)}")
+        dtype = text_dtype(dt.text) if dt.kind == IDENT else None
+        if dtype is None:
+            self.fail(f"expected a dtype ({', '.join(DTYPES)}, or a vector such as int8x4), "
+                      f"found {describe(dt)}")
         self.next()
         self.expect("]", "to close Tensor[...]")
-        return TensorType(tuple(dims), dt.text)
+        return TensorType(tuple(dims), dtype)
 
     def _dim(self) -> Dim:
         t = self.tok
         if t.is_punct("?"):
             self.next()
             return AnyDim()
-        if t.kind == NUMBER and isinstance(t.value, tuple) and t.value[1] == "int32":
+        if t.kind == NUMBER and isinstance(t.value, tuple) and t.value[1] in ("int32", "int64"):
             if t.value[0] < 0:
                 self.fail(f"negative dimension {t.text}")
             self.next()
@@ -250,6 +261,18 @@ class TokenCursor:
                 self.fail(f"literal {tok.text} does not fit in {dtype}", tok)
         with np.errstate(over="ignore"):
             return np.array(value, dtype=dtype)
+
+
+# Relay reads a dtype with no width as 32 bits (TVM's String2DLDataType): `int` is int32.
+_DEFAULT_WIDTH = {"int": "int32", "uint": "uint32", "float": "float32"}
+
+
+def text_dtype(name: str) -> str | None:
+    """The dtype a name in type position denotes (`int32`, `int` = int32, `int8x4`, `intx4` =
+    int32x4), or None if it is not one."""
+    base, x, lanes = name.partition("x")
+    dtype = _DEFAULT_WIDTH.get(base, base) + x + lanes
+    return dtype if is_dtype(dtype) else None
 
 
 def describe(t: Token) -> str:

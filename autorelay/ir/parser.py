@@ -1,4 +1,4 @@
-"""Parser of the Relay text format, version 0.0.5: `parse(text) -> IRModule`, `parse_expr(text)`.
+"""Parser of the Relay text format, version 0.0.5: `parse(text, ops=…) -> IRModule`, `parse_expr`.
 
 A hand-written recursive-descent parser. Notes on the choices that matter:
 
@@ -7,9 +7,17 @@ A hand-written recursive-descent parser. Notes on the choices that matter:
 * Names are resolved while parsing (scopes of locals, type variables, ADTs, constructors, ops), so
   an unknown variable, constructor or operator is reported at its own line and column.
 * Type definitions are parsed before functions (the top level is pre-scanned), so a function may
-  use an ADT defined further down, and ADTs may refer to one another.
-* Op calls are built like `registry.call`: attribute names are validated and defaults filled by
-  the op's `make_attrs`, and a bad attribute is a `ParseError` pointing at it.
+  use an ADT defined further down, and ADTs may refer to one another, even mutually, as Relay's
+  parser allows. What Relay's kind checker rejects in such a group is rejected here, located at
+  the reference: an ADT applied to the wrong number of type arguments (`Forest` where it was
+  declared `Forest[A]`); an unknown type name is an error too.
+* `extern type Name[A];` declares an ADT without constructors (Relay's `extern type`; the `;`
+  is optional). It prints back as an empty `type Name[A] {}`, which Relay reads the same.
+* Operators come from the `ops` resolver the caller passes (`autorelay.ir.op_resolver`): the IR
+  does not import the op library. `autorelay.parse` / `autorelay.parse_expr`
+  (`autorelay.text_format`) pass the op registry's. Op calls are built like `registry.call`:
+  attribute names are validated and defaults filled by the op's `make_attrs`, and a bad attribute
+  is a `ParseError` pointing at it.
 * Entry points run under `autorelay.utils.deep.deep`, so nesting depth is not limited by Python's
   recursion limit.
 """
@@ -24,6 +32,7 @@ from autorelay.ir.expr import Constructor, Expr, Function, GlobalVar, Var
 from autorelay.ir.lexer import GLOBAL, IDENT, STRING, Token, tokenize
 from autorelay.ir.metadata import decode_metadata
 from autorelay.ir.module import IRModule
+from autorelay.ir.op_resolver import OpResolver
 from autorelay.ir.parse_exprs import ExprParser
 from autorelay.ir.parse_types import describe
 from autorelay.ir.types import GlobalTypeVar, TypeData
@@ -34,9 +43,9 @@ SUPPORTED_VERSIONS = ("0.0.5", "0.0.4")
 
 class Parser(ExprParser):
     def __init__(self, text: str, source: str, constants: Sequence[np.ndarray] | None,
-                 prelude: IRModule | None) -> None:
+                 prelude: IRModule | None, ops: OpResolver) -> None:
         lexed = tokenize(text, source)
-        super().__init__(lexed.tokens, text.split("\n"), source)
+        super().__init__(lexed.tokens, text.split("\n"), source, ops)
         self.prelude_globals: set[str] = set()
         if constants is not None:
             self.constants = [np.asarray(c) for c in constants]
@@ -49,6 +58,7 @@ class Parser(ExprParser):
                 self.adts[gtv.name] = gtv
                 for c in td.constructors:
                     self.constructors[c.name] = c
+                self.adt_arity[gtv.name] = len(td.type_vars)
             self.prelude_globals = {g.name_hint for g in prelude.functions}
 
     # ---- top level ------------------------------------------------------------------------
@@ -74,14 +84,15 @@ class Parser(ExprParser):
         tdefs: dict[GlobalTypeVar, TypeData] = {}
         seen: set[str] = set()
         for kind, start in items:
-            if kind == "type":
-                name_tok = self.toks[start + 1]
+            if kind in ("type", "extern"):
+                name_tok = self.toks[start + (kind == "extern") + 1]
                 if name_tok.text in seen:
                     self.fail(f"type {name_tok.text} is defined twice", name_tok)
                 seen.add(name_tok.text)
                 self.adts[name_tok.text] = GlobalTypeVar(name_tok.text)
+                self.adt_arity[name_tok.text] = self._count_type_params(start + (kind == "extern") + 2)
         for kind, start in items:
-            if kind == "type":
+            if kind in ("type", "extern"):
                 self.i = start
                 td = self.type_def()
                 tdefs[td.header] = td
@@ -99,13 +110,30 @@ class Parser(ExprParser):
                 self.fail(f"unknown global @{name}", tok)
         return IRModule(fns, tdefs)
 
+    def _count_type_params(self, i: int) -> int:
+        """How many names the `[A, B]` at token `i` lists (0 if there is none there)."""
+        if not self.toks[i].is_punct("["):
+            return 0
+        n = 0
+        while self.toks[i + 1].kind == IDENT:
+            n += 1
+            i += 2
+            if not self.toks[i].is_punct(","):
+                break
+        return n
+
     def _scan_top_level(self) -> list[tuple[str, int]]:
-        """Start index of every top-level `def` / `type`; each item is skipped by brace matching."""
+        """Start index of every top-level `def` / `type` / `extern type`; each `def` and `type` is
+        skipped by brace matching, an `extern type` by its header."""
         items: list[tuple[str, int]] = []
         while self.tok.kind != "eof":
             t = self.tok
+            if t.is_word("extern"):
+                items.append(("extern", self.i))
+                self._skip_extern()
+                continue
             if not (t.is_word("def") or t.is_word("type")):
-                self.fail(f"expected 'def' or 'type' at top level, found {describe(t)}")
+                self.fail(f"expected 'def' or 'type' (or 'extern type') at top level, found {describe(t)}")
             if t.is_word("type") and self.peek().kind != IDENT:
                 self.fail(f"expected a type name after 'type', found {describe(self.peek())}", self.peek())
             items.append((t.text, self.i))
@@ -121,12 +149,33 @@ class Parser(ExprParser):
                 depth += tk.is_punct("{") - tk.is_punct("}")
         return items
 
+    def _skip_extern(self) -> None:
+        """Past `extern type Name[A, …]` and its optional `;` (checked again when parsed)."""
+        self.next()
+        self.expect_word("type")
+        if self.tok.kind != IDENT:
+            self.fail(f"expected a type name after 'extern type', found {describe(self.tok)}")
+        self.next()
+        if self.accept("["):
+            while not self.at("]") and self.tok.kind != "eof":
+                self.next()
+            self.expect("]", "to close the type parameters")
+        if self.at("{"):
+            self.fail("an extern type has no constructors: write 'type' to define them")
+        self.accept(";")
+
     def type_def(self) -> TypeData:
+        extern = self.tok.is_word("extern")
+        if extern:
+            self.next()
         self.expect_word("type")
         gtv = self.adts[self.next().text]
         tvars = self.parse_type_params() if self.at("[") else []
         if not tvars:
             self.type_scopes.append({})
+        if extern:
+            self.type_scopes.pop()
+            return TypeData(gtv, tuple(tvars), ())
         self.expect("{")
         ctors: list[Constructor] = []
 
@@ -157,42 +206,34 @@ class Parser(ExprParser):
         return GlobalVar(name.text[1:]), fn, name
 
 
-def _prelude_module(prelude: bool) -> IRModule | None:
-    if not prelude:
-        return None
-    from autorelay.ir.prelude import load_prelude
-
-    return load_prelude()
-
-
 @deep
 def parse(text: str, source: str = "<string>", constants: Sequence[np.ndarray] | None = None,
-          prelude: bool = False) -> IRModule:
+          prelude: IRModule | None = None, *, ops: OpResolver) -> IRModule:
     """Parse a whole program (`def`s and `type`s) into an IRModule.
 
-    `constants` supplies the arrays of `meta[relay.Constant][i]` (otherwise the text's own
-    `#[metadata]` section is used). With `prelude=True` the prelude's ADTs and functions are in
-    scope and merged into the result.
+    `ops` resolves operator names (`autorelay.ir.op_resolver`). `constants` supplies the arrays of
+    `meta[relay.Constant][i]` (otherwise the text's own `#[metadata]` section is used). With a
+    `prelude` module, its ADTs and functions are in scope and merged into the result.
     """
-    pmod = _prelude_module(prelude)
-    p = Parser(text, source, constants, pmod)
+    p = Parser(text, source, constants, prelude, ops)
     mod = p.module()
-    return pmod.merge(mod) if pmod is not None else mod
+    return prelude.merge(mod) if prelude is not None else mod
 
 
 @deep
 def parse_expr(text: str, source: str = "<string>", constants: Sequence[np.ndarray] | None = None,
-               prelude: bool = False, free_vars: Mapping[str, Var] | Iterable[Var] | None = None) -> Expr:
+               prelude: IRModule | None = None, free_vars: Mapping[str, Var] | Iterable[Var] | None = None,
+               *, ops: OpResolver) -> Expr:
     """Parse one expression (statements allowed: `%0 = …; let %x = …; result`).
 
     `free_vars` puts existing variables in scope by name (`%x` finds the Var named `x`), so that
     an expression with free variables can be read back. Globals are not checked for existence.
     """
-    p = Parser(text, source, constants, _prelude_module(prelude))
+    p = Parser(text, source, constants, prelude, ops)
     p.header()
     if free_vars is not None:
         items = free_vars.items() if isinstance(free_vars, Mapping) else ((v.name_hint, v) for v in free_vars)
-        p.scopes.append({"%" + k.lstrip("%"): v for k, v in items})
+        p.free_scope.update({"%" + k.lstrip("%"): v for k, v in items})
     e = p.body()
     if p.tok.kind != "eof":
         p.fail(f"unexpected {describe(p.tok)} after the expression")

@@ -1,7 +1,8 @@
 """The prelude: List, Option, Tree and Nat, and the usual list functions, written in Relay text.
 
-`prelude.rly` ships with the package and is parsed on first use (then cached: modules are values,
-so sharing one is safe). `parse(text, prelude=True)` puts it in scope for a user program.
+`prelude.rly` ships with the package and is parsed on first use (then cached per operator
+resolver: modules are values, so sharing one is safe). `autorelay.load_prelude()` and
+`autorelay.parse(text, prelude=True)` use the op library's resolver.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import functools
 from importlib import resources
 
 from autorelay.ir.module import IRModule
+from autorelay.ir.op_resolver import OpResolver
+from autorelay.ir.parser import parse
 
 PRELUDE_FILE = "prelude.rly"
 ADTS = ("List", "Option", "Tree", "Nat")
@@ -21,8 +24,7 @@ def prelude_text() -> str:
 
 
 @functools.cache
-def load_prelude() -> IRModule:
-    """The parsed prelude module (parsed once per process)."""
-    from autorelay.ir.parser import parse
-
-    return parse(prelude_text(), source=PRELUDE_FILE)
+def load_prelude(ops: OpResolver) -> IRModule:
+    """The parsed prelude module (parsed once per process and resolver); `ops` must know the
+    operators it calls (add, subtract, equal)."""
+    return parse(prelude_text(), source=PRELUDE_FILE, ops=ops)

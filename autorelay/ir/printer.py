@@ -12,6 +12,11 @@ The output parses back (`autorelay.ir.parser`) to a structurally equal program:
   `meta[relay.Constant][i]` with a `#[metadata]` section holding the arrays.
 * With `show_types=True`, each binding and block result carries its checked type in a
   `/* ty=… */` comment, which the parser skips.
+* An expression's free variables are declared first, `free_var %x: T;`, as Relay prints them.
+* A let of an unannotated variable named `_` that nothing refers to prints as the sequence
+  `value;` (Relay's `e1; e2`).
+* Infix operators in the text (`%a + %b`) are sugar for op calls and print as calls (`add(%a, %b)`),
+  as Relay's printer does.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from autorelay.ir.types import (
     TypeData,
     TypeVar,
 )
+from autorelay.ir.visitor import free_vars
 from autorelay.utils.deep import deep
 
 VERSION_HEADER = '#[version = "0.0.5"]'
@@ -187,6 +193,7 @@ class _Printer:
         self.projections: set[str] = set()  # `x.0` for each `%x.0` printed: never a variable name
         self.counter = 0
         self.open: dict[Scope, list[str]] = {}
+        self.referenced: set[int] = set()  # ids of the variables printed as a reference
 
     # -- names --
     def bind_var(self, v: Var) -> str:
@@ -214,14 +221,20 @@ class _Printer:
     def block(self, expr: Expr, scope: Scope, first_let_is_statement: bool = False) -> list[str]:
         lines: list[str] = []
         self.open[scope] = lines
+        sequenced: list[tuple[int, Var, str]] = []  # `let %_ = e;` lines that may print as `e;`
         e = expr
         while isinstance(e, Let) and (first_let_is_statement or self.layout.is_statement_let(e)):
             first_let_is_statement = False
             decl = self.var_decl(e.var)
             value = self.inline(e.value) if not self.layout.is_bound(e.value) else self.ref(e.value)
+            if e.var.name_hint == "_" and e.var.type_annotation is None:
+                sequenced.append((len(lines), e.var, f"{value}{self.ty(e.value)};"))
             lines.append(f"let {decl} = {value}{self.ty(e.value)};")
             e = e.body
         lines.append(self.ref(e) + self.ty(e))
+        for k, var, statement in sequenced:
+            if id(var) not in self.referenced:
+                lines[k] = statement
         del self.open[scope]
         return lines
 
@@ -244,6 +257,7 @@ class _Printer:
 
     def atom(self, e: Expr) -> str:
         if isinstance(e, Var):
+            self.referenced.add(id(e))
             name = self.names.get(id(e))
             return name if name is not None else self.bind_var(e)  # a free variable
         if isinstance(e, GlobalVar):
@@ -356,6 +370,8 @@ def type_def_text(td: TypeData) -> str:
     for c in td.constructors:
         args = f"({', '.join(type_to_text(t, hole=True) for t in c.inputs)})" if c.inputs else ""
         ctors.append(f"{c.name}{args},")
+    if not ctors:  # an extern type too: Relay prints both as an empty definition
+        return f"type {td.header.name}{tp} {{}}"
     return f"type {td.header.name}{tp} {{\n{_indent(ctors)}\n}}"
 
 
@@ -372,7 +388,8 @@ def astext(node: IRModule | Expr, show_types: bool = False) -> str:
             parts.append(f"def @{gv.name_hint}{p.function(fn)}")
     elif isinstance(node, Expr):
         p = _Printer(node, constants, const_index, show_types)
-        parts.append("\n".join(p.block(node, p.layout.root_scope)))
+        decls = [f"free_var {p.var_decl(v)};" for v in free_vars(node)]
+        parts.append("\n".join(decls + p.block(node, p.layout.root_scope)))
     else:
         raise TypeError(f"astext expects an IRModule or an Expr, got {type(node).__name__}")
     text = "\n\n".join(parts) + "\n"

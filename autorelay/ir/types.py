@@ -18,6 +18,16 @@ DTYPES = (
 )
 
 
+def is_dtype(name: str) -> bool:
+    """A scalar dtype of `DTYPES`, or a vector dtype `<scalar>x<lanes>` with 2 or more lanes
+    (`int8x4`, `float16x4`: TVM's vector types). Vector tensors type-check (shapes, and dtypes
+    compare as names) but have no NumPy form, so no constant or run-time value has one."""
+    if name in DTYPES:
+        return True
+    base, x, lanes = name.rpartition("x")
+    return bool(x) and base in DTYPES and lanes.isdigit() and not lanes.startswith("0") and int(lanes) >= 2
+
+
 @dataclass(frozen=True, slots=True)
 class AnyDim:
     """An unknown extent, printed `?`. Two `?` are not known to be equal."""
@@ -60,8 +70,9 @@ class TensorType(Type):
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if not is_dtype(self.dtype):
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}, "
+                             "or a vector of one like int8x4")
         if not isinstance(self.shape, tuple):
             object.__setattr__(self, "shape", tuple(self.shape))
         for d in self.shape:

@@ -200,8 +200,8 @@ def _object_names(key: str, text: str) -> list[str]:
 
 def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
     """Load a saved executable; kernels come from their object code when the CPU matches."""
-    from autorelay.ir.parser import parse
     from autorelay.runtime.fallback import ReferenceFunction
+    from autorelay.text_format import parse
 
     try:
         z = zipfile.ZipFile(path)

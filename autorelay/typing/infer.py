@@ -12,6 +12,8 @@ type of a global or constructor); an `Op` node records the instantiated `fn` typ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autorelay.errors import TypeCheckError
 from autorelay.ir.expr import (
     Call,
@@ -98,8 +100,16 @@ class Inferencer:
 
     def unify(self, node: Node, a: Type, b: Type, what: str) -> None:
         """Unify, or raise naming the construct: `what: <a> vs <b> (detail)`."""
+        self._meet(self.u.unify, node, a, b, what)
+
+    def subsume(self, node: Node, expected: Type, given: Type, what: str) -> None:
+        """Like `unify`, where a value of type `given` is used at `expected`: a polymorphic
+        function is instantiated to fit a less polymorphic function type (`Unifier.subsume`)."""
+        self._meet(self.u.subsume, node, expected, given, what)
+
+    def _meet(self, how: Callable[[Type, Type], None], node: Node, a: Type, b: Type, what: str) -> None:
         try:
-            self.u.unify(a, b)
+            how(a, b)
         except UnifyError as e:
             raise self.error(
                 node, f"{what}: {show(self.u.resolve(a))} vs {show(self.u.resolve(b))} ({e.detail})"
@@ -217,7 +227,7 @@ class Inferencer:
         body = self.infer(f.body)
         ret = body
         if f.ret_type is not None:
-            self.unify(f, f.ret_type, body, "function: return type annotation vs body type")
+            self.subsume(f, f.ret_type, body, "function: return type annotation vs body type")
             ret = f.ret_type
         return FuncType(params, ret, f.type_params)
 
@@ -227,7 +237,7 @@ class Inferencer:
         while isinstance(node, Let) and (node is let or id(node) not in self.records):
             var_t = self.bind_var(node.var)
             value_t = self.infer(node.value)
-            self.unify(node, var_t, value_t, f"let %{node.var.name_hint}: annotated type vs value type")
+            self.subsume(node, var_t, value_t, f"let %{node.var.name_hint}: annotated type vs value type")
             chain.append(node)
             node = node.body
         body = self.infer(node)
@@ -301,7 +311,9 @@ class Inferencer:
             name = f"%{callee.name_hint}" if isinstance(callee, Var) else "the called function"
             ftype = self.u.find(self.infer(callee))
             ftype = self.instantiate_at(c, ftype, name)
-        args = [self.infer(a) for a in c.args]
+        known = self.u.find(ftype)
+        params = known.arg_types if isinstance(known, FuncType) else ()
+        args = [self.infer_arg(a, params[k] if k < len(params) else None) for k, a in enumerate(c.args)]
         ftype = self.u.find(ftype)
         if not isinstance(ftype, FuncType):
             ret = self.u.fresh()
@@ -314,8 +326,19 @@ class Inferencer:
             )
         for k, (param, arg) in enumerate(zip(ftype.arg_types, args)):
             what = f"call of {name}: argument {k} (expected vs given)"
-            self.unify(self.site(c.args[k], c), param, arg, what)
+            self.subsume(self.site(c.args[k], c), param, arg, what)
         return ftype.ret_type
+
+    def infer_arg(self, arg: Expr, param: Type | None) -> Type:
+        """An argument's type. A polymorphic global passed for a polymorphic parameter keeps its
+        type parameters (`subsume` matches them to the parameter's); otherwise it is
+        instantiated, as at any other use."""
+        if isinstance(arg, GlobalVar) and param is not None and arg not in self.no_instantiate:
+            expected, generic = self.u.find(param), self.global_type(arg)
+            if isinstance(expected, FuncType) and expected.type_params and isinstance(generic, FuncType):
+                self.record(arg, generic)
+                return generic
+        return self.infer(arg)
 
     def instantiate_at(self, c: Call, t: Type, name: str) -> Type:
         if not (isinstance(t, FuncType) and t.type_params):

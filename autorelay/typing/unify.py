@@ -7,6 +7,13 @@ run-time extent, so it is compatible with every dimension but proves nothing abo
 variables are rigid: inside a polymorphic function `A` only unifies with `A` itself (or a hole);
 callers instantiate a polymorphic type with fresh holes before unifying (`instantiate`).
 
+Where a value meets the type it is expected to have (an argument, a let's annotation, a return
+annotation), `subsume(expected, given)` lets a polymorphic function serve where a less polymorphic
+function type is expected: the given type's extra type parameters are instantiated with fresh
+holes, then the two unify (Relay's unifier does the same for function types). Only the given side
+is instantiated, so a monomorphic function is *not* accepted where a polymorphic one is expected
+(Relay's unifier is symmetric here and would accept it).
+
 `unify` raises `UnifyError`, which says *where inside* the two types they first differ
 ("dimension 1: 3 vs 4"); callers wrap it in a `TypeCheckError` that names the construct.
 """
@@ -70,6 +77,17 @@ def instantiate(t: FuncType, type_args: tuple[Type, ...] = ()) -> FuncType:
         tuple(substitute_type(a, subst) for a in t.arg_types),
         substitute_type(t.ret_type, subst),
         (),
+        tuple(substitute_type(c, subst) for c in t.type_constraints),
+    )
+
+
+def instantiate_extra(t: FuncType, keep: int) -> FuncType:
+    """`t` with its type parameters after the first `keep` replaced by fresh holes."""
+    subst: dict[TypeVar, Type] = {p: IncompleteType() for p in t.type_params[keep:]}
+    return FuncType(
+        tuple(substitute_type(a, subst) for a in t.arg_types),
+        substitute_type(t.ret_type, subst),
+        t.type_params[:keep],
         tuple(substitute_type(c, subst) for c in t.type_constraints),
     )
 
@@ -168,6 +186,22 @@ class Unifier:
             self._nested("reference contents", a.value, b.value)
         elif a != b:
             raise UnifyError(f"{_kind(a)} vs {_kind(b)}")
+
+    def subsume(self, expected: Type, given: Type) -> None:
+        """Unify where a value of type `given` is used at type `expected` (see the module doc)."""
+        e, g = self.find(expected), self.find(given)
+        if isinstance(e, FuncType) and isinstance(g, FuncType) and len(g.type_params) > len(e.type_params):
+            self.unify(e, instantiate_extra(g, len(e.type_params)))
+        elif isinstance(e, TupleType) and isinstance(g, TupleType) and len(e.fields) == len(g.fields):
+            for i, (x, y) in enumerate(zip(e.fields, g.fields)):
+                try:
+                    self.subsume(x, y)
+                except UnifyError as err:
+                    if err.detail.startswith("infinite type"):
+                        raise
+                    raise UnifyError(f"tuple field {i}: {err.detail}") from None
+        else:
+            self.unify(e, g)
 
     def _nested(self, where: str, a: Type, b: Type) -> None:
         try:

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from autorelay.errors import ParseError
 from autorelay.ir import Function, Let, TensorType, Tuple, TupleGetItem, Var
-from autorelay.ir.parser import parse, parse_expr
 from autorelay.ir.printer import astext
 from autorelay.ir.structural import assert_structural_equal
 from autorelay.ir.types import TupleType
+from autorelay.text_format import parse, parse_expr
 
 T = TensorType((2, 3), "float32")
 PAIR = TupleType((T, T))

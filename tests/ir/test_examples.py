@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from autorelay.ir import TensorType
-from autorelay.ir.parser import parse
+from autorelay.text_format import parse
 
 EXAMPLES = Path(__file__).parents[2] / "autorelay" / "examples"
 

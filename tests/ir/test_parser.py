@@ -36,7 +36,7 @@ from autorelay.ir import (
     TypeVar,
     Var,
 )
-from autorelay.ir.parser import parse, parse_expr
+from autorelay.text_format import parse, parse_expr
 
 
 def main_body(text: str, **kw):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from autorelay.ir import FuncType, GlobalTypeVar, TensorType, TupleType, TypeCall, TypeVar
-from autorelay.ir.parser import parse
-from autorelay.ir.prelude import ADTS, FUNCTIONS, load_prelude, prelude_text
+from autorelay.ir.prelude import ADTS, FUNCTIONS, prelude_text
 from autorelay.ir.printer import astext
 from autorelay.ir.structural import assert_structural_equal, structural_equal, structural_hash
+from autorelay.text_format import load_prelude, parse
 
 A, B = TypeVar("A"), TypeVar("B")
 LIST = GlobalTypeVar("List")

@@ -32,10 +32,10 @@ from autorelay.ir import (
     const,
 )
 from autorelay.ir.module import IRModule
-from autorelay.ir.parser import parse, parse_expr
 from autorelay.ir.printer import astext, type_to_text
 from autorelay.ir.structural import assert_structural_equal, structural_equal, structural_hash
 from autorelay.op.registry import call
+from autorelay.text_format import parse, parse_expr
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "autorelay" / "examples").glob("*.relay"))
 

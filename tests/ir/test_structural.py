@@ -31,9 +31,9 @@ from autorelay.ir import (
     const,
 )
 from autorelay.ir.module import IRModule
-from autorelay.ir.parser import parse, parse_expr
 from autorelay.ir.structural import assert_structural_equal, structural_equal, structural_hash
 from autorelay.op.registry import call
+from autorelay.text_format import parse, parse_expr
 
 F32 = TensorType((2, 3), "float32")
 
@@ -191,7 +191,7 @@ def test_hash_is_stable_across_processes():
     src = "def @main(%x: Tensor[(1, 3), float32]) { %0 = nn.relu(%x); add(%0, %0) }"
     here = structural_hash(parse(src))
     code = (
-        "from autorelay.ir.parser import parse; from autorelay.ir.structural import structural_hash;"
+        "from autorelay.text_format import parse; from autorelay.ir.structural import structural_hash;"
         f"print(structural_hash(parse({src!r})))"
     )
     root = Path(__file__).parents[2]

@@ -7,7 +7,7 @@ from autorelay.ir import FuncType, TensorType, TupleType, TypeCall, TypeVar
 from autorelay.ir.visitor import post_order
 from autorelay.typing import infer_types
 
-parser = pytest.importorskip("autorelay.ir.parser")
+parser = pytest.importorskip("autorelay.text_format")
 
 HEADER = '#[version = "0.0.5"]\n'
 
