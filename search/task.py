@@ -17,13 +17,12 @@ import numpy as np
 
 from autorelay.codegen.llvm.host import host_target
 from autorelay.kernel import as_compute_def, compile_kernel
-from autorelay.schedule.apply import apply
+from autorelay.lower.workload import compute_key
 from autorelay.schedule.space import Config, Space
 from autorelay.schedule.templates import template_for
 from autorelay.target import Target
 from autorelay.te.expr import Bin, Call, Reduce, is_float, walk
 from autorelay.te.tensor import ComputeDef, topo_order
-from autorelay.tir.printer import structural_hash
 
 Reference = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
 
@@ -140,13 +139,6 @@ class Task:
         return None
 
 
-def workload_key(cdef: ComputeDef, template: str) -> str:
-    """Stable across processes and sessions: the structural hash of the compute's naive lowering
-    (which spells out every loop extent, index expression, buffer shape and dtype) plus the template."""
-    func, _ = apply(cdef, ())
-    return f"{template}/{structural_hash(func, 'workload:' + template)[:24]}"
-
-
 def kernel_task(
     cdef_or_builder: Any,
     target: Target | None = None,
@@ -175,4 +167,4 @@ def kernel_task(
         "dtypes": [t.dtype for t in (*cdef.inputs, *cdef.outputs)],
     }
     return Task(name or cdef.name, cdef, target, tmpl.name, space, default, count_flops(cdef),
-                workload_key(cdef, tmpl.name), workload, reference, seed, rtol)
+                compute_key(cdef, tmpl.name), workload, reference, seed, rtol)

@@ -1,5 +1,5 @@
 """Lowering: a fused primitive function becomes one tensor compute DAG (`lower_primitive`), named
-for the tuning log by `workload_key` / `describe_workload`."""
+for the tuning log by `workload_key` / `describe_workload` (`compute_key` for a bare compute)."""
 
 from autorelay.lower.lower import (
            InputSource,

@@ -1,4 +1,9 @@
-"""Workload keys and descriptions: how the tuning log names a fused kernel.
+"""Workload keys and descriptions: how the tuning log names a kernel — the one place that does.
+
+`workload_key(fn)` names a fused primitive function: what `autorelay.build` asks the log about and
+what a model's tuning tasks are filed under (`search.extract`). `compute_key(cdef, template)` names
+a bare compute that has no function behind it (a kernel tuned on its own: benchmarks, experiments,
+`search.task.kernel_task`); it never meets a build's lookup, so the two cannot disagree.
 
 The key is the structural hash of the primitive function with its tensor constants replaced by
 typed parameters (two layers with the same shapes but different weights are one workload; a scalar
@@ -20,6 +25,9 @@ from autorelay.ir.structural import structural_hash
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.lower.lower import anchor_op
+from autorelay.schedule.apply import apply
+from autorelay.te.tensor import ComputeDef
+from autorelay.tir.printer import structural_hash as tir_hash
 from autorelay.utils.deep import deep
 
 
@@ -121,3 +129,10 @@ def model_key(mod: IRModule) -> str:
     canon = [f"{gv.name_hint}:{structural_hash(_canonical(fn)[0])}"
              for gv, fn in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint)]
     return hashlib.sha256("|".join(canon).encode()).hexdigest()[:32]
+
+
+def compute_key(cdef: ComputeDef, template: str) -> str:
+    """Stable across processes and sessions: the structural hash of the compute's naive lowering
+    (which spells out every loop extent, index expression, buffer shape and dtype) plus the template."""
+    func, _ = apply(cdef, ())
+    return f"{template}/{tir_hash(func, 'workload:' + template)[:24]}"
