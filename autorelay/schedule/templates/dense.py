@@ -1,7 +1,10 @@
 """Dense / matmul / batch_matmul: a packed, register-tiled GEMM.
 
-The weight (`B[..., N, K]`, Relay's transposed-B convention) is packed to `[..., N/NR, K, NR]` once
-at bind time so each k-step reads NR contiguous floats. The output is blocked MR x NR; each block
+Every form of `te.nn.matmul` (either operand transposed, any number of broadcast batch axes) is
+this one template. A weight in the transposed-B layout (`B[..., N, K]`, Relay's convention) is
+packed to `[..., N/NR, K, NR]` once at bind time (constants) or per run (activations) so each
+k-step reads NR contiguous floats; one in the `[..., K, N]` layout already does and is read as it
+is. The output is blocked MR x NR; each block
 accumulates in an MR x NR local buffer (CacheWrite + ComputeAt) whose rows and vector columns are
 unrolled and whose lanes are vectorized, so LLVM keeps it in vector registers: per k, NR/lanes
 vector loads of B, MR broadcasts of A and MR·NR/lanes FMAs. Knobs: MR, NR (in vectors), which
@@ -20,18 +23,19 @@ from autorelay.te.tensor import ComputeDef
 
 
 def _gemm_shape(cdef: ComputeDef) -> tuple[int, int, int, int, str]:
-    """(batch, M, N, K, weight input name) of a dense/batch_matmul compute."""
+    """(batch, M, N, K, weight input name) of a dense/matmul/batch_matmul compute; batch is the
+    product of its batch axes."""
     pat = pattern(cdef)
     red = pat.reduce
     if red is None or red.op is None:
         raise ScheduleError(f"{cdef.name}: the dense template needs a reduction stage")
-    b = red.op.attrs.get("batch", 0)
     shape = red.shape
     k = red.op.reduce_axes[0].extent
     weight = red.op.attrs.get("weight", cdef.inputs[1].name)
-    if b:
-        return shape[0], shape[1], shape[2], k, weight
-    return 1, shape[0], shape[1], k, weight
+    batch = 1
+    for s in shape[:-2]:
+        batch *= s
+    return batch, shape[-2], shape[-1], k, weight
 
 
 class DenseTemplate(Template):
@@ -81,7 +85,9 @@ class DenseTemplate(Template):
         ax = [a.name for a in pat.output.op.axes]  # type: ignore[union-attr]
         i, j = ax[-2], ax[-1]
         steps: list[S.Step] = [S.ComputeInline(t.name) for t in pat.others]
-        steps.append(S.Pack(weight, 1 if batch_axis(pat) else 0, nr))
+        pack_axis = pat.reduce.op.attrs.get("pack_axis", len(ax) - 2)  # type: ignore[union-attr]
+        if pack_axis >= 0 and weight in {t.name for t in cdef.inputs}:
+            steps.append(S.Pack(weight, pack_axis, nr))
         if pat.reduce is pat.output:
             steps.append(S.CacheWrite(out))
             acc = f"{out}_local"
@@ -96,9 +102,9 @@ class DenseTemplate(Template):
         steps += accumulator_tile(acc, kname, ai, aj, lanes, uk)
         steps += [S.Split(out, f"{j}_i", lanes, f"{j}_v", f"{j}_w"), S.Vectorize(out, f"{j}_w")]
         par = blocks[0]
-        if len(ax) == 3:  # batch: fuse batch with the outer block loop for parallelism
-            steps.append(S.Fuse(out, ax[0], blocks[0]))
-            par = f"{ax[0]}_{blocks[0]}"
+        for z in reversed(ax[:-2]):  # batch axes: fused with the outer block loop for parallelism
+            steps.append(S.Fuse(out, z, par))
+            par = f"{z}_{par}"
         steps.append(S.Parallel(out, par))
         return tuple(steps)
 
@@ -127,10 +133,6 @@ def gemm_tile_knobs(rows: int, cols: int, lanes: int) -> tuple[Knob, Knob]:
         Knob("tile_k", [t for t in (1, 2, 3, 4, 6, 8) if t <= rows]),
         Knob("tile_p_vectors", [t for t in (1, 2, 3, 4) if (t - 1) * lanes < cols]),
     )
-
-
-def batch_axis(pat) -> bool:
-    return bool(pat.reduce.op.attrs.get("batch", 0))
 
 
 register(DenseTemplate())
