@@ -1,0 +1,107 @@
+"""ONNX MatMul / Gemm models under the default pipeline: compiled (no NumPy fallback), tunable
+(`extract_tasks` finds their kernels), and equal to ONNX Runtime's answer.
+
+A constant right operand takes the packed dense form (`MatmulToDense`, its transpose folded at
+build time); a product of two activations keeps its matmul and is compiled as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import autorelay  # noqa: E402
+from autorelay.frontend import from_onnx  # noqa: E402
+from autorelay.ir.expr import Call, Constant, Op  # noqa: E402
+from autorelay.ir.visitor import post_order  # noqa: E402
+from autorelay.transform import primitive_functions  # noqa: E402
+from search.extract import extract_tasks, optimize  # noqa: E402
+
+pytestmark = pytest.mark.cpu
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(7)
+
+
+def _model(nodes, inputs: dict, weights: dict):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, F, list(s)) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=[numpy_helper.from_array(w, n) for n, w in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _weights(**shapes):
+    return {n: RNG.standard_normal(s).astype("float32") for n, s in shapes.items()}
+
+
+def _ort(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+def _build_and_compare(model, feeds):
+    mod, params = from_onnx(model)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    got = np.asarray(exe.run(**feeds))
+    want = _ort(model, feeds)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert not exe.report.fallbacks, [(r.name, r.detail) for r in exe.report.fallbacks]
+    return mod, params
+
+
+def _products(mod, params):
+    """(op name, call) of every product in the fused functions the build lowers."""
+    calls = [n for fn in primitive_functions(optimize(mod, params, "default")) for n in post_order(fn.body)
+             if isinstance(n, Call) and isinstance(n.op, Op)]
+    return [(c.op.name, c) for c in calls if c.op.name in ("nn.dense", "nn.matmul", "nn.batch_matmul")]
+
+
+@pytest.mark.parametrize("x_shape", [(37, 48), (3, 11, 48)], ids=["2d", "3d"])
+def test_matmul_with_constant_weight_is_a_compiled_tunable_dense(x_shape):
+    w = _weights(w=(48, 40))
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x_shape}, w)
+    feeds = {"x": RNG.standard_normal(x_shape).astype("float32")}
+    mod, params = _build_and_compare(model, feeds)
+    prods = _products(mod, params)
+    assert [p[0] for p in prods] == ["nn.dense"]
+    weight = prods[0][1].args[1]  # the folded transpose: a (N, K) constant, no transpose kernel left
+    assert isinstance(weight, Constant) and weight.data.shape == (40, 48)
+    np.testing.assert_array_equal(weight.data, w["w"].T)
+    tasks = extract_tasks(mod, params, "llvm", pipeline="default")
+    assert [t.template for t in tasks] == ["dense"]
+    assert "nn.dense" in tasks[0].ops and len(tasks[0].space) > 1
+
+
+def test_batched_matmul_with_constant_3d_weight_takes_the_packed_form():
+    w = _weights(w=(3, 24, 20))
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": (3, 9, 24)}, w)
+    mod, params = _build_and_compare(model, {"x": RNG.standard_normal((3, 9, 24)).astype("float32")})
+    (name, c), = _products(mod, params)
+    assert name == "nn.batch_matmul" and c.attrs["transpose_b"] and isinstance(c.args[1], Constant)
+    assert c.args[1].data.shape == (3, 20, 24)
+
+
+def test_matmul_gemm_and_add_of_activations_compile_in_every_transpose_form():
+    """No constant operand: the products stay as they are and still compile (Gemm transA/transB
+    give nn.matmul's transpose forms; a 4-d MatMul a batch_matmul of broadcast batch axes)."""
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["ab"]),                       # (6, 8) @ (8, 5)
+        helper.make_node("Gemm", ["at", "b"], ["g1"], transA=1),              # (8, 6)^T @ (8, 5)
+        helper.make_node("Gemm", ["at", "bt"], ["g2"], transA=1, transB=1),   # (8, 6)^T @ (5, 8)^T
+        helper.make_node("Sum", ["ab", "g1", "g2"], ["s"]),
+        helper.make_node("MatMul", ["q", "s"], ["y"]),                        # (2, 3, 4, 6) @ (6, 5)
+    ]
+    shapes = {"a": (6, 8), "b": (8, 5), "at": (8, 6), "bt": (5, 8), "q": (2, 3, 4, 6)}
+    model = _model(nodes, shapes, {})
+    feeds = {n: RNG.standard_normal(s).astype("float32") for n, s in shapes.items()}
+    mod, params = _build_and_compare(model, feeds)
+    forms = {(n, c.attrs.get("transpose_a", False), c.attrs.get("transpose_b", True)) for n, c in
+             _products(mod, params)}
+    assert ("nn.matmul", True, False) in forms and ("nn.matmul", True, True) in forms
+    tasks = extract_tasks(mod, params, "llvm", pipeline="default")
+    assert sum(t.template == "dense" for t in tasks) >= 3
