@@ -86,9 +86,9 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
     when asked; the batch axes `z` broadcast NumPy-style (an operand may have fewer of them, or 1).
 
     Every form is one GEMM for the `dense` template: `attrs["batch"]` counts the batch axes and
-    `attrs["pack_axis"]` is the axis of `b` holding the columns N when they are not contiguous
-    (the transposed-B layout `[..., N, K]`, packed to `[..., N/NR, K, NR]`), or -1 when they are
-    (`[..., K, N]`: each k already reads NR contiguous columns)."""
+    `attrs["b_layout"]` says how `b` holds its columns N: `"nk"` (transposed-B, `[..., N, K]`, the
+    layout the template packs to `[..., N/NR, K, NR]`) or `"kn"` (`[..., K, N]`); likewise
+    `attrs["a_layout"]` for the rows M of `a`: `"mk"` or `"km"` (transposed)."""
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"{name}: operands {a.shape} and {b.shape} need rank >= 2")
     m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
@@ -118,7 +118,8 @@ def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = 
         body,
         name=name,
         tag=tag,
-        attrs={"batch": len(lead), "weight": b.name, "pack_axis": b.ndim - 2 if transpose_b else -1},
+        attrs={"batch": len(lead), "data": a.name, "weight": b.name,
+               "a_layout": "km" if transpose_a else "mk", "b_layout": "nk" if transpose_b else "kn"},
     )
 
 

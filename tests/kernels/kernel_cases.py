@@ -178,7 +178,7 @@ CASES = [
         "dense",
     ),
     Case("batch_matmul", _bmm, lambda a, b: a.astype(np.float64) @ b.transpose(0, 2, 1), "dense"),
-    _mm_case("matmul_nn", (19, 21), (21, 37)),
+    _mm_case("matmul_nn", (53, 21), (21, 37)),  # enough row blocks: B packed by default
     _mm_case("matmul_tn", (21, 19), (21, 37), ta=True),
     _mm_case("matmul_tt", (21, 19), (37, 21), ta=True, tb=True),
     _mm_case("matmul_3d_weight_nk", (2, 7, 21), (29, 21), tb=True),

@@ -105,3 +105,18 @@ def test_matmul_gemm_and_add_of_activations_compile_in_every_transpose_form():
     assert ("nn.matmul", True, False) in forms and ("nn.matmul", True, True) in forms
     tasks = extract_tasks(mod, params, "llvm", pipeline="default")
     assert sum(t.template == "dense" for t in tasks) >= 3
+
+
+def test_products_of_activations_repack_their_operands_per_run():
+    """Enough row and column blocks: the default packs a transposed A and a [K, N] B into panels
+    each run (relayout kernels) and the answers still match ONNX Runtime on repeated calls."""
+    shapes = {"at": (16, 40), "b": (16, 300)}  # 40 rows and 300 columns: several blocks on any target
+    model = _model([helper.make_node("Gemm", ["at", "b"], ["y"], transA=1)], shapes, {})
+    mod, params = from_onnx(model)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    assert not exe.report.fallbacks
+    assert sum(r.source == "relayout" for r in exe.report.rows) == 2, str(exe.report)
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        feeds = {n: rng.standard_normal(s).astype("float32") for n, s in shapes.items()}
+        np.testing.assert_allclose(np.asarray(exe.run(**feeds)), _ort(model, feeds), rtol=1e-4, atol=1e-4)
