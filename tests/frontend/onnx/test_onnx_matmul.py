@@ -120,3 +120,38 @@ def test_products_of_activations_repack_their_operands_per_run():
         rng = np.random.default_rng(seed)
         feeds = {n: rng.standard_normal(s).astype("float32") for n, s in shapes.items()}
         np.testing.assert_allclose(np.asarray(exe.run(**feeds)), _ort(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+def test_pytorch_exported_attention_block_compiles_every_kernel(tmp_path):
+    """A transformer block as PyTorch exports it (`x @ W` as MatMul with a (K, N) initializer, the
+    attention products between activations): every kernel compiled, every linear layer a dense."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 32, heads: int = 4) -> None:
+            super().__init__()
+            self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.ff1, self.ff2, self.ln = nn.Linear(d, 2 * d), nn.Linear(2 * d, d), nn.LayerNorm(d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(x).split(d, dim=-1))
+            att = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+            x = self.ln(x + self.out((att @ v).transpose(1, 2).reshape(b, t, d)))
+            return x + self.ff2(torch.nn.functional.gelu(self.ff1(x)))
+
+    torch.manual_seed(0)
+    block, x = Block().eval(), torch.randn(2, 10, 32)
+    path = tmp_path / "block.onnx"
+    torch.onnx.export(block, (x,), str(path), dynamo=False, input_names=["x"], opset_version=17)
+    model = onnx.load(str(path))
+    assert sum(n.op_type == "MatMul" for n in model.graph.node) >= 6
+    mod, params = from_onnx(model)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    assert not exe.report.fallbacks, str(exe.report)
+    with torch.no_grad():
+        want = block(x).numpy()
+    np.testing.assert_allclose(np.asarray(exe.run(x=x.numpy())), want, rtol=1e-4, atol=1e-4)
+    dense = [t for t in extract_tasks(mod, params, "llvm", pipeline="default") if "nn.dense" in t.ops]
+    assert len(dense) >= 4  # qkv, out, ff1, ff2 (distinct shapes): all tunable
