@@ -61,9 +61,12 @@ def _products(mod, params):
     return [(c.op.name, c) for c in calls if c.op.name in ("nn.dense", "nn.matmul", "nn.batch_matmul")]
 
 
-@pytest.mark.parametrize("x_shape", [(37, 48), (3, 11, 48)], ids=["2d", "3d"])
-def test_matmul_with_constant_weight_is_a_compiled_tunable_dense(x_shape):
-    w = _weights(w=(48, 40))
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape"),
+    [((37, 48), (48, 40)), ((3, 11, 48), (48, 40)), ((2, 3, 5, 48), (1, 1, 48, 40))],
+    ids=["2d", "3d", "4d-bcast"])
+def test_matmul_with_constant_weight_is_a_compiled_tunable_dense(x_shape, w_shape):
+    w = _weights(w=w_shape)
     model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x_shape}, w)
     feeds = {"x": RNG.standard_normal(x_shape).astype("float32")}
     mod, params = _build_and_compare(model, feeds)
@@ -71,16 +74,17 @@ def test_matmul_with_constant_weight_is_a_compiled_tunable_dense(x_shape):
     assert [p[0] for p in prods] == ["nn.dense"]
     weight = prods[0][1].args[1]  # the folded transpose: a (N, K) constant, no transpose kernel left
     assert isinstance(weight, Constant) and weight.data.shape == (40, 48)
-    np.testing.assert_array_equal(weight.data, w["w"].T)
+    np.testing.assert_array_equal(weight.data, w["w"].reshape(48, 40).T)
     tasks = extract_tasks(mod, params, "llvm", pipeline="default")
     assert [t.template for t in tasks] == ["dense"]
     assert "nn.dense" in tasks[0].ops and len(tasks[0].space) > 1
 
 
-def test_batched_matmul_with_constant_3d_weight_takes_the_packed_form():
+@pytest.mark.parametrize("x_shape", [(3, 9, 24), (1, 9, 24)], ids=["same-batch", "broadcast-x"])
+def test_batched_matmul_with_constant_3d_weight_takes_the_packed_form(x_shape):
     w = _weights(w=(3, 24, 20))
-    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": (3, 9, 24)}, w)
-    mod, params = _build_and_compare(model, {"x": RNG.standard_normal((3, 9, 24)).astype("float32")})
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x_shape}, w)
+    mod, params = _build_and_compare(model, {"x": RNG.standard_normal(x_shape).astype("float32")})
     (name, c), = _products(mod, params)
     assert name == "nn.batch_matmul" and c.attrs["transpose_b"] and isinstance(c.args[1], Constant)
     assert c.args[1].data.shape == (3, 20, 24)
