@@ -159,3 +159,16 @@ def test_pytorch_exported_attention_block_compiles_every_kernel(tmp_path):
     np.testing.assert_allclose(np.asarray(exe.run(x=x.numpy())), want, rtol=1e-4, atol=1e-4)
     dense = [t for t in extract_tasks(mod, params, "llvm", pipeline="default") if "nn.dense" in t.ops]
     assert len(dense) >= 4  # qkv, out, ff1, ff2 (distinct shapes): all tunable
+
+
+def test_a_weight_computed_from_constants_counts_as_constant():
+    """`MatMul(x, Transpose(W))` with W an initializer (a common export of `x @ W.T`): the weight
+    expression folds, so the product is still a dense with one folded (N, K) constant."""
+    w = _weights(w=(40, 48))
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    model = _model(nodes, {"x": (5, 48)}, w)
+    mod, params = _build_and_compare(model, {"x": RNG.standard_normal((5, 48)).astype("float32")})
+    (name, c), = _products(mod, params)
+    assert name == "nn.dense" and isinstance(c.args[1], Constant)
+    np.testing.assert_array_equal(c.args[1].data, w["w"])  # transpose of the transpose: W itself
