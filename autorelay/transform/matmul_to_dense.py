@@ -28,7 +28,7 @@ from autorelay.ir.visitor import ExprMutator
 from autorelay.op.registry import call
 from autorelay.transform.fold_constant import foldable
 from autorelay.transform.pass_base import FunctionPass
-from autorelay.transform.util import op_name, static_shape
+from autorelay.transform.util import op_name, static_shape, tensor_type
 
 
 def is_constant_expr(e: Expr) -> bool:
@@ -46,8 +46,8 @@ def _dense_form(c: Call, x: Expr, w: Expr) -> Expr | None:
     a = c.attrs
     if op not in ("nn.matmul", "nn.batch_matmul") or a["transpose_a"] or not is_constant_expr(w):
         return None
-    xs, ws = static_shape(c.args[0]), static_shape(c.args[1])
-    if xs is None or ws is None or len(xs) < 2:
+    xt, ws = tensor_type(c.args[0]), static_shape(c.args[1])  # x may have symbolic batch axes
+    if xt is None or ws is None or len(xt.shape) < 2:
         return None
     dtype = {"out_dtype": a["out_dtype"]}
     if op == "nn.matmul":
