@@ -2,7 +2,7 @@
 NumPy / PyTorch for the same op, timed in the same process, interleaved, median of repeats.
 
     python benchmarks/kernels.py [--threads 2] [--sweep 24]
-        [--only dense,bmm,conv,depthwise,winograd,pointwise]
+        [--only dense,matmul,bmm,conv,depthwise,winograd,pointwise]
         [--clock cpu]
 
 The machine is shared and noisy, so read the ratio columns: each ratio compares timings taken
@@ -107,6 +107,22 @@ def bench_dense(target: Target, n_sweep: int, sizes=((1024, 1024, 1024),)) -> No
             tx, ty = torch.from_numpy(x), torch.from_numpy(y)
             base["torch"] = lambda tx=tx, ty=ty: torch.nn.functional.linear(tx, ty)
         row(f"dense {m}x{n}x{k}", 2.0 * m * n * k, cdef, [x, y], base, target, n_sweep)
+
+
+def bench_matmul(target: Target, n_sweep: int, size: int = 1024) -> None:
+    """`nn.matmul` in each transpose form (a constant weight takes the dense row's form instead,
+    by MatmulToDense). NN and TN read B [K, N] as it is; TT's B [N, K] is packed at bind time like
+    every weight here (in a model, an activation B is re-laid out per call by a relayout kernel)."""
+    m = n = k = size
+    for ta, tb in ((False, False), (True, False), (True, True)):
+        a = te.placeholder((k, m) if ta else (m, k), name="A")
+        b = te.placeholder((n, k) if tb else (k, n), name="B")
+        cdef = te.make_def([a, b], nn.matmul(a, b, ta, tb), "matmul")
+        x = np.random.rand(*a.shape).astype(np.float32)
+        y = np.random.rand(*b.shape).astype(np.float32)
+        base = {"numpy": lambda x=x, y=y, ta=ta, tb=tb: (x.T if ta else x) @ (y.T if tb else y)}
+        form = f"{'T' if ta else 'N'}{'T' if tb else 'N'}"
+        row(f"matmul {form} {m}x{n}x{k}", 2.0 * m * n * k, cdef, [x, y], base, target, n_sweep)
 
 
 def bench_bmm(target: Target, n_sweep: int) -> None:
@@ -279,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sweep", type=int, default=24, help="configs sampled per workload besides the default")
-    ap.add_argument("--only", default="dense,bmm,conv,depthwise,winograd,pointwise")
+    ap.add_argument("--only", default="dense,matmul,bmm,conv,depthwise,winograd,pointwise")
     ap.add_argument("--layouts", default="nchwc,nchw")
     ap.add_argument(
         "--clock",
@@ -304,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     only = set(args.only.split(","))
     if "dense" in only:
         bench_dense(target, args.sweep)
+    if "matmul" in only:
+        bench_matmul(target, args.sweep)
     if "bmm" in only:
         bench_bmm(target, args.sweep)
     if "conv" in only:

@@ -37,6 +37,16 @@ def _fail(cmd: str, e: BaseException) -> int:
     return 1
 
 
+def _warn_fallbacks(cmd: str, report: object) -> None:
+    """One warning line when kernels of the build run through the ops' NumPy references: they are
+    slow and no tuning can touch them (the report's `fallback` rows say why each one has no kernel)."""
+    rows = list(getattr(report, "fallbacks", ()))
+    if rows:
+        names = ", ".join(dict.fromkeys(r.name for r in rows))
+        print(f"autorelay {cmd}: warning: {len(rows)} kernel(s) run through the NumPy fallback, untouched by "
+              f"tuning: {names} (see the 'fallback' rows of the report)", file=sys.stderr)
+
+
 def _load(args: argparse.Namespace) -> tuple[object, int]:
     from search.models import default_threads, load_model
 
@@ -85,6 +95,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         with db:
             res = compile_model(model, db, args.target, threads=threads, pipeline=args.pipeline)
         print(res.exe.report)
+        _warn_fallbacks("compile", res.exe.report)
         print(f"compiled {model.name} (pipeline {res.pipeline}) in {res.seconds:.1f} s; kernels by source: "
               + ", ".join(f"{k} {v}" for k, v in sorted(res.source_counts.items())))
         if args.output:
@@ -109,6 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except _errors() as e:
         return _fail("run", e)
     print(res.compile.exe.report)
+    _warn_fallbacks("run", res.compile.exe.report)
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
           f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({threads} threads)")
     return 0

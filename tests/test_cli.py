@@ -120,9 +120,31 @@ def test_run_an_onnx_file(tmp_path, capsys):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
 
     assert main(["run", "--model", str(path), "--threads", "1", "--repeat", "2"]) == 0
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert "gemm_relu.onnx: built in" in out and "dense" in out
+    assert "fallback" not in out + err
     model = load_model(str(path))
     res = run_model(model, threads=1, repeat=1)
     want = np.maximum(model.inputs["x"] @ w.T + b, 0)
     np.testing.assert_allclose(res.outputs, want, rtol=1e-5, atol=1e-5)
+
+
+def test_run_warns_when_kernels_fall_back_to_numpy(tmp_path, capsys):
+    """A 1-d ConvTranspose has no compute: its kernel runs on the NumPy reference, and `run` says so."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((3, 2, 3)).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w")])
+    path = tmp_path / "deconv1d.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    args = ["--model", str(path), "--threads", "1", "--repeat", "1", "--pipeline", "default"]
+    assert main(["run", *args]) == 0
+    out, err = capsys.readouterr()
+    assert "fallback" in out  # the report's row
+    (line,) = [x for x in err.splitlines() if "warning" in x]
+    assert "1 kernel(s) run through the NumPy fallback" in line and "conv1d_transpose" in line

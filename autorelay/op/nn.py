@@ -194,36 +194,29 @@ def _same_dtype(attrs: Attrs, a: Any) -> None:
 def _dense_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     data, weight = inputs
     _same_dtype(attrs, data)
-    if data.ndim != 2:
-        raise tc.Unsupported(f"data of rank {data.ndim}: the dense compute is 2-d")
+    if data.ndim < 2:
+        raise tc.Unsupported(f"data of rank {data.ndim}: the dense compute needs rows")
     return tnn.dense(data, weight)
 
 
 def _matmul_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    if attrs["transpose_a"] or not attrs["transpose_b"]:
-        raise tc.Unsupported("only transpose_b=True matmul (the dense form) has a compute")
-    return _dense_compute(inputs, attrs, out_type)
+    """Every transpose form is one GEMM (`te.nn.matmul`); batch axes of a non-transposed
+    tensor_a are the GEMM's batch, its weight broadcast over them."""
+    a, b = inputs
+    _same_dtype(attrs, a)
+    if a.ndim < 2:
+        raise tc.Unsupported(f"tensor_a of rank {a.ndim}: the matmul compute needs rows")
+    return tnn.matmul(a, b, attrs["transpose_a"], attrs["transpose_b"], name="matmul",
+                      tag="matmul" if a.ndim == 2 else "batch_matmul")
 
 
 def _bmm_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """(B, M, K) x (B, N, K) is the packed GEMM form; other transposes and a broadcast batch-1 operand
-    read through index maps and get the generic reduction schedule (tag `matmul_generic`)."""
+    """Any transposes and a broadcast batch-1 operand: one GEMM (`te.nn.matmul`); the transposed-B
+    layout is packed, `[B, K, N]` read as it is."""
     a, b = inputs
     _same_dtype(attrs, a)
-    if not attrs["transpose_a"] and attrs["transpose_b"] and a.shape[0] == b.shape[0]:
-        return tnn.batch_matmul(a, b)
-    from autorelay.te import tensor as te
-
-    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
-    kdim = a.shape[1] if ta else a.shape[2]
-    k = te.reduce_axis(kdim, "k")
-
-    def at(t: Any, z: Any, r: Any, c: Any) -> Any:
-        return t[0 if t.shape[0] == 1 else z, r, c]
-
-    return te.compute(tc.out_shape(out_type), lambda z, i, j: te.sum(
-        (at(a, z, k, i) if ta else at(a, z, i, k)) * (at(b, z, j, k) if tb else at(b, z, k, j)), k),
-        name="batch_matmul", tag="matmul_generic")
+    return tnn.matmul(a, b, attrs["transpose_a"], attrs["transpose_b"], name="batch_matmul",
+                      tag="batch_matmul")
 
 
 register(OpDef(

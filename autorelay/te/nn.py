@@ -7,6 +7,7 @@ of the select are evaluated.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 
 from autorelay.te import expr as E
@@ -55,37 +56,70 @@ def pad(
 
 
 def dense(data: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:
-    """out[i, j] = sum_k data[i, k] * weight[j, k] (+ bias[j])."""
-    m, kd = data.shape
-    n, kw = weight.shape
-    if kd != kw:
-        raise ValueError(f"dense: data {data.shape} and weight {weight.shape} disagree on K")
-    k = te.reduce_axis(kd, "k")
-    acc = te.compute(
-        (m, n),
-        lambda i, j: te.sum(data[i, k] * weight[j, k], k),
-        name=name if bias is None else f"{name}_acc",
-        tag="dense",
-        attrs={"weight": weight.name},
-    )
+    """out[..., i, j] = sum_k data[..., i, k] * weight[j, k] (+ bias[j])."""
+    if data.ndim < 2 or weight.ndim != 2:
+        raise ValueError(f"dense: data {data.shape} must have rank >= 2 and weight {weight.shape} rank 2")
+    acc = matmul(data, weight, transpose_b=True, name=name if bias is None else f"{name}_acc", tag="dense")
     if bias is None:
         return acc
-    return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name=name)
+    return te.compute(acc.shape, lambda *i: acc[i] + bias[i[-1]], name=name)
 
 
 def batch_matmul(a: Tensor, b: Tensor, name: str = "batch_matmul") -> Tensor:
     """out[b, i, j] = sum_k a[b, i, k] * b[b, j, k] (Relay's transposed-B convention)."""
-    bs, m, kd = a.shape
-    bs2, n, kw = b.shape
-    if kd != kw or bs != bs2:
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
         raise ValueError(f"batch_matmul: shapes {a.shape} and {b.shape} disagree")
-    k = te.reduce_axis(kd, "k")
+    return matmul(a, b, transpose_b=True, name=name, tag="batch_matmul")
+
+
+def _broadcast_batch(x: Sequence[int], y: Sequence[int], what: str) -> tuple[int, ...]:
+    nd = max(len(x), len(y))
+    x, y = (1,) * (nd - len(x)) + tuple(x), (1,) * (nd - len(y)) + tuple(y)
+    if any(p != q and 1 not in (p, q) for p, q in zip(x, y)):
+        raise ValueError(f"{what}: batch axes {x} and {y} do not broadcast")
+    return tuple(max(p, q) for p, q in zip(x, y))
+
+
+def matmul(a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False,
+           name: str = "matmul", tag: str = "matmul") -> Tensor:
+    """out[*z, i, j] = sum_k op(a)[*z, i, k] * op(b)[*z, k, j], op() transposing the last two axes
+    when asked; the batch axes `z` broadcast NumPy-style (an operand may have fewer of them, or 1).
+
+    Every form is one GEMM for the `dense` template: `attrs["batch"]` counts the batch axes and
+    `attrs["b_layout"]` says how `b` holds its columns N: `"nk"` (transposed-B, `[..., N, K]`, the
+    layout the template packs to `[..., N/NR, K, NR]`) or `"kn"` (`[..., K, N]`); likewise
+    `attrs["a_layout"]` for the rows M of `a`: `"mk"` or `"km"` (transposed)."""
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"{name}: operands {a.shape} and {b.shape} need rank >= 2")
+    m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
+    n, kb = (b.shape[-2], b.shape[-1]) if transpose_b else (b.shape[-1], b.shape[-2])
+    if ka != kb:
+        raise ValueError(f"{name}: {a.shape} and {b.shape} disagree on K ({ka} vs {kb})")
+    lead = _broadcast_batch(a.shape[:-2], b.shape[:-2], name)
+    k = te.reduce_axis(ka, "k")
+
+    def batch_of(t: Tensor, z: Sequence[E.Expr]) -> tuple:
+        own = t.shape[:-2]
+        return tuple(0 if s == 1 else v for s, v in zip(own, z[len(z) - len(own):]))
+
+    def body(*idx: E.Expr) -> E.Expr:
+        z, (i, j) = idx[:-2], idx[-2:]
+        za, zb = batch_of(a, z), batch_of(b, z)
+        av = a[(*za, k, i)] if transpose_a else a[(*za, i, k)]
+        bv = b[(*zb, j, k)] if transpose_b else b[(*zb, k, j)]
+        return te.sum(av * bv, k)
+
+    # axis names (z | z0, z1, …), i, j: what schedules and the loop IR call them
+    zs = ["z"] if len(lead) == 1 else [f"z{d}" for d in range(len(lead))]
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in (*zs, "i", "j")])
     return te.compute(
-        (bs, m, n),
-        lambda z, i, j: te.sum(a[z, i, k] * b[z, j, k], k),
+        (*lead, m, n),
+        body,
         name=name,
-        tag="batch_matmul",
-        attrs={"batch": 1, "weight": b.name},
+        tag=tag,
+        attrs={"batch": len(lead), "data": a.name, "weight": b.name,
+               "a_layout": "km" if transpose_a else "mk", "b_layout": "nk" if transpose_b else "kn"},
     )
 
 

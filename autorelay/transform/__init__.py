@@ -13,6 +13,7 @@ from autorelay.transform.fold_scale_axis import FoldScaleAxis
 from autorelay.transform.fuse_ops import FuseOps, candidate_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.inline import InlineGlobals
+from autorelay.transform.matmul_to_dense import MatmulToDense
 from autorelay.transform.normal_form import ToANormalForm, ToBasicBlockNormalForm, ToGraphNormalForm
 from autorelay.transform.partial_eval import PartialEvaluate
 from autorelay.transform.pass_base import (
@@ -32,7 +33,8 @@ from autorelay.transform.util import count_ops, op_histogram, primitive_function
 __all__ = [
     "PIPELINES", "ConvertLayout", "DeadCodeElimination", "DynamicToStatic", "EliminateCommonSubexpr",
     "FoldConstant", "FoldScaleAxis", "FunctionPass", "FuseOps", "FusionPlan", "InlineGlobals",
-    "ModulePass", "PartialEvaluate", "Pass", "PassError", "PassRecord", "Pipeline", "PipelineResult",
+    "MatmulToDense", "ModulePass", "PartialEvaluate", "Pass", "PassError", "PassRecord", "Pipeline",
+    "PipelineResult",
     "SimplifyExpr", "SimplifyInference", "ToANormalForm", "ToBasicBlockNormalForm", "ToGraphNormalForm",
     "bind_params", "candidate_edges", "count_ops", "describe", "op_histogram", "pipeline", "pipeline_passes",
     "primitive_functions",

@@ -5,7 +5,8 @@ passes listed below, in order.
 
 * `O0`: only what lowering needs — inference-time rewrites of training ops, and every op in its
   own primitive function (no fusion).
-* `default`: the graph optimisations, Winograd F(2x2, 3x3) for the stride-1 3x3 convolutions that
+* `default`: the graph optimisations (products with a constant weight in the packed dense form
+  among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the stride-1 3x3 convolutions that
   profit from it (their transformed weights folded at build time), then Relay's fusion rules.
 * `nchwc`: `default` with the remaining convolutions in channel blocks of 8 (NCHW → NCHW8c, one
   AVX2 float32 vector per block; depthwise and 1x1 convolutions gain most) before fusion.
@@ -21,6 +22,7 @@ from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fold_scale_axis import FoldScaleAxis
 from autorelay.transform.fuse_ops import FuseOps
 from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.matmul_to_dense import MatmulToDense
 from autorelay.transform.normal_form import ToGraphNormalForm
 from autorelay.transform.pass_base import Pass, Pipeline
 from autorelay.transform.simplify_expr import SimplifyExpr
@@ -32,6 +34,7 @@ def _graph_opts() -> list[Pass]:
     return [
         ToGraphNormalForm(),
         SimplifyInference(),
+        MatmulToDense(),
         FoldConstant(),
         SimplifyExpr(),
         FoldScaleAxis(),

@@ -41,6 +41,28 @@ def _bmm():
     return te.make_def([a, b], nn.batch_matmul(a, b), "bmm")
 
 
+def _matmul(a_shape, b_shape, ta: bool, tb: bool):
+    """`te.nn.matmul` in one transpose form; batch axes broadcast (missing or 1)."""
+
+    def build():
+        a, b = te.placeholder(a_shape, name="A"), te.placeholder(b_shape, name="B")
+        return te.make_def([a, b], nn.matmul(a, b, ta, tb), "matmul")
+
+    return build
+
+
+def _matmul_oracle(ta: bool, tb: bool):
+    def oracle(a, b):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+
+    return oracle
+
+
+def _mm_case(name, a_shape, b_shape, ta=False, tb=False):
+    return Case(name, _matmul(a_shape, b_shape, ta, tb), _matmul_oracle(ta, tb), "dense")
+
+
 def _conv(s: int, p: int):
     def build():
         x, w = te.placeholder((1, 6, 11, 13), name="X"), te.placeholder((10, 6, 3, 3), name="W")
@@ -156,6 +178,13 @@ CASES = [
         "dense",
     ),
     Case("batch_matmul", _bmm, lambda a, b: a.astype(np.float64) @ b.transpose(0, 2, 1), "dense"),
+    _mm_case("matmul_nn", (53, 21), (21, 37)),  # enough row blocks: B packed by default
+    _mm_case("matmul_tn", (21, 19), (21, 37), ta=True),
+    _mm_case("matmul_tt", (21, 19), (37, 21), ta=True, tb=True),
+    _mm_case("matmul_3d_weight_nk", (2, 7, 21), (29, 21), tb=True),
+    _mm_case("batch_matmul_nn_bcast", (3, 9, 13), (1, 13, 23)),
+    _mm_case("batch_matmul_tt", (3, 13, 9), (3, 23, 13), ta=True, tb=True),
+    _mm_case("matmul_4d_bcast_batch", (2, 3, 5, 11), (3, 11, 17)),
     Case("conv_s1", _conv(1, 1), _conv_oracle(1, 1), "conv2d_nchw"),
     Case("conv_s2", _conv(2, 1), _conv_oracle(2, 1), "conv2d_nchw"),
     Case("conv_1x1_s2", _conv1x1, _conv_oracle(2, 0), "conv2d_nchw"),

@@ -35,6 +35,12 @@ def _dense():
     return te.make_def([a, w], nn.dense(a, w), "dense")
 
 
+def _matmul_kn():
+    """A [K, M] (transposed) and B [K, N] both packed into panels (two Packs each)."""
+    a, b = te.placeholder((20, 30), name="A"), te.placeholder((20, 70), name="B")
+    return te.make_def([a, b], nn.matmul(a, b, transpose_a=True), "matmul")
+
+
 def _softmax():
     x = te.placeholder((4, 10), name="X")
     return te.make_def([x], nn.softmax(x), "softmax")
@@ -52,6 +58,7 @@ def _relu():
 
 CASES = {
     "dense_loop_ir.txt": lambda: func_str(_lower(_dense())),
+    "matmul_tn_loop_ir.txt": lambda: func_str(_lower(_matmul_kn())),
     "softmax_loop_ir.txt": lambda: func_str(_lower(_softmax())),
     "conv_nchwc_loop_ir.txt": lambda: func_str(_lower(_conv_nchwc())),
     "relu_llvm_ir.ll": lambda: emit_module(_lower(_relu()), TARGET, "relu")[0],

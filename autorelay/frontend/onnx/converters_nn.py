@@ -193,8 +193,12 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
     except ValueError:
         raise g.fail(f"MatMul batch axes of A {sa} and B {sb} do not broadcast") from None
     nb = int(np.prod(batch)) if batch else 1
+    if int(np.prod(sb[:-2])) == 1 and sa[:-2] == batch:  # one B for every batch: x @ W
+        return g.call("nn.matmul", a, g.call("reshape", b, newshape=sb[-2:]))
 
     def as3(e: Expr, s: tuple[int, ...]) -> Expr:
+        if int(np.prod(s[:-2])) == 1:  # batch_matmul broadcasts a batch of 1: no copies
+            return g.call("reshape", e, newshape=(1,) + s[-2:])
         full = batch + s[-2:]
         if s != full:
             e = g.call("broadcast_to", e, shape=full)
