@@ -14,7 +14,8 @@ the tuning log's key for the target:
     llvm                                     the host CPU (resolved by the LLVM backend)
     llvm -mcpu=znver3 -threads=2             a named CPU (features from LLVM's table of CPUs)
     llvm -mcpu=znver5 -mattr=+avx2,+fma      a named CPU with explicit features
-    llvm -mcpu=znver5 -mattr-hash=… -threads=2   the canonical form: the feature string by digest
+    llvm -mattr-hash=… -mcpu=znver5 -threads=2   the canonical form: the feature string by digest,
+                                                  options sorted (the tuning log's spelling)
 """
 
 from __future__ import annotations
@@ -94,9 +95,11 @@ class Target:
         """The canonical text form: the name the tuning log files measurements under and the name
         a build asks it about — what changes generated code and what changes timing (threads)."""
         if self.kind == "cpu":
-            return f"llvm -mcpu={self.cpu} -mattr-hash={self.features_hash()} -threads={self.threads}"
-        opts = " ".join(f"-{k}={v}" for k, v in sorted(self.options))
-        return f"{KIND_PREFIX[self.kind]} {opts}".strip() + f" -threads={self.threads}"
+            opts = [f"-mattr-hash={self.features_hash()}", f"-mcpu={self.cpu}"]
+        else:
+            opts = [f"-{k}={v}" for k, v in self.options]
+        # options sorted, single-spaced: the same text `tuning_db` files a target under
+        return " ".join([KIND_PREFIX[self.kind], *sorted([*opts, f"-threads={self.threads}"])])
 
     def without_threads(self) -> str:
         """The canonical form minus `-threads=…`: targets whose schedules can stand in for each other."""

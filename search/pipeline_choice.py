@@ -25,6 +25,7 @@ from search.models import (
     time_interleaved,
     tuning_target,
 )
+from tuning_db.schema import canonical_target
 
 AUTO = "auto"
 CANDIDATES = ("default", "nchwc")
@@ -50,7 +51,8 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> 
     want = tuning_target(target, threads)
     for run in reversed(db.runs()):
         info = run.info or {}
-        if run.model == model.name and info.get("target") == want and isinstance(info.get("pipeline"), str):
+        same_target = canonical_target(str(info.get("target", ""))) == want
+        if run.model == model.name and same_target and isinstance(info.get("pipeline"), str):
             return info["pipeline"]
     return None
 
