@@ -11,9 +11,13 @@ the one the log tuned the model with, else the faster of default and nchwc with 
 Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
 network with the same weights: the Relay graph is walked once and every op is mapped to its
 `torch.nn.functional` counterpart (eager mode, no compilation); the ONNX Runtime baseline runs the
-ONNX export of that PyTorch module. All backends are timed interleaved in one process (one call
-of each per round, after warm-up) and we print the median latency and AutoRelay's ratio to each
-(> 1 means AutoRelay is slower). Columns for PyTorch / ONNX Runtime are skipped when not installed.
+ONNX export of that PyTorch module. By default (`--isolation process`) every backend runs in its
+own worker process and they are timed one at a time in alternating blocks of `--block-ms`, the
+order rotating each round (`benchmarks/peers.py`): no peer's idle threads share the cores with the
+one being timed. We print each backend's median latency, the 10th-90th percentile of its block
+medians (the spread) and AutoRelay's ratio to each (> 1 means AutoRelay is slower).
+`--isolation interleaved` times them call by call in one process instead (the older method, which
+lets peers disturb each other). Columns for PyTorch / ONNX Runtime are skipped when not installed.
 """
 
 from __future__ import annotations
@@ -161,6 +165,102 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+# ---- peers built inside their own worker process (see benchmarks/peers.py) ---------------------
+
+
+Arrays = dict[str, np.ndarray]
+
+
+def _zoo_model(name: str, options: dict[str, Any]) -> tuple[Any, Arrays, Arrays]:
+    mod, params = zoo.get(name, **options)
+    return mod, params, zoo.random_inputs(mod, params)
+
+
+def make_autorelay(name: str, options: dict[str, Any], threads: int, pipeline: str,
+                   db_url: str | None) -> tuple[Callable[[], Any], np.ndarray]:
+    """AutoRelay built with the log's schedules (`db_url`) or the heuristic defaults (None)."""
+    from search.models import Model, schedule_source
+
+    mod, params, inputs = _zoo_model(name, options)
+    source = None
+    if db_url is not None:
+        import tuning_db
+
+        source = schedule_source(tuning_db.open(db_url), Model(name, mod, params, inputs), threads=threads,
+                                 pipeline=pipeline)
+    exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=pipeline)
+    args = [inputs[n] for n in exe.input_names]
+    return (lambda: exe(*args)), np.asarray(exe(*args))
+
+
+def make_torch(name: str, options: dict[str, Any], threads: int) -> tuple[Callable[[], Any], np.ndarray]:
+    import torch
+
+    torch.set_num_threads(threads)
+    mod, params, inputs = _zoo_model(name, options)
+    net, in_names = torch_module(mod, params)
+    targs = [torch.from_numpy(inputs[n]) for n in in_names]
+
+    def run() -> Any:
+        with torch.no_grad():
+            return net(*targs)
+
+    out = run()
+    return run, (out[0] if isinstance(out, tuple) else out).numpy()
+
+
+def make_onnxruntime(name: str, options: dict[str, Any], threads: int
+                     ) -> tuple[Callable[[], Any], np.ndarray]:
+    import torch
+
+    mod, params, inputs = _zoo_model(name, options)
+    net, in_names = torch_module(mod, params)
+    targs = [torch.from_numpy(inputs[n]) for n in in_names]
+    run = _onnxruntime(net, targs, in_names, threads)
+    if run is None:
+        raise RuntimeError("the ONNX export failed")
+    return run, np.asarray(run()[0])
+
+
+def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any], db_url: str | None,
+                   pipeline: str, block_s: float) -> dict[str, Any]:
+    """One model, each backend in its own process (see the module docstring)."""
+    from peers import time_isolated
+
+    from search.models import Model
+    from search.pipeline_choice import choose_pipeline
+
+    mod, params, inputs = _zoo_model(name, options)
+    db = None
+    if db_url is not None:
+        import tuning_db
+
+        db = tuning_db.open(db_url)
+    pipeline = choose_pipeline(pipeline, Model(name, mod, params, inputs), db, "llvm", threads).pipeline
+    peers: dict[str, Any] = {"autorelay": (make_autorelay, (name, options, threads, pipeline, db_url))}
+    if db_url is not None:
+        peers["default"] = (make_autorelay, (name, options, threads, pipeline, None))
+    for peer, factory in (("torch", make_torch), ("onnxruntime", make_onnxruntime)):
+        try:
+            __import__("torch" if peer == "torch" else "onnxruntime")
+        except ImportError:
+            print(f"  ({peer} not installed: pip install -e '.[onnx-test]' adds it)", file=sys.stderr)
+            continue
+        peers[peer] = (factory, (name, options, threads))
+    timed = time_isolated(peers, rounds=rounds, block_s=block_s)
+    row: dict[str, Any] = {"model": name, "pipeline": pipeline}
+    ours = timed["autorelay"].output
+    for peer, t in timed.items():
+        if t.error:
+            print(f"  ({peer} skipped: {t.error[:160]})", file=sys.stderr)
+            continue
+        row[f"{peer}_ms"] = t.median_ms
+        row[f"{peer}_spread"] = t.spread_ms
+        if peer in ("torch", "onnxruntime") and ours is not None and t.output is not None:
+            row[f"max_abs_diff_{peer}"] = float(np.abs(ours - t.output).max())
+    return row
+
+
 def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any],
                 db: Any = None, pipeline: str = "auto") -> dict[str, Any]:
     from search.models import Model, schedule_source
@@ -237,7 +337,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(CNNS))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=15,
+                    help="rounds (blocks per backend, or calls interleaved)")
+    ap.add_argument("--isolation", choices=("process", "interleaved"), default="process",
+                    help="process: each backend in its own process, alternating blocks (default)")
+    ap.add_argument("--block-ms", type=float, default=250.0, help="length of one timed block (process)")
     ap.add_argument("--image-size", type=int, default=None, help="override the CNNs' input size")
     ap.add_argument("--db", default=None, help="tuning log whose best schedules AutoRelay builds with")
     ap.add_argument("--pipeline", default="auto",
@@ -254,23 +358,36 @@ def main() -> None:
         sized = name not in ("mlp", "transformer", "nature-dqn", "dcgan")
         opts = {"image_size": args.image_size} if args.image_size and sized else {}
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
-        rows.append(bench_model(name, args.threads, args.repeat, opts, db, args.pipeline))
+        if args.isolation == "process":
+            rows.append(bench_isolated(name, args.threads, args.repeat, opts, args.db, args.pipeline,
+                                       args.block_ms / 1e3))
+        else:
+            rows.append(bench_model(name, args.threads, args.repeat, opts, db, args.pipeline))
     cols = ["autorelay_ms", "default_ms", "torch_ms", "onnxruntime_ms"]
     present = [c for c in cols if any(c in r for r in rows)]
     head = f"{'model':<16}{'pipeline':>9}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
-    head += f"{'AR/torch':>10}{'AR/ORT':>9}{'build s':>9}{'fallbk':>7}{'peak KiB':>10}"
-    print(f"batch 1, {args.threads} threads, median of {args.repeat} interleaved runs")
+    head += f"{'AR/torch':>10}{'AR/ORT':>9}"
+    how = ("each backend in its own process, alternating blocks of "
+           f"{args.block_ms:.0f} ms; median of all calls, [p10-p90 of block medians]"
+           if args.isolation == "process" else "interleaved call by call in one process; median")
+    print(f"batch 1, {args.threads} threads, {args.repeat} rounds, {how}")
     print(head)
     for r in rows:
         line = f"{r['model']:<16}{r['pipeline']:>9}"
         line += "".join(f"{r.get(c, float('nan')):>16.3f}" for c in present)
         rt = r["autorelay_ms"] / r["torch_ms"] if "torch_ms" in r else float("nan")
         ro = r["autorelay_ms"] / r["onnxruntime_ms"] if "onnxruntime_ms" in r else float("nan")
-        line += f"{rt:>10.2f}{ro:>9.2f}{r['build_s']:>9.1f}{r['fallbacks']:>7}{r['peak_kib']:>10.0f}"
+        line += f"{rt:>10.2f}{ro:>9.2f}"
+        if "build_s" in r:
+            line += f"  build {r['build_s']:.1f} s, {r['fallbacks']} fallbacks, peak {r['peak_kib']:.0f} KiB"
         print(line)
-        if r.get("max_abs_diff_torch", 0) > 1e-3:
-            print(f"  warning: {r['model']} differs from PyTorch by {r['max_abs_diff_torch']:.2e}")
-
+        spreads = [f"{c[:-3]} [{r[c[:-3] + '_spread'][0]:.3f}-{r[c[:-3] + '_spread'][1]:.3f}]"
+                   for c in present if c[:-3] + "_spread" in r]
+        if spreads:
+            print(f"{'':<25}spread: " + ", ".join(spreads))
+        for peer in ("torch", "onnxruntime"):
+            if r.get(f"max_abs_diff_{peer}", 0) > 1e-3:
+                print(f"  warning: {r['model']} differs from {peer} by {r[f'max_abs_diff_{peer}']:.2e}")
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,124 @@
+"""Timing peers fairly: each backend in its own process, one at a time, in alternating blocks.
+
+Why: timed call by call in one process, the peers disturb each other — PyTorch's and ONNX
+Runtime's idle worker threads spin (or sleep and must be woken) on the same cores AutoRelay's
+thread team needs, and which one ran last decides the caches. So every backend gets a worker
+process that builds it once and then, when asked, runs a block of calls and reports each call's
+time. The parent asks one worker at a time, rotating the order every round; while one runs, the
+others wait in a blocking pipe read (no spinning: OMP_WAIT_POLICY=PASSIVE, ORT's spinning off,
+AutoRelay's team parked after each block). A block lasts about `block_s`, so a noisy moment hits
+one block of one backend, and the spread of the block medians shows it.
+
+    results = time_isolated({"autorelay": make_ours, "torch": make_torch}, rounds=10)
+    results["autorelay"].median_ms, results["autorelay"].spread_ms   # (p10, p90) of block medians
+
+A factory is a module-level function (it is sent to the worker by name) returning
+(callable running one inference, its output as a NumPy array).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Factory = Callable[..., tuple[Callable[[], Any], np.ndarray]]
+
+
+@dataclass
+class PeerTiming:
+    name: str
+    block_medians_s: list[float] = field(default_factory=list)
+    calls: list[float] = field(default_factory=list)
+    output: np.ndarray | None = None
+    error: str = ""
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.calls) * 1e3 if self.calls else float("nan")
+
+    @property
+    def spread_ms(self) -> tuple[float, float]:
+        """(10th, 90th) percentile of the block medians, in ms: how much the latency moved."""
+        if not self.block_medians_s:
+            return float("nan"), float("nan")
+        lo, hi = np.percentile(self.block_medians_s, [10, 90])
+        return float(lo) * 1e3, float(hi) * 1e3
+
+
+def _worker(conn: Any, factory: Factory, args: tuple) -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        run, output = factory(*args)
+        for _ in range(3):  # warm-up: first-call allocations, caches, thread start
+            run()
+    except Exception as e:  # reported by the parent as this peer's error, not a crash of the run
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", np.asarray(output)))
+    park = _parker()
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        seconds = msg
+        times: list[float] = []
+        t_end = time.perf_counter() + seconds
+        while not times or time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+        park()
+        conn.send(times)
+
+
+def _parker() -> Callable[[], None]:
+    """AutoRelay's thread team parks (stops spinning) between blocks; other peers have none."""
+    try:
+        from autorelay.codegen.llvm.threads import park_all
+    except ImportError:
+        return lambda: None
+    return park_all
+
+
+def time_isolated(factories: dict[str, tuple[Factory, tuple]], rounds: int = 10,
+                  block_s: float = 0.25) -> dict[str, PeerTiming]:
+    """Time each peer in its own process, alternating blocks (see the module docstring)."""
+    ctx = mp.get_context("spawn")
+    peers: dict[str, tuple[Any, Any]] = {}
+    out = {name: PeerTiming(name) for name in factories}
+    for name, (factory, args) in factories.items():  # built one after another: builds do not overlap
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, factory, args), daemon=True)
+        proc.start()
+        status, payload = parent.recv()
+        if status == "error":
+            out[name].error = payload
+            proc.join()
+            continue
+        out[name].output = payload
+        peers[name] = (proc, parent)
+    try:
+        names = list(peers)
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)] if names else []
+            for name in order:
+                _, conn = peers[name]
+                conn.send(block_s)
+                times = conn.recv()
+                out[name].calls.extend(times)
+                out[name].block_medians_s.append(statistics.median(times))
+    finally:
+        for proc, conn in peers.values():
+            conn.send(None)
+            proc.join(timeout=10)
+    return out
+
+
+__all__ = ["PeerTiming", "time_isolated"]
