@@ -55,7 +55,9 @@ class PrimitiveKernels:
 
     @property
     def lowered(self) -> LoweredFunction | None:
-        return self.choice.lowered
+        """The lowering the kernels compute; None when the function runs its NumPy references
+        (no compute, or not even the default schedule compiles)."""
+        return self.choice.lowered if self.kernels else None
 
 
 def kernel_name(fn: Function) -> str:

@@ -213,6 +213,32 @@ def @main(%x: Tensor[(4, 9), float32]) {
     np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
 
 
+def test_a_kernel_whose_default_schedule_fails_runs_its_reference_in_every_executor(monkeypatch):
+    """The one compile path's last resort: when not even the heuristic default schedules, the graph
+    executor and the VM run that function's NumPy references (reported), and AoT says it cannot."""
+    import autorelay.primitive as primitive
+    from autorelay.errors import ScheduleError
+    from autorelay.runtime.aot import AotError
+
+    real = primitive.compile_kernel
+
+    def refuse_exp(cdef, config, target):
+        if any(t.op is not None and "exp" in str(t.op.body) for t in cdef.outputs):
+            raise ScheduleError("no legal schedule (injected)")
+        return real(cdef, config, target)
+
+    monkeypatch.setattr(primitive, "compile_kernel", refuse_exp)
+    mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(4, 9), float32]) { exp(%x) }')
+    x = np.random.default_rng(2).standard_normal((4, 9)).astype("float32")
+    for executor in ("graph", "vm"):
+        exe = autorelay.build(mod, executor=executor)
+        np.testing.assert_allclose(exe(x), np.exp(x), rtol=1e-6, err_msg=executor)
+        (row,) = exe.report.rows
+        assert row.source == "fallback" and "default schedule failed" in row.detail, executor
+    with pytest.raises(AotError, match="cannot be scheduled"):
+        autorelay.build(mod, executor="aot")
+
+
 def test_control_flow_goes_to_the_vm():
     mod, params = zoo.get("rnn", seq_len=3, input_size=8, hidden=4)
     with pytest.raises(BuildError, match="graph executor runs dataflow programs only"):
