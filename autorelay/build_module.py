@@ -18,7 +18,7 @@ cannot be scheduled — runs the ops' NumPy references, marked "fallback" in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,9 +56,11 @@ from autorelay.runtime.executable import Executable, KernelArtifact
 from autorelay.runtime.fallback import ReferenceFunction, op_names
 from autorelay.runtime.graph_executor import GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
+from autorelay.runtime.specializing import SpecializingExecutable
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
 from autorelay.target import Target
+from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
@@ -309,6 +311,8 @@ def build(
     *,
     threads: int | None = None,
     executor: str = "auto",
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    max_builds: int = 8,
 ) -> Any:
     """Compile a model into an executable (see the module docstring).
 
@@ -322,6 +326,11 @@ def build(
     None for the one the source logged for this model (else `default`). `threads`: kernel threads
     (default: the target string's `-threads=`, else every core of this machine; the VM and AoT run
     one thread unless told otherwise, since their fused kernel blocks are single-threaded).
+
+    Dynamic input shapes (`Tensor[(batch, 3, 224, 224), float32]`): `shapes={"x": (4, 3, 224, 224)}`
+    fixes them for one static build; without `shapes` a dataflow model becomes a
+    `SpecializingExecutable` that builds once per concrete input shape on first sight and keeps the
+    `max_builds` most recently used.
     """
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
@@ -334,6 +343,14 @@ def build(
     serial = executor != "graph" and threads is None and "-threads=" not in str(target)
     tgt = resolve_target(target, 1 if serial else threads)
     chosen = choose_pipeline(mod, schedules, tgt, pipeline)
+    if shapes:
+        mod = bind_shapes(mod, shapes)
+    elif executor == "graph" and dynamic_inputs(mod):
+        def build_for(given: dict[str, tuple[int, ...]]) -> Any:
+            return build(mod, tgt, params, schedules, chosen, executor="graph", shapes=given)
+
+        names = [p.name_hint for p in mod["main"].params if not params or p.name_hint not in params]
+        return SpecializingExecutable(build_for, names, dynamic_inputs(mod), max_builds)
     exe = build_prepared(prepare(mod, params, chosen), tgt, schedules, executor=executor)
     exe.pipeline = chosen if isinstance(chosen, str) else "custom"
     return exe

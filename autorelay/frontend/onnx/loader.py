@@ -139,9 +139,9 @@ def input_type(vi: Any, override: Sequence[int] | None, default_dtype: str) -> T
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(SymDim(re.sub(r"[^A-Za-z0-9_]", "_", d.dim_param)))
-        elif d.HasField("dim_value"):
+        elif d.HasField("dim_value") and d.dim_value == 0:
             dims.append(0)
-        else:
+        else:  # no value, or a negative one (some exporters write -1 for "unknown")
             dims.append(AnyDim())
     if override is not None:
         override = tuple(int(x) for x in override)
