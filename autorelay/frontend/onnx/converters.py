@@ -10,6 +10,7 @@ from autorelay.frontend.onnx import (
     converters_quant,
     converters_resize,
     converters_rnn,
+    converters_select,
     converters_shape,
 )
 
@@ -23,6 +24,7 @@ for _table in (
     converters_quant.TABLE,
     converters_activation.TABLE,
     converters_norm.TABLE,
+    converters_select.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

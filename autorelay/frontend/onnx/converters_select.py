@@ -1,0 +1,125 @@
+"""Selection and contraction converters: TopK, GatherElements, Einsum.
+
+Einsum is rewritten into ops the compiler already tunes: each operand's letters that appear
+nowhere else are summed away, then a two-operand contraction becomes transpose + reshape to
+(batch, free, contracted) x (batch, contracted, free), one `nn.batch_matmul`, and a reshape +
+transpose to the output's letter order (an equation with one operand is a transpose and sums).
+Ellipses and repeated letters within one operand (diagonals) are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis
+from autorelay.ir.expr import Expr
+
+TABLE: dict = {}
+
+
+def _reg(name: str):
+    def deco(fn):
+        TABLE[name] = fn
+        return fn
+
+    return deco
+
+
+def _x(node: NodeView, i: int = 0) -> Expr:
+    e = node.input(i)
+    if e is None:
+        raise node.fail(f"input {i} is required")
+    return e
+
+
+@_reg("TopK")
+def _topk(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    axis = normalize_axis(g, node.attr("axis", -1), g.ndim(x))
+    k = int(node.attr("k")) if node.opset < 10 else g.ints(_x(node, 1), "k")[0]
+    if k < 0:
+        raise node.fail(f"k must be >= 0, got {k}")
+    largest = bool(node.attr("largest", 1))
+    out = g.call("topk", x, k=k, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
+    return [g.item(out, 0), g.item(out, 1)]
+
+
+@_reg("GatherElements")
+def _gather_elements(g: GraphBuilder, node: NodeView) -> Expr:
+    x, ind = _x(node, 0), _x(node, 1)
+    axis = normalize_axis(g, node.attr("axis", 0), g.ndim(x))
+    n = g.shape(x)[axis]
+    v = g.value_or_none(ind)
+    if v is not None and isinstance(n, int):
+        if np.any((v < -n) | (v >= n)):
+            raise node.fail(f"indices out of range [-{n}, {n}) for axis {axis}")
+        ind = g.const(np.where(v < 0, v + n, v), str(v.dtype))
+    elif isinstance(n, int):  # runtime indices: negative ones count from the end
+        zero, extent = g.const(np.array(0, g.dtype(ind))), g.const(np.array(n, g.dtype(ind)))
+        ind = g.call("where", g.call("less", ind, zero), g.call("add", ind, extent), ind)
+    return g.call("gather", x, ind, axis=axis)
+
+
+def _parse(eq: str, operands: int, node: NodeView) -> tuple[list[str], str]:
+    eq = eq.replace(" ", "")
+    if "." in eq:
+        raise node.fail(f"einsum {eq!r}: ellipsis ('...') is not supported")
+    lhs, arrow, out = eq.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != operands:
+        raise node.fail(f"einsum {eq!r} names {len(ins)} operand(s), the node has {operands}")
+    for term in ins:
+        if len(set(term)) != len(term):
+            raise node.fail(f"einsum {eq!r}: a letter repeated in one operand (a diagonal) is not supported")
+    if not arrow:  # implicit output: the letters that appear once, in alphabetical order
+        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    if len(set(out)) != len(out) or any(c not in lhs for c in out):
+        raise node.fail(f"einsum {eq!r}: output letters must be distinct and come from the inputs")
+    return ins, out
+
+
+def _sum_away(g: GraphBuilder, x: Expr, term: str, keep: set[str]) -> tuple[Expr, str]:
+    drop = [i for i, c in enumerate(term) if c not in keep]
+    if not drop:
+        return x, term
+    return g.call("sum", x, axis=tuple(drop), keepdims=False), "".join(c for c in term if c in keep)
+
+
+def _permute(g: GraphBuilder, x: Expr, term: str, order: str) -> Expr:
+    axes = tuple(term.index(c) for c in order)
+    return x if axes == tuple(range(len(axes))) else g.call("transpose", x, axes=axes)
+
+
+@_reg("Einsum")
+def _einsum(g: GraphBuilder, node: NodeView) -> Expr:
+    xs = [_x(node, i) for i in range(len(node.inputs))]
+    ins, out = _parse(str(node.attr("equation", "")), len(xs), node)
+    if len(xs) == 1:
+        x, term = _sum_away(g, xs[0], ins[0], set(out))
+        return _permute(g, x, term, out)
+    if len(xs) != 2:
+        raise node.fail(f"einsum with {len(xs)} operands: only one or two are supported")
+    (a, ta), (b, tb) = (_sum_away(g, x, t, set(out) | set(other))
+                        for x, t, other in ((xs[0], ins[0], ins[1]), (xs[1], ins[1], ins[0])))
+    sa, sb = g.static_shape(a, "einsum operand"), g.static_shape(b, "einsum operand")
+    da, db = dict(zip(ta, sa)), dict(zip(tb, sb))
+    for c in sorted(set(ta) & set(tb)):
+        if da[c] != db[c]:
+            raise node.fail(f"einsum: letter {c!r} has extent {da[c]} in one operand, {db[c]} in the other")
+    dims = {**da, **db}
+    batch = "".join(c for c in out if c in ta and c in tb)
+    left = "".join(c for c in out if c in ta and c not in tb)
+    right = "".join(c for c in out if c in tb and c not in ta)
+    contract = "".join(c for c in ta if c in tb and c not in out)
+    size = lambda s: int(np.prod([dims[c] for c in s], dtype=np.int64))
+    a3 = g.call("reshape", _permute(g, a, ta, batch + left + contract),
+                newshape=(size(batch), size(left), size(contract)))
+    b3 = g.call("reshape", _permute(g, b, tb, batch + contract + right),
+                newshape=(size(batch), size(contract), size(right)))
+    prod = g.call("nn.batch_matmul", a3, b3, transpose_a=False, transpose_b=False)
+    res = g.call("reshape", prod, newshape=tuple(dims[c] for c in batch + left + right))
+    return _permute(g, res, batch + left + right, out)
+
+
+__all__ = ["TABLE"]
