@@ -13,7 +13,7 @@ oracle), so such chains collapse to constants and the ops that need static value
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,8 @@ class GraphBuilder:
         self.node: NodeView | None = None  # the node being converted (for errors and spans)
         self.init_values: dict[int, tuple[Var, np.ndarray]] = {}  # initializer Var -> its value
         self.graph_inputs: set[str] = set()  # names of the graph inputs that are parameters
+        # converts a subgraph (an If branch) in the current scope; set by the importer
+        self.subgraph_converter: Callable[[Any], list[Expr]] | None = None
 
     # ---- errors -----------------------------------------------------------------------------
 
@@ -126,6 +128,20 @@ class GraphBuilder:
     def _record(self, e: Expr, t: Type) -> Expr:
         self._types[id(e)] = (e, t)
         return e
+
+    def record(self, e: Expr, t: Type) -> Expr:
+        """Note the type of an expression a converter built itself (an `if`)."""
+        return self._record(e, t)
+
+    def subgraph(self, graph: Any) -> list[Expr]:
+        """The outputs of an ONNX subgraph converted where it stands (it sees the enclosing values)."""
+        if self.subgraph_converter is None:
+            raise self.fail("subgraphs are not supported here")
+        node = self.node
+        try:
+            return self.subgraph_converter(graph)
+        finally:
+            self.node = node
 
     # ---- construction -----------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autorelay.frontend.onnx import (
     converters_activation,
+    converters_control,
     converters_math,
     converters_nn,
     converters_norm,
@@ -23,6 +24,7 @@ for _table in (
     converters_resize.TABLE,
     converters_quant.TABLE,
     converters_activation.TABLE,
+    converters_control.TABLE,
     converters_norm.TABLE,
     converters_select.TABLE,
 ):

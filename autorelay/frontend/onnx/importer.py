@@ -114,6 +114,22 @@ def from_onnx(
 
     _check_supported(graph)
     declared = {vi.name: vi for vi in list(graph.value_info) + list(graph.output)}
+
+    def convert_subgraph(sub: Any) -> list[Expr]:
+        """An If branch: its own initializers as constants, its nodes in a scope that sees every
+        value converted so far, its outputs in order."""
+        scope = dict(values)
+        for t in sub.initializer:
+            scope[t.name] = g.const(tensor_value(onnx, t, folder))
+        inner = {vi.name: vi for vi in list(sub.value_info) + list(sub.output)}
+        for k, n in enumerate(sub.node):
+            _convert_node(onnx, g, n, k, opset, scope, inner, folder)
+        missing = [vi.name for vi in sub.output if vi.name not in scope]
+        if missing:
+            raise OnnxModelError(f"subgraph {sub.name!r}: outputs {missing} are not produced")
+        return [scope[vi.name] for vi in sub.output]
+
+    g.subgraph_converter = convert_subgraph
     for index, node in enumerate(graph.node):
         _convert_node(onnx, g, node, index, opset, values, declared, folder)
 
@@ -137,13 +153,18 @@ def from_onnx(
 # ---- the node walk ------------------------------------------------------------------------------
 
 
-def _check_supported(graph: Any) -> None:
-    missing: dict[str, list[str]] = {}
+def _check_supported(graph: Any, missing: dict[str, list[str]] | None = None) -> None:
+    """Every op without a converter, in this graph and its subgraphs, reported in one error."""
+    top = missing is None
+    missing = {} if missing is None else missing
     for index, node in enumerate(graph.node):
         key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
             missing.setdefault(key, []).append(f"{node.name or '<unnamed>'} [#{index}]")
-    if missing:
+        for a in node.attribute:
+            if a.HasField("g"):
+                _check_supported(a.g, missing)
+    if top and missing:
         raise UnsupportedOnnxOpsError(missing)
 
 
@@ -235,6 +256,8 @@ def _attr_value(onnx: Any, a: Any, folder: str | None, where: str) -> Any:
         return [int(x) for x in a.ints]
     if a.type == A.STRINGS:
         return [s.decode("utf-8") for s in a.strings]
+    if a.type == A.GRAPH:
+        return a.g  # a subgraph: the converter converts it in its scope (GraphBuilder.subgraph)
     if a.type == A.TENSOR:
         try:
             return tensor_value(onnx, a.t, folder)
@@ -243,5 +266,5 @@ def _attr_value(onnx: Any, a: Any, folder: str | None, where: str) -> Any:
     raise OnnxNodeError(
         where,
         f"attribute {a.name!r} has a type ({A.AttributeType.Name(a.type)}) the "
-        "importer does not read (graphs and sparse tensors are unsupported)",
+        "importer does not read (sparse tensors and lists of graphs are unsupported)",
     )

@@ -27,12 +27,13 @@ KNOWN_UNSUPPORTED = [
     (r"blocked", "blocked quantisation (block_size)"),
     (r"quantizelinear_uint16", "uint16 quantisation: qnn ops take int8/uint8/int16/int32"),
     (r"maxpool_with_argmax", "the Indices output of MaxPool"),
-    (r"identity_opt|identity_sequence", "optional and sequence types"),
+    (r"identity_opt|identity_sequence|if_opt|if_seq", "optional and sequence types"),
     (
         r"(blackman|hamming|hann)window.*_expanded|center_crop_pad_.*_expanded",
         "a shape (window size, crop size) that is a runtime graph input: the IR needs static shapes",
     ),
     (r"test_not_[234]d$", "opset 1 (older than 7)"),
+    (r"affine_grid_.*_expanded", "an Expand shape computed at run time from the size input (inside If)"),
     (r"einsum_batch_diagonal", "einsum with an ellipsis and a repeated letter (a diagonal)"),
 ]
 
