@@ -82,7 +82,7 @@ class GraphBuilder:
         self.init_values: dict[int, tuple[Var, np.ndarray]] = {}  # initializer Var -> its value
         self.graph_inputs: set[str] = set()  # names of the graph inputs that are parameters
         # converts a subgraph (an If branch) in the current scope; set by the importer
-        self.subgraph_converter: Callable[[Any], list[Expr]] | None = None
+        self.subgraph_converter: Callable[[Any, dict[str, Expr]], list[Expr]] | None = None
 
     # ---- errors -----------------------------------------------------------------------------
 
@@ -133,13 +133,14 @@ class GraphBuilder:
         """Note the type of an expression a converter built itself (an `if`)."""
         return self._record(e, t)
 
-    def subgraph(self, graph: Any) -> list[Expr]:
-        """The outputs of an ONNX subgraph converted where it stands (it sees the enclosing values)."""
+    def subgraph(self, graph: Any, bindings: dict[str, Expr] | None = None) -> list[Expr]:
+        """The outputs of an ONNX subgraph converted where it stands: it sees the enclosing values,
+        and `bindings` give its own inputs (a Loop body's iteration number, condition, state)."""
         if self.subgraph_converter is None:
             raise self.fail("subgraphs are not supported here")
         node = self.node
         try:
-            return self.subgraph_converter(graph)
+            return self.subgraph_converter(graph, dict(bindings or {}))
         finally:
             self.node = node
 

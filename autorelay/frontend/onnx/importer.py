@@ -115,10 +115,13 @@ def from_onnx(
     _check_supported(graph)
     declared = {vi.name: vi for vi in list(graph.value_info) + list(graph.output)}
 
-    def convert_subgraph(sub: Any) -> list[Expr]:
-        """An If branch: its own initializers as constants, its nodes in a scope that sees every
-        value converted so far, its outputs in order."""
-        scope = dict(values)
+    def convert_subgraph(sub: Any, bindings: dict[str, Expr]) -> list[Expr]:
+        """An If branch or Loop body: its own initializers as constants, its inputs as `bindings`
+        give them, its nodes in a scope that sees every value converted so far, its outputs."""
+        unbound = [vi.name for vi in sub.input if vi.name not in bindings]
+        if unbound:
+            raise OnnxModelError(f"subgraph {sub.name!r}: inputs {unbound} have no value")
+        scope = {**values, **bindings}
         for t in sub.initializer:
             scope[t.name] = g.const(tensor_value(onnx, t, folder))
         inner = {vi.name: vi for vi in list(sub.value_info) + list(sub.output)}

@@ -76,3 +76,43 @@ def test_an_unsupported_op_inside_a_branch_is_reported_before_conversion():
     model = _model(_sum_positive(), _branch("then", "Mul", "t", extra=["x"]), _branch("else", "Hardmax", "e"))
     with pytest.raises(OnnxImportError, match="Hardmax"):
         autorelay.frontend.from_onnx(model)
+
+
+def _loop_model(scan_outputs=0):
+    """acc <- 2 * acc + x + i while i < M and sum(acc) < limit; a second state counts iterations."""
+    i64, f32 = TensorProto.INT64, F
+    nodes = [helper.make_node("Cast", ["i"], ["fi"], to=f32),
+             helper.make_node("Add", ["acc", "acc"], ["a2"]),
+             helper.make_node("Add", ["a2", "x"], ["a3"]),
+             helper.make_node("Add", ["a3", "fi"], ["acc_out"]),
+             helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+             helper.make_node("Less", ["s", "limit"], ["cond_out"]),
+             helper.make_node("Add", ["n", "one"], ["n_out"])]
+    outs = [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", [3], f32), _vi("n_out", [], i64)]
+    outs += [_vi("acc_out", [3], f32)] * scan_outputs
+    body = helper.make_graph(nodes, "body", [_vi("i", [], i64), _vi("cond", [], TensorProto.BOOL),
+                                             _vi("acc", [3], f32), _vi("n", [], i64)], outs,
+                             initializer=[helper.make_tensor("one", i64, [], [1])])
+    ys = ["y", "count"] + [f"scan{k}" for k in range(scan_outputs)]
+    loop = helper.make_node("Loop", ["M", "", "x0", "n0"], ys, body=body)
+    ins = [_vi("x", [3]), _vi("x0", [3]), _vi("n0", [], i64), _vi("M", [], i64), _vi("limit", [])]
+    graph = helper.make_graph([loop], "g", ins, [_vi(y, None, i64 if y == "count" else f32) for y in ys])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_loop_runs_as_a_recursive_closure_and_matches_onnx_runtime():
+    model = _loop_model()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    for trips, limit in [(5, 1e9), (10, 50.0), (0, 1.0), (3, -1.0)]:  # by count, by condition, none, one
+        feeds = {"x": np.array([1, 2, 3], "float32"), "x0": np.zeros(3, "float32"),
+                 "n0": np.array(0, np.int64), "M": np.array(trips, np.int64),
+                 "limit": np.array(limit, "float32")}
+        for got, want in zip(exe(*feeds.values()), sess.run(None, feeds)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_loop_scan_outputs_are_refused_with_the_reason():
+    with pytest.raises(OnnxImportError, match="scan output"):
+        autorelay.frontend.from_onnx(_loop_model(scan_outputs=1))
