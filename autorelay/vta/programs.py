@@ -54,7 +54,7 @@ class Program:
     shape: tuple[int, int]  # (M, N) of the result
 
 
-def _region(offset: int, nbytes: int, align: int = 256) -> tuple[int, int]:
+def region(offset: int, nbytes: int, align: int = 256) -> tuple[int, int]:
     start = -(-offset // align) * align
     return start, start + nbytes
 
@@ -64,11 +64,10 @@ def dense_space(m: int, n: int, k: int, config: VTAConfig) -> list[DenseKnobs]:
     nt, kt = math.ceil(n / config.block_out), math.ceil(k / config.block_in)
     out = []
     for v in (1, 2, 4):
-        for tm in _divisor_like(m):
-            for tn in _divisor_like(nt):
-                for tk in _divisor_like(kt):
-                    if (tm * tk * v <= config.depth("inp") and tn * tk * v <= config.depth("wgt")
-                            and tm * tn * v <= config.depth("acc")):
+        for tm in tile_sizes(m):
+            for tn in tile_sizes(nt):
+                for tk in tile_sizes(kt):
+                    if _fits(tm, tn, tk, v, config):
                         out.append(DenseKnobs(tm, tn, tk, v))
     return out
 
@@ -78,7 +77,7 @@ def _fits(tm: int, tn: int, tk: int, v: int, c: VTAConfig) -> bool:
     return tm * tk * v <= c.depth("inp") and tn * tk * v <= c.depth("wgt") and tm * tn * v <= c.depth("acc")
 
 
-def _divisor_like(n: int) -> list[int]:
+def tile_sizes(n: int) -> list[int]:
     """Tile sizes worth trying for an extent n: powers of two below it and n itself."""
     sizes = {n}
     p = 1
@@ -110,13 +109,13 @@ def dense_program(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, shift: 
     if bias is not None:
         bp[:n] = bias
     # DRAM: inputs (m x kt tiles), weights (nt x kt tiles), bias (nt acc tiles), output, micro-ops
-    inp0, end = _region(0, xp.nbytes)
-    wgt0, end = _region(end, wp.nbytes)
-    acc0, end = _region(end, bp.nbytes)
-    out0, end = _region(end, m * nt * bo)
+    inp0, end = region(0, xp.nbytes)
+    wgt0, end = region(end, wp.nbytes)
+    acc0, end = region(end, bp.nbytes)
+    out0, end = region(end, m * nt * bo)
     chunks = {tk} | ({kt % tk} if kt % tk else set())
     uops, gemm_uop, init_alu = _uops(tm, tn, tk, chunks, v, c)
-    uop0, end = _region(end, 4 * len(uops))
+    uop0, end = region(end, 4 * len(uops))
     dram = np.zeros(end, np.uint8)
     dram[inp0: inp0 + xp.nbytes] = xp.reshape(-1).view(np.uint8)
     tiles_w = wp.reshape(nt, bo, kt, bi).transpose(0, 2, 1, 3)  # [nt, kt, bo, bi]: tile nb * kt + kb
@@ -146,16 +145,23 @@ def dense_program(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, shift: 
                                       wgt_in=rk, deps=Deps(pop_prev=True, push_prev=True)))
                 chunk += 1
             ab, ae = init_alu[tile % v]
-            ops = [(AluOp.SHR, shift)] if shift else []
-            ops += [(AluOp.MAX, lo), (AluOp.MIN, hi)]
-            for j, (op, imm) in enumerate(ops):
-                insns.append(AluInsn(op, ab, ae, rm, rn, dst_out=rn, dst_in=1, src_out=rn, src_in=1,
-                                     use_imm=True, imm=imm, deps=Deps(push_next=j == len(ops) - 1)))
+            insns += requantize(ab, ae, rm, rn, shift, lo, hi)
             insns.append(MemInsn(Opcode.STORE, Mem.OUT, a, out0 // tb["out"] + m0 * nt + n0, rm, rn, nt,
                                  deps=Deps(pop_prev=True, push_prev=True)))
             tile += 1
     insns.append(FinishInsn())
     return Program(insns, dram, out0, (m, n))
+
+
+def requantize(uop_begin: int, uop_end: int, rows: int, cols: int, shift: int, lo: int,
+               hi: int) -> list[AluInsn]:
+    """The epilogue on a rows x cols block of accumulators: arithmetic shift right, clip to
+    [lo, hi]; the last instruction hands the block to the store module."""
+    ops = [(AluOp.SHR, shift)] if shift else []
+    ops += [(AluOp.MAX, lo), (AluOp.MIN, hi)]
+    return [AluInsn(op, uop_begin, uop_end, rows, cols, dst_out=cols, dst_in=1, src_out=cols, src_in=1,
+                    use_imm=True, imm=imm, deps=Deps(push_next=j == len(ops) - 1))
+            for j, (op, imm) in enumerate(ops)]
 
 
 def _uops(tm: int, tn: int, tk: int, chunks: set[int], v: int, c: VTAConfig) -> tuple[list[Uop], dict, dict]:
@@ -200,4 +206,5 @@ def dense_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, shift
     return np.clip(acc >> shift, lo, hi).astype(np.int8)
 
 
-__all__ = ["DenseKnobs", "Program", "dense_program", "dense_reference", "dense_space", "run_dense"]
+__all__ = ["DenseKnobs", "Program", "dense_program", "dense_reference", "dense_space", "region", "requantize",
+           "run_dense", "tile_sizes"]

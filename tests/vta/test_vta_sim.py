@@ -79,3 +79,43 @@ def test_dram_out_of_range_is_reported():
 def test_a_token_for_a_module_that_has_no_neighbour_is_an_error():
     with pytest.raises(VTAError, match="the load module has no prev module"):
         simulate([MemInsn(Opcode.LOAD, Mem.INP, 0, 0, 1, 1, 1, deps=Deps(pop_prev=True))], _dram())
+
+
+def test_random_conv2d_shapes_strides_pads_and_knobs_are_bit_exact():
+    """Channels not multiples of 16, strides 1 and 2, padding, 1x1/3x3/5x5 kernels, knobs drawn from
+    each shape's space (partial tiles at the edges, several input blocks per chunk, two threads)."""
+    from autorelay.vta.conv import ConvShape, conv_reference, conv_space, run_conv
+
+    rng = np.random.default_rng(3)
+    config, done, vthreads = VTAConfig(), 0, set()
+    while done < 50:
+        c, o = (int(v) for v in rng.integers(1, 40, 2))
+        h, w = (int(v) for v in rng.integers(3, 12, 2))
+        k, s = int(rng.choice([1, 3, 5])), int(rng.choice([1, 2]))
+        p = int(rng.integers(0, k // 2 + 1))
+        shape = ConvShape(c, h, w, o, k, k, s, p)
+        if shape.oh < 1 or shape.ow < 1:
+            continue
+        x = rng.integers(-128, 128, (1, c, h, w), dtype=np.int8)
+        wt = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
+        b = rng.integers(-3000, 3000, o).astype(np.int32)
+        space = conv_space(shape, config)
+        knobs = space[int(rng.integers(len(space)))]
+        got, _ = run_conv(x, wt, b, s, p, 9, 0 if done % 2 else -128, 127, knobs, config)
+        np.testing.assert_array_equal(got, conv_reference(x, wt, b, s, p, 9, 0 if done % 2 else -128, 127),
+                                      err_msg=f"{shape} {knobs}")
+        vthreads.add(knobs.vthreads)
+        done += 1
+    assert vthreads == {1, 2}
+
+
+def test_conv_programs_encode_to_real_instructions():
+    """Every instruction a conv lowering emits fits its bit fields (pads within 4 bits and so on)."""
+    from autorelay.vta import decode_program, encode_program
+    from autorelay.vta.conv import ConvKnobs, conv_program
+
+    rng = np.random.default_rng(4)
+    x = rng.integers(-128, 128, (1, 20, 9, 9), dtype=np.int8)
+    w = rng.integers(-128, 128, (24, 20, 3, 3), dtype=np.int8)
+    prog, _ = conv_program(x, w, None, 2, 1, 8, -128, 127, ConvKnobs(2, 3, 1, 1, 2))
+    assert decode_program(encode_program(prog.insns)) == prog.insns
