@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 
 
 def lower_features(task: Task, config: Config) -> tuple[float, ...] | None:
-    """Features of one config of `task`, or None when its schedule is illegal."""
+    """Features of one config of `task`, or None when its schedule is illegal. A task that is not a
+    loop-IR kernel (the accelerator's, `search.vta_tuning`) describes its configs itself."""
+    own = getattr(task, "features_of", None)
+    if own is not None:
+        return own(config)
     tmpl = template_for(task.cdef, task.template)
     try:
         func, _ = apply(task.cdef, tmpl.steps(task.cdef, config, task.target))

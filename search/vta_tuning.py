@@ -1,0 +1,153 @@
+"""Tuning the simulated accelerator's conv2d knobs with the CPU's tuners, cost model and tuning log.
+
+A `VTAConvTask` offers what `search.tune.tune_task` and the tuners read of a task — a knob space
+(`tile_h`, `tile_w`, `tile_oc`, `tile_ic`, `vthreads`) addressable by index, a default, a workload
+key and a target — and its own features for the XGBoost model (`features_of`: the knobs and what
+they imply for the buffers and the instruction stream). The "measurement" is the cycle model:
+`VTAMeasurer` lowers a candidate, simulates it on the task's fixed random data, refuses it unless it
+is bit-exact against the integer reference, and reports the simulated time at the configured
+clock. Results land in the tuning log under a `vta` target whose name carries a digest of every
+hardware parameter (`vta_target`), so another accelerator configuration is another target; an
+interrupted tune resumes from the log like a CPU one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.target import Target
+from autorelay.vta.config import VTAConfig
+from autorelay.vta.conv import ConvKnobs, ConvShape, conv_fits, conv_reference, conv_space, run_conv
+from autorelay.vta.programs import tile_sizes
+from autorelay.vta.sim import VTAError
+from search.measure.result import ErrorKind, MeasureInput, MeasureResult
+
+TEMPLATE = "vta_conv2d"
+SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue measured with every candidate (relu)
+
+
+def vta_target(hw: VTAConfig) -> Target:
+    """The tuning log's target for this accelerator: every hardware parameter enters its name."""
+    digest = hashlib.sha256(hw.to_json().encode()).hexdigest()[:12]
+    return Target(kind="vta", options=(("hw", digest),))
+
+
+@dataclass(eq=False)
+class VTAConvTask:
+    name: str
+    shape: ConvShape
+    hw: VTAConfig
+    target: Target
+    space: Space
+    default: Config
+    key: str
+    workload: dict[str, Any]
+    template: str = TEMPLATE
+    seed: int = 0
+    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def config(self, index: int) -> Config:
+        return self.space.get(index)
+
+    def index(self, config: Config) -> int:
+        try:
+            return self.space.index(config)
+        except (ValueError, KeyError):
+            return -1
+
+    def config_from_json(self, d: dict[str, Any]) -> Config:
+        cfg = Config.from_json(d)
+        return Config(cfg.template, tuple((k.name, cfg[k.name]) for k in self.space.knobs))
+
+    def knobs(self, config: Config) -> ConvKnobs:
+        return ConvKnobs(*(int(config[k]) for k in ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")))
+
+    def data(self) -> dict[str, np.ndarray]:
+        """Fixed random int8 input and weights, and the integer reference output (computed once)."""
+        if not self._data:
+            s, rng = self.shape, np.random.default_rng(self.seed)
+            x = rng.integers(-128, 128, (1, s.c, s.h, s.w), dtype=np.int8)
+            w = rng.integers(-128, 128, (s.o, s.c, s.kh, s.kw), dtype=np.int8)
+            self._data.update(x=x, w=w, want=conv_reference(x, w, None, s.stride, s.pad, SHIFT, LO, HI))
+        return self._data
+
+    def features_of(self, config: Config) -> tuple[float, ...] | None:
+        """Knobs (log2) and what they imply: buffer occupancy, tile and chunk counts, uops per GEMM."""
+        k, s, c = self.knobs(config), self.shape, self.hw
+        if not conv_fits(s, k, c):
+            return None
+        ob, ib = math.ceil(s.o / c.block_out), math.ceil(s.c / c.block_in)
+        rows, cols = (k.tile_h - 1) * s.stride + s.kh, (k.tile_w - 1) * s.stride + s.kw
+        tiles = math.ceil(s.oh / k.tile_h) * math.ceil(s.ow / k.tile_w) * math.ceil(ob / k.tile_oc)
+        chunks = tiles * math.ceil(ib / k.tile_ic)
+        inp = k.tile_ic * rows * cols * k.vthreads / c.depth("inp")
+        wgt = k.tile_oc * k.tile_ic * s.kh * s.kw * k.vthreads / c.depth("wgt")
+        acc = k.tile_oc * (k.tile_h * k.tile_w + 1) * k.vthreads / c.depth("acc")
+        gemm = k.tile_oc * k.tile_ic * s.kh * s.kw * k.tile_h * k.tile_w
+        halo = rows * cols / max(1, k.tile_h * k.tile_w * s.stride * s.stride)
+        return tuple(float(v) for v in (*(math.log2(getattr(k, n)) for n in ("tile_h", "tile_w", "tile_oc",
+                                                                              "tile_ic", "vthreads")),
+                                         inp, wgt, acc, math.log2(tiles), math.log2(chunks),
+                                         math.log2(gemm), halo))
+
+
+def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | None = None) -> VTAConvTask:
+    hw = hw or VTAConfig()
+    ob, ib = math.ceil(shape.o / hw.block_out), math.ceil(shape.c / hw.block_in)
+    extents = {"tile_h": shape.oh, "tile_w": shape.ow, "tile_oc": ob, "tile_ic": ib}
+    space = Space(TEMPLATE, (*(Knob(n, tuple(tile_sizes(e))) for n, e in extents.items()),
+                             Knob("vthreads", (1, 2))))
+    fitting = [k for k in conv_space(shape, hw) if k.vthreads == 1]
+    if not fitting:
+        raise VTAError(f"{shape}: no knob setting fits the accelerator's buffers")
+    best = max(fitting, key=lambda k: (k.tile_h * k.tile_w * k.tile_oc * k.tile_ic, k.tile_ic))
+    default = Config(TEMPLATE, tuple((k.name, getattr(best, k.name)) for k in space.knobs))
+    shapes = [[1, shape.c, shape.h, shape.w], [shape.o, shape.c, shape.kh, shape.kw]]
+    desc = {"family": TEMPLATE, "shapes": shapes, "dtypes": ["int8", "int8"],
+            "attrs": {"stride": shape.stride, "pad": shape.pad}}
+    key = f"{TEMPLATE}/" + hashlib.sha256(repr(shape).encode()).hexdigest()[:24]
+    return VTAConvTask(name or f"vta_conv{shape.c}x{shape.h}->{shape.o}", shape, hw, vta_target(hw), space,
+                       default, key, desc)
+
+
+class VTAMeasurer:
+    """`search.measure.Measurer`'s interface over the cycle model (deterministic, in process)."""
+
+    builder = type("NoPool", (), {"pool": None})()  # no worker pool: features are computed in process
+
+    def measure(self, task: VTAConvTask, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        return [self._one(task, inp.config) for inp in inputs]
+
+    def remeasure(self, task: VTAConvTask, inputs: Sequence[MeasureInput],
+                  rounds: int = 5) -> list[MeasureResult]:
+        out = []
+        for inp in inputs:
+            r = self._one(task, inp.config)
+            out.append(MeasureResult(r.costs * rounds, r.error, r.message) if r.costs else r)
+        return out
+
+    def _one(self, task: VTAConvTask, config: Config) -> MeasureResult:
+        knobs, s = task.knobs(config), task.shape
+        if not conv_fits(s, knobs, task.hw):
+            return MeasureResult.failed(ErrorKind.ILLEGAL_SCHEDULE, f"{knobs} does not fit on chip")
+        d = task.data()
+        try:
+            got, res = run_conv(d["x"], d["w"], None, s.stride, s.pad, SHIFT, LO, HI, knobs, task.hw)
+        except VTAError as e:
+            return MeasureResult.failed(ErrorKind.RUNTIME_CRASH, str(e))
+        if not np.array_equal(got, d["want"]):
+            return MeasureResult.failed(ErrorKind.WRONG_ANSWER, f"{knobs}: output differs from the reference")
+        return MeasureResult((res.seconds,), extra={"cycles": res.cycles, "utilization": res.utilization})
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["VTAConvTask", "VTAMeasurer", "vta_conv_task", "vta_target"]
