@@ -245,3 +245,29 @@ def normalize_axis(g: GraphBuilder, axis: int, ndim: int, what: str = "axis") ->
     if not -ndim <= axis < max(ndim, 1):
         raise g.fail(f"{what}={axis} is out of range for rank {ndim}")
     return axis % ndim if ndim else 0
+
+
+Converter = Callable[[GraphBuilder, NodeView], "Expr | list[Expr | None]"]
+
+
+def registrar(table: dict[str, Converter]) -> Callable[..., Callable[[Converter], Converter]]:
+    """A decorator registering a converter in `table` under one or more ONNX op types."""
+
+    def reg(*names: str) -> Callable[[Converter], Converter]:
+        def deco(fn: Converter) -> Converter:
+            for n in names:
+                table[n] = fn
+            return fn
+
+        return deco
+
+    return reg
+
+
+def required_input(node: NodeView, i: int = 0) -> Expr:
+    """Input `i` of `node`, which the op requires."""
+    e = node.input(i)
+    if e is None:
+        raise node.fail(f"input {i} is required")
+    return e
+

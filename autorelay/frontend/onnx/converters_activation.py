@@ -9,10 +9,12 @@ import math
 
 import numpy as np
 
-from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
+_x = required_input
+_reg = registrar(TABLE)
 
 _SIMPLE = {
     "Sin": "sin",
@@ -28,11 +30,6 @@ _LOGIC = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 _VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
 
 
-def _x(node: NodeView, i: int = 0) -> Expr:
-    e = node.input(i)
-    if e is None:
-        raise node.fail(f"input {i} is required")
-    return e
 
 
 def _simple(g: GraphBuilder, node: NodeView) -> Expr:
@@ -56,12 +53,6 @@ def _variadic(g: GraphBuilder, node: NodeView) -> Expr:
 TABLE.update({k: _simple for k in _SIMPLE} | {k: _logic for k in _LOGIC} | {k: _variadic for k in _VARIADIC})
 
 
-def _reg(name: str):
-    def deco(fn):
-        TABLE[name] = fn
-        return fn
-
-    return deco
 
 
 @_reg("Reciprocal")

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from autorelay.frontend.onnx.context import GraphBuilder, NodeView
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar
 from autorelay.ir.expr import Call, Expr, Function, If, Let, Var
 from autorelay.ir.types import TensorType, TupleType
 
 TABLE: dict = {}
+_reg = registrar(TABLE)
 
 
-def _reg(name: str):
-    def deco(fn):
-        TABLE[name] = fn
-        return fn
-
-    return deco
 
 
 @_reg("If")

@@ -6,31 +6,26 @@ ONNX ops that mix them (`Pow`, `PRelu` on ints) cast explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from autorelay.frontend.onnx.context import ONNX_DTYPES, GraphBuilder, NodeView, normalize_axis
+from autorelay.frontend.onnx.context import (
+    ONNX_DTYPES,
+    Converter,
+    GraphBuilder,
+    NodeView,
+    normalize_axis,
+    registrar,
+    required_input,
+)
 from autorelay.ir.expr import Expr
 
-Converter = Callable[[GraphBuilder, NodeView], "Expr | list[Expr | None]"]
 TABLE: dict[str, Converter] = {}
+_x = required_input
+_reg = registrar(TABLE)
 
 
-def _reg(*names: str):
-    def deco(fn: Converter) -> Converter:
-        for n in names:
-            TABLE[n] = fn
-        return fn
-
-    return deco
 
 
-def _x(node: NodeView, i: int = 0) -> Expr:
-    e = node.input(i)
-    if e is None:
-        raise node.fail(f"input {i} is required")
-    return e
 
 
 _UNARY = {

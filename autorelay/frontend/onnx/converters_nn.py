@@ -9,26 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from autorelay.frontend.onnx.context import GraphBuilder, NodeView
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
+_x = required_input
+_reg = registrar(TABLE)
 
 
-def _reg(*names: str):
-    def deco(fn):
-        for n in names:
-            TABLE[n] = fn
-        return fn
-
-    return deco
 
 
-def _x(node: NodeView, i: int = 0) -> Expr:
-    e = node.input(i)
-    if e is None:
-        raise node.fail(f"input {i} is required")
-    return e
 
 
 def auto_pads(
