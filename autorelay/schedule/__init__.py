@@ -3,6 +3,7 @@
 from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.steps import (
+    Bind,
     CacheWrite,
     ComputeAt,
     ComputeInline,
@@ -20,6 +21,7 @@ from autorelay.schedule.steps import (
 )
 
 __all__ = [
+    "Bind",
     "CacheWrite",
     "ComputeAt",
     "ComputeInline",

@@ -13,6 +13,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
+from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
 
 
 @dataclass
@@ -178,6 +179,8 @@ def apply_step(state: State, step: S.Step) -> None:
                 f"{type(step).__name__} {st.name}.{step.axis}: a reduction axis cannot be {kind}"
             )
         st.kind[v] = kind
+    elif isinstance(step, S.Bind):
+        _bind(st, step)
     elif isinstance(step, S.CacheWrite):
         _cache_write(state, st)
     elif isinstance(step, S.ComputeAt):
@@ -198,6 +201,19 @@ def apply_step(state: State, step: S.Step) -> None:
         _pad(state, st, step)
     else:
         raise ScheduleError(f"unknown schedule step {step!r}")
+
+
+def _bind(st: Stage, step: S.Bind) -> None:
+    v = st.leaf(step.axis)
+    if step.thread not in BLOCK_TAGS + THREAD_TAGS:
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: unknown index {step.thread!r} "
+                            f"(known: {', '.join(BLOCK_TAGS + THREAD_TAGS)})")
+    _check_free(st, v, "bind")
+    if v in st.is_reduce_var:
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: a reduction axis cannot be bound to {step.thread}")
+    if step.thread in st.kind.values():
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: {step.thread} is already bound in this stage")
+    st.kind[v] = step.thread
 
 
 def _cache_write(state: State, st: Stage) -> None:

@@ -78,6 +78,17 @@ class Parallel:
 
 
 @dataclass(frozen=True)
+class Bind:
+    """Bind a data-parallel loop to a GPU index: `thread` is one of blockIdx.{x,y,z} or
+    threadIdx.{x,y,z}. The loop disappears from the kernel; each block or thread runs one
+    iteration (see `autorelay.tir.nodes.BLOCK_TAGS`)."""
+
+    stage: str
+    axis: str
+    thread: str
+
+
+@dataclass(frozen=True)
 class CacheWrite:
     """Compute `stage` into a new local stage `<stage>_local` (register accumulators); `stage`
     becomes a copy-out that keeps the name, so later steps on `stage` schedule the copy."""
@@ -130,6 +141,7 @@ Step = (
     | Vectorize
     | Unroll
     | Parallel
+    | Bind
     | CacheWrite
     | ComputeAt
     | ComputeInline
@@ -145,6 +157,7 @@ STEP_TYPES: dict[str, type] = {
         Vectorize,
         Unroll,
         Parallel,
+        Bind,
         CacheWrite,
         ComputeAt,
         ComputeInline,
