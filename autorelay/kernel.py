@@ -172,7 +172,7 @@ def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
     cdef = as_compute_def(compute)
     target = resolve_target(target if target is not None else "llvm", None if target is not None else 1)
     if config is None:
-        tmpl = template_for(cdef)
+        tmpl = template_for(cdef, target=target)
         steps = tmpl.steps(cdef, tmpl.default(cdef, target), target)
     elif isinstance(config, Config):
         tmpl = template_for(cdef, config.template)
