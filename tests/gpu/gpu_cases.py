@@ -39,8 +39,32 @@ def _batch_matmul():
     return te.make_def([a, b], nn.batch_matmul(a, b)), lambda a, b: a @ b.transpose(0, 2, 1)
 
 
-CASES = {"elemwise_math": _ew, "transpose_relu": _transpose_relu, "dense_bias_relu": _dense_bias_relu,
-         "sgemm": _sgemm, "batch_matmul": _batch_matmul}
+def _softmax():
+    x = te.placeholder((37, 50), name="X")
+
+    def ref(x):
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return te.make_def([x], nn.softmax(x)), ref
+
+
+def _conv():
+    x, w = te.placeholder((1, 3, 10, 9), name="X"), te.placeholder((4, 3, 3, 3), name="W")
+
+    def ref(x, w):
+        out = np.zeros((1, 4, 10, 9), np.float32)
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        for dy in range(3):
+            for dx in range(3):
+                out += np.einsum("chw,kc->khw", xp[0, :, dy:dy + 10, dx:dx + 9], w[:, :, dy, dx])[None]
+        return out
+
+    return te.make_def([x, w], nn.conv2d_nchw(x, w, padding=1)), ref
+
+
+CASES = {"softmax": _softmax, "conv2d": _conv, "elemwise_math": _ew, "transpose_relu": _transpose_relu,
+         "dense_bias_relu": _dense_bias_relu, "sgemm": _sgemm, "batch_matmul": _batch_matmul}
 
 
 def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
