@@ -4,6 +4,7 @@ from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.steps import (
     Bind,
+    CacheRead,
     CacheWrite,
     ComputeAt,
     ComputeInline,
@@ -22,6 +23,7 @@ from autorelay.schedule.steps import (
 
 __all__ = [
     "Bind",
+    "CacheRead",
     "CacheWrite",
     "ComputeAt",
     "ComputeInline",

@@ -89,6 +89,17 @@ class Bind:
 
 
 @dataclass(frozen=True)
+class CacheRead:
+    """Read input `tensor` in the stages `readers` through a copy in GPU `scope` memory ("shared"):
+    a new stage `<tensor>_<scope>`, to be computed at a loop of a reader (ComputeAt) — the region
+    that loop's block needs, filled cooperatively by its threads, with barriers around it."""
+
+    tensor: str
+    readers: tuple[str, ...]
+    scope: str = "shared"
+
+
+@dataclass(frozen=True)
 class CacheWrite:
     """Compute `stage` into a new local stage `<stage>_local` (register accumulators); `stage`
     becomes a copy-out that keeps the name, so later steps on `stage` schedule the copy."""
@@ -142,6 +153,7 @@ Step = (
     | Unroll
     | Parallel
     | Bind
+    | CacheRead
     | CacheWrite
     | ComputeAt
     | ComputeInline
@@ -158,6 +170,7 @@ STEP_TYPES: dict[str, type] = {
         Unroll,
         Parallel,
         Bind,
+        CacheRead,
         CacheWrite,
         ComputeAt,
         ComputeInline,

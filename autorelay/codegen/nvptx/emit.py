@@ -9,6 +9,7 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
   and stores back into `ld.global`/`st.global`);
 * loops bound to `blockIdx.*`/`threadIdx.*` are not loops: the variable is the index read from
   `llvm.nvvm.read.ptx.sreg.{ctaid,tid}.*`, guarded when the loop is shorter than the launch;
+* a `shared` allocation is a module-level `addrspace(3)` array, a `Barrier` is `bar.sync 0`;
 * math calls go to libdevice (`__nv_expf`, …), which `ptx.py` links in: LLVM's `llvm.exp.*`
   has no NVPTX lowering.
 """
@@ -16,11 +17,22 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
 from __future__ import annotations
 
 from autorelay.codegen.llvm.emit import SegmentEmitter, expand_unrolled, segments
-from autorelay.codegen.llvm.values import Val, float_hex, llvm_type
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_type
 from autorelay.codegen.nvptx.launch import Launch, launch_of
 from autorelay.target import Target
 from autorelay.te.expr import Call, Cmp, Const
-from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS, Buffer, For, If, PrimFunc, Stmt
+from autorelay.tir.nodes import (
+    BLOCK_TAGS,
+    THREAD_TAGS,
+    Allocate,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    PrimFunc,
+    Stmt,
+    walk_stmts,
+)
 
 # loop-IR math function -> libdevice name (float32; float64 drops the trailing "f")
 LIBDEVICE = {
@@ -30,6 +42,7 @@ LIBDEVICE = {
     "tan": "__nv_tanf", "atan": "__nv_atanf",
 }
 _SREG = {"blockIdx": "ctaid", "threadIdx": "tid"}
+_BARRIER = "@llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0: __syncthreads()
 
 
 def libdevice_name(fn: str, dtype: str) -> str:
@@ -41,6 +54,7 @@ class KernelEmitter(SegmentEmitter):
     def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt, launch: Launch):
         super().__init__(fname, buffers, stmt)
         self.launch = launch
+        self.globals: list[str] = []  # shared-memory arrays (addrspace 3)
 
     def emit(self) -> str:
         self.block = "entry"
@@ -55,8 +69,26 @@ class KernelEmitter(SegmentEmitter):
     def stmt_(self, s: Stmt) -> None:
         if isinstance(s, For) and s.kind in BLOCK_TAGS + THREAD_TAGS:
             self._bound(s)
+        elif isinstance(s, Barrier):
+            self.declared.add(f"declare void {_BARRIER}(i32)")
+            self.lines.append(f"  call void {_BARRIER}(i32 0)")
+        elif isinstance(s, Allocate) and s.buffer.scope == "shared":
+            b = s.buffer
+            name = f"{self.fname}_sh{len(self.globals)}"
+            self.globals.append(f"@{name} = internal addrspace(3) global [{b.size} x {mem_type(b.dtype)}] "
+                                f"undef, align 16")
+            self.allocas.append(f"  %{name} = addrspacecast ptr addrspace(3) @{name} to ptr")
+            self.ptr[id(b)] = f"%{name}"
+            self.stmt_(s.body)
         else:
             super().stmt_(s)
+
+    # code holding a barrier must not be duplicated into branches that threads may take apart
+    def _unswitch(self, s: For) -> bool:
+        return not _has_barrier(s) and super()._unswitch(s)
+
+    def _hoist_guards(self, body: Stmt) -> bool:
+        return not _has_barrier(body) and super()._hoist_guards(body)
 
     def _bound(self, s: For) -> None:
         """A loop bound to a block/thread index: its variable is the index."""
@@ -115,20 +147,25 @@ class KernelEmitter(SegmentEmitter):
         return Val(vec, dtype, lanes)
 
 
+def _has_barrier(s: Stmt) -> bool:
+    return any(isinstance(t, Barrier) for t in walk_stmts(s))
+
+
 def emit_nvptx_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, Launch]]]:
     """LLVM IR text (NVPTX) for `f` and, per segment, its kernel name and launch."""
     buffers = list(f.params) + list(f.workspaces)
-    funcs, info = [], []
+    funcs, info, globals_ = [], [], []
     declared: set[str] = set()
     for k, seg in enumerate(segments(f)):
         name = f"{symbol}_s{k}"
         launch = launch_of(seg, target)
         em = KernelEmitter(name, buffers, seg, launch)
         funcs.append(em.emit())
+        globals_ += em.globals
         declared |= em.declared
         info.append((name, launch))
     head = 'target triple = "nvptx64-nvidia-cuda"'
     attrs = "attributes #0 = { nounwind }"
     meta = '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.mustprogress"}'
-    text = "\n\n".join([head, *sorted(declared), *funcs, attrs, meta]) + "\n"
+    text = "\n\n".join([head, *globals_, *sorted(declared), *funcs, attrs, meta]) + "\n"
     return text, info

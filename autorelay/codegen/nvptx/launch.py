@@ -2,10 +2,12 @@
 
 Every top-level statement (segment) of a scheduled PrimFunc becomes one kernel. Its loops bound to
 `blockIdx.*` must be its outermost loops (a perfect nest, each index once): they give the grid.
-Loops bound to `threadIdx.*` may appear anywhere inside (several times, e.g. one nest to compute
-and one to copy out), never one inside another with the same index: the block's extent of each
-index is the largest extent bound to it, and a smaller loop is guarded. Code outside every thread
-loop runs in every thread of the block. A segment with no bound loops runs on one thread.
+Loops bound to `threadIdx.*` may appear anywhere inside, several times (one nest to compute, one
+to copy out) and even inside one bound to the same index (a shared-memory copy inside a thread's
+work: the same index again, the threads cooperating): the block's extent of each index is the
+largest extent bound to it, and a smaller loop is guarded. Code outside every thread loop runs in
+every thread of the block. A segment with no bound loops runs on one thread. A barrier must be
+reached by every thread: never under a guard or branch that depends on the thread index.
 
 The emitter (`emit.py`) and the CPU emulation (`emulate.py`) both read this one description, so
 a schedule the emulation accepts is the schedule the GPU runs.
@@ -17,8 +19,18 @@ from dataclasses import dataclass
 
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import Var
-from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS, For, Stmt, stmt_children, walk_stmts
+from autorelay.te.expr import Var, free_vars
+from autorelay.tir.nodes import (
+    BLOCK_TAGS,
+    THREAD_TAGS,
+    Allocate,
+    Barrier,
+    For,
+    If,
+    Stmt,
+    stmt_children,
+    walk_stmts,
+)
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
@@ -60,7 +72,7 @@ def launch_of(seg: Stmt, target: Target | None = None) -> Launch:
             raise ScheduleError(f"loop {loop.var.name}: {loop.kind} is bound twice in one kernel")
         grid[axis] = loop.extent
     block = [1, 1, 1]
-    _threads(body, block, frozenset())
+    _threads(body, block)
     for name, dims, top in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
         for d, (n, m) in enumerate(zip(dims, top)):
             if n > m:
@@ -69,10 +81,15 @@ def launch_of(seg: Stmt, target: Target | None = None) -> Launch:
     if target is not None and launch.threads > target.max_threads_per_block:
         raise ScheduleError(f"a block of {launch.threads} threads {launch.block} exceeds the target's "
                             f"{target.max_threads_per_block} threads per block")
+    _check_barriers(body, launch, frozenset(), False)
+    smem = shared_bytes(seg)
+    if target is not None and smem > target.max_shared_memory_per_block:
+        raise ScheduleError(f"the kernel's {smem} bytes of shared memory exceed the target's "
+                            f"{target.max_shared_memory_per_block} per block")
     return launch
 
 
-def _threads(s: Stmt, block: list[int], active: frozenset[str]) -> None:
+def _threads(s: Stmt, block: list[int]) -> None:
     """Record the largest extent bound to each threadIdx in `block`; check the nesting."""
     if isinstance(s, For):
         if s.kind in BLOCK_TAGS:
@@ -81,15 +98,34 @@ def _threads(s: Stmt, block: list[int], active: frozenset[str]) -> None:
         if s.kind == "parallel":
             raise ScheduleError(f"loop {s.var.name}: a GPU kernel has no parallel (CPU thread) loops")
         if s.kind in THREAD_TAGS:
-            if s.kind in active:
-                raise ScheduleError(f"loop {s.var.name}: {s.kind} is bound inside a loop bound to it")
             axis = "xyz".index(s.kind[-1])
             block[axis] = max(block[axis], s.extent)
-            active = active | {s.kind}
-        _threads(s.body, block, active)
-        return
     for c in stmt_children(s):
-        _threads(c, block, active)
+        _threads(c, block)
+
+
+def _check_barriers(s: Stmt, launch: Launch, tvars: frozenset[Var], divergent: bool) -> None:
+    """A barrier every thread reaches: none under a shortened thread loop or a thread-dependent If."""
+    if isinstance(s, Barrier) and divergent:
+        raise ScheduleError("a barrier (around a shared-memory copy) is under a condition on the thread "
+                            "index; make the loops around it cover the whole block")
+    if isinstance(s, For) and s.kind in THREAD_TAGS:
+        divergent = divergent or s.extent < launch.extent(s.kind)
+        tvars = tvars | {s.var}
+    if isinstance(s, If) and free_vars(s.cond) & tvars:
+        divergent = True
+    for c in stmt_children(s):
+        _check_barriers(c, launch, tvars, divergent)
+
+
+def shared_bytes(seg: Stmt) -> int:
+    """Bytes of shared memory a kernel allocates."""
+    return sum(t.buffer.size * _BYTES[t.buffer.dtype] for t in walk_stmts(seg)
+               if isinstance(t, Allocate) and t.buffer.scope == "shared")
+
+
+_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1,
+          "float16": 2}
 
 
 def bound_vars(seg: Stmt) -> dict[Var, str]:
