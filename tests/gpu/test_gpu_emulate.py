@@ -79,3 +79,53 @@ def test_a_schedule_reading_another_threads_registers_fails_in_emulation():
                       TARGET)
     for got in run_both_orders(bad, *xs):
         assert not np.allclose(got, xs[0] @ xs[1].T)
+
+
+def _without_barriers(s):
+    from autorelay.tir.nodes import Allocate, Barrier, If, Seq
+
+    if isinstance(s, Seq):
+        return Seq(tuple(_without_barriers(t) for t in s.stmts if not isinstance(t, Barrier)))
+    if isinstance(s, For):
+        return For(s.var, s.extent, _without_barriers(s.body), s.kind)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _without_barriers(s.body))
+    if isinstance(s, If):
+        return If(s.cond, _without_barriers(s.then),
+                  None if s.orelse is None else _without_barriers(s.orelse))
+    return s
+
+
+def test_shared_memory_gemm_needs_its_barriers():
+    """The default sgemm copies k-tiles into shared memory between barriers; the emulation runs
+    each barrier-delimited phase for all threads and matches NumPy — and without the barriers
+    threads read tiles not yet copied (or already overwritten), so it must not."""
+    import dataclasses
+
+    from autorelay.tir.nodes import Barrier
+
+    cdef, ref = CASES["sgemm"]()
+    code = emit_kernel(cdef, None, TARGET)
+    assert code.steps and any(isinstance(s, S.CacheRead) for s in code.steps)
+    assert sum(isinstance(s, Barrier) for s in walk_stmts(code.func.body)) == 2
+    assert "bar.sync" in code.code.ptx and ".shared" in code.code.ptx
+    _check(code, cdef, ref)
+    racy = dataclasses.replace(code, func=code.func.with_body(_without_barriers(code.func.body)))
+    xs = inputs(cdef)
+    assert not any(np.allclose(got, ref(*xs), rtol=1e-4, atol=1e-4) for got in run_both_orders(racy, *xs))
+
+
+def test_shared_memory_beyond_the_target_is_refused():
+    cdef, _ = CASES["sgemm"]()
+    small = resolve_target("cuda -arch=sm_90 -max_shared_memory_per_block=1024")
+    with pytest.raises(ScheduleError, match="bytes of shared memory exceed the target's 1024"):
+        emit_kernel(cdef, None, small)
+
+
+def test_cache_read_is_legal_only_for_inputs_read_by_its_readers():
+    cdef, _ = CASES["sgemm"]()
+    with pytest.raises(ScheduleError, match="not an input"):
+        emit_kernel(cdef, [S.CacheRead("C", ("C",))], TARGET)
+    with pytest.raises(ScheduleError, match="must be computed at a loop"):
+        emit_kernel(cdef, [S.CacheRead("A", ("C",))], TARGET)
+    assert S.from_json(S.to_json(S.CacheRead("A", ("C",)))) == S.CacheRead("A", ("C",))

@@ -18,18 +18,19 @@ needs_ptxas = pytest.mark.skipif(ptxas_path() is None,
                                  reason="ptxas not found: pip install nvidia-cuda-nvcc-cu12 (the dev extra)")
 
 
-def _configs(cdef, target, n_random: int):
+def _codes(cdef, target, n_random: int):
+    """The default kernel and `n_random` random legal ones (illegal points are pruned)."""
     tmpl = template_for(cdef, target=target)
-    yield None
+    yield None, emit_kernel(cdef, None, target)
     space, rng, done = tmpl.space(cdef, target), random.Random(3), 0
     while done < n_random:
         cfg = space.sample(rng)
         try:
-            tmpl.steps(cdef, cfg, target)
+            code = emit_kernel(cdef, cfg, target)
         except ScheduleError:
             continue
         done += 1
-        yield cfg
+        yield cfg, code
 
 
 def test_kernels_are_ptx_entries_reading_special_registers_and_libdevice_math():
@@ -50,8 +51,7 @@ def test_kernels_are_ptx_entries_reading_special_registers_and_libdevice_math():
 def test_gpu_templates_assemble_with_ptxas(case, arch):
     cdef, _ = CASES[case]()
     target = resolve_target(f"cuda -arch={arch}")
-    for cfg in _configs(cdef, target, 2):
-        code = emit_kernel(cdef, cfg, target)
+    for cfg, code in _codes(cdef, target, 2):
         report = run_ptxas(code.code.ptx, arch)
         assert set(report.kernels) == {n for n, _ in code.code.segments}
         for name, k in report.kernels.items():

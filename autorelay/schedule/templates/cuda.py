@@ -9,8 +9,10 @@
 * `cuda_dense` (dense, matmul, batch_matmul): each block computes a (threads_y·tile_m) x
   (threads_x·tile_n) tile of the output; each thread a tile_m x tile_n register tile
   (CacheWrite + ComputeAt at its thread loop, rows/columns unrolled), the reduction loop
-  outermost in it and unrolled by `unroll_k`. Batches are blockIdx.z. No shared memory yet: every
-  thread reads its rows of A and columns of B from global memory (through L1/L2).
+  outermost in it and unrolled by `unroll_k`. Batches are blockIdx.z. With `shared_k` > 0 the
+  reduction is tiled by it and both operands' k-tiles are copied into shared memory by all the
+  block's threads (CacheRead + ComputeAt), between barriers; every thread then reads its rows and
+  columns from there. With 0 every thread reads A and B from global memory (through L1/L2).
 
 Knob combinations that exceed the target's threads per block are ScheduleErrors where the steps
 are made, so a tuner prunes them.
@@ -25,7 +27,7 @@ from autorelay.schedule.templates.base import Template, pattern, register, tile_
 from autorelay.schedule.templates.dense import batch_axis
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
-from autorelay.te.expr import Reduce
+from autorelay.te.expr import Read, Reduce, walk
 from autorelay.te.tensor import ComputeDef, topo_order
 
 
@@ -99,6 +101,7 @@ class CudaDenseTemplate(Template):
             Knob("tile_m", [t for t in (1, 2, 4, 8) if t == 1 or t <= m]),
             Knob("tile_n", [t for t in (1, 2, 4, 8) if t == 1 or t <= n]),
             Knob("unroll_k", (1, 2, 4)),
+            Knob("shared_k", (0, 8, 16)),
         ))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
@@ -120,8 +123,9 @@ class CudaDenseTemplate(Template):
                             best = (score, tx, ty, tm, tn)
         assert best is not None
         _, tx, ty, tm, tn = best
+        shared = 8 if m >= ty * tm and n >= tx * tn else 0  # a barrier needs every thread busy
         return Config(self.name, (("threads_x", tx), ("threads_y", ty), ("tile_m", tm), ("tile_n", tn),
-                                  ("unroll_k", 4)))
+                                  ("unroll_k", 4), ("shared_k", shared)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
@@ -155,16 +159,41 @@ class CudaDenseTemplate(Template):
         k = red.op.reduce_axes[0].name
         acc_ax = [a.name for a in red.op.axes]
         ai, aj = acc_ax[-2], acc_ax[-1]
-        order: tuple[str, ...] = (k,)
-        uk = config["unroll_k"]
+        uk, sk = config["unroll_k"], config["shared_k"]
+        order: list[str] = []
+        if sk:
+            steps.append(S.Split(acc, k, sk, "k.s", "k.in"))
+            order, k = ["k.s"], "k.in"
         if uk > 1:
-            steps.append(S.Split(acc, k, uk))
-            order = (f"{k}_o", f"{k}_i")
+            steps.append(S.Split(acc, k, uk, f"{k}.o", f"{k}.u"))
+            order += [f"{k}.o", f"{k}.u"]
+        else:
+            order.append(k)
         steps.append(S.Reorder(acc, (*order, ai, aj)))
         if uk > 1:
-            steps.append(S.Unroll(acc, f"{k}_i"))
+            steps.append(S.Unroll(acc, f"{k}.u"))
         steps += [S.Unroll(acc, ai), S.Unroll(acc, aj)]
+        if sk:
+            steps += _shared_copies(cdef, red, acc, tx, ty)
         return tuple(steps)
+
+
+def _shared_copies(cdef: ComputeDef, red, acc: str, tx: int, ty: int) -> list[S.Step]:
+    """Both GEMM operands through shared memory, one k-tile per iteration of the accumulator's
+    `k.s` loop, each copied by all tx x ty threads of the block (consecutive threads, consecutive
+    elements)."""
+    steps: list[S.Step] = []
+    reads = {n.tensor.name for n in walk(red.op.body) if isinstance(n, Read)}
+    for t in cdef.inputs:
+        if t.name not in reads:
+            continue
+        copy = f"{t.name}_shared"
+        fs, ax = _outer_fuse(copy, [f"ax{d}" for d in range(t.ndim)])
+        assert ax is not None
+        steps += [S.CacheRead(t.name, (acc,)), S.ComputeAt(copy, acc, "k.s"), *fs,
+                  S.Split(copy, ax, tx, "c.o", "c.x"), S.Split(copy, "c.o", ty, "c.oo", "c.y"),
+                  S.Bind(copy, "c.x", "threadIdx.x"), S.Bind(copy, "c.y", "threadIdx.y")]
+    return steps
 
 
 class CudaReductionTemplate(Template):
