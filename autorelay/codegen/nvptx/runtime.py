@@ -3,6 +3,7 @@ copy NumPy arrays to the device, launch the segments in order and copy the outpu
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,12 +23,16 @@ class GPUModule:
         for fn, launch in self.functions:
             self.driver.launch(fn, launch.grid, launch.block, pointers)
 
-    def run(self, arrays: list[np.ndarray], outputs: int, repeat: int = 0) -> float | None:
-        """Run on `arrays` (inputs, outputs, workspaces in parameter order; the outputs and
-        workspaces are written in place). Copies the first `len(arrays) - outputs…` in, launches,
-        copies everything back; with `repeat` > 0 also times that many launches (ms per run)."""
+    def bind(self, ins: list[np.ndarray], outs: list[np.ndarray], ws: list[np.ndarray]) -> GPUBoundKernel:
+        return GPUBoundKernel(self, ins, outs, ws)
+
+    def run(self, arrays: list[np.ndarray], repeat: int = 0) -> float | None:
+        """Run once on `arrays` (contiguous; every parameter then workspace, in order): all are
+        copied to the device and back, so outputs are written in place. With `repeat` > 0 also
+        time that many further launches with CUDA events; returns ms per launch."""
         drv = self.driver
-        arrays = [np.ascontiguousarray(a) for a in arrays]
+        if not all(a.flags.c_contiguous for a in arrays):
+            raise ValueError("GPUModule.run: arrays must be C-contiguous (they are written in place)")
         ptrs = [drv.alloc(a.nbytes) for a in arrays]
         try:
             for p, a in zip(ptrs, arrays):
@@ -41,6 +46,32 @@ class GPUModule:
         finally:
             for p in ptrs:
                 drv.free(p)
+
+
+class GPUBoundKernel:
+    """A GPU kernel with its host arrays fixed (the `BoundKernel` of `Kernel.bind` for cuda
+    targets): device buffers are allocated once; each call copies the inputs in, launches every
+    segment and copies the outputs back, so `Kernel.run` works as it does on the CPU."""
+
+    def __init__(self, module: GPUModule, ins: list[np.ndarray], outs: list[np.ndarray],
+                 ws: list[np.ndarray]):
+        self.module, self.inputs, self.outputs, self.workspaces = module, ins, outs, ws
+        drv = module.driver
+        self.pointers = [drv.alloc(a.nbytes) for a in (*ins, *outs, *ws)]
+
+    def __call__(self) -> None:
+        drv = self.module.driver
+        for p, a in zip(self.pointers, self.inputs):
+            drv.to_device(p, a.ctypes.data, a.nbytes)
+        self.module.launch_all(self.pointers)
+        drv.synchronize()
+        for p, a in zip(self.pointers[len(self.inputs):], self.outputs):
+            drv.to_host(a.ctypes.data, p, a.nbytes)
+
+    def __del__(self) -> None:
+        for p in getattr(self, "pointers", ()):
+            with contextlib.suppress(Exception):  # the context may be gone at interpreter exit
+                self.module.driver.free(p)
 
 
 def load_module(ptx: str, names: list[str], launches: list[Launch], key: str,
