@@ -343,6 +343,9 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
                    executor: str = "graph") -> Any:
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here."""
+    if target.kind != "cpu":  # the executors run host-memory kernels; GPU kernels: compile_kernel
+        raise BuildError(f"build: models for {str(target).split()[0]} targets are not supported yet "
+                         "(single kernels are: autorelay.kernel.compile_kernel)")
     if executor == "vm":
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":

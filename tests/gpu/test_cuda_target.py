@@ -42,3 +42,15 @@ def test_limits_of_an_unresolved_cuda_target_are_an_error():
     with pytest.raises(TargetError, match="resolve it"):
         _ = Target(kind="cuda", options=(("arch", "sm_90"),)).max_threads_per_block
     assert all(set(CUDA_LIMITS) == set(v) for v in ARCH_LIMITS.values())
+
+
+def test_models_do_not_build_or_tune_for_cuda_yet():
+    from autorelay.build_module import BuildError, build
+    from autorelay.frontend import zoo
+    from search.extract import extract_tasks
+
+    mod, params = zoo.get("mlp")
+    with pytest.raises(BuildError, match="cuda targets are not supported yet"):
+        build(mod, "cuda -arch=sm_90", params=params)
+    with pytest.raises(TargetError, match="tuning models for cuda targets"):
+        extract_tasks(mod, params, "cuda -arch=sm_90")
