@@ -58,7 +58,7 @@ from autorelay.runtime.graph_executor import GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
-from autorelay.target import Target
+from autorelay.target import Target, TargetError
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
@@ -344,7 +344,7 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here."""
     if target.kind != "cpu":  # the executors run host-memory kernels; GPU kernels: compile_kernel
-        raise BuildError(f"build: models for {str(target).split()[0]} targets are not supported yet "
+        raise TargetError(f"build: models for {str(target).split()[0]} targets are not supported yet "
                          "(single kernels are: autorelay.kernel.compile_kernel)")
     if executor == "vm":
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
