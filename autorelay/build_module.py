@@ -59,7 +59,7 @@ from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.runtime.specializing import SpecializingExecutable
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
-from autorelay.target import Target
+from autorelay.target import Target, TargetError
 from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
@@ -360,6 +360,9 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
                    executor: str = "graph") -> Any:
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here."""
+    if target.kind != "cpu":  # the executors run host-memory kernels; GPU kernels: compile_kernel
+        raise TargetError(f"build: models for {str(target).split()[0]} targets are not supported yet "
+                         "(single kernels are: autorelay.kernel.compile_kernel)")
     if executor == "vm":
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":

@@ -60,7 +60,7 @@ class Kernel:
     """A loaded kernel: its code and the backend module whose entry points run it."""
 
     code: KernelCode
-    module: CompiledModule
+    module: CompiledModule  # or the backend's module (cuda: `GPUModule`)
     target: Target
 
     @property
@@ -119,6 +119,8 @@ class Kernel:
                     )
         assert len(outs) == n_out
         ws = [np.zeros(b.shape, b.dtype) for b in self.func.workspaces]
+        if self.target.kind != "cpu":  # the backend's module binds device buffers (cuda)
+            return self.module.bind(ins, outs, ws)
         return BoundKernel(self, ins, outs, ws)
 
     def run(self, *arrays: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
@@ -172,7 +174,7 @@ def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
     cdef = as_compute_def(compute)
     target = resolve_target(target if target is not None else "llvm", None if target is not None else 1)
     if config is None:
-        tmpl = template_for(cdef)
+        tmpl = template_for(cdef, target=target)
         steps = tmpl.steps(cdef, tmpl.default(cdef, target), target)
     elif isinstance(config, Config):
         tmpl = template_for(cdef, config.template)

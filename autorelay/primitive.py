@@ -129,7 +129,7 @@ def config_text(cdef: ComputeDef, config: Config | None, target: Target) -> str:
     if config is not None:
         return f"{config.template} {config.as_dict()}"
     try:
-        tmpl = template_for(cdef)
+        tmpl = template_for(cdef, target=target)
         return f"{tmpl.name} {tmpl.default(cdef, target).as_dict()}"
     except Exception:  # a compute no template claims is scheduled by explicit steps
         return "explicit steps"

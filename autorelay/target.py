@@ -16,6 +16,8 @@ the tuning log's key for the target:
     llvm -mcpu=znver5 -mattr=+avx2,+fma      a named CPU with explicit features
     llvm -mattr-hash=… -mcpu=znver5 -threads=2   the canonical form: the feature string by digest,
                                                   options sorted (the tuning log's spelling)
+    cuda -arch=sm_90                         an NVIDIA GPU (resolved by the NVPTX backend, which adds
+                                             the device limits: -max_threads_per_block=1024 …)
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ PREFIX_KIND = {v: k for k, v in KIND_PREFIX.items()}
 
 _DTYPE_BITS = {"float32": 32, "float64": 64, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
                "int16": 16, "uint16": 16, "int8": 8, "uint8": 8, "bool": 8}  # bools are bytes in memory
+
+
+# The device limits a resolved cuda target carries as options (the driver's values when a GPU is
+# present, else the documented defaults of its architecture).
+CUDA_LIMITS = ("max_threads_per_block", "max_shared_memory_per_block", "warp_size", "registers_per_block")
 
 
 class TargetError(AutoRelayError, ValueError):
@@ -80,6 +87,37 @@ class Target:
     @property
     def vector_registers(self) -> int:
         return 32 if self.has("avx512f") else 16
+
+    # ---- GPU limits (cuda targets; `autorelay.codegen.nvptx.device` fills them in) -----------
+    @property
+    def arch(self) -> str:
+        """The CUDA compute capability as an LLVM CPU name (`sm_90`); cuda targets only."""
+        return self.option("arch") or ""
+
+    def limit(self, name: str) -> int:
+        """A device limit of a cuda target (see `CUDA_LIMITS`), as resolved into its options."""
+        if name not in CUDA_LIMITS:
+            raise TargetError(f"unknown device limit {name!r}; known: {', '.join(CUDA_LIMITS)}")
+        value = self.option(name)
+        if value is None:
+            raise TargetError(f"target {self} has no {name}; resolve it with resolve_target first")
+        return int(value)
+
+    @property
+    def max_threads_per_block(self) -> int:
+        return self.limit("max_threads_per_block")
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        return self.limit("max_shared_memory_per_block")
+
+    @property
+    def warp_size(self) -> int:
+        return self.limit("warp_size")
+
+    @property
+    def registers_per_block(self) -> int:
+        return self.limit("registers_per_block")
 
     # ---- names --------------------------------------------------------------------------------
     def key(self) -> str:
@@ -164,4 +202,4 @@ def parse_target(text: str) -> TargetSpec:
     return TargetSpec(kind, cpu, features, fhash, threads, tuple(sorted(options)))
 
 
-__all__ = ["Target", "TargetError", "TargetSpec", "parse_target", "strip_threads"]
+__all__ = ["CUDA_LIMITS", "Target", "TargetError", "TargetSpec", "parse_target", "strip_threads"]

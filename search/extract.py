@@ -31,7 +31,7 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import NoCompute, describe_workload, lower, workload_key
 from autorelay.primitive import kernel_name
 from autorelay.schedule.space import Config
-from autorelay.target import Target
+from autorelay.target import Target, TargetError
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 from search.task import Task, count_flops, kernel_task
@@ -126,6 +126,9 @@ def extract_all(
 
 def extract_prepared(fused: IRModule, target: Target) -> Extraction:
     """`extract_all` of a module that is already prepared (weights bound, pipeline run)."""
+    if target.kind != "cpu":  # GPU kernels compile (compile_kernel), but nothing measures them yet
+        raise TargetError(f"tuning models for {str(target).split()[0]} targets is not supported yet; "
+                          "tune with an llvm target")
     order: list[str] = []
     first: dict[str, Function] = {}
     counts: dict[str, int] = {}

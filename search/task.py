@@ -156,7 +156,7 @@ def kernel_task(
     obj = cdef_or_builder() if is_builder else cdef_or_builder
     cdef = as_compute_def(obj)
     target = target or host_target()
-    tmpl = template_for(cdef, template)
+    tmpl = template_for(cdef, template, target)
     space = tmpl.space(cdef, target)
     default = tmpl.default(cdef, target)
     shapes = [list(t.shape) for t in (*cdef.inputs, *cdef.outputs)]

@@ -7,6 +7,7 @@ value becomes a concrete `Target`: the backend of its kind fills in what the tex
 machine (for the CPU: the host's name and features).
 
     cpu   LLVM through llvmlite (`autorelay.codegen.llvm`)
+    cuda  NVPTX through llvmlite, PTX loaded by the CUDA driver (`autorelay.codegen.nvptx`)
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import os
 
 from autorelay.codegen.base import Backend, BackendCode
 from autorelay.codegen.llvm.backend import CPU_BACKEND
+from autorelay.codegen.nvptx.backend import NVPTX_BACKEND
 from autorelay.target import Target, TargetError, TargetSpec, parse_target
 
-BACKENDS: dict[str, Backend] = {"cpu": CPU_BACKEND}
+BACKENDS: dict[str, Backend] = {"cpu": CPU_BACKEND, "cuda": NVPTX_BACKEND}
 
 
 def backend_for(target: Target) -> Backend:
@@ -25,7 +27,7 @@ def backend_for(target: Target) -> Backend:
     backend = BACKENDS.get(target.kind)
     if backend is not None:
         return backend
-    raise TargetError(f"no backend for target kind {target.kind!r} yet (only the CPU: 'llvm')")
+    raise TargetError(f"no backend for target kind {target.kind!r} yet (known: {', '.join(BACKENDS)})")
 
 
 def host_threads() -> int:

@@ -3,6 +3,8 @@
 from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.steps import (
+    Bind,
+    CacheRead,
     CacheWrite,
     ComputeAt,
     ComputeInline,
@@ -20,6 +22,8 @@ from autorelay.schedule.steps import (
 )
 
 __all__ = [
+    "Bind",
+    "CacheRead",
     "CacheWrite",
     "ComputeAt",
     "ComputeInline",

@@ -35,7 +35,7 @@ from autorelay.te.expr import (
     transform,
     walk,
 )
-from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Stmt, Store, seq
+from autorelay.tir.nodes import Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
 from autorelay.tir.simplify import from_linear, interval, linear, simplify, simplify_stmt
 
 MAX_VECTOR = 64
@@ -164,12 +164,14 @@ class Lowerer:
                     f"ComputeAt {prod.name}: {c.name} also reads it but is neither {cons.name} nor "
                     f"computed at the same loop"
                 )
+        # a block's shared copy serves all its threads: thread indices count as inner loops
+        relax = self._thread_bounds() if prod.scope == "shared" else {}
         reads = []
         for c, inner_vars in readers:
             lay = self.layout[c.name]
             vals = self._root_vals(c)
             all_b = {v: (0, lay.leaf_ext[v] - 1) for v in c.leaves}
-            inner = {v: all_b[v] for v in inner_vars}
+            inner = {**relax, **{v: all_b[v] for v in inner_vars}}
             for n in _reads(self.bodies[c.name]):
                 if n.tensor is prod.tensor:
                     reads.append((n, vals, all_b, inner))
@@ -212,8 +214,20 @@ class Lowerer:
         exts = [lh[1] - lh[0] + 1 for lh in lo_hi]
         return out_base, exts
 
+    def _thread_bounds(self) -> dict[Var, tuple[int, int]]:
+        """Bounds of every loop bound to a GPU thread index in the stages laid out so far."""
+        out: dict[Var, tuple[int, int]] = {}
+        for s in self.stages:
+            lay = self.layout.get(s.name)
+            for v in s.leaves if lay is not None else ():
+                if s.kind[v].startswith("threadIdx"):
+                    out[v] = (0, lay.leaf_ext[v] - 1)  # type: ignore[union-attr]
+        return out
+
     def compute_layouts(self) -> None:
         for st in reversed(self.stages):  # consumers before producers
+            if st.attach is None and st.scope == "shared":
+                raise ScheduleError(f"stage {st.name}: shared memory must be computed at a loop (ComputeAt)")
             if st.attach is None:
                 root_ext = {a.var: a.extent for a in st.axes + st.raxes}
                 self._layout_root(st, root_ext, [Const(0, "int64")] * len(st.axes), [])
@@ -324,7 +338,13 @@ class Lowerer:
                 return main
             v = st.leaves[p]
             prods = attached.get(v, [])
-            inner = seq([self.nest(s) for s in prods] + [build(p + 1)])
+            copies = [self.nest(s) for s in prods]
+            if any(s.scope == "shared" for s in prods):
+                # every thread's part of the copy lands before any thread reads it, and every
+                # thread has read it before the next iteration overwrites it
+                inner = seq([*copies, Barrier(), build(p + 1), Barrier()])
+            else:
+                inner = seq([*copies, build(p + 1)])
             for s in prods:
                 inner = Allocate(self.layout[s.name].buffer, inner)
             loop = For(v, lay.leaf_ext[v], inner, st.kind[v])

@@ -13,6 +13,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
+from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
 
 
 @dataclass
@@ -132,6 +133,9 @@ def apply_step(state: State, step: S.Step) -> None:
     if isinstance(step, S.Pack):
         _pack(state, step)
         return
+    if isinstance(step, S.CacheRead):
+        _cache_read(state, step)
+        return
     st = state.stage(step.stage)
     if isinstance(step, S.Split):
         v = st.leaf(step.axis)
@@ -178,6 +182,8 @@ def apply_step(state: State, step: S.Step) -> None:
                 f"{type(step).__name__} {st.name}.{step.axis}: a reduction axis cannot be {kind}"
             )
         st.kind[v] = kind
+    elif isinstance(step, S.Bind):
+        _bind(st, step)
     elif isinstance(step, S.CacheWrite):
         _cache_write(state, st)
     elif isinstance(step, S.ComputeAt):
@@ -187,7 +193,7 @@ def apply_step(state: State, step: S.Step) -> None:
         if tgt not in state.consumers(st):
             raise ScheduleError(f"ComputeAt {st.name}: target {tgt.name} does not read it")
         st.attach = (tgt.name, tgt.leaf(step.axis))
-        st.scope = "local"
+        st.scope = "shared" if st.scope == "shared" else "local"
     elif isinstance(step, S.ComputeInline):
         if st.combiner is not None or st.is_output:
             raise ScheduleError(f"ComputeInline {st.name}: only a non-output injective stage can be inlined")
@@ -198,6 +204,43 @@ def apply_step(state: State, step: S.Step) -> None:
         _pad(state, st, step)
     else:
         raise ScheduleError(f"unknown schedule step {step!r}")
+
+
+def _bind(st: Stage, step: S.Bind) -> None:
+    v = st.leaf(step.axis)
+    if step.thread not in BLOCK_TAGS + THREAD_TAGS:
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: unknown index {step.thread!r} "
+                            f"(known: {', '.join(BLOCK_TAGS + THREAD_TAGS)})")
+    _check_free(st, v, "bind")
+    if v in st.is_reduce_var:
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: a reduction axis cannot be bound to {step.thread}")
+    if step.thread in st.kind.values():
+        raise ScheduleError(f"Bind {st.name}.{step.axis}: {step.thread} is already bound in this stage")
+    st.kind[v] = step.thread
+
+
+def _cache_read(state: State, step: S.CacheRead) -> None:
+    if step.scope != "shared":
+        raise ScheduleError(f"CacheRead {step.tensor}: unknown scope {step.scope!r} (known: shared)")
+    if step.tensor not in state.inputs:
+        raise ScheduleError(f"CacheRead: {step.tensor!r} is not an input (inputs: {', '.join(state.inputs)})")
+    t = state.inputs[step.tensor]
+    name = f"{t.name}_{step.scope}"
+    if any(s.name == name for s in state.stages):
+        raise ScheduleError(f"CacheRead {t.name}: stage {name} already exists")
+    readers = [state.stage(r) for r in step.readers]
+    if not readers:
+        raise ScheduleError(f"CacheRead {t.name}: no reader stages given")
+    axes = tuple(IterVar(Var(f"ax{d}"), s) for d, s in enumerate(t.shape))
+    copy_t = Tensor(name, t.shape, t.dtype, ComputeOp(axes, Read(t, tuple(a.var for a in axes), t.dtype),
+                                                      "injective"))
+    for r in readers:
+        if not any(isinstance(n, Read) and n.tensor is t for n in walk(r.body)):
+            raise ScheduleError(f"CacheRead {t.name}: stage {r.name} does not read it")
+        r.body = transform(r.body, lambda n: Read(copy_t, n.indices, n.dtype)
+                           if isinstance(n, Read) and n.tensor is t else None)
+    first = min(state.stages.index(r) for r in readers)
+    state.stages.insert(first, make_stage(copy_t, False, scope=step.scope))
 
 
 def _cache_write(state: State, st: Stage) -> None:

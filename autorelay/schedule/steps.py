@@ -78,6 +78,28 @@ class Parallel:
 
 
 @dataclass(frozen=True)
+class Bind:
+    """Bind a data-parallel loop to a GPU index: `thread` is one of blockIdx.{x,y,z} or
+    threadIdx.{x,y,z}. The loop disappears from the kernel; each block or thread runs one
+    iteration (see `autorelay.tir.nodes.BLOCK_TAGS`)."""
+
+    stage: str
+    axis: str
+    thread: str
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """Read input `tensor` in the stages `readers` through a copy in GPU `scope` memory ("shared"):
+    a new stage `<tensor>_<scope>`, to be computed at a loop of a reader (ComputeAt) — the region
+    that loop's block needs, filled cooperatively by its threads, with barriers around it."""
+
+    tensor: str
+    readers: tuple[str, ...]
+    scope: str = "shared"
+
+
+@dataclass(frozen=True)
 class CacheWrite:
     """Compute `stage` into a new local stage `<stage>_local` (register accumulators); `stage`
     becomes a copy-out that keeps the name, so later steps on `stage` schedule the copy."""
@@ -130,6 +152,8 @@ Step = (
     | Vectorize
     | Unroll
     | Parallel
+    | Bind
+    | CacheRead
     | CacheWrite
     | ComputeAt
     | ComputeInline
@@ -145,6 +169,8 @@ STEP_TYPES: dict[str, type] = {
         Vectorize,
         Unroll,
         Parallel,
+        Bind,
+        CacheRead,
         CacheWrite,
         ComputeAt,
         ComputeInline,

@@ -1,9 +1,10 @@
 """Loop IR statements: the imperative program a schedule lowers a compute to.
 
 Expressions are shared with the compute DSL (`autorelay.te.expr`); memory is accessed through
-`Load(buffer, flat_index)` / `Store`. Loops start at 0 and carry a kind that code generation
-honours: serial, parallel (outlined to the thread pool), vectorized (explicit vector ops) or
-unrolled (the body is replicated with the variable replaced by each constant).
+`Load(buffer, flat_index)` / `Store`; `Barrier` synchronises a GPU block. Loops start at 0 and
+carry a kind that code generation honours: serial, parallel (outlined to the thread pool),
+vectorized (explicit vector ops), unrolled (the body is replicated with the variable replaced by
+each constant), or bound to a GPU block or thread index (`blockIdx.x` …, `threadIdx.x` …).
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from dataclasses import dataclass, replace
 
 from autorelay.te.expr import Expr, Var
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+# GPU loops: a loop bound to a block or thread index is not a loop in the kernel; its variable is
+# that index (the launch's extent for the tag is the largest extent bound to it; smaller loops
+# are guarded). `autorelay.codegen.nvptx.launch` checks how they nest.
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", *BLOCK_TAGS, *THREAD_TAGS)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Buffer:
-    """A dense row-major array. scope: 'global' (an argument or workspace) or 'local' (stack)."""
+    """A dense row-major array. scope: 'global' (an argument or workspace), 'local' (stack; a GPU
+    thread's private memory) or 'shared' (a GPU block's shared memory)."""
 
     name: str
     shape: tuple[int, ...]
@@ -73,6 +80,12 @@ class If(Stmt):
     cond: Expr
     then: Stmt
     orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier(Stmt):
+    """Every thread of a GPU block waits here until all have arrived (`__syncthreads`); emitted
+    around shared-memory copies. Only GPU code generation and its CPU emulation accept it."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Read, Reduce, Select, Var
-from autorelay.tir.nodes import Allocate, For, If, PrimFunc, Seq, Stmt, Store
+from autorelay.tir.nodes import Allocate, Barrier, For, If, PrimFunc, Seq, Stmt, Store
 
 _SYM = {
     "add": "+",
@@ -79,6 +79,8 @@ def stmt_lines(s: Stmt, indent: int = 0) -> list[str]:
         if s.orelse is not None:
             out += [f"{pad}else:"] + stmt_lines(s.orelse, indent + 1)
         return out
+    if isinstance(s, Barrier):
+        return [f"{pad}barrier"]
     raise TypeError(f"stmt_lines: unknown statement {type(s).__name__}")
 
 

@@ -22,7 +22,7 @@ from autorelay.te.expr import (
     substitute,
     transform,
 )
-from autorelay.tir.nodes import Allocate, For, If, Seq, Stmt, Store, seq
+from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
 
 Bounds = dict[Var, tuple[int, int]]
 Linear = tuple[dict[Expr, int], int]
@@ -287,6 +287,8 @@ def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt | None:
         if then is None:
             return If(Not(cond), orelse)  # type: ignore[arg-type]
         return If(cond, then, orelse)
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(f"simplify_stmt: unknown statement {type(s).__name__}")
 
 
@@ -305,6 +307,8 @@ def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
             substitute_stmt(s.then, mapping),
             None if s.orelse is None else substitute_stmt(s.orelse, mapping),
         )
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(f"substitute_stmt: unknown statement {type(s).__name__}")
 
 

@@ -8,7 +8,7 @@ segment, vectorized loops contain no loops, and unguarded accesses provably stay
 from __future__ import annotations
 
 from autorelay.te.expr import Expr, Load, Var, free_vars, walk
-from autorelay.tir.nodes import LOOP_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store
+from autorelay.tir.nodes import LOOP_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Seq, Stmt, Store
 from autorelay.tir.simplify import interval
 
 
@@ -73,5 +73,5 @@ def _check(s: Stmt, bufs: set[int], bounds: dict, guarded: bool, top: bool, in_v
         _check(s.then, bufs, bounds, True, False, in_vec)
         if s.orelse is not None:
             _check(s.orelse, bufs, bounds, True, False, in_vec)
-    else:
+    elif not isinstance(s, Barrier):
         raise VerifyError(f"unknown statement {type(s).__name__}")

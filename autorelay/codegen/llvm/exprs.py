@@ -249,8 +249,13 @@ class ExprEmitter:
         if isinstance(e, Cast):
             return self._cast(e)
         if isinstance(e, Call):
-            return emit_call(self, e)
+            return self.call(e)
         raise TypeError(f"codegen: cannot emit {type(e).__name__}")
+
+    def call(self, e: Call) -> Val:
+        """A math function call; a backend whose target lacks LLVM's math lowering (NVPTX: no
+        libm) overrides this."""
+        return emit_call(self, e)
 
     def _splat(self, scalar: str, lanes: int) -> str:
         if not lanes:

@@ -20,6 +20,7 @@ from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 class Template:
     name = "template"
     tags: tuple[str, ...] = ()
+    kind = "cpu"  # the target kind the template schedules for
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         raise NotImplementedError
@@ -49,7 +50,15 @@ def templates() -> dict[str, Template]:
 
 
 def _load() -> None:
-    from autorelay.schedule.templates import conv, dense, depthwise, generic, pointwise, winograd  # noqa: F401 - registers templates
+    from autorelay.schedule.templates import (  # noqa: F401 - registers templates
+        conv,
+        cuda,
+        dense,
+        depthwise,
+        generic,
+        pointwise,
+        winograd,
+    )
 
 
 @dataclass(frozen=True)
@@ -86,17 +95,23 @@ def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
         raise ScheduleError(f"config not in the {config.template} space of {cdef.name}: {e}") from None
 
 
-def template_for(cdef: ComputeDef, name: str | None = None) -> Template:
+def template_for(cdef: ComputeDef, name: str | None = None, target: Target | None = None) -> Template:
+    """The template named `name`, or the one claiming `cdef` among the templates of `target`'s
+    kind (None: the CPU's)."""
     _load()
     if name is not None:
         if name not in _TEMPLATES:
             raise ScheduleError(f"unknown template {name!r} (known: {', '.join(sorted(_TEMPLATES))})")
         return _TEMPLATES[name]
+    kind = target.kind if target is not None else "cpu"
+    prefix = "" if kind == "cpu" else f"{kind}_"
     pat = pattern(cdef)
     if pat.reduce is None:
-        return _TEMPLATES["injective"]
+        return _TEMPLATES[f"{prefix}injective"]
     for tag in (pat.reduce.op.tag, pat.output.op.tag):
         for t in _TEMPLATES.values():
-            if tag and tag in t.tags and t.name != "injective":
+            if tag and tag in t.tags and t.kind == kind and t.name != f"{prefix}injective":
                 return t
-    return _TEMPLATES["reduction" if pat.reduce is not None else "injective"]
+    if f"{prefix}reduction" not in _TEMPLATES:
+        raise ScheduleError(f"{cdef.name}: no {kind} template schedules this reduction yet")
+    return _TEMPLATES[f"{prefix}reduction"]

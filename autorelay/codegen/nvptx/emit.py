@@ -1,0 +1,171 @@
+"""Loop IR -> LLVM IR for NVPTX: one `ptx_kernel` per segment of a GPU-scheduled PrimFunc.
+
+The statement and expression emission is the CPU backend's (`SegmentEmitter`, `ExprEmitter`):
+serial, unrolled and vectorized loops, guard unswitching, register tiles in entry-block allocas,
+integer and float arithmetic are target-neutral LLVM IR. What differs is here:
+
+* the kernel signature: `define ptx_kernel void @k(ptr addrspace(1) noalias %g0, ...)`; each
+  global pointer is cast to a generic one once (LLVM's address-space inference turns the loads
+  and stores back into `ld.global`/`st.global`);
+* loops bound to `blockIdx.*`/`threadIdx.*` are not loops: the variable is the index read from
+  `llvm.nvvm.read.ptx.sreg.{ctaid,tid}.*`, guarded when the loop is shorter than the launch;
+* a `shared` allocation is a module-level `addrspace(3)` array, a `Barrier` is `bar.sync 0`;
+* math calls go to libdevice (`__nv_expf`, …), which `ptx.py` links in: LLVM's `llvm.exp.*`
+  has no NVPTX lowering.
+"""
+
+from __future__ import annotations
+
+from autorelay.codegen.llvm.emit import SegmentEmitter, expand_unrolled, segments
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_type
+from autorelay.codegen.nvptx.launch import Launch, launch_of
+from autorelay.target import Target
+from autorelay.te.expr import Call, Cmp, Const
+from autorelay.tir.nodes import (
+    BLOCK_TAGS,
+    THREAD_TAGS,
+    Allocate,
+    Barrier,
+    Buffer,
+    For,
+    If,
+    PrimFunc,
+    Stmt,
+    walk_stmts,
+)
+
+# loop-IR math function -> libdevice name (float32; float64 drops the trailing "f")
+LIBDEVICE = {
+    "exp": "__nv_expf", "log": "__nv_logf", "sqrt": "__nv_sqrtf", "abs": "__nv_fabsf",
+    "floor": "__nv_floorf", "ceil": "__nv_ceilf", "round": "__nv_rintf", "pow": "__nv_powf",
+    "tanh": "__nv_tanhf", "erf": "__nv_erff", "sin": "__nv_sinf", "cos": "__nv_cosf",
+    "tan": "__nv_tanf", "atan": "__nv_atanf",
+}
+_SREG = {"blockIdx": "ctaid", "threadIdx": "tid"}
+_BARRIER = "@llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0: __syncthreads()
+
+
+def libdevice_name(fn: str, dtype: str) -> str:
+    name = LIBDEVICE[fn]
+    return name if dtype == "float32" else name[:-1]
+
+
+class KernelEmitter(SegmentEmitter):
+    def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt, launch: Launch):
+        super().__init__(fname, buffers, stmt)
+        self.launch = launch
+        self.globals: list[str] = []  # shared-memory arrays (addrspace 3)
+
+    def emit(self) -> str:
+        self.block = "entry"
+        self.lines += [f"  %b{i} = addrspacecast ptr addrspace(1) %g{i} to ptr"
+                       for i in range(len(self.buffers))]
+        self.stmt_(expand_unrolled(self.stmt, {}))
+        self.lines.append("  ret void")
+        args = ", ".join(f"ptr addrspace(1) noalias %g{i}" for i in range(len(self.buffers)))
+        head = f"define ptx_kernel void @{self.fname}({args}) #0 {{\nentry:"
+        return "\n".join([head, *self.allocas, *self.lines, "}"])
+
+    def stmt_(self, s: Stmt) -> None:
+        if isinstance(s, For) and s.kind in BLOCK_TAGS + THREAD_TAGS:
+            self._bound(s)
+        elif isinstance(s, Barrier):
+            self.declared.add(f"declare void {_BARRIER}(i32)")
+            self.lines.append(f"  call void {_BARRIER}(i32 0)")
+        elif isinstance(s, Allocate) and s.buffer.scope == "shared":
+            b = s.buffer
+            name = f"{self.fname}_sh{len(self.globals)}"
+            self.globals.append(f"@{name} = internal addrspace(3) global [{b.size} x {mem_type(b.dtype)}] "
+                                f"undef, align 16")
+            self.allocas.append(f"  %{name} = addrspacecast ptr addrspace(3) @{name} to ptr")
+            self.ptr[id(b)] = f"%{name}"
+            self.stmt_(s.body)
+        else:
+            super().stmt_(s)
+
+    # code holding a barrier must not be duplicated into branches that threads may take apart
+    def _unswitch(self, s: For) -> bool:
+        return not _has_barrier(s) and super()._unswitch(s)
+
+    def _hoist_guards(self, body: Stmt) -> bool:
+        return not _has_barrier(body) and super()._hoist_guards(body)
+
+    def _bound(self, s: For) -> None:
+        """A loop bound to a block/thread index: its variable is the index."""
+        group, axis = s.kind.split(".")
+        reg = f"@llvm.nvvm.read.ptx.sreg.{_SREG[group]}.{axis}"
+        self.declared.add(f"declare i32 {reg}()")
+        raw = self.op(f"call i32 {reg}()", "int32")
+        self.env[s.var] = self.op(f"zext i32 {raw.ref} to i64", "int64")
+        old = self.bounds.get(s.var)
+        if s.extent < self.launch.extent(s.kind):
+            self._if(If(Cmp("lt", s.var, Const(s.extent, "int64")), s.body))
+        else:
+            self.bounds[s.var] = (0, s.extent - 1)
+            self.stmt_(s.body)
+        if old is None:
+            self.bounds.pop(s.var, None)
+        del self.env[s.var]
+
+    def call(self, e: Call) -> Val:
+        """Math through libdevice, lane by lane in a vector context."""
+        args = [self.sub(a) for a in e.args]
+        lanes = max(a.lanes for a in args)
+        st = llvm_type(e.dtype)
+        if e.name == "sigmoid":
+            return self._lanes(lambda xs: self._sigmoid(xs[0], e.dtype), args, e.dtype, lanes)
+        if e.name not in LIBDEVICE or e.dtype not in ("float32", "float64"):
+            raise TypeError(f"nvptx codegen: no libdevice function for {e.name} on {e.dtype}")
+        fn = libdevice_name(e.name, e.dtype)
+        self.declared.add(f"declare {st} @{fn}({', '.join(st for _ in args)})")
+
+        def one(xs: list[Val]) -> Val:
+            return self.op(f"call {st} @{fn}({', '.join(f'{st} {x.ref}' for x in xs)})", e.dtype)
+
+        return self._lanes(one, args, e.dtype, lanes)
+
+    def _sigmoid(self, x: Val, dtype: str) -> Val:
+        st, one = llvm_type(dtype), float_hex(1.0, dtype)
+        fn = libdevice_name("exp", dtype)
+        self.declared.add(f"declare {st} @{fn}({st})")
+        neg = self.op(f"fneg {st} {x.ref}", dtype)
+        ex = self.op(f"call {st} @{fn}({st} {neg.ref})", dtype)
+        den = self.op(f"fadd {st} {one}, {ex.ref}", dtype)
+        return self.op(f"fdiv {st} {one}, {den.ref}", dtype)
+
+    def _lanes(self, fn, args: list[Val], dtype: str, lanes: int) -> Val:
+        if not lanes:
+            return fn(args)
+        args = [self.broadcast(a) for a in args]
+        t, st = self.ty(dtype, lanes), llvm_type(dtype)
+        vec = "poison"
+        for lane in range(lanes):
+            xs = [self.op(f"extractelement {self.ty(a.dtype, lanes)} {a.ref}, i32 {lane}", a.dtype)
+                  for a in args]
+            y = fn(xs)
+            vec = self.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", dtype, lanes).ref
+        return Val(vec, dtype, lanes)
+
+
+def _has_barrier(s: Stmt) -> bool:
+    return any(isinstance(t, Barrier) for t in walk_stmts(s))
+
+
+def emit_nvptx_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, Launch]]]:
+    """LLVM IR text (NVPTX) for `f` and, per segment, its kernel name and launch."""
+    buffers = list(f.params) + list(f.workspaces)
+    funcs, info, globals_ = [], [], []
+    declared: set[str] = set()
+    for k, seg in enumerate(segments(f)):
+        name = f"{symbol}_s{k}"
+        launch = launch_of(seg, target)
+        em = KernelEmitter(name, buffers, seg, launch)
+        funcs.append(em.emit())
+        globals_ += em.globals
+        declared |= em.declared
+        info.append((name, launch))
+    head = 'target triple = "nvptx64-nvidia-cuda"'
+    attrs = "attributes #0 = { nounwind }"
+    meta = '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.mustprogress"}'
+    text = "\n\n".join([head, *globals_, *sorted(declared), *funcs, attrs, meta]) + "\n"
+    return text, info

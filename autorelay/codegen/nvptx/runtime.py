@@ -1,0 +1,81 @@
+"""A loaded GPU kernel: its CUDA module, one function and launch per segment, and the calls that
+copy NumPy arrays to the device, launch the segments in order and copy the outputs back."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from autorelay.codegen.nvptx.driver import Driver, open_driver
+from autorelay.codegen.nvptx.launch import Launch
+
+
+@dataclass(eq=False)
+class GPUModule:
+    key: str
+    driver: Driver
+    functions: list[tuple[object, Launch]]
+    ptx: str
+
+    def launch_all(self, pointers: list[int]) -> None:
+        for fn, launch in self.functions:
+            self.driver.launch(fn, launch.grid, launch.block, pointers)
+
+    def bind(self, ins: list[np.ndarray], outs: list[np.ndarray], ws: list[np.ndarray]) -> GPUBoundKernel:
+        return GPUBoundKernel(self, ins, outs, ws)
+
+    def run(self, arrays: list[np.ndarray], repeat: int = 0) -> float | None:
+        """Run once on `arrays` (contiguous; every parameter then workspace, in order): all are
+        copied to the device and back, so outputs are written in place. With `repeat` > 0 also
+        time that many further launches with CUDA events; returns ms per launch."""
+        drv = self.driver
+        if not all(a.flags.c_contiguous for a in arrays):
+            raise ValueError("GPUModule.run: arrays must be C-contiguous (they are written in place)")
+        ptrs = [drv.alloc(a.nbytes) for a in arrays]
+        try:
+            for p, a in zip(ptrs, arrays):
+                drv.to_device(p, a.ctypes.data, a.nbytes)
+            self.launch_all(ptrs)
+            drv.synchronize()
+            ms = drv.time_ms(lambda: self.launch_all(ptrs), repeat) if repeat else None
+            for p, a in zip(ptrs, arrays):
+                drv.to_host(a.ctypes.data, p, a.nbytes)
+            return ms
+        finally:
+            for p in ptrs:
+                drv.free(p)
+
+
+class GPUBoundKernel:
+    """A GPU kernel with its host arrays fixed (the `BoundKernel` of `Kernel.bind` for cuda
+    targets): device buffers are allocated once; each call copies the inputs in, launches every
+    segment and copies the outputs back, so `Kernel.run` works as it does on the CPU."""
+
+    def __init__(self, module: GPUModule, ins: list[np.ndarray], outs: list[np.ndarray],
+                 ws: list[np.ndarray]):
+        self.module, self.inputs, self.outputs, self.workspaces = module, ins, outs, ws
+        drv = module.driver
+        self.pointers = [drv.alloc(a.nbytes) for a in (*ins, *outs, *ws)]
+
+    def __call__(self) -> None:
+        drv = self.module.driver
+        for p, a in zip(self.pointers, self.inputs):
+            drv.to_device(p, a.ctypes.data, a.nbytes)
+        self.module.launch_all(self.pointers)
+        drv.synchronize()
+        for p, a in zip(self.pointers[len(self.inputs):], self.outputs):
+            drv.to_host(a.ctypes.data, p, a.nbytes)
+
+    def __del__(self) -> None:
+        for p in getattr(self, "pointers", ()):
+            with contextlib.suppress(Exception):  # the context may be gone at interpreter exit
+                self.module.driver.free(p)
+
+
+def load_module(ptx: str, names: list[str], launches: list[Launch], key: str,
+                driver: Driver | None = None) -> GPUModule:
+    drv = driver or open_driver()
+    mod = drv.load_module(ptx)
+    return GPUModule(key, drv, [(drv.function(mod, n), launch) for n, launch in zip(names, launches)], ptx)

@@ -1,0 +1,79 @@
+"""GPU workloads shared by the emulation and ptxas tests: (name, compute builder, NumPy oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.te import expr as E
+from autorelay.te import nn
+from autorelay.te import tensor as te
+
+
+def _ew():
+    x, y = te.placeholder((300, 37), name="X"), te.placeholder((37,), name="Y")
+    out = nn.elemwise(lambda a, b: E.call("exp", a) * b + E.call("tanh", a) - E.call("sigmoid", b), x, y,
+                      name="out")
+    return te.make_def([x, y], out), lambda x, y: np.exp(x) * y + np.tanh(x) - 1 / (1 + np.exp(-y))
+
+
+def _transpose_relu():
+    x = te.placeholder((19, 8, 5), name="X")
+    t = te.compute((5, 19, 8), lambda a, b, c: x[b, c, a], name="t", tag="injective")
+    return te.make_def([x], nn.relu(t, name="out")), lambda x: np.maximum(x.transpose(2, 0, 1), 0)
+
+
+def _dense_bias_relu():
+    a, w = te.placeholder((70, 33), name="A"), te.placeholder((50, 33), name="W")
+    b = te.placeholder((50,), name="B")
+    out = nn.relu(nn.dense(a, w, b), name="out")
+    return te.make_def([a, w, b], out), lambda a, w, b: np.maximum(a @ w.T + b, 0)
+
+
+def _sgemm():
+    a, w = te.placeholder((64, 48), name="A"), te.placeholder((96, 48), name="W")
+    return te.make_def([a, w], nn.dense(a, w, name="C")), lambda a, w: a @ w.T
+
+
+def _batch_matmul():
+    a, b = te.placeholder((3, 10, 12), name="A"), te.placeholder((3, 9, 12), name="B")
+    return te.make_def([a, b], nn.batch_matmul(a, b)), lambda a, b: a @ b.transpose(0, 2, 1)
+
+
+def _attention_scores():
+    """Two batch axes (batch, heads): the GEMM's batch axes fuse onto blockIdx.z."""
+    q, k = te.placeholder((2, 3, 10, 8), name="Q"), te.placeholder((2, 3, 9, 8), name="K")
+    return te.make_def([q, k], nn.matmul(q, k, False, True)), lambda q, k: q @ k.transpose(0, 1, 3, 2)
+
+
+def _softmax():
+    x = te.placeholder((37, 50), name="X")
+
+    def ref(x):
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return te.make_def([x], nn.softmax(x)), ref
+
+
+def _conv():
+    x, w = te.placeholder((1, 3, 10, 9), name="X"), te.placeholder((4, 3, 3, 3), name="W")
+
+    def ref(x, w):
+        out = np.zeros((1, 4, 10, 9), np.float32)
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        for dy in range(3):
+            for dx in range(3):
+                out += np.einsum("chw,kc->khw", xp[0, :, dy:dy + 10, dx:dx + 9], w[:, :, dy, dx])[None]
+        return out
+
+    return te.make_def([x, w], nn.conv2d_nchw(x, w, padding=1)), ref
+
+
+CASES = {"softmax": _softmax, "conv2d": _conv, "elemwise_math": _ew, "transpose_relu": _transpose_relu,
+         "dense_bias_relu": _dense_bias_relu, "sgemm": _sgemm, "batch_matmul": _batch_matmul,
+         "attention_scores": _attention_scores}
+
+
+def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]

@@ -1,0 +1,56 @@
+"""cuda targets: resolution with device limits (documented defaults here, where no GPU is)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autorelay.codegen import backend_for, resolve_target
+from autorelay.codegen.nvptx.device import ARCH_LIMITS, driver_limits
+from autorelay.target import CUDA_LIMITS, Target, TargetError
+
+NO_GPU = driver_limits(None) is None
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is present: its limits come from the driver")
+def test_cuda_target_resolves_with_the_arch_defaults():
+    t = resolve_target("cuda -arch=sm_90")
+    assert t.kind == "cuda" and t.arch == "sm_90" and t.cpu == "sm_90"
+    assert (t.max_threads_per_block, t.max_shared_memory_per_block, t.warp_size, t.registers_per_block) \
+        == (1024, 48 * 1024, 32, 65536)
+    assert str(t).startswith("cuda -arch=sm_90 -max_shared_memory_per_block=49152")
+    assert resolve_target(str(t)) == t  # the printed form is the tuning-log key and round-trips
+    assert t.threads == 1 and backend_for(t).kind == "cuda"
+
+
+def test_explicit_limits_override_and_change_the_key():
+    t = resolve_target("cuda -arch=sm_80 -max_threads_per_block=512")
+    assert t.max_threads_per_block == 512 and t.warp_size == 32
+    assert t != resolve_target("cuda -arch=sm_80") and t.key() != resolve_target("cuda -arch=sm_80").key()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("cuda -arch=sm_90a", "unknown architecture"),
+    ("cuda -arch=sm_90 -frobnicate=1", "unknown option"),
+    ("cuda -arch=sm_90 -warp_size=x", "positive integer"),
+])
+def test_bad_cuda_targets_name_the_bad_part(text, match):
+    with pytest.raises(TargetError, match=match):
+        resolve_target(text)
+
+
+def test_limits_of_an_unresolved_cuda_target_are_an_error():
+    with pytest.raises(TargetError, match="resolve it"):
+        _ = Target(kind="cuda", options=(("arch", "sm_90"),)).max_threads_per_block
+    assert all(set(CUDA_LIMITS) == set(v) for v in ARCH_LIMITS.values())
+
+
+def test_models_do_not_build_or_tune_for_cuda_yet():
+    from autorelay.build_module import build
+    from autorelay.frontend import zoo
+    from search.extract import extract_tasks
+
+    mod, params = zoo.get("mlp")
+    with pytest.raises(TargetError, match="cuda targets are not supported yet"):
+        build(mod, "cuda -arch=sm_90", params=params)
+    with pytest.raises(TargetError, match="tuning models for cuda targets"):
+        extract_tasks(mod, params, "cuda -arch=sm_90")
