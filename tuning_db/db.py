@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 
 from . import queries, schema
-from .engine import make_engine, read_tx, resolve_url, write_tx
+from .engine import make_engine, read_tx, resolve_url, use_wal, write_tx
 from .errors import TuningDBError, one_line
 from .ingest import IdCache, get_or_create_workloads, insert_one
 from .jsonl import ImportReport, export_jsonl, import_rows, read_lines
@@ -271,6 +271,7 @@ def open_db(url: str | os.PathLike[str] | None = None, *, config: Settings | Non
     shown = parsed.render_as_string(hide_password=True)
     try:
         before = ensure_schema(engine)
+        use_wal(engine)
     except TuningDBError:
         engine.dispose()
         raise

@@ -43,13 +43,13 @@ def ensure_schema(engine: Engine) -> int:
 
 
 def _read_version(conn: Connection) -> int:
-    names = set(inspect(conn).get_table_names())
+    names = {n for n in inspect(conn).get_table_names() if not n.startswith("sqlite_")}
     if "schema_info" not in names:
-        clash = sorted(names & set(schema.TABLE_NAMES))
-        if clash:
-            raise TuningDBError(
-                f"not a tuning log: the database has tables {', '.join(clash)} but no schema_info"
-            )
+        # Any table at all means another program's database: creating ours in it would change a
+        # file we were never meant to touch (`--db` pointing at the wrong file).
+        if names:
+            shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise TuningDBError(f"not a tuning log: the database has tables {shown} but no schema_info")
         return 0
     version = conn.execute(select(schema.schema_info.c.version)).scalar()
     if version is None:
