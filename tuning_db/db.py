@@ -189,6 +189,8 @@ class TuningDB:
     # ---- reading ------------------------------------------------------------------------------
 
     def best(self, workload_key: str, target: str, k: int = 1) -> list[Record]:
+        if k < 1:
+            raise TuningDBError(f"k must be at least 1, got {k}")
         with read_tx(self.engine) as conn:
             return queries.best(conn, workload_key, target, k)
 
