@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from search.textfile import read_program_text
 from tuning_db.cli_args import nonneg_int, positive_float, positive_int
 
 
@@ -20,10 +21,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from autorelay.typing import infer_types
 
     try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
+        text = read_program_text(args.file)
     except OSError as e:
         print(f"autorelay check: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"autorelay check: {e}", file=sys.stderr)
         return 2
     try:
         mod = infer_types(parse(text, source=args.file))
