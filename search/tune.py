@@ -154,7 +154,7 @@ def tune_task(
             if on_batch is not None:
                 on_batch(done, best)
         fresh = (new > 0 or not from_log) if reuse_pick is None else not reuse_pick
-        logged = None if fresh or not final else _logged_pick(db, task, tuner)
+        logged = None if fresh or not final else _logged_pick(db, task, tuner, top_k)
         if logged is not None:  # nothing new since the last pick: reuse its logged figures
             picked = logged
         elif final:
@@ -178,11 +178,7 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
                 run: int | None) -> tuple[Config | None, float, float, float]:
     """Re-time the top-k search results and the default round-robin; the fastest median wins.
     Both figures are logged: the search rows already are, the re-measurements get a runner tag."""
-    ranked = sorted((c, i) for i, c in tuner.costs.items() if math.isfinite(c))[:top_k]
-    cands = [MeasureInput(task.config(i), i) for _, i in ranked]
-    d_idx = task.index(task.default)
-    default = MeasureInput(task.default, d_idx)
-    pool = cands + ([default] if all(c.config != task.default for c in cands) else [])
+    cands, pool = _contenders(task, tuner, top_k)
     if not pool:
         return None, math.inf, math.inf, math.inf
     results = measurer.remeasure(task, pool, rounds)
@@ -199,14 +195,35 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
     return best.config, tuner.best_cost, final, default_cost
 
 
-def _logged_pick(db: Any, task: Task, tuner: Tuner) -> tuple[Config | None, float, float, float] | None:
+def _contenders(task: Task, tuner: Tuner, top_k: int) -> tuple[list[MeasureInput], list[MeasureInput]]:
+    """The top-k search results, and those plus the default: what a final re-measurement times."""
+    ranked = sorted((c, i) for i, c in tuner.costs.items() if math.isfinite(c))[:top_k]
+    cands = [MeasureInput(task.config(i), i) for _, i in ranked]
+    default = MeasureInput(task.default, task.index(task.default))
+    return cands, cands + ([default] if all(c.config != task.default for c in cands) else [])
+
+
+def _logged_pick(db: Any, task: Task, tuner: Tuner,
+                 top_k: int) -> tuple[Config | None, float, float, float] | None:
     """The last interleaved re-measurement in the log (fastest median of its latest rows per config),
-    or None when the log holds none or it lacks the default."""
+    or None when there is none that is complete and current: every contender of today's top-k and
+    the default must have been re-timed after the last search trial. A run stopped before or during
+    its re-measurement leaves configs that were never compared; the rerun must compare them."""
     latest: dict[Config, list[float]] = {}
-    for rec in db.history(task.key, task.target_str):  # oldest first: later rows overwrite
-        if rec.runner_version == REMEASURE_TAG and rec.error_kind is None and rec.costs:
-            latest[task.config_from_json(rec.config)] = rec.costs
-    if task.default not in latest:
+    when: dict[Config, int] = {}
+    last_trial = -1
+    for pos, rec in enumerate(db.history(task.key, task.target_str)):  # oldest first
+        if rec.runner_version != REMEASURE_TAG:
+            last_trial = pos
+            continue
+        cfg = task.config_from_json(rec.config)
+        when[cfg] = pos  # a contender that failed its re-timing was compared too (and lost)
+        if rec.error_kind is None and rec.costs:
+            latest[cfg] = rec.costs
+        else:
+            latest.pop(cfg, None)
+    _, pool = _contenders(task, tuner, top_k)
+    if task.default not in latest or any(when.get(p.config, -1) < last_trial for p in pool):
         return None
     med = {c: MeasureResult(tuple(v)).median for c, v in latest.items()}
     best = min(med, key=med.__getitem__)
