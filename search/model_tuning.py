@@ -22,6 +22,7 @@ from typing import Any
 from search.extract import Extraction, ModelTask, Skipped, extract_all
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
+from search.measure.workers import WorkerStartError
 from search.models import (
     Model,
     build_model,
@@ -283,7 +284,7 @@ def tune_model(
         handle.finish_run(run, interrupted=interrupted)
         result.seconds = time.perf_counter() - t0
         return result
-    except KeyboardInterrupt:  # during extraction, the comparison or cleanup: the log is intact
+    except (KeyboardInterrupt, WorkerStartError):  # the log is intact; the run did not finish
         if run is not None:
             handle.finish_run(run, interrupted=True)
         raise
