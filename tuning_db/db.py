@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
-from . import queries, schema
+from . import leases, queries, schema
 from .engine import make_engine, read_tx, resolve_url, use_wal, write_tx
 from .errors import TuningDBError, one_line
 from .ingest import IdCache, get_or_create_workloads, insert_one
@@ -117,6 +117,21 @@ class TuningDB:
         meas = normalize(workload_key, "-", {}, [0.0], workload=workload)
         with write_tx(self.engine) as conn:
             get_or_create_workloads(conn, [meas])
+
+    # ---- claims: tuners sharing the log ---------------------------------------------------------
+
+    def claim(self, workload_key: str, target: str, configs: list[dict[str, Any]], holder: str,
+              ttl_s: float = 600.0) -> leases.Claim:
+        """Claim configs before measuring them: granted only where the config has no measurement
+        and no live lease of another holder. See `leases.py`."""
+        with write_tx(self.engine) as conn:
+            return leases.claim(conn, workload_key, target, configs, holder, ttl_s)
+
+    def release(self, workload_key: str, target: str, holder: str,
+                configs: list[dict[str, Any]] | None = None) -> None:
+        """Drop `holder`'s claims on the workload (on `configs`, or all of them)."""
+        with write_tx(self.engine) as conn:
+            leases.release(conn, workload_key, target, holder, configs)
 
     # ---- tuning runs --------------------------------------------------------------------------
 

@@ -94,9 +94,14 @@ def _upgrade_1_to_2(conn: Connection) -> None:
         index.create(conn)
 
 
+def _upgrade_2_to_3(conn: Connection) -> None:
+    """Add the leases table (tuners sharing a log claim configs before measuring them)."""
+    schema.metadata_for(3).tables["leases"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
 
 
-UPGRADES: dict[int, Callable[[Connection], None]] = {1: _upgrade_1_to_2}
+UPGRADES: dict[int, Callable[[Connection], None]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}

@@ -47,6 +47,7 @@ def test_v1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     indexes = {row[1] for row in _raw(path, "PRAGMA index_list(measurements)")}
     assert {"ix_measurements_best", "ix_measurements_config"} <= indexes
     assert "ix_measurements_wt" not in indexes
+    assert _raw(path, "SELECT name FROM sqlite_master WHERE name = 'leases'") == [("leases",)]  # v3
     assert _raw(path, "PRAGMA integrity_check") == [("ok",)]
 
     got = db.best("conv-56", "llvm -mcpu=skylake-avx512", k=3)
