@@ -118,6 +118,29 @@ RELAY_TOKENS = st.sampled_from(
 ) | st.text(max_size=8)
 
 
+def relay_retyped(seeds: list[str]) -> st.SearchStrategy:
+    """Well-formed programs with wrong types: numbers (shapes, attributes, units) and dtypes swapped,
+    so the input gets past the parser and exercises the type checker."""
+    import re
+
+    @st.composite
+    def build(draw: st.DrawFn) -> str:
+        text = draw(st.sampled_from(seeds))
+        numbers = list(re.finditer(r"\b\d+\b", text))
+        for _ in range(draw(st.integers(1, 4))):
+            if numbers and draw(st.booleans()):
+                m = draw(st.sampled_from(numbers))
+                value = str(draw(st.integers(0, 2**31) | st.integers(0, 9)))
+                text = text[: m.start()] + value.rjust(len(m.group()), " ")[-len(m.group()):] + text[m.end():]
+            else:
+                old, new = draw(st.sampled_from(["float32", "int32", "bool", "float16", "int8"])), draw(
+                    st.sampled_from(["float32", "int32", "bool", "float16", "int8", "uint64"]))
+                text = text.replace(old, new, 1)
+        return text
+
+    return build()
+
+
 def relay_door(text: str) -> None:
     from autorelay.ir.parser import parse
     from autorelay.typing import infer_types
@@ -260,7 +283,9 @@ def jsonl_door(text: str | bytes, folder: str) -> None:
     path = Path(folder) / "in.jsonl"
     path.write_bytes(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     with tuning_db.open("sqlite://") as db:
-        db.import_jsonl(path)
+        db.import_jsonl(path)  # bad lines reported, good ones imported
+    with tuning_db.open("sqlite://") as db:
+        db.import_jsonl(path, strict=True)  # any bad line: JSONLImportError, nothing imported
 
 
 # ---- running -----------------------------------------------------------------------------------
@@ -273,7 +298,8 @@ def doors() -> dict[str, tuple[st.SearchStrategy, Callable[[object], None]]]:
     ox = onnx_seeds()
     seed = jsonl_seed()
     return {
-        "relay text": (mutated(RELAY_SEEDS, RELAY_TOKENS) | st.text(max_size=200), relay_door),
+        "relay text": (mutated(RELAY_SEEDS, RELAY_TOKENS) | relay_retyped(RELAY_SEEDS)
+                       | st.text(max_size=200), relay_door),
         "onnx": (mutated(ox, byte_edit) | onnx_structural(ox) | st.binary(max_size=200), onnx_door),
         "jsonl": (mutated([seed], st.text(max_size=8)) | jsonl_field_edits(seed)
                   | st.binary(max_size=200), lambda x: jsonl_door(x, folder)),
