@@ -17,6 +17,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,8 +117,6 @@ class Worker:
         """Start the child and wait for its "ready"; retried, then WorkerStartError. Without the
         handshake a worker that dies while starting looked like a crash of the candidate it was
         sent, and that config was logged as a failure and never tried again."""
-        import time
-
         why = ""
         for attempt in range(START_TRIES):
             if attempt:
@@ -171,8 +170,6 @@ class Worker:
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], timeout: float) -> Outcome:
         """Run fn(*args) in the child; never raises for the job's own failures."""
-        import time
-
         if self.will_restart():
             self._kill()
             self._start()

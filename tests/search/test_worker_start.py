@@ -45,3 +45,18 @@ def test_tuning_logs_no_candidate_when_workers_cannot_start_and_retries_them_lat
         res = tune_task(task, make_tuner("random", task, seed=5), 2, db, m, batch=2, top_k=1, rounds=2)
     rows = [r for r in db.history(task.key, task.target_str) if r.runner_version != tuning_db.INTERLEAVED]
     assert res.trials == 2 and len(rows) == 2 and all(r.error_kind is None for r in rows)
+
+
+def test_the_cli_stops_with_one_line_and_closes_the_run(tmp_path, monkeypatch, capsys) -> None:
+    from search.cli import main
+    from search.measure import workers
+
+    monkeypatch.setattr(workers.Worker, "_try_start", lambda self: "injected: fork failed")
+    log = tmp_path / "log.sqlite"
+    rc = main(["tune", "--model", "mlp", "--trials", "4", "--tuner", "random", "--db", str(log),
+               "--no-compare", "--threads", "1", "--pipeline", "default"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autorelay tune:")]
+    assert rc == 1 and len(err) == 1 and "cannot start" in err[0] and "injected: fork failed" in err[0]
+    with tuning_db.open(log) as db:
+        assert db.stats()["measurements"] == 0
+        assert [r.status for r in db.runs()] == ["interrupted"]
