@@ -1,10 +1,10 @@
 """Soak: tune a model while randomly killing the tuner and its measurement workers, restarting it.
 
-Each cycle starts `python -m search.cli tune` on one SQLite log, lets it run a random while, then
-does one of: SIGKILL / SIGTERM / SIGINT the tuner (and SIGKILL whatever of its process group is
-left), or SIGKILL one of its workers and let it go on. A run that finishes raises the budget for
-the next. Before every kill the ids of all logged measurements are noted. At the end one
-uninterrupted run settles the picks, and the script checks:
+It keeps `--tuners` runs of `python -m search.cli tune` going on one SQLite log; at random
+moments it picks one and does one of: SIGKILL / SIGTERM / SIGINT the tuner (then SIGKILLs what is
+left of its process group, and restarts it), or SIGKILL one of its workers and lets it go on. A
+run that finishes raises the budget for the next. Before every kill the ids of all logged
+measurements are noted. At the end one uninterrupted run settles the picks, and the script checks:
 
 * the log passes SQLite's integrity and foreign-key checks;
 * nothing finished was lost: every id noted before a kill is still in the log;
@@ -13,7 +13,7 @@ uninterrupted run settles the picks, and the script checks:
 * compile uses the best configs: building the model consults the log and gets, for every tuned
   kernel, the log's pick (the winner of its latest interleaved re-measurement).
 
-    python experiments/soak_tune.py --minutes 5 [--model nature-dqn] [--seed 0]
+    python experiments/soak_tune.py --minutes 5 [--tuners 2] [--model nature-dqn] [--seed 0]
 """
 
 from __future__ import annotations
@@ -79,44 +79,53 @@ def _end(proc: subprocess.Popen, sig: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def soak(log: Path, model: str, minutes: float, seed: int, step: int, out: Any) -> dict[str, Any]:
+def soak(log: Path, model: str, minutes: float, seed: int, step: int, tuners: int,
+         out: Any) -> dict[str, Any]:
+    """Keep `tuners` tune runs going on the log, killing one of them (or one of its workers) at a
+    random moment, restarting what ended, raising the budget whenever a run finishes."""
     rng = random.Random(seed)
     kills: Counter[str] = Counter()
     noted: set[int] = set()
     trials, runs, finished = step, 0, 0
+    procs: dict[int, subprocess.Popen] = {}
     end = time.monotonic() + minutes * 60
     while time.monotonic() < end:
-        proc = _tune(log, model, trials, runs, out)
-        runs += 1
-        while True:
-            try:
-                rc = proc.wait(timeout=rng.uniform(1.0, 12.0))
-            except subprocess.TimeoutExpired:
-                pass
+        for slot in range(tuners):
+            if slot not in procs:
+                procs[slot] = _tune(log, model, trials, runs, out)
+                runs += 1
+        time.sleep(rng.uniform(1.0, 12.0))  # a random moment in the runs' lives
+        for slot, proc in list(procs.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            del procs[slot]
+            if rc == 0:
+                finished += 1
+                trials += step
             else:
-                if rc == 0:
-                    finished += 1
-                    trials += step
-                else:
-                    kills[f"exited with status {rc}"] += 1
-                break
-            noted |= _ids(log)
-            action = rng.choice(["tuner SIGKILL", "tuner SIGTERM", "tuner SIGINT", "worker SIGKILL"])
-            if action == "worker SIGKILL":
-                workers = [p for p in _group(proc.pid) if p != proc.pid]
-                if workers:
-                    try:
-                        os.kill(rng.choice(workers), signal.SIGKILL)
-                        kills[action] += 1
-                    except ProcessLookupError:
-                        pass
-                if time.monotonic() < end:
-                    continue
-                action = "tuner SIGKILL"
-            _end(proc, {"tuner SIGKILL": signal.SIGKILL, "tuner SIGTERM": signal.SIGTERM,
-                        "tuner SIGINT": signal.SIGINT}[action])
-            kills[action] += 1
-            break
+                kills[f"exited with status {rc}"] += 1
+        if not procs:
+            continue
+        noted |= _ids(log)
+        slot = rng.choice(sorted(procs))
+        proc = procs[slot]
+        action = rng.choice(["tuner SIGKILL", "tuner SIGTERM", "tuner SIGINT", "worker SIGKILL"])
+        if action == "worker SIGKILL":
+            workers = [p for p in _group(proc.pid) if p != proc.pid]
+            if workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rng.choice(workers), signal.SIGKILL)
+                    kills[action] += 1
+            continue
+        _end(proc, {"tuner SIGKILL": signal.SIGKILL, "tuner SIGTERM": signal.SIGTERM,
+                    "tuner SIGINT": signal.SIGINT}[action])
+        kills[action] += 1
+        del procs[slot]
+    for proc in procs.values():  # time is up: the last runs are killed outright too
+        noted |= _ids(log)
+        _end(proc, signal.SIGKILL)
+        kills["tuner SIGKILL"] += 1
     settle = _tune(log, model, trials, runs, out)
     settle_rc = settle.wait()
     return {"runs": runs + 1, "finished": finished, "kills": dict(kills), "noted": noted,
@@ -182,17 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="nature-dqn", help="a zoo model with large schedule spaces")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step", type=int, default=12, help="trials added after each run that finishes")
+    ap.add_argument("--tuners", type=int, default=1, help="tune runs sharing the log at once")
     ap.add_argument("--log", default=None, help="SQLite file (default: a fresh one in a temp folder)")
     args = ap.parse_args(argv)
-    if args.minutes <= 0 or args.step < 1:
-        ap.error("--minutes must be > 0 and --step >= 1")
+    if args.minutes <= 0 or args.step < 1 or args.tuners < 1:
+        ap.error("--minutes must be > 0, --step and --tuners >= 1")
     folder = Path(tempfile.mkdtemp(prefix="autorelay-soak-"))
     log = Path(args.log) if args.log else folder / "soak.sqlite"
     t0 = time.monotonic()
     with open(folder / "tuner-output.txt", "w") as out:
-        s = soak(log, args.model, args.minutes, args.seed, args.step, out)
+        s = soak(log, args.model, args.minutes, args.seed, args.step, args.tuners, out)
     c = check(log, args.model, s["noted"])
-    print(f"soak of {args.model}: {(time.monotonic() - t0) / 60:.1f} min, {s['runs']} tuner runs "
+    print(f"soak of {args.model}: {(time.monotonic() - t0) / 60:.1f} min, {args.tuners} tuner(s) at once, "
+          f"{s['runs']} tuner runs "
           f"({s['finished']} finished before a kill), budget reached {s['trials']}; "
           f"settle run rc {s['settle_rc']}")
     print(f"kills: {s['kills']}")
