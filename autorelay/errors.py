@@ -16,10 +16,29 @@ class ParseError(AutoRelayError):
         self.column = column
         self.source_line = source_line
         self.source = source
-        text = f"{source}:{line}:{column}: {message}"
+        text = f"{source}:{line}:{column}: {clip(message, MAX_ECHO)}"
         if source_line:
-            text += f"\n  {source_line}\n  {' ' * (column - 1)}^"
+            shown, caret = _window(source_line, column)
+            text += f"\n  {shown}\n  {' ' * caret}^"
         super().__init__(text)
+
+
+MAX_ECHO = 160  # characters of user input an error message may repeat (a 50 MB line is not echoed)
+
+
+def clip(text: str, limit: int = MAX_ECHO) -> str:
+    """`text` cut to `limit` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _window(source_line: str, column: int, width: int = MAX_ECHO) -> tuple[str, int]:
+    """At most `width` characters of the line around `column`, and the caret's offset in them."""
+    if len(source_line) <= width:
+        return source_line, column - 1
+    start = max(0, min(column - 1 - width // 2, len(source_line) - width))
+    shown = source_line[start : start + width]
+    lead, tail = ("…" if start else ""), ("…" if start + width < len(source_line) else "")
+    return lead + shown + tail, column - 1 - start + len(lead)
 
 
 class TypeCheckError(AutoRelayError):

@@ -98,7 +98,7 @@ def main() -> None:
                 shapes = [[1, 64, 300, 300], [64, 64, 3, 3]]
                 wl = {"family": "conv2d", "shapes": shapes, "dtypes": ["float32"] * 2}
                 t_tr = Timing(lambda src=src, wl=wl: src.lookup("unseen", TARGET, workload=wl), 20)
-                assert src.last_lookup_kind == "transferred"
+                assert src.last_result.kind == "transferred"
                 i = iter(range(10**9))
                 t_rec = Timing(lambda db=db, i=i: db.record("wl0", TARGET, {"new": next(i)}, [1e-3]), 200)
                 t0, c0 = time.perf_counter(), time.process_time()

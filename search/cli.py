@@ -10,6 +10,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from search.textfile import read_program_text
+from tuning_db.cli_args import nonneg_int, positive_float, positive_int
+
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from autorelay.errors import AutoRelayError
@@ -18,10 +21,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from autorelay.typing import infer_types
 
     try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
+        text = read_program_text(args.file)
     except OSError as e:
         print(f"autorelay check: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"autorelay check: {e}", file=sys.stderr)
         return 2
     try:
         mod = infer_types(parse(text, source=args.file))
@@ -131,9 +136,9 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
                    help="a zoo model (resnet-18, mobilenet-v2, mlp, ...) or a .onnx file")
     p.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
     p.add_argument("--db", metavar="URL", default=None, help=db_help)
-    p.add_argument("--image-size", type=int, default=None, metavar="S",
+    p.add_argument("--image-size", type=positive_int, default=None, metavar="S",
                    help="input height/width for zoo image models (smaller: faster)")
-    p.add_argument("--threads", type=int, default=None, metavar="T",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",
                    help="pass pipeline: default, nchwc, tune, O0, or auto (default): the one this model was "
@@ -154,12 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "(default: $AUTORELAY_DB or the user's ")
     tune = sub.add_parser("tune", help="tune every kernel of a model into the tuning log")
     _model_args(tune, log_help + "data directory)")
-    tune.add_argument("--trials", type=int, required=True, metavar="N",
+    tune.add_argument("--trials", type=positive_int, required=True, metavar="N",
                       help="measurements for the whole model (logged ones count: rerun to resume)")
     tune.add_argument("--tuner", default="xgb", choices=TUNER_CHOICES)
-    tune.add_argument("--timeout", type=float, default=10.0, metavar="SEC",
+    tune.add_argument("--timeout", type=positive_float, default=10.0, metavar="SEC",
                       help="per-candidate run timeout in seconds (a hanging kernel is killed)")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=nonneg_int, default=0)
     tune.add_argument("--executor", default=None, metavar="URL",
                       help="where candidates are built and timed: local (default) or dask://HOST:PORT "
                            "(a Dask scheduler; needs the 'dask' extra)")
@@ -174,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="build a model and run it once: latency and the kernel report")
     _model_args(run, log_help + "data directory)")
-    run.add_argument("--repeat", type=int, default=10, help="timed calls after the first (median shown)")
+    run.add_argument("--repeat", type=positive_int, default=10,
+                     help="timed calls after the first (median shown)")
     run.set_defaults(func=_cmd_run)
 
     from tuning_db.cli import add_db_commands  # the `db` group: inspect and maintain the tuning log

@@ -22,6 +22,7 @@ from typing import Any
 from search.extract import Extraction, ModelTask, Skipped
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
+from search.measure.workers import WorkerStartError
 from search.models import (
     Model,
     PreparedModel,
@@ -34,6 +35,7 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, choose_pipeline
+from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
 log = logging.getLogger(__name__)
@@ -153,7 +155,8 @@ class _Tuning:
         self.tasks, self.db, self.measurer, self.progress = ex.tasks, db, measurer, progress
         self.run, self.batch = run, batch
         self.tuners = [make_tuner(tuner, t, seed) for t in ex.tasks]
-        self.logged = [resume(db, t, tu)[0] for t, tu in zip(ex.tasks, self.tuners)]
+        self.shared = [SharedLog(db, t, lease_seconds(measurer, batch)) for t in ex.tasks]
+        self.logged = [resume(db, t, tu, sh)[0] for t, tu, sh in zip(ex.tasks, self.tuners, self.shared)]
         for t, tu in zip(ex.tasks, self.tuners):
             if getattr(tu, "transferred", None) == 0:  # a model-based tuner learns from similar workloads
                 transfer_from_log(db, t, tu)
@@ -170,17 +173,20 @@ class _Tuning:
             self.progress.trials(i, done, best, sum(self.new))
 
         r = tune_task(self.tasks[i], tu, base + n, self.db, self.measurer, batch=self.batch, run=self.run,
-                      from_log=False, final=False, transfer=False, on_batch=on_batch)
+                      from_log=False, final=False, transfer=False, on_batch=on_batch, shared=self.shared[i])
         self.new[i] = before + r.trials
         for k, v in r.errors.items():
             self.errors[i][k] = self.errors[i].get(k, 0) + v
-        return r.trials, tu.best_cost
+        # configs the round added to the task, measured here or by other runs sharing the log:
+        # the model's budget is one budget for all of them
+        return len(tu.costs) - base, tu.best_cost
 
     def settle(self, i: int) -> None:
         """The interleaved re-measurement of task i's top candidates against its default (or, when
         nothing new was measured, the last one in the log)."""
         self.finals[i] = tune_task(self.tasks[i], self.tuners[i], 0, self.db, self.measurer, run=self.run,
-                                   from_log=False, transfer=False, reuse_pick=self.new[i] == 0)
+                                   from_log=False, transfer=False, reuse_pick=self.new[i] == 0,
+                                   shared=self.shared[i])
         self.progress.final(i, self.finals[i])
 
     def rows(self) -> list[TaskRow]:
@@ -287,7 +293,7 @@ def tune_model(
         handle.finish_run(run, interrupted=interrupted)
         result.seconds = time.perf_counter() - t0
         return result
-    except KeyboardInterrupt:  # during extraction, the comparison or cleanup: the log is intact
+    except (KeyboardInterrupt, WorkerStartError):  # the log is intact; the run did not finish
         if run is not None:
             handle.finish_run(run, interrupted=True)
         raise

@@ -8,6 +8,7 @@ target is fed to the tuner and counts toward the trial budget, so rerunning an i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -19,6 +20,7 @@ import tuning_db
 from autorelay.schedule.space import Config
 from search.measure.local import Measurer
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
+from search.sharing import SharedLog, lease_seconds
 from search.task import Task
 from search.tuners.base import Tuner
 
@@ -51,21 +53,25 @@ def _fingerprint(task: Task) -> dict[str, Any]:
 
 
 def _record(db: Any, task: Task, inp: MeasureInput, res: MeasureResult, run: int | None,
-            tag: str | None) -> None:
+            tag: str | None) -> int:
     failed = res.error is not ErrorKind.NONE
-    db.record(task.key, str(task.target), inp.config.to_json(), list(res.costs), workload=task.workload,
-              error=(res.message or res.error.value) if failed else None,
-              error_kind=res.error.value if failed else None, run=run,
-              space_index=inp.index if inp.index >= 0 else None, target_fingerprint=_fingerprint(task),
-              runner_version=tag)
+    return db.record(task.key, str(task.target), inp.config.to_json(), list(res.costs),
+                     workload=task.workload, error=(res.message or res.error.value) if failed else None,
+                     error_kind=res.error.value if failed else None, run=run,
+                     space_index=inp.index if inp.index >= 0 else None,
+                     target_fingerprint=_fingerprint(task), runner_version=tag)
 
 
-def resume(db: Any, task: Task, tuner: Tuner) -> tuple[int, float]:
-    """Feed the logged measurements of `task` to `tuner`; returns (distinct configs, best cost)."""
+def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -> tuple[int, float]:
+    """Feed the logged measurements of `task` to `tuner`; returns (distinct configs, best cost).
+    `shared` learns which rows the tuner now holds, so it never feeds them again."""
     seen: set[int] = set()
     best = math.inf
     idx, res = [], []
-    for rec in db.history(task.key, str(task.target)):
+    history = db.history(task.key, str(task.target))
+    if shared is not None:
+        shared.mine([rec.id for rec in history])
+    for rec in history:
         try:
             cfg = task.config_from_json(rec.config)
         except (KeyError, TypeError, AttributeError):
@@ -102,6 +108,7 @@ def tune_task(
     final: bool = True,
     transfer: bool = True,
     reuse_pick: bool | None = None,
+    shared: SharedLog | None = None,
 ) -> TuneResult:
     """Tune `task` to `trials` distinct measured configs in total (logged ones included).
 
@@ -109,14 +116,18 @@ def tune_task(
     scheduler); `final=False` skips the interleaved re-measurement (and returns the search figures);
     `transfer` warms a model-based tuner with similar workloads' logged measurements; `reuse_pick`
     (default: when this call measured nothing new) reports the last logged re-measurement instead
-    of timing the top candidates again."""
+    of timing the top candidates again. `shared`: this task's view of a log other tuners use too
+    (made here when not given): configs are claimed before they are measured, and the others'
+    results count toward `trials`."""
     t0 = time.perf_counter()
     own = measurer is None
     measurer = measurer or Measurer()
     tuner.attach(measurer.builder.pool)
+    if shared is None:
+        shared = SharedLog(db, task, lease_seconds(measurer, batch))
     try:
         if from_log:
-            done, best = resume(db, task, tuner)
+            done, best = resume(db, task, tuner, shared)
             if transfer and getattr(tuner, "transferred", None) == 0:
                 used = transfer_from_log(db, task, tuner)
                 if used:
@@ -130,17 +141,30 @@ def tune_task(
         curve: list[float] = []
         since_best = 0
         new = 0
+        done += shared.sync(tuner)  # results other runs logged since this view was opened
+        best = min(best, tuner.best_cost)
         while done < trials and tuner.has_next():
             if early_stopping is not None and since_best >= early_stopping:
                 log.info("%s: early stop after %d trials without improvement", task.name, since_best)
                 break
-            idx = [i for i in tuner.next_batch(min(batch, trials - done)) if i not in tuner.visited]
+            want = min(batch, trials - done - shared.others_pending)
+            if want <= 0:  # other runs are measuring the rest of the budget
+                done += shared.wait(tuner)
+                continue
+            idx = [i for i in tuner.next_batch(want) if i not in tuner.visited]
             if not idx:
+                if shared.others_pending:
+                    done += shared.wait(tuner)
+                    continue
                 break
-            inputs = [MeasureInput(task.config(i), i) for i in idx]
+            inputs = shared.claim(tuner, [MeasureInput(task.config(i), i) for i in idx])
+            if not inputs:
+                done += shared.sync(tuner)
+                continue
+            idx = [inp.index for inp in inputs]
             results = measurer.measure(task, inputs)
             for inp, r in zip(inputs, results):
-                _record(db, task, inp, r, run, None)
+                shared.mine([_record(db, task, inp, r, run, None)])
                 if r.error is not ErrorKind.NONE:
                     errors[r.error.value] = errors.get(r.error.value, 0) + 1
                 if r.median < best:
@@ -148,13 +172,16 @@ def tune_task(
                 else:
                     since_best += 1
                 curve.append(best)
+            shared.release(inputs)
             tuner.update(idx, results)
             done += len(idx)
             new += len(idx)
+            done += shared.sync(tuner)
+            best = min(best, tuner.best_cost)
             if on_batch is not None:
                 on_batch(done, best)
         fresh = (new > 0 or not from_log) if reuse_pick is None else not reuse_pick
-        logged = None if fresh or not final else _logged_pick(db, task, tuner)
+        logged = None if fresh or not final else _logged_pick(db, task, tuner, top_k)
         if logged is not None:  # nothing new since the last pick: reuse its logged figures
             picked = logged
         elif final:
@@ -170,6 +197,8 @@ def tune_task(
         return res
     finally:
         tuner.attach(None)
+        with contextlib.suppress(Exception):  # leases expire anyway; never mask the real error
+            shared.release()
         if own:
             measurer.close()
 
@@ -178,11 +207,7 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
                 run: int | None) -> tuple[Config | None, float, float, float]:
     """Re-time the top-k search results and the default round-robin; the fastest median wins.
     Both figures are logged: the search rows already are, the re-measurements get a runner tag."""
-    ranked = sorted((c, i) for i, c in tuner.costs.items() if math.isfinite(c))[:top_k]
-    cands = [MeasureInput(task.config(i), i) for _, i in ranked]
-    d_idx = task.index(task.default)
-    default = MeasureInput(task.default, d_idx)
-    pool = cands + ([default] if all(c.config != task.default for c in cands) else [])
+    cands, pool = _contenders(task, tuner, top_k)
     if not pool:
         return None, math.inf, math.inf, math.inf
     results = measurer.remeasure(task, pool, rounds)
@@ -199,14 +224,35 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
     return best.config, tuner.best_cost, final, default_cost
 
 
-def _logged_pick(db: Any, task: Task, tuner: Tuner) -> tuple[Config | None, float, float, float] | None:
+def _contenders(task: Task, tuner: Tuner, top_k: int) -> tuple[list[MeasureInput], list[MeasureInput]]:
+    """The top-k search results, and those plus the default: what a final re-measurement times."""
+    ranked = sorted((c, i) for i, c in tuner.costs.items() if math.isfinite(c))[:top_k]
+    cands = [MeasureInput(task.config(i), i) for _, i in ranked]
+    default = MeasureInput(task.default, task.index(task.default))
+    return cands, cands + ([default] if all(c.config != task.default for c in cands) else [])
+
+
+def _logged_pick(db: Any, task: Task, tuner: Tuner,
+                 top_k: int) -> tuple[Config | None, float, float, float] | None:
     """The last interleaved re-measurement in the log (fastest median of its latest rows per config),
-    or None when the log holds none or it lacks the default."""
+    or None when there is none that is complete and current: every contender of today's top-k and
+    the default must have been re-timed after the last search trial. A run stopped before or during
+    its re-measurement leaves configs that were never compared; the rerun must compare them."""
     latest: dict[Config, list[float]] = {}
-    for rec in db.history(task.key, str(task.target)):  # oldest first: later rows overwrite
-        if rec.runner_version == REMEASURE_TAG and rec.error_kind is None and rec.costs:
-            latest[task.config_from_json(rec.config)] = rec.costs
-    if task.default not in latest:
+    when: dict[Config, int] = {}
+    last_trial = -1
+    for pos, rec in enumerate(db.history(task.key, str(task.target))):  # oldest first
+        if rec.runner_version != REMEASURE_TAG:
+            last_trial = pos
+            continue
+        cfg = task.config_from_json(rec.config)
+        when[cfg] = pos  # a contender that failed its re-timing was compared too (and lost)
+        if rec.error_kind is None and rec.costs:
+            latest[cfg] = rec.costs
+        else:
+            latest.pop(cfg, None)
+    _, pool = _contenders(task, tuner, top_k)
+    if task.default not in latest or any(when.get(p.config, -1) < last_trial for p in pool):
         return None
     med = {c: MeasureResult(tuple(v)).median for c, v in latest.items()}
     best = min(med, key=med.__getitem__)
@@ -258,7 +304,8 @@ def tune_tasks(
     measurer = measurer or Measurer()
     try:
         tuners = [make_tuner(tuner, t, seed) for t in tasks]
-        logged = [resume(db, t, tu)[0] for t, tu in zip(tasks, tuners)]
+        shared = [SharedLog(db, t, lease_seconds(measurer, batch)) for t in tasks]
+        logged = [resume(db, t, tu, sh)[0] for t, tu, sh in zip(tasks, tuners, shared)]
         sched = TaskScheduler(weights, max(0, budget - sum(logged)), round_trials, seed=seed)
         for i, tu in enumerate(tuners):  # a task resumed from the log starts with its logged figure
             if logged[i]:
@@ -270,13 +317,13 @@ def tune_tasks(
         def one_round(i: int, n: int) -> tuple[int, float]:
             tu = tuners[i]
             r = tune_task(tasks[i], tu, len(tu.costs) + n, db, measurer, batch=batch, run=run,
-                          from_log=False, final=False)
+                          from_log=False, final=False, shared=shared[i])
             added[i] += r.trials
             return r.trials, tu.best_cost
 
         sched.run(one_round)
-        return [tune_task(t, tu, 0, db, measurer, from_log=False, run=run, reuse_pick=added[i] == 0)
-                for i, (t, tu) in enumerate(zip(tasks, tuners))]
+        return [tune_task(t, tu, 0, db, measurer, from_log=False, run=run, reuse_pick=added[i] == 0,
+                          shared=shared[i]) for i, (t, tu) in enumerate(zip(tasks, tuners))]
     finally:
         if own:
             measurer.close()

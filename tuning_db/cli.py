@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from .cli_args import positive_int
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, TuningDBError
 from .queries import INTERLEAVED
@@ -43,7 +44,7 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
     best = add("best", "the fastest configs of a workload on a target", _best)
     best.add_argument("--workload", required=True, metavar="KEY", help="workload key")
     best.add_argument("--target", required=True, help="target string, e.g. 'llvm -mcpu=skylake'")
-    best.add_argument("-k", type=int, default=5, help="how many configs (default 5)")
+    best.add_argument("-k", type=positive_int, default=5, help="how many configs (default 5)")
     best.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     exp = add("export", "write every measurement as JSON lines", _export)
     exp.add_argument("file", help="output .jsonl file")

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
-from . import queries, schema
-from .engine import make_engine, read_tx, resolve_url, write_tx
+from . import leases, queries, schema
+from .engine import make_engine, read_tx, resolve_url, use_wal, write_tx
 from .errors import TuningDBError, one_line
 from .ingest import IdCache, get_or_create_workloads, insert_one
 from .jsonl import ImportReport, export_jsonl, import_rows, read_lines
@@ -118,6 +118,21 @@ class TuningDB:
         with write_tx(self.engine) as conn:
             get_or_create_workloads(conn, [meas])
 
+    # ---- claims: tuners sharing the log ---------------------------------------------------------
+
+    def claim(self, workload_key: str, target: str, configs: list[dict[str, Any]], holder: str,
+              ttl_s: float = 600.0) -> leases.Claim:
+        """Claim configs before measuring them: granted only where the config has no measurement
+        and no live lease of another holder. See `leases.py`."""
+        with write_tx(self.engine) as conn:
+            return leases.claim(conn, workload_key, target, configs, holder, ttl_s)
+
+    def release(self, workload_key: str, target: str, holder: str,
+                configs: list[dict[str, Any]] | None = None) -> None:
+        """Drop `holder`'s claims on the workload (on `configs`, or all of them)."""
+        with write_tx(self.engine) as conn:
+            leases.release(conn, workload_key, target, holder, configs)
+
     # ---- tuning runs --------------------------------------------------------------------------
 
     def start_run(
@@ -189,6 +204,8 @@ class TuningDB:
     # ---- reading ------------------------------------------------------------------------------
 
     def best(self, workload_key: str, target: str, k: int = 1) -> list[Record]:
+        if k < 1:
+            raise TuningDBError(f"k must be at least 1, got {k}")
         with read_tx(self.engine) as conn:
             return queries.best(conn, workload_key, target, k)
 
@@ -272,6 +289,7 @@ def open_db(url: str | os.PathLike[str] | None = None, *, config: Settings | Non
     shown = parsed.render_as_string(hide_password=True)
     try:
         before = ensure_schema(engine)
+        use_wal(engine)
     except TuningDBError:
         engine.dispose()
         raise

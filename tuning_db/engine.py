@@ -1,6 +1,7 @@
 """From a URL (or a path, or nothing) to a configured SQLAlchemy engine.
 
-SQLite is the embedded default: WAL mode so readers never block the writer, a busy timeout so
+SQLite is the embedded default: WAL mode (switched on only after the file proved to be a tuning
+log) so readers never block the writer, a busy timeout so
 concurrent writers queue instead of failing, and `BEGIN IMMEDIATE` for write transactions. The last
 point matters: a deferred transaction that reads and then writes can fail at once with "database is
 locked" when another process committed in between (the busy handler cannot help it), so every write
@@ -105,8 +106,8 @@ def _sqlite_engine(url: URL, settings: Settings) -> Engine:
         cur = dbapi_conn.cursor()
         try:
             cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            if not memory:
-                cur.execute("PRAGMA journal_mode = WAL")
+            # journal_mode = WAL is not set here: it rewrites the file's header, and a file must not
+            # change before `ensure_schema` has decided it is a tuning log (see `use_wal`).
             # NORMAL in WAL mode: a commit survives a crash of the process (kill -9); only a
             # power loss can drop the last transactions, never corrupt the file.
             cur.execute("PRAGMA synchronous = NORMAL")
@@ -120,6 +121,21 @@ def _sqlite_engine(url: URL, settings: Settings) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def use_wal(engine: Engine) -> None:
+    """Switch a SQLite file to WAL mode (persistent: once per file). Called only once the file is
+    known to be a tuning log, so opening another program's database never modifies it."""
+    if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    raw = engine.raw_connection()  # outside SQLAlchemy's transaction: WAL cannot be set inside one
+    try:
+        cur = raw.cursor()
+        if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+    finally:
+        raw.close()
 
 
 @contextmanager

@@ -43,13 +43,13 @@ def ensure_schema(engine: Engine) -> int:
 
 
 def _read_version(conn: Connection) -> int:
-    names = set(inspect(conn).get_table_names())
+    names = {n for n in inspect(conn).get_table_names() if not n.startswith("sqlite_")}
     if "schema_info" not in names:
-        clash = sorted(names & set(schema.TABLE_NAMES))
-        if clash:
-            raise TuningDBError(
-                f"not a tuning log: the database has tables {', '.join(clash)} but no schema_info"
-            )
+        # Any table at all means another program's database: creating ours in it would change a
+        # file we were never meant to touch (`--db` pointing at the wrong file).
+        if names:
+            shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise TuningDBError(f"not a tuning log: the database has tables {shown} but no schema_info")
         return 0
     version = conn.execute(select(schema.schema_info.c.version)).scalar()
     if version is None:
@@ -94,9 +94,14 @@ def _upgrade_1_to_2(conn: Connection) -> None:
         index.create(conn)
 
 
+def _upgrade_2_to_3(conn: Connection) -> None:
+    """Add the leases table (tuners sharing a log claim configs before measuring them)."""
+    schema.metadata_for(3).tables["leases"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
 
 
-UPGRADES: dict[int, Callable[[Connection], None]] = {1: _upgrade_1_to_2}
+UPGRADES: dict[int, Callable[[Connection], None]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}

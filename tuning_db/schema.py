@@ -7,6 +7,8 @@ Versions:
      source can find the nearest workload of the same family without parsing every row, and
      replaces the version-1 index by `(workload_id, target_id, mean_cost, id)` so `best()` reads the
      cheapest rows straight off an index; adds an index on measurements(config_id) for resume.
+  3. adds `leases`: a claim on one (workload, target, config) by one tuner until `expires_at`, so
+     tuners sharing a log never measure a config twice (see `leases.py`).
 
 `metadata_for(version)` builds the tables as that version had them; the migration code creates a
 version-1 database through the same function, so the upgrade test exercises a real old layout.
@@ -35,14 +37,14 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-CURRENT_VERSION = 2
-TABLE_NAMES = ("schema_info", "targets", "workloads", "configs", "runs", "measurements")
+CURRENT_VERSION = 3
+TABLE_NAMES = ("schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases")
 MAX_KEY_LEN = 512
 
 
 def metadata_for(version: int) -> MetaData:
-    """All tables as schema `version` defines them (1 or CURRENT_VERSION)."""
-    if version not in (1, 2):
+    """All tables as schema `version` defines them (1 .. CURRENT_VERSION)."""
+    if version not in (1, 2, 3):
         raise ValueError(f"unknown tuning_db schema version {version}")
     md = MetaData()
     Table(
@@ -121,6 +123,18 @@ def metadata_for(version: int) -> MetaData:
         Index("ix_measurements_best", meas.c.workload_id, meas.c.target_id, meas.c.mean_cost, meas.c.id)
         Index("ix_measurements_config", meas.c.config_id)
         Index("ix_workloads_family", workloads.c.family)
+    if version >= 3:
+        Table(
+            "leases",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("workload_key", String(MAX_KEY_LEN), nullable=False),
+            Column("target", String(MAX_KEY_LEN), nullable=False),
+            Column("config_hash", String(64), nullable=False),
+            Column("holder", String(128), nullable=False),
+            Column("expires_at", Float, nullable=False),
+            UniqueConstraint("workload_key", "target", "config_hash", name="uq_leases_config"),
+        )
     return md
 
 
@@ -131,6 +145,7 @@ workloads = METADATA.tables["workloads"]
 configs = METADATA.tables["configs"]
 runs = METADATA.tables["runs"]
 measurements = METADATA.tables["measurements"]
+leases = METADATA.tables["leases"]
 
 
 def canonical_json(value: Any) -> str:

@@ -49,8 +49,10 @@ _SUFFIX_DTYPES = {
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "i": "int32",
 }
 
-_NUMBER = re.compile(r"-*\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|i|u8|u16|u32|u64)?")
-_INT_ONLY = re.compile(r"\d+")
+_NUMBER = re.compile(r"-*\d+(\.\d+)?([eE][+-]?\d+)?(f16|f32|f64|f|i8|i16|i32|i64|i|u8|u16|u32|u64)?",
+                     re.ASCII)
+_INT_ONLY = re.compile(r"\d+", re.ASCII)
+_DIGITS = frozenset("0123456789")  # str.isdigit/isalpha accept non-ASCII ('➑', 'Ï') the patterns do not
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _LOCAL = re.compile(r"%[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # `%x`, `%0`, `%input.1`, `%t.0.1`
 _GLOBAL = re.compile(r"@[A-Za-z_][A-Za-z0-9_]*")
@@ -169,13 +171,13 @@ class Lexer:
             return self._emit(GLOBAL, m.group())
         if c == '"':
             return self._string()
-        if c.isdigit() or (c == "-" and _NEGATIVE.match(text, pos) and not _ends_operand(prev)):
-            if prev is not None and prev.is_punct(".") and c.isdigit():  # `%t.0.1`: index 0, not `0.1`
+        if c in _DIGITS or (c == "-" and _NEGATIVE.match(text, pos) and not _ends_operand(prev)):
+            if prev is not None and prev.is_punct(".") and c in _DIGITS:  # `%t.0.1`: index 0, not `0.1`
                 m = _INT_ONLY.match(text, pos)
                 assert m is not None
                 return self._emit(NUMBER, m.group(), (int(m.group()), "int32"))
             return self._number()
-        if c.isalpha() or c == "_":
+        if (c.isascii() and c.isalpha()) or c == "_":
             m = _IDENT.match(text, pos)
             assert m is not None
             return self._emit(IDENT, m.group())
@@ -244,7 +246,7 @@ class Lexer:
         raise self.error("unterminated string literal", self.line, self.col)
 
 
-_NEGATIVE = re.compile(r"-+\d")
+_NEGATIVE = re.compile(r"-+\d", re.ASCII)
 
 
 def _ends_operand(prev: Token | None) -> bool:

@@ -9,17 +9,24 @@ A saved executable is one zip file holding plain data, never pickled closures:
 
 Loading compiles nothing above LLVM: on the same CPU the object code is handed to the JIT through
 its object cache (no optimisation, no instruction selection); elsewhere the IR is recompiled.
+
+``plan.json`` lists the SHA-256 of every other file, and `load` refuses a file that is missing from
+that list or does not match it: a truncated copy or swapped object file fails with one line instead
+of running stray machine code. This is an integrity check, not a signature — whoever can write the
+zip can rewrite plan.json too. **A saved executable is code**: load it only from a place you trust,
+as you would a shared library.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +42,7 @@ from autorelay.runtime.report import BuildReport
 from autorelay.target import Target
 
 FORMAT = "autorelay-executable"
-VERSION = 2  # 2: parallel segments carry a `_job` thunk for the native thread team
+VERSION = 3  # 2: parallel segments carry a `_job` thunk for the native thread team; 3: SHA-256 per file
 
 
 class InputError(AutoRelayError, ValueError):
@@ -161,18 +168,21 @@ class Executable:
                          "workspaces": [[list(sh), dt] for sh, dt in k.workspaces]} for k in self.kernels],
             "functions": len(self.functions),
         }
+        from autorelay.ir.module import IRModule
+
         buf = io.BytesIO()
         np.savez(buf, *self.consts)
+        files: dict[str, bytes] = {"consts.npz": buf.getvalue()}
+        for i, k in enumerate(self.kernels):
+            files[f"kernels/{i}.ll"] = k.llvm_ir.encode()
+            files[f"kernels/{i}.o"] = _object_code(k.llvm_ir, self.target)
+        for i, f in enumerate(self.functions):
+            files[f"functions/{i}.relay"] = IRModule.from_expr(f).astext().encode()
+        meta["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("plan.json", json.dumps(meta))
-            z.writestr("consts.npz", buf.getvalue())
-            for i, k in enumerate(self.kernels):
-                z.writestr(f"kernels/{i}.ll", k.llvm_ir)
-                z.writestr(f"kernels/{i}.o", _object_code(k.llvm_ir, self.target))
-            for i, f in enumerate(self.functions):
-                from autorelay.ir.module import IRModule
-
-                z.writestr(f"functions/{i}.relay", IRModule.from_expr(f).astext())
+            for name, data in files.items():
+                z.writestr(name, data)
 
 
 def _object_code(text: str, target: Target) -> bytes:
@@ -190,12 +200,30 @@ def _object_names(key: str, text: str) -> list[str]:
 
     Mirrors `autorelay.codegen.llvm.jit` (key + digest of llvmlite version and IR); if that scheme
     changes, loading still works but recompiles the IR (the save/load test notices)."""
-    import hashlib
-
     import llvmlite
 
     digest = hashlib.sha256(f"{llvmlite.__version__}|{text}".encode()).hexdigest()[:16]
     return [f"{key}-{digest}.o", f"{key}.o"]
+
+
+def _verified_reader(z: zipfile.ZipFile, meta: dict, path: str | os.PathLike) -> Callable[[str], bytes]:
+    """`read(name)`: a member's bytes, only if plan.json lists it and its SHA-256 matches."""
+    digests = meta.get("sha256")
+    if not isinstance(digests, dict):
+        raise AutoRelayError(f"load: {path} lists no SHA-256 of its files; refusing to load its code")
+
+    def read(name: str) -> bytes:
+        want = digests.get(name)
+        try:
+            data = z.read(name)
+        except KeyError:
+            raise AutoRelayError(f"load: {path} lacks {name}") from None
+        if want is None or hashlib.sha256(data).hexdigest() != want:
+            raise AutoRelayError(f"load: {path}: {name} does not match the SHA-256 in plan.json "
+                                 "(corrupt or altered); refusing to load it")
+        return data
+
+    return read
 
 
 def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
@@ -212,16 +240,17 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise AutoRelayError(f"load: {path} has format {meta.get('format')} v{meta.get('version')}, "
                                  f"expected {FORMAT} v{VERSION}")
+        read = _verified_reader(z, meta, path)
         host = host_target(threads or meta["target"]["threads"])
         same_cpu = (host.cpu, host.features) == (meta["target"]["cpu"], meta["target"]["features"])
-        npz = np.load(io.BytesIO(z.read("consts.npz")))
+        npz = np.load(io.BytesIO(read("consts.npz")))
         consts = [npz[f"arr_{i}"] for i in range(len(npz.files))]
         kernels = []
         with tempfile.TemporaryDirectory() as objdir:
             for i, kd in enumerate(meta["kernels"]):
-                text = z.read(f"kernels/{i}.ll").decode()
+                text = read(f"kernels/{i}.ll").decode()
                 if same_cpu:
-                    obj = z.read(f"kernels/{i}.o")
+                    obj = read(f"kernels/{i}.o")
                     for name in _object_names(kd["key"], text):
                         with open(os.path.join(objdir, name), "wb") as fh:
                             fh.write(obj)
@@ -233,7 +262,7 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
                         raise AutoRelayError(f"load: kernel {kd['key']} lacks segment {name}")
                 ws = [(tuple(sh), dt) for sh, dt in kd["workspaces"]]
                 kernels.append(KernelArtifact(kd["key"], text, segs, kd["nbuffers"], ws, module))
-        functions = [parse(z.read(f"functions/{i}.relay").decode())["main"] for i in range(meta["functions"])]
+        functions = [parse(read(f"functions/{i}.relay").decode())["main"] for i in range(meta["functions"])]
     plan = GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
                      meta["inputs"], meta["input_slots"], meta["outputs"], meta["output_is_tuple"],
                      MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"]))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 from search.measure.jobs import FaultHook, TimingSettings, build_job, interleaved_job, prime_job, run_job
 from search.measure.result import BuildResult, ErrorKind, MeasureInput, MeasureResult
+from search.measure.scratch import make_scratch_dir
 from search.measure.workers import Outcome, WorkerPool
 from search.task import Task
 
@@ -103,7 +103,7 @@ class Measurer:
 
     def __init__(self, build_workers: int = 2, settings: TimingSettings | None = None,
                  build_timeout: float = 60.0, hook: FaultHook | None = None) -> None:
-        self.cache_dir = tempfile.mkdtemp(prefix="autorelay-measure-")
+        self.cache_dir = make_scratch_dir()
         self.builder = LocalBuilder(self.cache_dir, build_workers, build_timeout)
         self.runner = LocalRunner(self.cache_dir, settings)
         self.hook = hook

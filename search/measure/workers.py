@@ -17,11 +17,14 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+from autorelay.errors import AutoRelayError
 
 _PRELOAD = ["search.measure.jobs"]
 _CTX_LOCK = threading.Lock()
@@ -38,9 +41,22 @@ def _context() -> Any:
         return _CTX
 
 
+class WorkerStartError(AutoRelayError):
+    """Measurement workers cannot be started (no processes, no memory, a broken installation).
+    An infrastructure failure, not a candidate's: nothing is logged for the candidates."""
+
+
+START_TRIES = 3  # a failed start is retried (a transient fork failure); then WorkerStartError
+START_TIMEOUT_S = 60.0  # a fresh worker must say it is ready within this (imports are preloaded)
+
+
 def _serve(conn: Connection) -> None:
-    """Child main loop: run (fn, args) requests until the pipe closes."""
+    """Child main loop: say "ready", then run (fn, args) requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        conn.send(("ready", os.getpid()))
+    except (BrokenPipeError, OSError):
+        return
     while True:
         try:
             fn, args = conn.recv()
@@ -80,9 +96,10 @@ def _describe_exit(code: int | None) -> str:
 class Worker:
     """One child process, used by one parent thread at a time."""
 
-    def __init__(self, name: str, max_jobs: int = 200) -> None:
+    def __init__(self, name: str, max_jobs: int = 200, serve: Callable[[Connection], None] = _serve) -> None:
         self.name = name
         self.max_jobs = max_jobs
+        self.serve = serve  # the child's main loop (tests pass one that fails to start)
         self._proc: Any = None
         self._conn: Connection | None = None
         self._jobs = 0
@@ -97,13 +114,41 @@ class Worker:
         return self._proc is None or not self._proc.is_alive() or self._jobs >= self.max_jobs
 
     def _start(self) -> None:
+        """Start the child and wait for its "ready"; retried, then WorkerStartError. Without the
+        handshake a worker that dies while starting looked like a crash of the candidate it was
+        sent, and that config was logged as a failure and never tried again."""
+        why = ""
+        for attempt in range(START_TRIES):
+            if attempt:
+                time.sleep(0.1 * 2**attempt)  # back off: a transient fork/memory shortage may pass
+            try:
+                why = self._try_start()
+            except OSError as e:  # fork or pipe failure (EAGAIN, ENOMEM, EMFILE)
+                why = f"{type(e).__name__}: {e}"
+            if not why:
+                self.starts += 1
+                return
+            self._kill()
+        raise WorkerStartError(f"measurement worker {self.name} cannot start ({START_TRIES} tries): {why}")
+
+    def _try_start(self) -> str:
+        """Start one child; "" once it said ready, else why not."""
         ctx = _context()
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child,), name=self.name, daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn, self._jobs = proc, parent, 0
-        self.starts += 1
+        proc = ctx.Process(target=self.serve, args=(child,), name=self.name, daemon=True)
+        self._proc, self._conn, self._jobs = None, parent, 0
+        try:
+            proc.start()
+        finally:
+            child.close()
+        self._proc = proc
+        try:
+            if parent.poll(START_TIMEOUT_S) and parent.recv()[0] == "ready":
+                return ""
+        except (EOFError, OSError):
+            pass
+        proc.join(1)
+        return _describe_exit(proc.exitcode) if proc.exitcode is not None else "no ready signal"
 
     @property
     def restarts(self) -> int:
@@ -125,8 +170,6 @@ class Worker:
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], timeout: float) -> Outcome:
         """Run fn(*args) in the child; never raises for the job's own failures."""
-        import time
-
         if self.will_restart():
             self._kill()
             self._start()
@@ -170,13 +213,19 @@ class WorkerPool:
         for i in range(len(arg_list)):
             todo.put(i)
 
+        failures: list[BaseException] = []
+
         def drain(w: Worker) -> None:
-            while True:
+            while not failures:
                 try:
                     i = todo.get_nowait()
                 except queue.Empty:
                     return
-                results[i] = w.call(fn, arg_list[i], timeout)
+                try:
+                    results[i] = w.call(fn, arg_list[i], timeout)
+                except BaseException as e:  # WorkerStartError: the caller must see it, not a result
+                    failures.append(e)
+                    return
 
         active = self.workers[: max(1, min(len(self.workers), len(arg_list)))]
         if len(active) == 1:
@@ -187,6 +236,8 @@ class WorkerPool:
                 t.start()
             for t in threads:
                 t.join()
+        if failures:
+            raise failures[0]
         return [r if r is not None else Outcome("crash", "job was never run") for r in results]
 
     @property

@@ -131,6 +131,48 @@ def test_load_in_fresh_process_uses_object_code(net, tmp_path):
     np.testing.assert_allclose(np.load(out), want[0], rtol=1e-5, atol=1e-5)
 
 
+def _rewrite(src, dst, change):
+    """Copy a saved executable, passing each member's bytes through change(name, data)."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, change(name, zin.read(name)))
+
+
+def test_load_verifies_each_file_against_its_sha256(net, tmp_path):
+    import hashlib
+    import json
+    import zipfile
+
+    *_, exe = net
+    path = tmp_path / "net.arx"
+    exe.save(path)
+    with zipfile.ZipFile(path) as z:
+        listed = json.loads(z.read("plan.json"))["sha256"]
+        members = {n: hashlib.sha256(z.read(n)).hexdigest() for n in z.namelist() if n != "plan.json"}
+    assert listed == members and "kernels/0.o" in listed  # every file, hashed as stored
+
+    altered = tmp_path / "altered.arx"
+    _rewrite(path, altered, lambda n, d: d[:-1] + bytes([d[-1] ^ 1]) if n == "kernels/0.o" else d)
+    with pytest.raises(autorelay.AutoRelayError, match=r"kernels/0\.o does not match the SHA-256") as info:
+        autorelay.load(altered)
+    assert "\n" not in str(info.value)
+
+    unlisted = tmp_path / "unlisted.arx"
+
+    def drop_hashes(name, data):
+        if name != "plan.json":
+            return data
+        meta = json.loads(data)
+        del meta["sha256"]
+        return json.dumps(meta).encode()
+
+    _rewrite(path, unlisted, drop_hashes)
+    with pytest.raises(autorelay.AutoRelayError, match="lists no SHA-256"):
+        autorelay.load(unlisted)
+
+
 def test_load_rejects_other_files(tmp_path):
     bad = tmp_path / "bad.arx"
     bad.write_bytes(b"not a zip")

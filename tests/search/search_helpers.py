@@ -97,3 +97,26 @@ def slow_dense_ref(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """An oracle slower than a candidate's timeout (like a naive loop nest on a big workload)."""
     time.sleep(1.5)
     return dense_ref(a, w)
+
+
+def dies_at_start(conn) -> None:  # type: ignore[no-untyped-def]
+    """A worker main loop that exits before it is ready (a worker that cannot start)."""
+    os._exit(3)
+
+
+@dataclass(frozen=True)
+class FailsFirstStart:
+    """A worker main loop that fails the first start (marked by creating `flag`), then serves."""
+
+    flag: str
+
+    def __call__(self, conn) -> None:  # type: ignore[no-untyped-def]
+        from search.measure.workers import _serve
+
+        try:
+            fd = os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            _serve(conn)
+            return
+        os.close(fd)
+        os._exit(3)

@@ -146,7 +146,7 @@ def test_real_tuning_end_to_end_with_faults(task, db):
     assert res.best_config["tile_m"] not in (tm[1], tm[2])
     # rerunning the finished command measures nothing and re-reports the logged figures
     with Measurer(settings=settings) as m:
-        again = tune_task(task, make_tuner("xgb", task, seed=0), 16, db, m, batch=8)
+        again = tune_task(task, make_tuner("xgb", task, seed=0), 16, db, m, batch=8, top_k=2, rounds=3)
     assert again.trials == 0 and again.resumed == 16
     after = db.history(task.key, str(task.target))
     assert [r.id for r in after if r.runner_version != REMEASURE_TAG] == [r.id for r in trials]

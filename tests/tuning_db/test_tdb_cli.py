@@ -88,3 +88,38 @@ def test_best_names_the_config_build_uses_after_interleaved_rounds(
     assert main(["db", "--db", logged, "best", "--workload", "wk", "--target", T]) == 0
     out = capsys.readouterr().out
     assert 'build uses (won the interleaved re-measurement, median 8.000 us): {"tile": 1}' in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tune", "--model", "mlp", "--trials", "4", "--timeout", "0"],
+        ["tune", "--model", "mlp", "--trials", "4", "--timeout", "-1"],
+        ["tune", "--model", "mlp", "--trials", "4", "--timeout", "nan"],
+        ["tune", "--model", "mlp", "--trials", "0"],
+        ["tune", "--model", "mlp", "--trials", "4", "--seed", "-3"],
+        ["tune", "--model", "mlp", "--trials", "4", "--threads", "0"],
+        ["tune", "--model", "mlp", "--trials", "4", "--image-size", "-8"],
+        ["run", "--model", "mlp", "--repeat", "0"],
+        ["db", "best", "--workload", "wk", "--target", T, "-k", "0"],
+    ],
+)
+def test_numeric_options_out_of_range_are_refused_before_any_work(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused by the parser (exit 2, one error line naming the option); the log is never created,
+    so no candidate was logged as a timeout."""
+    log = tmp_path / "never.sqlite"
+    with pytest.raises(SystemExit) as exc:
+        main([*argv[:1], *(["--db", str(log)] if argv[0] == "db" else []), *argv[1:],
+              *([] if argv[0] == "db" else ["--db", str(log)])])
+    assert exc.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    option = next(a for a in reversed(argv[:-1]) if a.startswith("-"))
+    assert len(err) == 1 and f"argument {option}" in err[0], err
+    assert not log.exists()
+
+
+def test_best_k_below_one_is_refused_by_the_api(logged: str) -> None:
+    with pytest.raises(tuning_db.TuningDBError, match="k must be at least 1"):
+        tuning_db.open(logged).best("wk", T, k=0)

@@ -47,6 +47,7 @@ def test_v1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     indexes = {row[1] for row in _raw(path, "PRAGMA index_list(measurements)")}
     assert {"ix_measurements_best", "ix_measurements_config"} <= indexes
     assert "ix_measurements_wt" not in indexes
+    assert _raw(path, "SELECT name FROM sqlite_master WHERE name = 'leases'") == [("leases",)]  # v3
     assert _raw(path, "PRAGMA integrity_check") == [("ok",)]
 
     got = db.best("conv-56", "llvm -mcpu=skylake-avx512", k=3)
@@ -94,3 +95,34 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(TuningDBError, match=r"not a tuning log: .* measurements but no schema_info"):
         tuning_db.open(other)
+
+
+def test_another_programs_database_is_refused_and_left_byte_identical(tmp_path: Path) -> None:
+    """`--db` pointing at an unrelated SQLite file: refused in one line, and the file is exactly as
+    it was (no WAL switch, no tables added) — oracle: its bytes and sqlite3's own view of it."""
+    from search.cli import main
+
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE people (name TEXT)")
+    con.execute("INSERT INTO people VALUES ('ada')")
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    with pytest.raises(TuningDBError, match=r"not a tuning log: .*people but no schema_info"):
+        tuning_db.open(other)
+    assert main(["db", "--db", str(other), "stats"]) == 1
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]  # no -wal / -shm left
+    con = sqlite3.connect(other)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["people"]
+    con.close()
+
+
+def test_a_new_log_is_switched_to_wal_once_known(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite"
+    tuning_db.open(path).close()
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()

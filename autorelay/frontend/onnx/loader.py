@@ -99,7 +99,7 @@ def tensor_value(onnx: Any, t: Any, folder: str | None) -> np.ndarray:
                 f"initializer {t.name!r} is stored in external file {info.get('location')!r}; "
                 "pass base_dir= (the folder holding it) or a file path"
             )
-        loc = Path(folder) / info.get("location", "")
+        loc = _external_path(folder, t.name, info.get("location", ""))
         if not loc.is_file():
             raise OnnxModelError(f"initializer {t.name!r}: external data file {str(loc)!r} not found")
         offset, length = int(info.get("offset", 0)), int(info.get("length", -1) or -1)
@@ -119,6 +119,19 @@ def tensor_value(onnx: Any, t: Any, folder: str | None) -> np.ndarray:
         return np.asarray(numpy_helper.to_array(t))
     except Exception as err:
         raise OnnxModelError(f"initializer {t.name!r} cannot be decoded: {err}") from None
+
+
+def _external_path(folder: str, name: str, location: str) -> Path:
+    """The external data file of initializer `name`, which must lie inside the model's folder: a
+    model file is untrusted input, and `../../etc/passwd` or an absolute path would let it read (and
+    echo into weights) any file the user can read."""
+    root = Path(folder).resolve()
+    loc = (root / location).resolve()
+    if not location or Path(location).is_absolute() or not loc.is_relative_to(root):
+        raise OnnxModelError(
+            f"initializer {name!r}: external data location {location!r} is outside the model's folder"
+        )
+    return loc
 
 
 def input_type(vi: Any, override: Sequence[int] | None, default_dtype: str) -> TensorType:

@@ -208,6 +208,29 @@ def test_external_data_weights_load(tmp_path):
         from_onnx(str(path))
 
 
+@pytest.mark.parametrize("where", ["parent", "absolute"])
+def test_external_data_outside_the_model_folder_is_refused(tmp_path, where):
+    """A model names its external data file; one outside the model's folder must not be read,
+    even when it exists and has exactly the bytes the tensor needs."""
+    m, _w, _b = _conv_model()
+    (tmp_path / "model").mkdir()
+    path = tmp_path / "model" / "model.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    outside = tmp_path / "secret.bin"
+    (tmp_path / "model" / "weights.bin").rename(outside)
+    location = "../secret.bin" if where == "parent" else str(outside)
+    proto = onnx.load(str(path), load_external_data=False)
+    for t in proto.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = location
+    onnx.save(proto, str(path))
+    with pytest.raises(OnnxModelError, match="outside the model's folder") as info:
+        from_onnx(str(path))
+    assert "\n" not in str(info.value)
+
+
 # ---- errors ---------------------------------------------------------------------------------
 
 
