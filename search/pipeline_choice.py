@@ -1,7 +1,8 @@
 """The graph-level choice of a model's pass pipeline (`--pipeline auto`).
 
 The pipelines differ in how the whole graph is laid out: `default` keeps convolutions in NCHW
-(Winograd where it pays), `nchwc` packs the remaining ones in channel blocks of 8. Which is faster
+(Winograd where it pays), `nchwc` packs the remaining ones in channel blocks of 8 and, on targets
+whose vectors hold 16 floats, `nchwc16` in blocks of 16. Which is faster
 depends on the model — depthwise and 1x1 convolutions (MobileNet) gain from channel blocks, a
 Winograd ResNet loses to the layout transforms around its Winograd kernels — so it is measured,
 not guessed: both are built with default schedules and timed interleaved, and the fastest wins.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from autorelay.codegen import resolve_target
 from search.models import (
     Model,
     PreparedModel,
@@ -29,6 +31,13 @@ from tuning_db.schema import canonical_target
 
 AUTO = "auto"
 CANDIDATES = ("default", "nchwc")
+
+
+def candidates(target: str, threads: int | None) -> tuple[str, ...]:
+    """The pipelines `auto` measures on `target`: NCHW, NCHW8c, and NCHW16c where a vector holds 16
+    floats (AVX-512), since the channel block that fills one vector is not known to win in advance."""
+    wide = resolve_target(target, threads).vector_lanes() >= 16
+    return (*CANDIDATES, "nchwc16") if wide else CANDIDATES
 
 
 @dataclass
@@ -58,7 +67,7 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> 
 
 
 def measure_pipelines(model: Model, target: str, threads: int | None,
-                      candidates: tuple[str, ...] = CANDIDATES, keep_build: bool = False) -> PipelineChoice:
+                      pipelines: tuple[str, ...] | None = None, keep_build: bool = False) -> PipelineChoice:
     """Build `model` with each candidate pipeline and default schedules; the fastest, timed
     interleaved (candidates that build the same kernels still cost one build each). A candidate
     that does not build for this model drops out; when none builds, the first one's error is raised.
@@ -66,7 +75,7 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
     from autorelay.errors import AutoRelayError
 
     built, prepared, errors = [], {}, []
-    for p in candidates:
+    for p in pipelines or candidates(target, threads):
         try:
             prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
             built.append((p, build_model(model, None, target, threads=threads, pipeline=p,
@@ -95,4 +104,5 @@ def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: 
     return measure_pipelines(model, target, threads, keep_build=keep_build)
 
 
-__all__ = ["AUTO", "CANDIDATES", "PipelineChoice", "choose_pipeline", "logged_pipeline", "measure_pipelines"]
+__all__ = ["AUTO", "CANDIDATES", "PipelineChoice", "candidates", "choose_pipeline", "logged_pipeline",
+           "measure_pipelines"]

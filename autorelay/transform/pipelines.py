@@ -10,6 +10,8 @@ passes listed below, in order.
   profit from it (their transformed weights folded at build time), then Relay's fusion rules.
 * `nchwc`: `default` with the remaining convolutions in channel blocks of 8 (NCHW → NCHW8c, one
   AVX2 float32 vector per block; depthwise and 1x1 convolutions gain most) before fusion.
+* `nchwc16`: the same with blocks of 16, one AVX-512 float32 vector (`--pipeline auto` measures it
+  on targets with 16 lanes).
 * `tune`: the graph optimisations and channel packing in blocks of 16 (no Winograd) before fusion.
 """
 
@@ -50,8 +52,9 @@ def pipeline_passes(name: str) -> list[Pass]:
         return [SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
         return [*_graph_opts(), WinogradConv(), FoldConstant(), FuseOps()]
-    if name == "nchwc":
-        packing = [ConvertLayout(dst="NCHWc", block=8), FoldConstant(), SimplifyExpr()]
+    if name in ("nchwc", "nchwc16"):
+        block = 16 if name == "nchwc16" else 8
+        packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr()]
         return [*_graph_opts(), WinogradConv(), FoldConstant(), *packing, FuseOps()]
     if name == "tune":
         packing = [ConvertLayout(dst="NCHWc", block=16), FoldConstant(), SimplifyExpr()]
@@ -59,7 +62,7 @@ def pipeline_passes(name: str) -> list[Pass]:
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
-PIPELINES = ("O0", "default", "nchwc", "tune")
+PIPELINES = ("O0", "default", "nchwc", "nchwc16", "tune")
 
 
 def pipeline(name: str, **options) -> Pipeline:

@@ -9,7 +9,7 @@ import tuning_db
 from search import tune_model
 from search.measure import TimingSettings
 from search.models import compile_model, load_model, tuning_target
-from search.pipeline_choice import CANDIDATES, choose_pipeline, logged_pipeline
+from search.pipeline_choice import candidates, choose_pipeline, logged_pipeline
 
 pytestmark = pytest.mark.cpu
 
@@ -39,7 +39,7 @@ def test_logged_pipeline_is_the_latest_run_of_that_model_and_target(tmp_path):
 def test_measured_choice_is_the_fastest_candidate_and_compile_builds_with_it():
     model = load_model("mobilenet-v2", image_size=32)
     choice = choose_pipeline("auto", model, None, "llvm", 1)
-    assert choice.how == "measured" and set(choice.latencies) == set(CANDIDATES)
+    assert choice.how == "measured" and set(choice.latencies) == set(candidates("llvm", 1))
     assert choice.latencies[choice.pipeline] == min(choice.latencies.values())
     assert "measured" in choice.describe() and choice.pipeline in choice.describe()
     res = compile_model(model, None, "llvm", threads=1, pipeline="nchwc")
@@ -67,7 +67,7 @@ def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
     real = pc.build_model
 
     def build(model, source, target="llvm", *, threads=None, pipeline="default", prepared=None):
-        if pipeline == "nchwc":
+        if pipeline.startswith("nchwc"):  # nchwc, and nchwc16 where the host has 16 lanes
             raise BuildError("no NCHWc compute for this op")
         return real(model, source, target, threads=threads, pipeline=pipeline, prepared=prepared)
 
@@ -75,7 +75,7 @@ def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
     choice = pc.measure_pipelines(load_model("mlp"), "llvm", 1)
     assert choice.pipeline == "default" and set(choice.latencies) == {"default"}
     with pytest.raises(BuildError, match="no NCHWc compute"):
-        pc.measure_pipelines(load_model("mlp"), "llvm", 1, candidates=("nchwc",))
+        pc.measure_pipelines(load_model("mlp"), "llvm", 1, pipelines=("nchwc",))
 
 
 def test_compile_without_a_log_reuses_the_measured_winner_build(monkeypatch):
@@ -91,8 +91,8 @@ def test_compile_without_a_log_reuses_the_measured_winner_build(monkeypatch):
     monkeypatch.setattr(pc, "build_model", counting)
     monkeypatch.setattr("search.models.build_model", counting)
     res = compile_model(load_model("mlp"), None, "llvm", threads=1, pipeline="auto")
-    assert sorted(builds) == sorted(CANDIDATES)  # one build per candidate, none after the choice
-    assert res.pipeline in CANDIDATES
+    assert sorted(builds) == sorted(candidates("llvm", 1))  # one build per candidate, none after
+    assert res.pipeline in candidates("llvm", 1)
 
 
 def test_a_python_build_uses_the_pipeline_tune_logged_for_the_model(tmp_path):
@@ -114,3 +114,8 @@ def test_a_python_build_uses_the_pipeline_tune_logged_for_the_model(tmp_path):
         assert exe.pipeline == "O0"
         given = autorelay.build(model.mod, params=model.params, schedules=src, threads=1, pipeline="nchwc")
         assert given.pipeline == "nchwc"
+
+
+def test_the_candidates_follow_the_vector_width():
+    assert candidates("llvm -mcpu=znver3", 1) == ("default", "nchwc")
+    assert candidates("llvm -mcpu=znver5", 1) == ("default", "nchwc", "nchwc16")

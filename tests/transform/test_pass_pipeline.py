@@ -99,7 +99,7 @@ def test_pipeline_rejects_bad_arguments():
 
 
 def test_named_pipelines_are_explicit_lists():
-    assert set(PIPELINES) == {"O0", "default", "nchwc", "tune"}
+    assert set(PIPELINES) == {"O0", "default", "nchwc", "nchwc16", "tune"}
     for name in PIPELINES:
         passes = pipeline_passes(name)
         assert [p.name for p in pipeline(name).passes] == [p.name for p in passes]
@@ -110,7 +110,7 @@ def test_named_pipelines_are_explicit_lists():
     assert "ConvertLayout" in [p.name for p in pipeline_passes("tune")]
 
 
-@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "tune"])
+@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "nchwc16", "tune"])
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_named_pipelines_preserve_meaning(name, net):
     mod = typed(NETS[net]())
