@@ -20,6 +20,7 @@ from .ingest import IdCache, get_or_create_workloads, insert_one
 from .jsonl import ImportReport, export_jsonl, import_rows, read_lines
 from .merge import merge, prune
 from .migrate import ensure_schema
+from .processes import process_alive
 from .records import Record, RunInfo, normalize
 from .settings import Settings, settings
 from .source import Describe, ScheduleSource, Validate
@@ -183,7 +184,7 @@ class TuningDB:
         dead = []
         for run in self.runs("running"):
             pid = (run.info or {}).get("pid")
-            if run.host == host and isinstance(pid, int) and not _alive(pid):
+            if run.host == host and isinstance(pid, int) and not process_alive(pid):
                 dead.append(run.id)
         for rid in dead:
             self._set_run_status(rid, "interrupted", None)
@@ -266,18 +267,6 @@ class TuningDB:
         returns deleted counts."""
         return prune(self.engine, keep_best, dry_run=dry_run, keep_errors=keep_errors)
 
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine (signal 0 probes without sending)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def open_db(url: str | os.PathLike[str] | None = None, *, config: Settings | None = None) -> TuningDB:

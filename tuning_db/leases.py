@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, text
 
 from . import schema
+from .processes import process_alive
 from .queries import ids_of
 
 le, m, c = schema.leases, schema.measurements, schema.configs
@@ -113,13 +114,4 @@ def _gone(holder: str) -> bool:
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname()[:80] or not pid_text.isdigit():
         return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False  # this process: a holder of ours (another tuner in it), alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not process_alive(int(pid_text))  # this process counts as alive: a holder of ours

@@ -14,6 +14,8 @@ import re
 import shutil
 import tempfile
 
+from tuning_db.processes import process_alive
+
 PREFIX = "autorelay-measure-"
 _OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-")
 
@@ -36,22 +38,10 @@ def sweep_stale(root: str | None = None) -> list[str]:
     for name in names:
         m = _OWNED.match(name)
         path = os.path.join(root, name)
-        if m is None or _alive(int(m.group(1))) or not os.path.isdir(path) or os.path.islink(path):
+        if m is None or process_alive(int(m.group(1))) or not os.path.isdir(path) or os.path.islink(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.exists(path):
             removed.append(path)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this id exists (signal 0 probes without sending)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
