@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autorelay.errors import ScheduleError
-from autorelay.ir.expr import Call, Function, Op
-from autorelay.ir.visitor import post_order
+from autorelay.ir.expr import Function
 from autorelay.kernel import Kernel, compile_kernel
 from autorelay.lower import LoweredFunction, NoCompute, describe_workload, lower, workload_key
 from autorelay.lower.builtins import builtin_lowering
+from autorelay.runtime.fallback import op_names
 from autorelay.schedule.source import SOURCE_NAMES, ScheduleSource, as_config
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import check_in_space, template_for
@@ -62,9 +62,7 @@ class PrimitiveKernels:
 
 def kernel_name(fn: Function) -> str:
     """The fused ops' short names joined by '_' (how reports and task lists name a kernel)."""
-    names = [n.op.name.split(".")[-1] for n in post_order(fn.body)
-             if isinstance(n, Call) and isinstance(n.op, Op)]
-    return "_".join(names) or "identity"
+    return "_".join(n.split(".")[-1] for n in op_names(fn)) or "identity"
 
 
 def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target, *,
