@@ -1,0 +1,79 @@
+"""Integer tensor computes: 8-bit operands, 32-bit accumulation (the bodies of the qnn kernels).
+
+The weight of the convolution is laid out for the host's integer dot-product instructions: the
+input-channel block is split into groups of `group` consecutive channels that one instruction
+multiplies and sums into one 32-bit lane (AVX-512 VNNI `vpdpbusd` sums 4 byte products per lane,
+`vpmaddwd` 2 word products), and a vector of output channels sits between the group and the
+channel blocks, so one weight load feeds one instruction for `oc_bn` lanes.
+
+The computes state only the arithmetic (every product widened to int32, summed in int32); the
+templates tagged `conv2d_nchwc_int8` and `dense_int8` decide how the group is computed.
+"""
+
+from __future__ import annotations
+
+from autorelay.te import expr as E
+from autorelay.te import tensor as te
+from autorelay.te.nn import _out_dim, _pad4, _pair, pad
+from autorelay.te.tensor import Tensor
+
+INT8_DTYPES = ("int8", "uint8")
+
+
+def _check_int8(op: str, *tensors: Tensor) -> None:
+    for t in tensors:
+        if t.dtype not in INT8_DTYPES:
+            raise ValueError(f"{op}: operand {t.name} must be int8 or uint8, got {t.dtype}")
+
+
+def conv2d_nchwc_int8(
+    data: Tensor,
+    weight: Tensor,
+    strides=1,
+    padding=0,
+    pad_value: int = 0,
+    name: str = "conv2d_nchwc_int8",
+) -> Tensor:
+    """data [N, C/icb, H, W, icb] (u8 or s8), weight [OC/ocb, C/icb, KH, KW, icb/g, ocb, g] (s8)
+    -> int32 [N, OC/ocb, OH, OW, ocb] = sum over (c, kh, kw) of data * weight, the padded border
+    reading `pad_value` (a quantized input's zero point: real zero)."""
+    _check_int8(name, data, weight)
+    n, co, h, w, icb = data.shape
+    oco, ico, kh, kw, groups, ocb, g = weight.shape
+    if co != ico or groups * g != icb:
+        raise ValueError(f"{name}: data {data.shape} and weight {weight.shape} disagree on channels")
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), value=int(pad_value), name=f"{name}_pad")
+    rc, rh, rw = te.reduce_axis(co * icb, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+
+    def body(b, f, y, xx, v):
+        pixel = E.cast(x[b, rc // icb, y * sh + rh, xx * sw + rw, rc % icb], "int32")
+        tap = E.cast(weight[f, rc // icb, rh, rw, (rc % icb) // g, v, rc % g], "int32")
+        return te.sum(pixel * tap, [rc, rh, rw])
+
+    return te.compute(
+        (n, oco, oh, ow, ocb),
+        body,
+        name=name,
+        tag="conv2d_nchwc_int8",
+        attrs={"ic_bn": icb, "oc_bn": ocb, "group": g},
+    )
+
+
+def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8") -> Tensor:
+    """data [M, K] (u8 or s8), weight [N, K] (s8) -> int32 [M, N] = sum_k data[m, k] * weight[n, k]."""
+    _check_int8(name, data, weight)
+    if data.ndim != 2 or weight.ndim != 2 or data.shape[1] != weight.shape[1]:
+        raise ValueError(f"{name}: data {data.shape} and weight {weight.shape} disagree on K")
+    m, k = data.shape
+    nn = weight.shape[0]
+    rk = te.reduce_axis(k, "k")
+    return te.compute(
+        (m, nn),
+        lambda i, j: te.sum(E.cast(data[i, rk], "int32") * E.cast(weight[j, rk], "int32"), [rk]),
+        name=name,
+        tag="dense_int8",
+        attrs={"weight": weight.name, "data": data.name},
+    )
