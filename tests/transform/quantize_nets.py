@@ -28,11 +28,13 @@ def _conv(rng, x, cin: int, cout: int, k: int = 3, stride: int = 1, groups: int 
 
 
 def small_net(batch: int = 4, channels: int = 8, image: int = 8, classes: int = 10,
-              seed: int = 0) -> IRModule:
+              seed: int = 0, softmax: bool = False, head: bool = True) -> IRModule:
     """stem conv-bn-relu, max pool, a residual block (add + relu), a depthwise conv with relu6, two
-    1x1 branches joined by concatenate, global average pool, dense + bias, softmax.
+    1x1 branches joined by concatenate, a 1x1 conv with relu, global average pool, dense + bias (the
+    logits; `softmax` appends a softmax). Without the `head` (pool and dense) the net ends at the 1x1
+    conv's relu, so its quantized form has float arithmetic only in the elementwise boundaries.
 
-    Layers: conv2d_0 stem, conv2d_1/2 block, conv2d_3 depthwise, conv2d_4/5 branches, dense_0."""
+    Layers: conv2d_0 stem, conv2d_1/2 block, conv2d_3 depthwise, conv2d_4/5 branches, conv2d_6, dense_0."""
     rng = np.random.default_rng(seed)
     c = channels
     x = Var("data", TensorType((batch, 3, image, image)))
@@ -45,9 +47,12 @@ def small_net(batch: int = 4, channels: int = 8, image: int = 8, classes: int = 
     a = call("nn.relu", call("nn.bias_add", _conv(rng, y, c, c, k=1), _w(rng, c, scale=0.1)))
     b = call("nn.relu", call("nn.bias_add", _conv(rng, y, c, c, k=1), _w(rng, c, scale=0.1)))
     y = call("concatenate", Tuple((a, b)), axis=1)
+    y = call("nn.relu", _conv(rng, y, 2 * c, 2 * c, k=1))
+    if not head:
+        return IRModule.from_expr(Function((x,), y))
     y = call("nn.batch_flatten", call("nn.global_avg_pool2d", y))
     y = call("nn.bias_add", call("nn.dense", y, _w(rng, classes, 2 * c)), _w(rng, classes, scale=0.1))
-    return IRModule.from_expr(Function((x,), call("nn.softmax", y)))
+    return IRModule.from_expr(Function((x,), call("nn.softmax", y) if softmax else y))
 
 
 def images(batch: int, image: int = 8, seed: int = 0) -> np.ndarray:

@@ -11,7 +11,7 @@ from autorelay.transform.quantize import QuantizePlan, prepare_for_quantize, qua
 
 def test_layer_names_in_post_order_per_kind():
     names = quantizable_layers(small_net())
-    assert names == [f"conv2d_{i}" for i in range(6)] + ["dense_0"]
+    assert names == [f"conv2d_{i}" for i in range(7)] + ["dense_0"]
 
 
 def test_names_survive_batch_norm_folding():

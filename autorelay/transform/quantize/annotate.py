@@ -73,6 +73,7 @@ class Layer:
     call: Call
     out: Expr
     bias: np.ndarray | None = None  # (channels,) float
+    bias_call: Call | None = None  # the bias_add / add that adds it
     activation: Call | None = None  # the relu / clip node, applied last
     unsupported: str = ""  # why the layer cannot be int8 ("" when it can)
     inner: list[Expr] = field(default_factory=list)  # nodes of the epilogue before `out`
@@ -183,7 +184,7 @@ def annotate(fn: Function | IRModule) -> Annotation:
         if nxt is not None and isinstance(channels, int):
             bias = _channel_bias(nxt, c, channels)
             if bias is not None:
-                layer.bias, layer.inner, layer.out = bias, [c], nxt
+                layer.bias, layer.bias_call, layer.inner, layer.out = bias, nxt, [c], nxt  # type: ignore[assignment]
                 nxt = _sole_consumer(uses, nxt)
         if nxt is not None and _is_activation(nxt):
             layer.inner.append(layer.out)

@@ -14,7 +14,8 @@ Range methods (all return the real interval `(lo, hi)` that uint8 with a zero po
   |x|; for each candidate threshold the clipped reference distribution P (outliers folded into the
   last bin) is compared with Q, P merged into as many bins as the integer grid has levels on that
   side (255 for non-negative tensors, 127 for signed ones) and expanded back; the threshold with the
-  least KL(P || Q) wins.
+  least KL(P || Q) wins. Exact zeros (a ReLU's) are left out of the histogram: they are exact at any
+  threshold, and their spike would otherwise pull the threshold down.
 """
 
 from __future__ import annotations
@@ -113,7 +114,11 @@ def range_kl(x: np.ndarray, bins: int = KL_BINS) -> tuple[float, float]:
     amax = max(abs(lo), abs(hi))
     if amax == 0.0:
         return lo, hi
-    hist, edges = np.histogram(np.abs(x), bins=bins, range=(0.0, amax))
+    mags = np.abs(x)
+    # A ReLU's exact zeros are exact at any threshold; left in, their spike dominates P and drives the
+    # threshold far down (clipping much of the real signal), so they are not part of the histogram.
+    mags = mags[mags > 0]
+    hist, edges = np.histogram(mags, bins=bins, range=(0.0, amax))
     t = kl_threshold(hist, edges, 255 if lo >= 0.0 else 127)
     return max(lo, -t), min(hi, t)
 

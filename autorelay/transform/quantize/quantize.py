@@ -71,6 +71,8 @@ def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calib
     names = dict(names)
     for layer in ann.layers.values():
         names.setdefault(id(layer.call.args[1]), f"{layer.name}_weight")
+        if layer.bias_call is not None:
+            names.setdefault(id(layer.bias_call.args[1]), f"{layer.name}_bias")
     lift = _Lift(names)
     body = lift.visit(fn.body)
     out = IRModule.from_expr(Function(tuple(fn.params) + tuple(lift.vars), body))
