@@ -93,7 +93,8 @@ def test_quantized_net_is_close_to_float(method):
     step = (hi - lo) / 255  # one uint8 step of the logits' calibrated range
     err = np.abs(got - want)
     mean_bound, max_bound = BOUNDS[method]
-    assert err.mean() < mean_bound * step and err.max() < max_bound * step, (err.mean() / step, err.max() / step)
+    in_steps = (err.mean() / step, err.max() / step)
+    assert in_steps[0] < mean_bound and in_steps[1] < max_bound, in_steps
 
 
 def test_quantize_model_errors(cal):
