@@ -159,7 +159,9 @@ class Row:
     fp32: float
     int8: float
     agree: float  # % of test images where the int8 and float predictions agree
+    logit_error: float  # mean |int8 - fp32| logit, % of the fp32 logits' range
     seconds: float
+    bit_exact: bool | None = None  # int8 logits of the build == the interpreter's (when checked)
 
     @property
     def drop(self) -> float:
@@ -179,28 +181,35 @@ def evaluate(model: Model, params: dict[str, np.ndarray], x_cal: np.ndarray, x_t
         cal = calibrate(cal_mod, params, batches, method=method)
         qmod, qparams = quantize_model(float_mod, params, cal, QuantizePlan())
         logits = np.asarray(autorelay.build(qmod, target="llvm", params=qparams)(x_test))
+        seconds = time.perf_counter() - t0
+        exact = None
         if check_interpreter:  # the compiled int8 model computes what the reference interpreter does
             from autorelay.runtime.interpreter import evaluate as interpret
             from autorelay.transform import bind_params
 
             want = np.asarray(interpret(bind_params(qmod, qparams), x_test))
-            if not np.array_equal(want, logits):
+            exact = bool(np.array_equal(want, logits))
+            if not exact:
                 print(f"  WARNING: build and interpreter differ by up to {np.abs(want - logits).max():.3g}")
+        err = float(np.mean(np.abs(logits - fp32_logits)) / np.ptp(fp32_logits)) * 100.0
         rows.append(Row(model.name, method, fp32, accuracy(logits, y_test),
                         float(np.mean(np.argmax(logits, 1) == np.argmax(fp32_logits, 1))) * 100.0,
-                        time.perf_counter() - t0))
+                        err, seconds, exact))
         r = rows[-1]
         print(f"  {model.name} {method:10s}: fp32 {r.fp32:.2f}%  int8 {r.int8:.2f}%  drop {r.drop:+.2f}")
     return rows
 
 
 def table(rows: list[Row], bars: dict[str, float]) -> str:
-    lines = ["| model | calibration | fp32 acc % | int8 acc % | drop (points) | bar | agree % | s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | calibration | fp32 acc % | int8 acc % | drop (points) | bar | agree % | logit err % "
+             "| build == interpreter | s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         ok = "ok" if r.drop <= bars[r.model] else "FAIL"
+        exact = {None: "not checked", True: "bit-exact", False: "DIFFERS"}[r.bit_exact]
         lines.append(f"| {r.model} | {r.method} | {r.fp32:.2f} | {r.int8:.2f} | {r.drop:+.2f} | "
-                     f"<= {bars[r.model]} {ok} | {r.agree:.1f} | {r.seconds:.1f} |")
+                     f"<= {bars[r.model]} {ok} | {r.agree:.1f} | {r.logit_error:.2f} | {exact} | "
+                     f"{r.seconds:.1f} |")
     return "\n".join(lines)
 
 
@@ -239,9 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{' --check-interpreter' if args.check_interpreter else ''}` "
             f"(seed {args.seed}, {total:.0f} s on this machine).\n\n"
             "Every conv2d / dense layer int8 (per-channel symmetric int8 weights, uint8 activations with\n"
-            f"zero points, fused requantize epilogues); {CALIBRATION_IMAGES} training images calibrate; "
-            f"accuracy on the {len(x_test)} test images; int8 models compiled by `autorelay.build`.\n"
-            f"'agree' is the share of test images where int8 and fp32 predict the same class.\n\n"
+            "zero points, fused requantize epilogues). Calibration: "
+            f"{CALIBRATION_IMAGES} training images (batches of {CALIBRATION_BATCH}); accuracy on the "
+            f"{len(x_test)} held-out test images; the int8 models are compiled by `autorelay.build`.\n"
+            "'agree': share of test images where int8 and fp32 predict the same class; 'logit err': mean\n"
+            "|int8 - fp32| logit as a share of the fp32 logits' range; 'build == interpreter': the compiled\n"
+            "int8 logits against the reference interpreter's on the same quantized graph; 's': calibration,\n"
+            "quantization and compilation time.\n\n"
             + text + "\n")
         print(f"wrote {RESULTS}")
     return 0 if all(r.drop <= bars[r.model] for r in rows) else 1

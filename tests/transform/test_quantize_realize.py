@@ -70,9 +70,14 @@ def test_interpreter_and_build_are_bit_identical():
     qmod, qparams = quantize_model(mod, None, cal)
     x = images(BATCH, seed=50)
     want = evaluate(bind_params(qmod, qparams), x)
-    got = autorelay.build(qmod, target="llvm", params=qparams)(x)
+    exe = autorelay.build(qmod, target="llvm", params=qparams)
+    got = exe(x)
     assert np.asarray(got).dtype == np.float32
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # every int8 layer is one compiled kernel: conv + bias + requantize (+ clip / qnn.add) fused
+    assert exe.report.fallbacks == []
+    names = [r.name for r in exe.report.rows if r.kind == "kernel"]
+    assert sum(n.startswith("conv2d_bias_add_requantize") for n in names) == 6, names
 
 
 # (mean, max) error bounds in logit steps; KL trades clipped outliers for resolution, so on a random
