@@ -46,6 +46,21 @@ def test_plan_keeps_fp32_layers_in_float(cal):
     assert ops["qnn.quantize"] == 2 and q_inputs.count("qnn.quantize") == 3
 
 
+def test_a_join_with_an_fp32_input_runs_in_float(cal):
+    qmod, _ = quantize_model(small_net(BATCH), None, cal, QuantizePlan({"conv2d_2": "fp32"}))
+    ops = op_histogram(qmod)
+    assert "qnn.add" not in ops and ops["add"] >= 1 and ops["qnn.concatenate"] == 1
+    (fconv,) = _calls(qmod, "nn.conv2d")
+    # conv2d_1 is read by the fp32 conv only: its int32 accumulator is dequantized, then the relu
+    assert op_name(fconv.args[0]) == "nn.relu" and op_name(fconv.args[0].args[0]) == "qnn.dequantize"
+    assert fconv.args[0].args[0].args[0].checked_type.dtype == "int32"
+    (join,) = [a for a in _calls(qmod, "add") if a.args[0].checked_type == a.args[1].checked_type]
+    assert join.checked_type.dtype == "float32"
+    # the depthwise conv after the float add quantizes its input again
+    dw = [c for c in _calls(qmod, "qnn.conv2d") if c.attrs["groups"] == 8]
+    assert len(dw) == 1 and op_name(dw[0].args[0]) == "qnn.quantize"
+
+
 def test_int8_layers_chain_without_dequantize_quantize_pairs(cal):
     qmod, _ = quantize_model(small_net(BATCH), None, cal, QuantizePlan())
     ops = op_histogram(qmod)
