@@ -12,8 +12,8 @@ import autorelay
 from autorelay.frontend import zoo
 from autorelay.ir.visitor import post_order
 from autorelay.runtime.interpreter import evaluate
-from autorelay.transform import bind_params
-from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
+from autorelay.transform import Pipeline, bind_params
+from autorelay.transform.quantize import Quantize, QuantizePlan, calibrate, quantize_model
 from autorelay.transform.util import op_histogram, op_name
 
 BATCH = 4
@@ -139,3 +139,13 @@ def test_zoo_resnet_all_layers_quantize():
     ops = op_histogram(qmod)
     assert ops["qnn.conv2d"] == 20 and ops["qnn.dense"] == 1 and "nn.conv2d" not in ops
     assert ops["qnn.add"] == 7  # the last block's add is read by the float average pool only
+
+
+def test_quantize_pass_in_a_pipeline_matches_quantize_model(cal):
+    mod = small_net(BATCH)
+    plan = QuantizePlan({"conv2d_0": "fp32"})
+    qmod, qparams = quantize_model(mod, None, cal, plan)
+    piped = Pipeline([Quantize(cal, plan)])(mod)
+    x = images(BATCH, seed=3)
+    np.testing.assert_array_equal(np.asarray(evaluate(piped, x)),
+                                  np.asarray(evaluate(bind_params(qmod, qparams), x)))
