@@ -130,6 +130,11 @@ CASES = [
                                                    "padding": (1, 1)}),
     case("nn.max_pool2d", [tensor((1, 2, 8, 8))], {"pool_size": (3, 3), "strides": (2, 2), "ceil_mode": True},
          ident="max_pool2d-ceil"),
+    # quantized values: padding reads the type's minimum (the real -inf)
+    case("nn.max_pool2d", [tensor((2, 3, 9, 9), "uint8")],
+         {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)}, rng=(0, 255), ident="max_pool2d-u8"),
+    case("nn.max_pool2d", [tensor((1, 3, 8, 8), "int8")],
+         {"pool_size": (2, 2), "strides": (2, 2), "padding": (1, 1)}, rng=(-128, 127), ident="max_pool2d-s8"),
     case("nn.avg_pool2d", [tensor((1, 3, 9, 9))], {"pool_size": (3, 3), "strides": (2, 2),
                                                    "padding": (1, 1)}),
     case("nn.avg_pool2d", [tensor((1, 3, 9, 9))],
