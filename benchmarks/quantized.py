@@ -1,0 +1,169 @@
+"""Int8 end to end: AutoRelay int8 vs AutoRelay fp32 vs ONNX Runtime fp32 and ONNX Runtime int8.
+
+    python benchmarks/quantized.py [--models resnet-18] [--threads 2] [--rounds 10] [--db URL]
+                                   [--calibration 16] [--method percentile]
+
+The same zoo network and weights four ways, each in its own worker process, timed in alternating
+blocks (`benchmarks/peers.py`):
+
+* `fp32`      AutoRelay's float build (logged schedules with `--db`, else the heuristic defaults);
+* `int8`      AutoRelay's all-int8 plan: calibrated on `--calibration` seeded random inputs
+              (`autorelay.transform.quantize`), built with the same schedule source;
+* `ort_fp32`  ONNX Runtime on the ONNX export of the network (see `benchmarks/models.py`);
+* `ort_int8`  ONNX Runtime on that export quantized by its own `quantize_static` (QDQ format,
+              per-channel int8 weights, uint8 activations) calibrated on the same inputs.
+
+Random calibration data says nothing about accuracy (the accuracy experiments do that:
+`experiments/quantize_digits.py`); it gives both int8 builds realistic scales for timing. The
+table shows each median, the 10th-90th percentile of block medians, and the ratios the issue
+asks for: int8 / fp32 speed-up and AutoRelay int8 vs ONNX Runtime int8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from models import _zoo_model, make_autorelay, make_onnxruntime, torch_module
+
+import autorelay
+
+
+def _calibration(mod: Any, params: dict, count: int) -> list[dict[str, np.ndarray]]:
+    return [zoo_inputs(mod, params, seed) for seed in range(100, 100 + count)]
+
+
+def zoo_inputs(mod: Any, params: dict, seed: int) -> dict[str, np.ndarray]:
+    from autorelay.frontend import zoo
+
+    return zoo.random_inputs(mod, params, seed)
+
+
+def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | None, count: int,
+              method: str) -> tuple[Callable[[], Any], np.ndarray]:
+    """AutoRelay's all-int8 build of the zoo model."""
+    from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
+
+    mod, params, inputs = _zoo_model(name, options)
+    calib = calibrate(mod, params, _calibration(mod, params, count), method=method, progress=False)
+    qmod, qparams = quantize_model(mod, params, calib, QuantizePlan())
+    source = None
+    if db_url is not None:
+        import tuning_db
+        from search.models import Model, schedule_source
+
+        source = schedule_source(tuning_db.open(db_url), Model(name, qmod, qparams, inputs), threads=threads,
+                                 pipeline="nchwc")
+    exe = autorelay.build(qmod, params=qparams, threads=threads, schedules=source, pipeline="nchwc")
+    if exe.report.fallbacks:
+        print(f"  int8 build of {name}: {len(exe.report.fallbacks)} kernels fell back to NumPy",
+              file=sys.stderr)
+    args = [inputs[n] for n in exe.input_names]
+    return (lambda: exe(*args)), np.asarray(exe(*args))
+
+
+def make_ort_int8(name: str, options: dict[str, Any], threads: int, count: int
+                  ) -> tuple[Callable[[], Any], np.ndarray]:
+    """ONNX Runtime on the export quantized by `onnxruntime.quantization.quantize_static`."""
+    import logging
+
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process first
+    mod, params, inputs = _zoo_model(name, options)
+    net, in_names = torch_module(mod, params)
+    folder = tempfile.mkdtemp(prefix="autorelay-qbench-")
+    fp32, int8 = os.path.join(folder, "fp32.onnx"), os.path.join(folder, "int8.onnx")
+    targs = tuple(torch.from_numpy(inputs[n]) for n in in_names)
+    with torch.no_grad():
+        torch.onnx.export(net, targs, fp32, input_names=in_names, dynamo=False, opset_version=17)
+    batches = iter(_calibration(mod, params, count))
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            batch = next(batches, None)
+            return None if batch is None else {n: batch[n] for n in in_names}
+
+    quantize_static(fp32, int8, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(int8, so, providers=["CPUExecutionProvider"])
+    feed = {n: inputs[n] for n in in_names}
+    return (lambda: sess.run(None, feed)), np.asarray(sess.run(None, feed)[0])
+
+
+def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from peers import time_isolated
+
+    opts = {"image_size": args.image_size} if args.image_size else {}
+    peers: dict[str, Any] = {
+        "fp32": (make_autorelay, (name, opts, args.threads, "nchwc", args.db)),
+        "int8": (make_int8, (name, opts, args.threads, args.db, args.calibration, args.method)),
+    }
+    try:
+        import onnxruntime  # noqa: F401
+
+        peers["ort_fp32"] = (make_onnxruntime, (name, opts, args.threads))
+        peers["ort_int8"] = (make_ort_int8, (name, opts, args.threads, args.calibration))
+    except ImportError:
+        print("  (onnxruntime not installed: pip install -e '.[onnx-test]' adds it)", file=sys.stderr)
+    timed = time_isolated(peers, rounds=args.rounds, block_s=args.block_ms / 1e3)
+    row: dict[str, Any] = {"model": name}
+    for peer, t in timed.items():
+        if t.error:
+            print(f"  ({peer} failed: {t.error[:300]})", file=sys.stderr)
+            continue
+        row[peer] = (t.median_ms, *t.spread_ms)
+    ref = timed["fp32"].output
+    for peer in ("int8", "ort_int8"):
+        out = timed[peer].output if peer in timed else None
+        if ref is not None and out is not None and not timed[peer].error:
+            row[f"{peer}_rel_err"] = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="resnet-18")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--block-ms", type=float, default=250.0)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--db", default=None, help="tuning log whose schedules both AutoRelay builds use")
+    ap.add_argument("--calibration", type=int, default=16, help="random calibration inputs")
+    ap.add_argument("--method", default="percentile", choices=("max", "percentile", "kl"))
+    args = ap.parse_args()
+    print(f"batch 1, {args.threads} threads, {args.rounds} rounds; each peer in its own process, "
+          f"alternating blocks of {args.block_ms:.0f} ms; median ms [p10-p90 of block medians]")
+    cols = ("fp32", "int8", "ort_fp32", "ort_int8")
+    print(f"{'model':<14}" + "".join(f"{c:>22}" for c in cols) + f"{'fp32/int8':>11}{'ort_int8/int8':>15}")
+    for name in args.models.split(","):
+        r = bench(name, args)
+        line = f"{name:<14}"
+        for c in cols:
+            line += f"{r[c][0]:>8.3f} [{r[c][1]:.2f}-{r[c][2]:.2f}]" if c in r else f"{'-':>22}"
+        speed = r["fp32"][0] / r["int8"][0] if "fp32" in r and "int8" in r else float("nan")
+        vs_ort = r["ort_int8"][0] / r["int8"][0] if "ort_int8" in r and "int8" in r else float("nan")
+        print(line + f"{speed:>11.2f}{vs_ort:>15.2f}")
+        errs = ", ".join(f"{k[:-8]} {r[k]:.3f}" for k in r if k.endswith("_rel_err"))
+        if errs:
+            print(f"{'':<14}max |output - fp32| / max |fp32|: {errs}")
+
+
+if __name__ == "__main__":
+    main()
