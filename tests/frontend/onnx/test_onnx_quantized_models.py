@@ -1,0 +1,191 @@
+"""Models quantized by ONNX Runtime's own `quantize_static` (QDQ and QOperator formats, per-tensor and
+per-channel weights, uint8 and int8 activations) import, run on the reference interpreter and
+compiled, and match ONNX Runtime within one quantisation step of each output.
+
+The QDQ fold is checked twice over: ONNX Runtime runs the folded model to the same bits as the QDQ
+one, and the imported graph holds qnn.conv2d / qnn.dense (the integer kernels), not float convs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+quant = pytest.importorskip("onnxruntime.quantization")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import autorelay  # noqa: E402
+from autorelay.frontend import from_onnx  # noqa: E402
+from autorelay.frontend.onnx.qdq import fold_qdq  # noqa: E402
+from autorelay.ir.expr import Call, Op  # noqa: E402
+from autorelay.ir.visitor import post_order  # noqa: E402
+
+F = TensorProto.FLOAT
+X_SHAPE = {"cnn": (1, 3, 10, 10), "mlp": (2, 5, 12)}
+
+
+def _cnn() -> onnx.ModelProto:
+    """conv+bias+relu, conv, residual add, concat, max pool, global average pool, flatten, gemm."""
+    rng = np.random.default_rng(3)
+    w = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+         "w2": rng.standard_normal((8, 8, 3, 3)) * 0.15, "b2": rng.standard_normal(8) * 0.1,
+         "w3": rng.standard_normal((10, 16)) * 0.3, "b3": rng.standard_normal(10) * 0.1}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["r1", "c2"], ["res"]),
+        helper.make_node("Concat", ["res", "r1"], ["cat"], axis=1),
+        helper.make_node("MaxPool", ["cat"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["mp"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "w3", "b3"], ["y"], transB=1),
+    ]
+    return _model(nodes, "cnn", w, ["y", "cat"])
+
+
+def _mlp() -> onnx.ModelProto:
+    """MatMul of 3-d data by a (K, N) weight, bias Add, Relu, MatMul again."""
+    rng = np.random.default_rng(4)
+    w = {"m1": rng.standard_normal((12, 16)) * 0.3, "bias": rng.standard_normal(16) * 0.1,
+         "m2": rng.standard_normal((16, 6)) * 0.3}
+    nodes = [
+        helper.make_node("MatMul", ["x", "m1"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["hr"]),
+        helper.make_node("MatMul", ["hr", "m2"], ["y"]),
+    ]
+    return _model(nodes, "mlp", w, ["y"])
+
+
+def _model(nodes, name: str, weights: dict, outputs: list[str]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", F, list(X_SHAPE[name]))],
+        [helper.make_tensor_value_info(o, F, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v.astype("float32"), k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+class _Reader(quant.CalibrationDataReader):
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        rng = np.random.default_rng(11)
+        self._batches = iter([{"x": rng.standard_normal(shape).astype("float32")} for _ in range(16)])
+
+    def get_next(self) -> dict | None:
+        return next(self._batches, None)
+
+
+CASES = [(name, fmt, act, pc) for name in ("cnn", "mlp") for fmt in ("QDQ", "QOperator")
+         for act in ("QUInt8", "QInt8") for pc in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """(model name, format, activation type, per channel) -> the quantized ModelProto, made once."""
+    folder = tmp_path_factory.mktemp("quantized")
+    made: dict = {}
+
+    def get(name: str, fmt: str, act: str, per_channel: bool) -> onnx.ModelProto:
+        key = (name, fmt, act, per_channel)
+        if key not in made:
+            src, dst = folder / f"{name}.onnx", folder / f"{name}-{fmt}-{act}-{per_channel}.onnx"
+            onnx.save(_cnn() if name == "cnn" else _mlp(), src)
+            quant.quantize_static(str(src), str(dst), _Reader(X_SHAPE[name]),
+                                  quant_format=getattr(quant.QuantFormat, fmt),
+                                  activation_type=getattr(quant.QuantType, act),
+                                  weight_type=quant.QuantType.QInt8, per_channel=per_channel)
+            made[key] = onnx.load(dst)
+        return made[key]
+
+    return get
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})
+
+
+def _output_scales(model: onnx.ModelProto) -> list[float]:
+    """Each graph output's quantisation step: the scale of the DequantizeLinear producing it."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    scales = []
+    for o in model.graph.output:
+        n = producer[o.name]
+        assert n.op_type == "DequantizeLinear", f"{o.name} is produced by {n.op_type}"
+        scales.append(float(inits[n.input[1]]))
+    return scales
+
+
+def _qnn_ops(mod) -> set[str]:
+    return {n.op.name for n in post_order(mod["main"].body) if isinstance(n, Call) and isinstance(n.op, Op)}
+
+
+def _inputs(name: str, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(X_SHAPE[name]).astype("float32")
+
+
+def _assert_within_one_step(got, want, scales, what: str) -> None:
+    for k, (a, b, s) in enumerate(zip(got, want, scales)):
+        a = np.asarray(a)
+        assert a.shape == b.shape, (what, k, a.shape, b.shape)
+        diff = float(np.abs(a - b).max())
+        assert diff <= s * (1 + 1e-4), f"{what} output {k}: max |diff| {diff} > one step {s}"
+
+
+@pytest.mark.parametrize(("name", "fmt", "act", "per_channel"), CASES,
+                         ids=[f"{n}-{f}-{a}-{'pc' if p else 'pt'}" for n, f, a, p in CASES])
+def test_reference_interpreter_matches_onnxruntime(quantized, name, fmt, act, per_channel):
+    model = quantized(name, fmt, act, per_channel)
+    mod, params = from_onnx(model)
+    ops = _qnn_ops(mod)
+    product = "qnn.conv2d" if name == "cnn" else "qnn.dense"
+    assert product in ops and "qnn.requantize" in ops, sorted(ops)
+    assert not ops & {"nn.conv2d", "nn.dense", "nn.matmul"}, sorted(ops)  # no float product left
+    x = _inputs(name, 5)
+    got = autorelay.evaluate(autorelay.infer_types(mod), x, *params.values())
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    _assert_within_one_step(got, _ort(model, x), _output_scales(model), "interpreter")
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize(("name", "fmt", "act", "per_channel"),
+                         [("cnn", "QDQ", "QUInt8", True), ("cnn", "QOperator", "QInt8", False),
+                          ("mlp", "QDQ", "QInt8", True), ("mlp", "QOperator", "QUInt8", False)])
+def test_compiled_model_matches_onnxruntime(quantized, name, fmt, act, per_channel):
+    model = quantized(name, fmt, act, per_channel)
+    mod, params = from_onnx(model)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    for seed in (6, 7):
+        x = _inputs(name, seed)
+        got = exe.run(x=x)
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        _assert_within_one_step(got, _ort(model, x), _output_scales(model), f"compiled seed {seed}")
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["pt", "pc"])
+@pytest.mark.parametrize("act", ["QUInt8", "QInt8"])
+def test_folded_qdq_model_runs_to_the_same_bits_in_onnxruntime(quantized, act, per_channel):
+    """The fold is what ONNX Runtime itself does with QDQ: its answers do not change by a bit."""
+    model = quantized("cnn", "QDQ", act, per_channel)
+    folded = fold_qdq(onnx, model)
+    onnx.checker.check_model(folded)
+    kinds = [n.op_type for n in folded.graph.node]
+    assert kinds.count("QLinearConv") == 2 and {"QLinearAdd", "QLinearConcat", "QGemm"} <= set(kinds)
+    assert "Conv" not in kinds and "Gemm" not in kinds
+    x = _inputs("cnn", 8)
+    for a, b in zip(_ort(folded, x), _ort(model, x)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_unfolded_qdq_model_stays_float_and_still_matches(quantized):
+    """fold_qdq=False: float convs between qnn.dequantize and qnn.quantize, same answers."""
+    model = quantized("cnn", "QDQ", "QUInt8", True)
+    mod, params = from_onnx(model, fold_qdq=False)
+    ops = _qnn_ops(mod)
+    assert "nn.conv2d" in ops and "qnn.conv2d" not in ops
+    x = _inputs("cnn", 9)
+    got = list(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
+    _assert_within_one_step(got, _ort(model, x), _output_scales(model), "unfolded")
