@@ -76,6 +76,39 @@ class _Graph:
         self.outputs = {o.name for o in graph.output}
         self.new_inits: list[Any] = []
         self.fresh = 0
+        self.quantized: dict[str, str] = {}  # Q-of-constant output -> the initializer holding its value
+        for n in graph.node:
+            value = self._quantized_const(n)
+            if value is not None:
+                self.consts[n.output[0]] = value
+
+    def _quantized_const(self, n: Any) -> np.ndarray | None:
+        """The value of a QuantizeLinear of a float constant (a weight as PyTorch exports it), as
+        ONNX Runtime computes it: saturate(round_half_even(x / scale) + zero_point)."""
+        if n.op_type != "QuantizeLinear" or n.domain not in _DQ_DOMAINS or len(n.input) < 3:
+            return None
+        x, scale, zp = (self.consts.get(i) for i in n.input[:3])
+        if x is None or scale is None or zp is None or x.dtype != np.float32 or zp.dtype not in _Q8:
+            return None
+        if any(a.name in ("block_size", "output_dtype", "saturate") for a in n.attribute) or scale.ndim > 1:
+            return None
+        if scale.size > 1:
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % x.ndim
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        info = np.iinfo(zp.dtype)
+        q = np.rint(x / scale).astype(np.float64) + zp.astype(np.float64)
+        return np.clip(q, info.min, info.max).astype(zp.dtype)
+
+    def data_name(self, name: str) -> str:
+        """`name`, or for a quantised constant an initializer holding its value (so that the
+        QuantizeLinear of a float weight need not run, nor its float weight become a parameter)."""
+        if name in self.producer and self.producer[name].op_type == "QuantizeLinear" and name in self.consts:
+            if name not in self.quantized:
+                self.quantized[name] = self.initializer(self.consts[name], name)
+            return self.quantized[name]
+        return name
 
     def dq(self, name: str) -> _QInput | None:
         n = self.producer.get(name)
@@ -93,7 +126,7 @@ class _Graph:
         if dtype not in _Q8 and not (dtype == np.int32 and data is not None):  # int32: a bias
             return None
         axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
-        return _QInput(n.input[0], n.input[1], zp_name, scale, axis, data)
+        return _QInput(self.data_name(n.input[0]), n.input[1], zp_name, scale, axis, data)
 
     def sole_q(self, name: str) -> tuple[Any, Any | None] | None:
         """The QuantizeLinear that alone reads `name` (maybe through a Relu), and that Relu."""
@@ -269,6 +302,11 @@ def fold_qdq(onnx: Any, model: Any) -> Any:
 
 
 def _without_dead_dq(nodes: list[Any], outputs: set[str]) -> list[Any]:
-    """Drop the DequantizeLinear nodes nothing reads any more (the folded weights' and biases')."""
-    used = {i for n in nodes for i in n.input} | outputs
-    return [n for n in nodes if n.op_type != "DequantizeLinear" or any(o in used for o in n.output)]
+    """Drop the (De)QuantizeLinear nodes nothing reads any more (the folded weights' and biases')."""
+    while True:
+        used = {i for n in nodes for i in n.input} | outputs
+        kept = [n for n in nodes if n.op_type not in ("DequantizeLinear", "QuantizeLinear")
+                or any(o in used for o in n.output)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept

@@ -219,25 +219,29 @@ def test_qgemm_float_output_and_transposes():
 
 
 def test_pytorch_style_qdq_with_relu_folds_into_qlinear_conv_and_max():
-    """DQ -> Conv -> Relu -> Q (the Relu kept, a float bias): one QLinearConv then an integer Max."""
+    """As PyTorch exports it: a float weight through QuantizeLinear -> DequantizeLinear, a float
+    bias, the Relu kept before the output's QuantizeLinear. One QLinearConv with the weight
+    quantised at import, then an integer Max at the zero point."""
     x = RNG.standard_normal((1, 3, 8, 8)).astype("float32")
-    w = _ints("int8", (4, 3, 3, 3), -60, 60)
+    w = RNG.standard_normal((4, 3, 3, 3)).astype("float32") * 0.3
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-        helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], axis=0),
+        helper.make_node("QuantizeLinear", ["w", "ws", "wz"], ["wq"], axis=0),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
         helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["yq"]),
         helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
     ]
-    inits = {"s": np.float32(0.02), "z": np.uint8(128), "w": w,
+    inits = {"s": np.float32(0.02), "z": np.uint8(128), "w": w, "wz": np.zeros(4, "int8"),
              "ws": RNG.uniform(0.005, 0.01, 4).astype("float32"),
              "b": RNG.standard_normal(4).astype("float32"),
              "ys": np.float32(0.01), "yz": np.uint8(50)}
     model = _model(nodes, {"x": x}, inits)
     got, want, ops = _both(model, {"x": x})
     assert "qnn.conv2d" in ops and "maximum" in ops and "nn.conv2d" not in ops
+    assert "w" not in from_onnx(model)[1]  # the float weight is no parameter: quantised at import
     assert np.abs(got - want).max() <= 0.01 * (1 + 1e-4)
     assert got.min() >= 0.0  # the Relu survived the fold
 
