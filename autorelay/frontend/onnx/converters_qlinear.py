@@ -50,8 +50,13 @@ def _requantize(g: GraphBuilder, acc: Expr, in_scale: np.ndarray, out: QParams, 
 # ---- convolution ---------------------------------------------------------------------------
 
 
-def _conv_acc(g: GraphBuilder, node: NodeView, x: Expr, xq: QParams, w: Expr, wq: QParams) -> Expr:
-    """`qnn.conv2d`'s int32 accumulator of a quantised Conv (1-d or 2-d; NCHW / OIHW)."""
+def _conv_acc(g: GraphBuilder, node: NodeView, x: Expr, xq: QParams, w: Expr, wq: QParams,
+              x_zp_run: Expr | None = None) -> Expr:
+    """`qnn.conv2d`'s int32 accumulator of a quantised Conv (1-d or 2-d; NCHW / OIHW).
+
+    `x_zp_run`: a data zero point computed at run time (DynamicQuantizeLinear's), for which
+    `xq.zero_point` is 0: the accumulator of `x` is corrected by `x_zp * conv(ones, w - w_zp)` —
+    the ones being the unpadded positions, since padding reads the zero point (a real zero)."""
     check_dtype(node, g.dtype(x), "data")
     check_dtype(node, g.dtype(w), "weight")
     if not xq.per_tensor:
@@ -73,10 +78,16 @@ def _conv_acc(g: GraphBuilder, node: NodeView, x: Expr, xq: QParams, w: Expr, wq
         kernel, strides, dil, pads = [1, *kernel], [1, *strides], [1, *dil], [0, pads[0], 0, pads[1]]
     w8, wzp = as_int8_weight(g, w, wq.zero_point)
     wq8 = QParams(wq.scale, wzp, "int8")
-    return g.call("qnn.conv2d", x, w8, xq.zp_expr(g), wq8.zp_expr(g), xq.scale_expr(g), wq8.scale_expr(g),
-                  strides=tuple(strides), padding=tuple(pads), dilation=tuple(dil),
-                  groups=int(node.attr("group", 1)), channels=oc, kernel_size=tuple(kernel),
-                  out_dtype="int32")
+    attrs = dict(strides=tuple(strides), padding=tuple(pads), dilation=tuple(dil),
+                 groups=int(node.attr("group", 1)), channels=oc, kernel_size=tuple(kernel), out_dtype="int32")
+    acc = g.call("qnn.conv2d", x, w8, xq.zp_expr(g), wq8.zp_expr(g), xq.scale_expr(g), wq8.scale_expr(g),
+                 **attrs)
+    if x_zp_run is None:
+        return acc
+    ones = g.const(np.ones((1, *g.static_shape(x, "data")[1:]), g.dtype(x)))
+    window = g.call("qnn.conv2d", ones, w8, xq.zp_expr(g), wq8.zp_expr(g), xq.scale_expr(g),
+                    wq8.scale_expr(g), **attrs)  # folded now when the weight is a constant
+    return g.call("subtract", acc, g.call("multiply", g.call("cast", x_zp_run, dtype="int32"), window))
 
 
 def _spatial_back(g: GraphBuilder, y: Expr, nsp_in: int) -> Expr:
@@ -101,14 +112,24 @@ def _qlinear_conv(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("ConvInteger")
 def _conv_integer(g: GraphBuilder, node: NodeView) -> Expr:
     x, w = _x(node, 0), _x(node, 1)
-    xz, wz = node.input(2), node.input(3)
-    xq = QParams(_UNIT.scale, _zp(g, xz, "x zero point"), g.dtype(x))
-    wq = QParams(_UNIT.scale, _zp(g, wz, "w zero point"), g.dtype(w))
-    return _spatial_back(g, _conv_acc(g, node, x, xq, w, wq), g.ndim(x))
+    xz, x_zp_run = _static_or_run(g, node, node.input(2), "x zero point")
+    wq = QParams(_UNIT.scale, _zp(g, node.input(3), "w zero point"), g.dtype(w))
+    xq = QParams(_UNIT.scale, xz, g.dtype(x))
+    return _spatial_back(g, _conv_acc(g, node, x, xq, w, wq, x_zp_run), g.ndim(x))
 
 
 def _zp(g: GraphBuilder, e: Expr | None, what: str) -> np.ndarray:
     return np.zeros((), "int32") if e is None else np.asarray(g.value(e, what)).astype("int32")
+
+
+def _static_or_run(g: GraphBuilder, node: NodeView, e: Expr | None,
+                   what: str) -> tuple[np.ndarray, Expr | None]:
+    """A data zero point: (its value, None) when static, else (0, the per-tensor run-time value)."""
+    if e is None or g.value_or_none(e) is not None:
+        return _zp(g, e, what), None
+    if int(np.prod(g.static_shape(e, what))) != 1:
+        raise node.fail(f"a {what} computed at run time must be a scalar, got shape {g.shape(e)}")
+    return np.zeros((), "int32"), g.call("reshape", e, newshape=())
 
 
 # ---- matrix products -----------------------------------------------------------------------
@@ -171,19 +192,29 @@ def _qlinear_matmul(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("MatMulInteger")
 def _matmul_integer(g: GraphBuilder, node: NodeView) -> Expr:
+    """A zero point of A computed at run time (DynamicQuantizeLinear's, as ONNX Runtime's dynamic
+    quantizer emits) is taken out after the product: `sum_k (a - az)(b - bz) = sum_k a (b - bz) -
+    az * sum_k (b - bz)`, the column sums being constants."""
     a, b = _x(node, 0), _x(node, 1)
-    az, bz = _zp(g, node.input(2), "a zero point"), _zp(g, node.input(3), "b zero point")
+    az, az_run = _static_or_run(g, node, node.input(2), "a zero point")
+    bz = _zp(g, node.input(3), "b zero point")
     bv = _const_matrix(g, b)
     if bv is not None and az.size == 1 and g.ndim(b) == 2:
         lead = g.shape(a)[:-1]
         aq = QParams(_UNIT.scale, az, g.dtype(a))
         bq = QParams(_UNIT.scale, bz, g.dtype(b))
         acc = _dense_acc(g, node, _rows(g, a), aq, g.const(np.ascontiguousarray(bv.T)), bq)
+        if az_run is not None:
+            colsum = (bv.astype(np.int64) - bz.reshape(1, -1)).sum(axis=0).astype("int32")
+            shift = g.call("multiply", g.call("cast", az_run, dtype="int32"), g.const(colsum))
+            acc = g.call("subtract", acc, shift)
         return _unflatten(g, acc, lead)
     # exact in float64: |products| < 2**16 and any realistic K keeps sums far below 2**53
     check_dtype(node, g.dtype(a), "A")
     check_dtype(node, g.dtype(b), "B")
-    fa = g.call("subtract", g.call("cast", a, dtype="float64"), g.const(_row_zp(az, g.ndim(a)), "float64"))
+    a_zp = (g.const(_row_zp(az, g.ndim(a)), "float64") if az_run is None
+            else g.call("cast", az_run, dtype="float64"))
+    fa = g.call("subtract", g.call("cast", a, dtype="float64"), a_zp)
     fb = g.call("subtract", g.call("cast", b, dtype="float64"), g.const(bz.reshape(-1) if bz.size > 1 else
                                                                          bz.reshape(()), "float64"))
     return g.call("cast", matmul(g, fa, fb), dtype="int32")

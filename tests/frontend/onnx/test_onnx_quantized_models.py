@@ -189,3 +189,28 @@ def test_unfolded_qdq_model_stays_float_and_still_matches(quantized):
     x = _inputs("cnn", 9)
     got = list(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
     _assert_within_one_step(got, _ort(model, x), _output_scales(model), "unfolded")
+
+
+DYNAMIC = [(name, pc) for name in ("cnn", "mlp") for pc in (False, True)]
+
+
+@pytest.mark.parametrize(("name", "per_channel"), DYNAMIC,
+                         ids=[f"{n}-{'pc' if p else 'pt'}" for n, p in DYNAMIC])
+def test_dynamic_quantization_matches_onnxruntime(tmp_path, name, per_channel):
+    """`quantize_dynamic`: DynamicQuantizeLinear then ConvInteger / MatMulInteger with the data's
+    zero point known only at run time, then float rescaling. The integer products are exact, so
+    the float outputs agree to float rounding."""
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_cnn() if name == "cnn" else _mlp(), src)
+    weight = quant.QuantType.QUInt8 if name == "cnn" else quant.QuantType.QInt8  # ConvInteger: uint8 in ORT
+    quant.quantize_dynamic(str(src), str(dst), weight_type=weight, per_channel=per_channel)
+    model = onnx.load(dst)
+    assert "DynamicQuantizeLinear" in {n.op_type for n in model.graph.node}
+    mod, params = from_onnx(model)
+    ops = _qnn_ops(mod)
+    assert ("qnn.conv2d" in ops) == (name == "cnn") and "qnn.dense" in ops, sorted(ops)
+    x = _inputs(name, 10)
+    got = autorelay.evaluate(autorelay.infer_types(mod), x, *params.values())
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for a, b in zip(got, _ort(model, x)):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
