@@ -252,3 +252,26 @@ def test_unknown_contrib_op_is_reported_with_its_domain():
         from_onnx(_model([node], {"x": _ints("uint8", (2, 3))}, {"xs": np.float32(1), "xz": np.uint8(0),
                                                                   "ys": np.float32(1), "yz": np.uint8(0)}))
     assert "com.microsoft.QLinearSoftmax" in str(info.value)
+
+
+@pytest.mark.cpu
+def test_dynamic_quantize_linear_is_exact_compiled_and_interpreted():
+    """y, scale and zero point equal ONNX Runtime's bit for bit: mixed signs, all positive (the range
+    widened to 0), all zero (an empty range: scale 1), and exact halves x / scale = k + 0.5."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 40])],
+                              [helper.make_empty_tensor_value_info(o) for o in "ysz"])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    mod, params = from_onnx(model)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    assert not exe.report.fallbacks
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    halves = (np.arange(120).reshape(3, 40) * 0.5 + 0.25).astype("float32")  # x / 0.5 = k + 0.5
+    halves[-1, -1] = 127.5  # the range [0, 127.5]: scale 0.5 exactly
+    for x in (RNG.standard_normal((3, 40)).astype("float32") * 3, np.abs(RNG.standard_normal((3, 40))) + 1,
+              np.zeros((3, 40)), halves, np.full((3, 40), -2.0)):
+        x = np.asarray(x, "float32")
+        want = sess.run(None, {"x": x})
+        for got in (exe.run(x=x), autorelay.evaluate(autorelay.infer_types(mod), x)):
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(np.asarray(a), b)
