@@ -267,7 +267,17 @@ def _fold_node(g: _Graph, n: Any) -> tuple[Any, Any, Any | None, str] | None:
 
 def fold_qdq(onnx: Any, model: Any) -> Any:
     """A copy of `model` whose foldable DQ -> op -> Q chains are quantised operators (the module
-    docstring says which); the model itself when nothing folds."""
+    docstring says which); the model itself when nothing folds.
+
+    The fold only optimises: on a malformed model (a tensor that does not decode, a node without
+    outputs) it folds nothing, and the import reports the fault at the node where it lies."""
+    try:
+        return _fold(onnx, model)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return model
+
+
+def _fold(onnx: Any, model: Any) -> Any:
     g = _Graph(onnx, model.graph)
     replace: dict[int, list[Any]] = {}  # id(node) -> the nodes standing in its place
     drop: set[int] = set()
