@@ -1,6 +1,6 @@
 """ONNX Runtime's quantised contrib ops (domain com.microsoft), as its QOperator quantizer emits them
 around QLinearConv / QLinearMatMul / QGemm: QLinearAdd, QLinearMul, QLinearConcat,
-QLinearGlobalAveragePool, QLinearAveragePool, QLinearLeakyRelu, QLinearSigmoid, and its
+QLinearGlobalAveragePool, QLinearAveragePool, QLinearLeakyRelu, QLinearSigmoid, QLinearSoftmax, and its
 QuantizeLinear / DequantizeLinear.
 
 Add and Concat have integer qnn ops (`qnn.add`, `qnn.concatenate`). The others run as
@@ -25,10 +25,10 @@ _FLOAT = {**converters_math.TABLE, **converters_nn.TABLE, **converters_shape.TAB
 
 
 def _float_op(g: GraphBuilder, node: NodeView, op_type: str, inputs: Sequence[Expr],
-              attrs: dict[str, Any] | None = None) -> Expr:
+              attrs: dict[str, Any] | None = None, opset: int | None = None) -> Expr:
     """The float converter of `op_type` applied to `inputs` (errors still name this node)."""
     view = NodeView(node.index, node.name, op_type, list(inputs), [""] * len(inputs),
-                    dict(attrs or {}), 1, node.opset, node.output_names[:1])
+                    dict(attrs or {}), 1, node.opset if opset is None else opset, node.output_names[:1])
     return _FLOAT[op_type](g, view)
 
 
@@ -74,7 +74,8 @@ def _qlinear_concat(g: GraphBuilder, node: NodeView) -> Expr:
 
 def _unary(float_type: str, keep: Sequence[str] = ()):
     """X, X_scale, X_zero_point, Y_scale, Y_zero_point -> dequantize, `float_type`, quantize;
-    `channels_last` data (NHWC) is transposed to the float op's NCHW and back."""
+    `channels_last` data (NHWC) is transposed to the float op's NCHW and back; an `opset`
+    attribute (QLinearSoftmax's) gives the float op's semantics (Softmax's axis coercion < 13)."""
 
     def convert(g: GraphBuilder, node: NodeView) -> Expr:
         x = _x(node, 0)
@@ -90,7 +91,7 @@ def _unary(float_type: str, keep: Sequence[str] = ()):
         if last:
             v = g.call("transpose", v, axes=(0, nd - 1, *range(1, nd - 1)))
         attrs = {k: node.attrs[k] for k in keep if k in node.attrs}
-        y = _float_op(g, node, float_type, [v], attrs)
+        y = _float_op(g, node, float_type, [v], attrs, node.attr("opset"))
         if last:
             y = g.call("transpose", y, axes=(0, *range(2, nd), 1))
         return quantize(g, y, yq)
@@ -107,6 +108,7 @@ TABLE.update({
     _MS + "QLinearAveragePool": _unary("AveragePool", _POOL_ATTRS),
     _MS + "QLinearLeakyRelu": _unary("LeakyRelu", ("alpha",)),
     _MS + "QLinearSigmoid": _unary("Sigmoid"),
+    _MS + "QLinearSoftmax": _unary("Softmax", ("axis",)),
     _MS + "QuantizeLinear": converters_quant.TABLE["QuantizeLinear"],
     _MS + "DequantizeLinear": converters_quant.TABLE["DequantizeLinear"],
 })

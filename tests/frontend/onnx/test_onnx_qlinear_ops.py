@@ -175,6 +175,8 @@ def _unary_contrib(op: str, x: np.ndarray, **attrs) -> onnx.ModelProto:
     ("QLinearAveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("QLinearLeakyRelu", {"alpha": 0.1}),
     ("QLinearSigmoid", {}),
+    ("QLinearSoftmax", {"axis": -1, "opset": 13}),
+    ("QLinearSoftmax", {"axis": 1, "opset": 12}),  # coerced to 2-d: softmax over axes 1..3
 ])
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_contrib_unary_ops(op, attrs, dtype):
@@ -247,11 +249,11 @@ def test_pytorch_style_qdq_with_relu_folds_into_qlinear_conv_and_max():
 
 
 def test_unknown_contrib_op_is_reported_with_its_domain():
-    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft")
+    node = helper.make_node("QLinearReduceMean", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft")
     with pytest.raises(UnsupportedOnnxOpsError) as info:
         from_onnx(_model([node], {"x": _ints("uint8", (2, 3))}, {"xs": np.float32(1), "xz": np.uint8(0),
                                                                   "ys": np.float32(1), "yz": np.uint8(0)}))
-    assert "com.microsoft.QLinearSoftmax" in str(info.value)
+    assert "com.microsoft.QLinearReduceMean" in str(info.value)
 
 
 @pytest.mark.cpu
