@@ -86,6 +86,7 @@ def main() -> None:
     args = ap.parse_args()
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)  # not one warning per unused initializer of the export
     options = {"image_size": args.image_size} if args.image_size else {}
     mod, params = zoo.get(args.model, **options)
     inputs = zoo.random_inputs(mod, params, 0)
