@@ -188,6 +188,20 @@ def test_qnn_computes(op: str, attrs: dict, shapes: list, int_data: bool):
         params.append(gen.uniform(0.05, 0.5, shp).astype("float32") if is_scale else
                       gen.integers(-5, 6, shp).astype("int32"))
     types = [tensor(a.shape, str(a.dtype)) for a in (data, *params)]
+    if op == "qnn.requantize":  # its kernel rescales by multipliers derived from constant scales
+        types = [types[0], params[0], types[2], params[2], types[4]]
+        inputs = [data, params[1], params[3]]
+    else:
+        inputs = [data, *params]
     fn = op_function(op, types, attrs)
-    inputs = [data, *params]
     assert_close(run_lowered(fn, inputs), reference_outputs(fn, inputs))
+
+
+def test_requantize_with_run_time_scales_has_no_compute():
+    """Scales only known at run time: no kernel (the build reports a NumPy fallback), never a guess."""
+    from autorelay.lower.lower import NoCompute, lower
+
+    types = [tensor((3, 4), "int32"), tensor((), "float32"), tensor((), "int32"), tensor((), "float32"),
+             tensor((), "int32")]
+    with pytest.raises(NoCompute, match="constant scales"):
+        lower(op_function("qnn.requantize", types, {}))
