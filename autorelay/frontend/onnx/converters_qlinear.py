@@ -10,6 +10,8 @@ Forms ONNX allows and the qnn ops do not take directly are rewritten exactly, ne
 * uint8 weights: shifted to int8 with their zero point (`w - zp` is unchanged);
 * 1-d convolution: run as 2-d over a height of one;
 * MatMul of N-d data by a constant matrix: the data flattened to rows for `qnn.dense`;
+* a data zero point computed at run time (DynamicQuantizeLinear's): passed to the qnn op as the
+  tensor it is;
 * a product whose right operand is computed at run time (no `qnn.matmul` exists): exact
   arithmetic in float64 for MatMulInteger, dequantize -> float MatMul -> quantize for QLinearMatMul
   (correct to one quantisation step, as ONNX Runtime's own float reference is).
@@ -55,8 +57,7 @@ def _conv_acc(g: GraphBuilder, node: NodeView, x: Expr, xq: QParams, w: Expr, wq
     """`qnn.conv2d`'s int32 accumulator of a quantised Conv (1-d or 2-d; NCHW / OIHW).
 
     `x_zp_run`: a data zero point computed at run time (DynamicQuantizeLinear's), for which
-    `xq.zero_point` is 0: the accumulator of `x` is corrected by `x_zp * conv(ones, w - w_zp)` —
-    the ones being the unpadded positions, since padding reads the zero point (a real zero)."""
+    `xq.zero_point` is 0: it is the op's zero point argument as it is (a scalar tensor)."""
     check_dtype(node, g.dtype(x), "data")
     check_dtype(node, g.dtype(w), "weight")
     if not xq.per_tensor:
@@ -80,14 +81,8 @@ def _conv_acc(g: GraphBuilder, node: NodeView, x: Expr, xq: QParams, w: Expr, wq
     wq8 = QParams(wq.scale, wzp, "int8")
     attrs = dict(strides=tuple(strides), padding=tuple(pads), dilation=tuple(dil),
                  groups=int(node.attr("group", 1)), channels=oc, kernel_size=tuple(kernel), out_dtype="int32")
-    acc = g.call("qnn.conv2d", x, w8, xq.zp_expr(g), wq8.zp_expr(g), xq.scale_expr(g), wq8.scale_expr(g),
-                 **attrs)
-    if x_zp_run is None:
-        return acc
-    ones = g.const(np.ones((1, *g.static_shape(x, "data")[1:]), g.dtype(x)))
-    window = g.call("qnn.conv2d", ones, w8, xq.zp_expr(g), wq8.zp_expr(g), xq.scale_expr(g),
-                    wq8.scale_expr(g), **attrs)  # folded now when the weight is a constant
-    return g.call("subtract", acc, g.call("multiply", g.call("cast", x_zp_run, dtype="int32"), window))
+    x_zp = xq.zp_expr(g) if x_zp_run is None else g.call("cast", x_zp_run, dtype="int32")
+    return g.call("qnn.conv2d", x, w8, x_zp, wq8.zp_expr(g), xq.scale_expr(g), wq8.scale_expr(g), **attrs)
 
 
 def _spatial_back(g: GraphBuilder, y: Expr, nsp_in: int) -> Expr:
@@ -135,9 +130,10 @@ def _static_or_run(g: GraphBuilder, node: NodeView, e: Expr | None,
 # ---- matrix products -----------------------------------------------------------------------
 
 
-def _dense_acc(g: GraphBuilder, node: NodeView, a: Expr, aq: QParams, w_nk: Expr, wq: QParams) -> Expr:
+def _dense_acc(g: GraphBuilder, node: NodeView, a: Expr, aq: QParams, w_nk: Expr, wq: QParams,
+               a_zp_run: Expr | None = None) -> Expr:
     """`qnn.dense`'s int32 accumulator of rows `a` (any rank, K last; flattened to [M, K]) by a
-    constant [N, K] weight."""
+    constant [N, K] weight; `a_zp_run`: A's zero point when computed at run time (a scalar)."""
     check_dtype(node, g.dtype(a), "A")
     check_dtype(node, g.dtype(w_nk), "B")
     n, k = g.static_shape(w_nk, "B")
@@ -147,7 +143,8 @@ def _dense_acc(g: GraphBuilder, node: NodeView, a: Expr, aq: QParams, w_nk: Expr
     rows = a if g.ndim(a) == 2 else g.call("reshape", a, newshape=(-1, k))
     w8, wzp = as_int8_weight(g, w_nk, wq.zero_point)
     wq8 = QParams(wq.scale, wzp, "int8")
-    acc = g.call("qnn.dense", rows, w8, aq.zp_expr(g), wq8.zp_expr(g), aq.scale_expr(g), wq8.scale_expr(g),
+    a_zp = aq.zp_expr(g) if a_zp_run is None else g.call("cast", a_zp_run, dtype="int32")
+    acc = g.call("qnn.dense", rows, w8, a_zp, wq8.zp_expr(g), aq.scale_expr(g), wq8.scale_expr(g),
                  units=int(n), out_dtype="int32")
     return acc
 
@@ -192,9 +189,8 @@ def _qlinear_matmul(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("MatMulInteger")
 def _matmul_integer(g: GraphBuilder, node: NodeView) -> Expr:
-    """A zero point of A computed at run time (DynamicQuantizeLinear's, as ONNX Runtime's dynamic
-    quantizer emits) is taken out after the product: `sum_k (a - az)(b - bz) = sum_k a (b - bz) -
-    az * sum_k (b - bz)`, the column sums being constants."""
+    """A zero point of A may be computed at run time (DynamicQuantizeLinear's, as ONNX Runtime's
+    dynamic quantizer emits): it is then `qnn.dense`'s zero point argument as it is."""
     a, b = _x(node, 0), _x(node, 1)
     az, az_run = _static_or_run(g, node, node.input(2), "a zero point")
     bz = _zp(g, node.input(3), "b zero point")
@@ -203,11 +199,7 @@ def _matmul_integer(g: GraphBuilder, node: NodeView) -> Expr:
         lead = g.shape(a)[:-1]
         aq = QParams(_UNIT.scale, az, g.dtype(a))
         bq = QParams(_UNIT.scale, bz, g.dtype(b))
-        acc = _dense_acc(g, node, _rows(g, a), aq, g.const(np.ascontiguousarray(bv.T)), bq)
-        if az_run is not None:
-            colsum = (bv.astype(np.int64) - bz.reshape(1, -1)).sum(axis=0).astype("int32")
-            shift = g.call("multiply", g.call("cast", az_run, dtype="int32"), g.const(colsum))
-            acc = g.call("subtract", acc, shift)
+        acc = _dense_acc(g, node, _rows(g, a), aq, g.const(np.ascontiguousarray(bv.T)), bq, az_run)
         return _unflatten(g, acc, lead)
     # exact in float64: |products| < 2**16 and any realistic K keeps sums far below 2**53
     check_dtype(node, g.dtype(a), "A")

@@ -33,13 +33,18 @@ def _model(nodes, feeds: dict, inits: dict, opset: int = 13) -> onnx.ModelProto:
                                                    helper.make_opsetid("com.microsoft", 1)])
 
 
-def _both(model: onnx.ModelProto, feeds: dict) -> tuple[np.ndarray, np.ndarray | None, set[str]]:
-    """(autorelay's answer on the reference interpreter, ONNX Runtime's or None where it refuses
-    the model, the ops imported)."""
+def _both(model: onnx.ModelProto, feeds: dict, compiled: bool = False
+          ) -> tuple[np.ndarray, np.ndarray | None, set[str]]:
+    """(autorelay's answer on the reference interpreter — or compiled, equal to the interpreter's
+    — ONNX Runtime's or None where it refuses the model, the ops imported)."""
     mod, params = from_onnx(model)
     names = [p.name_hint for p in mod["main"].params]
     args = [feeds[n] if n in feeds else params[n] for n in names]
     got = np.asarray(autorelay.evaluate(autorelay.infer_types(mod), *args))
+    if compiled:
+        exe = autorelay.build(mod, target="llvm", params=params)
+        assert not exe.report.fallbacks, str(exe.report)
+        np.testing.assert_array_equal(np.asarray(exe.run(**feeds)), got)  # the kernels are bit-exact
     ops = {n.op.name for n in post_order(mod["main"].body) if isinstance(n, Call) and isinstance(n.op, Op)}
     try:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -65,6 +70,7 @@ def _within_one_step(got: np.ndarray, want: np.ndarray) -> None:
         assert (diff == 0).mean() > 0.9  # ties are rare: nearly everything is bit-exact
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize(("x_type", "w_type", "per_channel", "group", "bias"), [
     ("uint8", "uint8", False, 1, True),    # uint8 weights with a nonzero zero point
     ("uint8", "int8", True, 2, True),      # per-channel scales and zero points, grouped
@@ -87,21 +93,23 @@ def test_qlinear_conv(x_type, w_type, per_channel, group, bias):
         names.append("b")
     node = helper.make_node("QLinearConv", names, ["y"], group=group, strides=[2, 1], pads=[1, 0, 1, 2],
                             dilations=[1, 2])
-    got, want, ops = _both(_model([node], {"x": x}, inits), {"x": x})
+    got, want, ops = _both(_model([node], {"x": x}, inits), {"x": x}, compiled=True)
     assert "qnn.conv2d" in ops and "qnn.requantize" in ops
     _within_one_step(got, want)
 
 
+@pytest.mark.cpu
 def test_qlinear_conv_1d_auto_pad():
     x, w = _ints("uint8", (1, 3, 11)), _ints("int8", (5, 3, 4))
     inits = {"xs": np.float32(0.02), "xz": np.uint8(128), "w": w, "ws": np.float32(0.01), "wz": np.int8(0),
              "ys": np.float32(0.1), "yz": np.uint8(128)}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
                             auto_pad="SAME_UPPER", strides=[2])
-    got, want, _ = _both(_model([node], {"x": x}, inits), {"x": x})
+    got, want, _ = _both(_model([node], {"x": x}, inits), {"x": x}, compiled=True)
     _within_one_step(got, want)
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize("per_channel_zp", [False, True])
 def test_conv_integer_is_exact(per_channel_zp):
     """ONNX Runtime's ConvInteger takes per-tensor zero points only: the oracle for per-channel ones
@@ -112,7 +120,7 @@ def test_conv_integer_is_exact(per_channel_zp):
     attrs = {"group": 2, "pads": [1, 1, 1, 1]}
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
     model = _model([node], {"x": x}, {"w": w, "xz": np.uint8(9), "wz": wz})
-    got, want, ops = _both(model, {"x": x})
+    got, want, ops = _both(model, {"x": x}, compiled=True)
     assert "qnn.conv2d" in ops
     xf = x.astype("float32") - 9
     wf = w.astype("float32") - np.asarray(wz, "float32").reshape(-1, 1, 1, 1)
@@ -127,6 +135,7 @@ def test_conv_integer_is_exact(per_channel_zp):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize(("a_shape", "b_type", "b_const"), [
     ((2, 3, 6), "int8", True),    # N-d data by a constant matrix: qnn.dense over rows
     ((6,), "uint8", True),        # a vector
@@ -138,11 +147,12 @@ def test_matmul_integer_is_exact(a_shape, b_type, b_const):
     feeds = {"a": a} if b_const else {"a": a, "b": b}
     inits = {"az": np.uint8(17), "bz": bz} | ({"b": b} if b_const else {})
     node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
-    got, want, ops = _both(_model([node], feeds, inits), feeds)
+    got, want, ops = _both(_model([node], feeds, inits), feeds, compiled=True)
     assert ("qnn.dense" in ops) == b_const
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize(("a_type", "b_type", "b_const", "per_column"), [
     ("uint8", "int8", True, True),
     ("int8", "int8", True, False),
@@ -157,7 +167,7 @@ def test_qlinear_matmul(a_type, b_type, b_const, per_column):
     inits = {"as": np.float32(0.02), "az": np.asarray(3, a_type), "bs": bs, "bz": bz, "ys": np.float32(0.08),
              "yz": np.asarray(100, a_type)} | ({"b": b} if b_const else {})
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
-    got, want, ops = _both(_model([node], feeds, inits), feeds)
+    got, want, ops = _both(_model([node], feeds, inits), feeds, compiled=True)
     assert ("qnn.dense" in ops) == b_const
     _within_one_step(got, want)
 
@@ -185,6 +195,7 @@ def test_contrib_unary_ops(op, attrs, dtype):
     _within_one_step(got, want)
 
 
+@pytest.mark.cpu
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_contrib_binary_ops(op, dtype):
@@ -193,29 +204,31 @@ def test_contrib_binary_ops(op, dtype):
     inits = {"as": np.float32(0.04), "az": np.asarray(3, dtype), "bs": np.float32(0.07), "bz": bz,
              "cs": np.float32(0.09), "cz": np.asarray(10, dtype)}
     node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"], domain="com.microsoft")
-    got, want, ops = _both(_model([node], {"a": a, "b": b}, inits), {"a": a, "b": b})
+    got, want, ops = _both(_model([node], {"a": a, "b": b}, inits), {"a": a, "b": b}, compiled=True)
     assert ("qnn.add" in ops) == (op == "QLinearAdd")
     _within_one_step(got, want)
 
 
+@pytest.mark.cpu
 def test_contrib_concat():
     a, b = _ints("uint8", (1, 2, 3)), _ints("uint8", (1, 4, 3))
     inits = {"ys": np.float32(0.1), "yz": np.uint8(128), "as": np.float32(0.05), "az": np.uint8(100),
              "bs": np.float32(0.2), "bz": np.uint8(60)}
     node = helper.make_node("QLinearConcat", ["ys", "yz", "a", "as", "az", "b", "bs", "bz"], ["y"], axis=1,
                             domain="com.microsoft")
-    got, want, ops = _both(_model([node], {"a": a, "b": b}, inits), {"a": a, "b": b})
+    got, want, ops = _both(_model([node], {"a": a, "b": b}, inits), {"a": a, "b": b}, compiled=True)
     assert "qnn.concatenate" in ops
     _within_one_step(got, want)
 
 
+@pytest.mark.cpu
 def test_qgemm_float_output_and_transposes():
     a, b = _ints("uint8", (7, 5)), _ints("int8", (6, 7))  # A^T is (5, 7), B (6, 7) transposed: (7, 6)
     inits = {"as": np.float32(0.03), "az": np.uint8(120), "b": b, "bs": np.float32(0.01), "bz": np.int8(0),
              "c": RNG.integers(-300, 300, 6).astype("int32")}
     node = helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["y"], domain="com.microsoft",
                             transA=1, transB=1, alpha=0.5)
-    got, want, ops = _both(_model([node], {"a": a}, inits), {"a": a})
+    got, want, ops = _both(_model([node], {"a": a}, inits), {"a": a}, compiled=True)
     assert "qnn.dense" in ops and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

@@ -158,6 +158,11 @@ def test_compiled_model_matches_onnxruntime(quantized, name, fmt, act, per_chann
     model = quantized(name, fmt, act, per_channel)
     mod, params = from_onnx(model)
     exe = autorelay.build(mod, target="llvm", params=params)
+    product = "conv2d" if name == "cnn" else "dense"
+    fused = [r.name for r in exe.report.rows if product in r.name and "requantize" in r.name]
+    assert fused and not any(product in r.name for r in exe.report.fallbacks), str(exe.report)
+    # the one NumPy fallback allowed: QOperator's MaxPool reads uint8 (nn.max_pool2d computes float)
+    assert all(r.name.startswith("max_pool2d") for r in exe.report.fallbacks), str(exe.report)
     for seed in (6, 7):
         x = _inputs(name, seed)
         got = exe.run(x=x)
@@ -210,7 +215,12 @@ def test_dynamic_quantization_matches_onnxruntime(tmp_path, name, per_channel):
     ops = _qnn_ops(mod)
     assert ("qnn.conv2d" in ops) == (name == "cnn") and "qnn.dense" in ops, sorted(ops)
     x = _inputs(name, 10)
-    got = autorelay.evaluate(autorelay.infer_types(mod), x, *params.values())
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    for a, b in zip(got, _ort(model, x)):
-        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+    runs = [autorelay.evaluate(autorelay.infer_types(mod), x, *params.values())]
+    if per_channel:  # compiled too (one variant each: the builds are the slow part)
+        exe = autorelay.build(mod, target="llvm", params=params)
+        assert not exe.report.fallbacks, str(exe.report)
+        runs.append(exe.run(x=x))
+    for got in runs:
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        for a, b in zip(got, _ort(model, x)):
+            np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
