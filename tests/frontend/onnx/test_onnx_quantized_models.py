@@ -224,3 +224,25 @@ def test_dynamic_quantization_matches_onnxruntime(tmp_path, name, per_channel):
         got = list(got) if isinstance(got, (tuple, list)) else [got]
         for a, b in zip(got, _ort(model, x)):
             np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_symbolic_batch(tmp_path, fmt):
+    """A model exported with a symbolic batch axis imports once and runs any batch (the dense's
+    rows are flattened with -1, the qnn ops' relations keep the symbol)."""
+    model = _cnn()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    quant.quantize_static(str(src), str(dst), _Reader(X_SHAPE["cnn"]),
+                          quant_format=getattr(quant.QuantFormat, fmt), per_channel=True)
+    model = onnx.load(dst)
+    mod, params = from_onnx(model)
+    assert not isinstance(mod["main"].params[0].type_annotation.shape[0], int)
+    exe = autorelay.build(mod, target="llvm", params=params)
+    for batch in (3, 1):
+        x = np.random.default_rng(batch).standard_normal((batch, *X_SHAPE["cnn"][1:])).astype("float32")
+        want = _ort(model, x)
+        for got in (autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()), exe.run(x=x)):
+            _assert_within_one_step(list(got), want, _output_scales(model), f"batch {batch}")
