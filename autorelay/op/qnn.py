@@ -36,6 +36,9 @@ def _check_qparam(op: str, t: TensorType, name: str, dtype: str, data: TensorTyp
         raise rel_error(op, f"{name} must have dtype {dtype}, got {t.dtype}")
     if t.shape == () or (len(t.shape) == 1 and t.shape[0] == 1):
         return
+    if len(t.shape) == len(data.shape) > 1 and all(  # blocked per-channel (a converted layout's form)
+            d == 1 or not dim_known_different(d, x) for d, x in zip(t.shape, data.shape)):
+        return
     if len(t.shape) != 1 or dim_known_different(t.shape[0], data.shape[axis]):
         raise rel_error(op, f"{name} of shape {fmt_shape(t.shape)} must be a scalar or ({data.shape[axis]},) "
                             f"for axis {axis} of data of shape {fmt_shape(data.shape)}")
@@ -63,6 +66,8 @@ def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     if v.ndim == 0 or v.size == 1:
         return v.reshape(())
+    if v.ndim == ndim > 1:  # already shaped to broadcast (blocked per-channel)
+        return v
     return v.reshape((-1,) + (1,) * (ndim - axis % ndim - 1))
 
 
@@ -78,6 +83,10 @@ def _qparam(p: object, idx: tuple, axis: int) -> object:
     """A per-tensor (scalar or (1,)) or per-channel parameter at output index `idx`."""
     if p.ndim == 0:  # type: ignore[attr-defined]
         return p[()]  # type: ignore[index]
+    if p.ndim > 1:  # type: ignore[attr-defined]  # shaped to broadcast against the data
+        from autorelay.op.te_compute import bcast_read
+
+        return bcast_read(p, idx)  # type: ignore[arg-type]
     return p[0] if p.shape[0] == 1 else p[idx[axis]]  # type: ignore[attr-defined,index]
 
 
@@ -95,11 +104,12 @@ def constant_value(t: object) -> np.ndarray | None:
 
 
 def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op: str,
-                         extra_scale: object = None):
-    """`f(x_int64, channel_index) -> rescaled int64 expr` multiplying by `num/den` (times
-    `extra_scale`, e.g. a kernel's per-channel weight scale) by the rule of `qnn_fixed`; the
-    multipliers are precomputed from the constant scales (per tensor: inline; per channel: a
-    constant input). Raises `Unsupported` when a scale is not a constant."""
+                         extra_scale: object = None, axis: int = 0, ndim: int = 0):
+    """`f(x_int64, output_index) -> rescaled int64 expr` multiplying by `num/den` (times
+    `extra_scale`) by the rule of `qnn_fixed`; each scale is per tensor, per channel along `axis`
+    of an `ndim`-d output, or shaped to broadcast. The multipliers are precomputed from the
+    constant scales (per tensor: inline; otherwise a constant input). Raises `Unsupported` when a
+    scale is not a constant."""
     from autorelay.op import te_compute as tc
     from autorelay.te import expr as E
     from autorelay.te import tensor as te
@@ -107,20 +117,19 @@ def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op
     values = [constant_value(t) for t in (num_scale, den_scale, extra_scale) if t is not None]
     if any(v is None for v in values):
         raise tc.Unsupported(f"{op}: scales computed at run time (the kernel needs constant scales)")
-    ratio = np.asarray(values[0], np.float64).reshape(-1)
-    if len(values) == 3:
-        ratio = ratio * np.asarray(values[2], np.float64).reshape(-1)
-    ratio = ratio / np.asarray(values[1], np.float64).reshape(-1)
+    nd = max(ndim, 1)
+    shaped = [_along(v, axis, nd) for v in values]  # type: ignore[arg-type]
+    ratio = shaped[0] * shaped[2] / shaped[1] if len(shaped) == 3 else shaped[0] / shaped[1]
     try:
         m, shift = F.multiplier_shift(ratio)
     except F.QuantizationError as e:
         raise rel_error(op, str(e)) from None
     if m.size == 1:
-        mc, sc = E.const(int(m[0]), "int64"), E.const(int(shift[0]), "int64")
-        return lambda x, c: F.rescale_expr(x, mc, sc, rounding)
+        mc, sc = E.const(int(m.reshape(-1)[0]), "int64"), E.const(int(shift.reshape(-1)[0]), "int64")
+        return lambda x, idx: F.rescale_expr(x, mc, sc, rounding)
     mt = te.constant(m, "int32", "multiplier")
     st = te.constant(shift, "int32", "shift")
-    return lambda x, c: F.rescale_expr(x, mt[c], st[c], rounding)
+    return lambda x, idx: F.rescale_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(st, idx), rounding)
 
 
 def _q_compute(kind: str):
@@ -150,12 +159,13 @@ def _q_compute(kind: str):
                 return saturate(f64(E.call("round", real)) + f64(_qparam(inputs[2], i, axis)))
             in_zp, out_zp = _qparam(inputs[2], i, axis), _qparam(inputs[4], i, axis)
             diff = E.cast(v, "int64") - E.cast(in_zp, "int64")
-            scaled = rescaler(diff, i[axis] if x.ndim else None)
+            scaled = rescaler(diff, i)
             return F.saturate_expr(scaled + E.cast(out_zp, "int64"), dtype)
 
         if kind == "requantize":
             rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
-            rescaler = fixed_point_rescaler(inputs[1], inputs[3], rounding, "qnn.requantize")
+            rescaler = fixed_point_rescaler(inputs[1], inputs[3], rounding, "qnn.requantize", axis=axis,
+                                            ndim=x.ndim)
 
         return tc.compute0(tc.out_shape(out_type), body, kind, tag="elemwise")
 
@@ -237,7 +247,7 @@ def rescale_along(q: np.ndarray, ratio: np.ndarray, axis: int, rounding: str) ->
 
 def _requantize_ref(attrs: Attrs, q, in_scale, in_zp, out_scale, out_zp) -> np.ndarray:
     ax, nd = attrs["axis"], max(q.ndim, 1)
-    ratio = np.asarray(in_scale, np.float64) / np.asarray(out_scale, np.float64)
+    ratio = _along(in_scale, ax, nd) / _along(out_scale, ax, nd)
     diff = q.astype(np.int64) - _along(in_zp, ax, nd).astype(np.int64)
     rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
     try:

@@ -12,7 +12,7 @@ references bit for bit (hardware accelerators and gemmlowp-style libraries do th
   with "TONEAREST" the magnitude rounded so halves go away from zero;
 * `saturate` clips to the output type's range.
 
-A ratio below 2**-31 or at least 2**30 is refused: no sensible pair of scales gives one, and
+A ratio below 2**-31 or at least 2**29 is refused: no sensible pair of scales gives one, and
 outside that range `m` and `shift` would not fit the int64 arithmetic above.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from autorelay.te import expr as E
 
 ROUNDINGS = ("UPWARD", "TONEAREST")
-_MIN_RATIO, _MAX_RATIO = 2.0**-31, 2.0**30
+_MIN_RATIO, _MAX_RATIO = 2.0**-31, 2.0**29
 
 
 class QuantizationError(ValueError):
@@ -37,7 +37,7 @@ def multiplier_shift(ratio: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]
     if np.any(bad):
         raise QuantizationError(
             f"scale ratio {r[bad].ravel()[0]!r} cannot be rescaled in fixed point "
-            f"(must lie in [2**-31, 2**30); check the scales for zeros or extreme values)"
+            f"(must lie in [2**-31, 2**29); check the scales for zeros or extreme values)"
         )
     frac, exp = np.frexp(r)  # r = frac * 2**exp, frac in [0.5, 1)
     m = np.round(np.ldexp(frac, 31)).astype(np.int64)  # in [2**30, 2**31]

@@ -14,6 +14,7 @@ in int64 NumPy. Per-tensor parameters are scalars (or 1-element tensors).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -69,20 +70,53 @@ def _per_channel(v: np.ndarray, n: int) -> np.ndarray:
 # ---- qnn.conv2d -------------------------------------------------------------------------------
 
 
+_PACKED = re.compile(r"OIHW(\d+)i(\d+)o(\d+)i$")
+
+
+def _packed(kernel_layout: str) -> tuple[int, int, int] | None:
+    """(icb/g, ocb, g) of the dot-product weight layout `OIHW{icb/g}i{ocb}o{g}i`, else None."""
+    m = _PACKED.match(kernel_layout)
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3]))
+
+
+def _unpacked_attrs(attrs: Attrs) -> Attrs:
+    """The attributes with a dot-product weight layout named as the plain blocked one."""
+    pk = _packed(attrs["kernel_layout"])
+    return attrs if pk is None else attrs.replace(kernel_layout=f"OIHW{pk[0] * pk[2]}i{pk[1]}o")
+
+
+def _unpack(weight: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """[O/y, I/x, KH, KW, x/g, y, g] -> [O/y, I/x, KH, KW, x, y] (`OIHW{x}i{y}o`)."""
+    if _packed(attrs["kernel_layout"]) is None:
+        return weight
+    ob, ib, kh, kw, xg, y, g = weight.shape
+    return weight.transpose(0, 1, 2, 3, 4, 6, 5).reshape(ob, ib, kh, kw, xg * g, y)
+
+
 def _conv_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     op = "qnn.conv2d"
     _out_int32(op, attrs)
-    _int8_operands(op, arg_types)
-    out = conv_rel(op, 2, arg_types[:2], attrs)
+    _, weight = _int8_operands(op, arg_types)
+    pk = _packed(attrs["kernel_layout"])
+    if pk is not None:
+        if len(weight.shape) != 7 or tuple(weight.shape[4:]) != pk:
+            raise rel_error(op, f"weight of shape {fmt_shape(weight.shape)} does not have the kernel layout "
+                                f"{attrs['kernel_layout']}")
+        ob, ib, kh, kw, xg, y, g = weight.shape
+        weight = TensorType((ob, ib, kh, kw, xg * g, y), weight.dtype)
+    out = conv_rel(op, 2, [arg_types[0], weight], _unpacked_attrs(attrs))
     if isinstance(out, tuple):  # a refined weight type cannot arise: the weight is known above
         out = out[1]
     ol = attrs["out_layout"] or attrs["data_layout"]
     channels = out.shape[ol.index("C")] if ol in ("NCHW", "NHWC") else None
+    if ol.startswith("NCHW") and ol.endswith("c") and len(out.shape) == 5:
+        channels = out.shape[1] * out.shape[4]
     _check_qparams(op, arg_types, channels)
     return out
 
 
 def _conv_ref(attrs: Attrs, data, weight, zd, zw, _sd, _sw) -> np.ndarray:
+    weight, attrs = _unpack(weight, attrs), _unpacked_attrs(attrs)
     dl = parse_layout("qnn.conv2d", attrs["data_layout"], "NCHW")
     kl = parse_layout("qnn.conv2d", attrs["kernel_layout"], "OIHW")
     ol = parse_layout("qnn.conv2d", attrs["out_layout"] or attrs["data_layout"], "NCHW")
@@ -100,6 +134,8 @@ def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
 
     data, weight, zd, zw = inputs[:4]
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
+    if _packed(attrs["kernel_layout"]) is not None:
+        return _conv_nchwc_compute(inputs, attrs, out_type)
     if layouts != ("NCHW", "OIHW", "NCHW"):
         raise tc.Unsupported(f"qnn.conv2d layouts {layouts} have no compute (NCHW/OIHW)")
     out = nn_int8.conv2d_nchw_q(data, weight, _qparam(zd, (), 0), lambda f: _qparam(zw, (f,), 0),
@@ -107,6 +143,34 @@ def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     if tuple(out.shape) != tc.out_shape(out_type):
         raise tc.Unsupported(f"compute shape {out.shape} differs from the type's {tc.out_shape(out_type)}")
     return out
+
+
+def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """NCHW[x]c with the dot-product weight layout: the raw u8 x s8 sums (`conv2d_nchwc_int8`,
+    padded with the input zero point), minus `zero_point * sum(weight)` per output channel,
+    precomputed from the constant weight."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import nn_int8
+    from autorelay.te import tensor as te
+
+    data, weight, zd, zw = inputs[:4]
+    zd_value, zw_value, w_value = constant_value(zd), constant_value(zw), constant_value(weight)
+    if zd_value is None or zd_value.size != 1 or zw_value is None or np.any(zw_value != 0):
+        raise tc.Unsupported("qnn.conv2d in a blocked layout needs constant zero points, the weight's zero")
+    if attrs["groups"] != 1 or tuple(attrs["dilation"]) != (1, 1):
+        raise tc.Unsupported("qnn.conv2d in a blocked layout: groups and dilation must be 1")
+    zero = int(zd_value.reshape(()))
+    raw = nn_int8.conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"], pad_value=zero)
+    if tuple(raw.shape) != tc.out_shape(out_type):
+        raise tc.Unsupported(f"compute shape {raw.shape} differs from the type's {tc.out_shape(out_type)}")
+    if zero == 0:
+        return raw
+    if w_value is None:
+        raise tc.Unsupported("qnn.conv2d in a blocked layout with a nonzero input zero point needs a "
+                             "constant weight")
+    sums = w_value.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))  # [OC/ocb, ocb]
+    corr = te.constant(zero * sums, "int32", "zero_point_correction")
+    return te.compute(raw.shape, lambda b, f, y, x, v: raw[b, f, y, x, v] - corr[f, v], name="qconv_zp")
 
 
 register(OpDef(
@@ -202,7 +266,7 @@ def _add_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     def body(*i: E.Expr) -> E.Expr:
         lv = E.cast(tc.bcast_read(lhs, i), "int64") - E.cast(_qparam(lz, i, 0), "int64")
         rv = E.cast(tc.bcast_read(rhs, i), "int64") - E.cast(_qparam(rz, i, 0), "int64")
-        total = rescale_l(lv, None) + rescale_r(rv, None) + E.cast(_qparam(oz, i, 0), "int64")
+        total = rescale_l(lv, i) + rescale_r(rv, i) + E.cast(_qparam(oz, i, 0), "int64")
         return F.saturate_expr(total, dtype)
 
     return tc.compute0(tc.out_shape(out_type), body, "qnn_add", tag="elemwise")
@@ -275,7 +339,7 @@ def _concat_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             idx = tuple(E.maximum(E.minimum(v - int(offsets[k]), t.shape[axis] - 1), 0) if d == axis else v
                         for d, v in enumerate(i))
             diff = E.cast(t[idx], "int64") - E.cast(_qparam(zps[k], i, 0), "int64")
-            return rescalers[k](diff, None)
+            return rescalers[k](diff, i)
 
         out = read(n - 1)
         for k in range(n - 2, -1, -1):

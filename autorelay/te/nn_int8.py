@@ -20,6 +20,7 @@ from autorelay.te.nn import _out_dim, _pad4, _pair, pad
 from autorelay.te.tensor import Tensor
 
 INT8_DTYPES = ("int8", "uint8")
+DOT_GROUP = 4  # input channels one int32 lane sums per dot-product instruction (the weight layout's g)
 
 
 def _check_int8(op: str, *tensors: Tensor) -> None:
