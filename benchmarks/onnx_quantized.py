@@ -2,7 +2,8 @@
 quantized ONNX file) and by ONNX Runtime: agreement and latency, next to AutoRelay's fp32 build.
 
     python benchmarks/onnx_quantized.py [--model resnet-18] [--image-size 224] [--format QDQ|QOperator]
-                                        [--per-channel] [--threads 2] [--repeat 10] [--calibration 8]
+                                        [--per-channel] [--threads 2] [--pipeline default|nchwc]
+                                        [--repeat 10] [--calibration 8]
 
 The float network is the zoo model exported through PyTorch (`benchmarks/models.torch_module`);
 calibration uses seeded random inputs (enough for a latency and agreement check, not for accuracy).
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--format", choices=["QDQ", "QOperator"], default="QDQ")
     ap.add_argument("--per-channel", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pipeline", default="default", help="AutoRelay's pass pipeline (default, nchwc, …)")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--calibration", type=int, default=8, help="random calibration batches")
     ap.add_argument("--validation", type=int, default=8, help="fresh inputs for the agreement check")
@@ -105,8 +107,8 @@ def main() -> None:
     sess = ort.InferenceSession(qpath, so, providers=["CPUExecutionProvider"])
     t0 = time.perf_counter()
     qmod, qparams = from_onnx(qpath)
-    int8 = autorelay.build(qmod, params=qparams, threads=args.threads)
-    fp32 = autorelay.build(mod, params=params, threads=args.threads)
+    int8 = autorelay.build(qmod, params=qparams, threads=args.threads, pipeline=args.pipeline)
+    fp32 = autorelay.build(mod, params=params, threads=args.threads, pipeline=args.pipeline)
     print(f"AutoRelay builds: {time.perf_counter() - t0:.1f} s; int8 kernels {len(int8.report.rows)}, "
           f"NumPy fallbacks {len(int8.report.fallbacks)} "
           f"({', '.join(sorted({r.name for r in int8.report.fallbacks})) or 'none'})")
