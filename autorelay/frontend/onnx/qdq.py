@@ -18,7 +18,10 @@ correct, only slower):
 
 when the op's output goes only to one QuantizeLinear (optionally through a Relu: quantising
 `max(v, 0)` is `max(Q(v), zero_point)` exactly, kept as an integer Max), every scale and zero point
-is a constant, the activations are per tensor and all types are 8-bit. The bias is re-expressed at
+is a constant, the activations are per tensor and all types are 8-bit. Constants may come as
+exporters write them: initializers, Constant nodes, Identity / Cast / ConstantOfShape of constants
+and QuantizeLinear of a float weight (PyTorch). The fused node takes the chain's place at its
+QuantizeLinear, after every parameter it reads. The bias is re-expressed at
 the accumulator's scale `x_scale * w_scale` (the same integers when the quantizer already used
 that scale, as ONNX Runtime's does).
 """
@@ -65,9 +68,6 @@ class _Graph:
         self.producer: dict[str, Any] = {}
         self.consumers: dict[str, list[Any]] = defaultdict(list)
         for n in graph.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 \
-                    and n.attribute[0].name == "value":
-                self.consts[n.output[0]] = onnx.numpy_helper.to_array(n.attribute[0].t)
             for o in n.output:
                 self.producer[o] = n
             for i in n.input:
@@ -78,14 +78,32 @@ class _Graph:
         self.fresh = 0
         self.quantized: dict[str, str] = {}  # Q-of-constant output -> the initializer holding its value
         for n in graph.node:
-            value = self._quantized_const(n)
+            value = self._const_value(n) if n.domain in ("", "ai.onnx") and len(n.output) == 1 else None
             if value is not None:
                 self.consts[n.output[0]] = value
+
+    def _const_value(self, n: Any) -> np.ndarray | None:
+        """The value of a node that only reshuffles constants, as exporters write quantisation
+        parameters: Constant, Identity, Cast, ConstantOfShape (PyTorch) and QuantizeLinear."""
+        numpy_helper, ins = self.onnx.numpy_helper, [self.consts.get(i) for i in n.input]
+        attrs = {a.name: a for a in n.attribute}
+        if n.op_type == "Constant" and set(attrs) == {"value"}:
+            return numpy_helper.to_array(attrs["value"].t)
+        if not ins or any(v is None for v in ins):
+            return None
+        if n.op_type == "Identity":
+            return ins[0]
+        if n.op_type == "Cast" and "to" in attrs:
+            return ins[0].astype(self.onnx.helper.tensor_dtype_to_np_dtype(attrs["to"].i))
+        if n.op_type == "ConstantOfShape" and ins[0].size <= 8:
+            fill = numpy_helper.to_array(attrs["value"].t) if "value" in attrs else np.zeros(1, "float32")
+            return np.full(tuple(int(d) for d in ins[0].reshape(-1)), fill.reshape(-1)[0], fill.dtype)
+        return self._quantized_const(n)
 
     def _quantized_const(self, n: Any) -> np.ndarray | None:
         """The value of a QuantizeLinear of a float constant (a weight as PyTorch exports it), as
         ONNX Runtime computes it: saturate(round_half_even(x / scale) + zero_point)."""
-        if n.op_type != "QuantizeLinear" or n.domain not in _DQ_DOMAINS or len(n.input) < 3:
+        if n.op_type != "QuantizeLinear" or len(n.input) < 3:
             return None
         x, scale, zp = (self.consts.get(i) for i in n.input[:3])
         if x is None or scale is None or zp is None or x.dtype != np.float32 or zp.dtype not in _Q8:
@@ -279,7 +297,7 @@ def fold_qdq(onnx: Any, model: Any) -> Any:
 
 def _fold(onnx: Any, model: Any) -> Any:
     g = _Graph(onnx, model.graph)
-    replace: dict[int, list[Any]] = {}  # id(node) -> the nodes standing in its place
+    replace: dict[int, list[Any]] = {}  # id(a chain's Q) -> the nodes standing in its place
     drop: set[int] = set()
     for n in model.graph.node:
         folded = _fold_node(g, n)
@@ -291,8 +309,8 @@ def _fold(onnx: Any, model: Any) -> Any:
             nodes.append(onnx.helper.make_node("Max", [fused.output[0], y_zp], [q.output[0]],
                                                name=f"{relu.name or q.output[0]}__qrelu"))
             drop.add(id(relu))
-        replace[id(n)] = nodes
-        drop.add(id(q))
+        replace[id(q)] = nodes  # where the chain ends: its Q's parameters may be defined after the op
+        drop.add(id(n))
     if not replace:
         return model
     new_nodes = []

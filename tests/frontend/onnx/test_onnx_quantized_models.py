@@ -8,6 +8,8 @@ one, and the imported graph holds qnn.conv2d / qnn.dense (the integer kernels), 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -110,6 +112,8 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
 def _output_scales(model: onnx.ModelProto) -> list[float]:
     """Each graph output's quantisation step: the scale of the DequantizeLinear producing it."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    inits |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+              if n.op_type == "Constant" and n.attribute[0].name == "value"}  # as PyTorch exports them
     producer = {o: n for n in model.graph.node for o in n.output}
     scales = []
     for o in model.graph.output:
@@ -246,3 +250,46 @@ def test_symbolic_batch(tmp_path, fmt):
         want = _ort(model, x)
         for got in (autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()), exe.run(x=x)):
             _assert_within_one_step(list(got), want, _output_scales(model), f"batch {batch}")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")  # torch.ao's deprecation
+def test_pytorch_fx_quantized_export_folds_and_matches(tmp_path):
+    """A model quantized by PyTorch (FX graph mode, x86 qconfig) and exported by torch.onnx: its
+    quantisation parameters arrive through Constant / Identity / Cast / ConstantOfShape nodes and a
+    Cast sits between each QuantizeLinear and DequantizeLinear; the layers still fold."""
+    torch = pytest.importorskip("torch")
+    quantize_fx = pytest.importorskip("torch.ao.quantization.quantize_fx")
+    from torch.ao.quantization import get_default_qconfig_mapping
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 10)
+
+        def forward(self, x):
+            r = torch.relu(self.c1(x))
+            y = torch.nn.functional.adaptive_avg_pool2d(self.c2(r) + r, 1).flatten(1)
+            return self.fc(y)
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8, 8)
+    prepared = quantize_fx.prepare_fx(Net().eval(), get_default_qconfig_mapping("x86"), (x,))
+    for _ in range(8):
+        prepared(torch.randn(1, 3, 8, 8))
+    qnet = quantize_fx.convert_fx(prepared)
+    path = tmp_path / "q.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(qnet, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"])
+    model = onnx.load(path)
+    mod, params = from_onnx(model)
+    ops = _qnn_ops(mod)
+    assert {"qnn.conv2d", "qnn.add", "qnn.dense"} <= ops and not ops & {"nn.conv2d", "nn.dense"}, sorted(ops)
+    feed = torch.randn(1, 3, 8, 8)
+    got = autorelay.evaluate(autorelay.infer_types(mod), feed.numpy(), *params.values())
+    with torch.no_grad():
+        theirs = qnet(feed).numpy()
+    _assert_within_one_step([got], _ort(model, feed.numpy()), _output_scales(model), "vs ONNX Runtime")
+    _assert_within_one_step([got], [theirs], _output_scales(model), "vs PyTorch")
