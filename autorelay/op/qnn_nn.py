@@ -138,8 +138,14 @@ def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         return _conv_nchwc_compute(inputs, attrs, out_type)
     if layouts != ("NCHW", "OIHW", "NCHW"):
         raise tc.Unsupported(f"qnn.conv2d layouts {layouts} have no compute (NCHW/OIHW)")
-    out = nn_int8.conv2d_nchw_q(data, weight, _qparam(zd, (), 0), lambda f: _qparam(zw, (f,), 0),
-                                attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"])
+    zero, weight_zero = _qparam(zd, (), 0), lambda f: _qparam(zw, (f,), 0)
+    groups, dilation = attrs["groups"], tuple(attrs["dilation"])
+    if groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and dilation == (1, 1):
+        out = nn_int8.depthwise_conv2d_nchw_q(data, weight, zero, weight_zero, attrs["strides"],
+                                              attrs["padding"])
+    else:
+        out = nn_int8.conv2d_nchw_q(data, weight, zero, weight_zero, attrs["strides"], attrs["padding"],
+                                    dilation, groups)
     if tuple(out.shape) != tc.out_shape(out_type):
         raise tc.Unsupported(f"compute shape {out.shape} differs from the type's {tc.out_shape(out_type)}")
     return out
@@ -213,7 +219,22 @@ def _dense_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     from autorelay.te import nn_int8
 
     data, weight, zd, zw = inputs[:4]
-    return nn_int8.dense_q(data, weight, _qparam(zd, (), 0), lambda j: _qparam(zw, (j,), 0))
+    zd_value, zw_value, w_value = constant_value(zd), constant_value(zw), constant_value(weight)
+    scalar_zps = zd_value is not None and zd_value.size == 1 and zw_value is not None and zw_value.size == 1
+    fast = data.ndim == 2 and data.dtype == "uint8" and weight.dtype == "int8" and scalar_zps \
+        and int(zw_value.reshape(())) == 0  # type: ignore[union-attr]
+    if not fast:
+        return nn_int8.dense_q(data, weight, _qparam(zd, (), 0), lambda j: _qparam(zw, (j,), 0))
+    raw = nn_int8.dense_int8(data, weight)  # u8 x s8 products: the dot-product instructions' form
+    zero = int(zd_value.reshape(()))
+    if zero == 0:
+        return raw
+    if w_value is None:  # the correction needs the weight's row sums
+        return nn_int8.dense_q(data, weight, _qparam(zd, (), 0), lambda j: _qparam(zw, (j,), 0))
+    from autorelay.te import tensor as te
+
+    corr = te.constant(zero * w_value.astype(np.int64).sum(axis=1), "int32", "zero_point_correction")
+    return te.compute(raw.shape, lambda i, j: raw[i, j] - corr[j], name="qdense_zp")
 
 
 register(OpDef(

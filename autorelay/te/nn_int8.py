@@ -135,3 +135,26 @@ def dense_q(data: Tensor, weight: Tensor, data_zero: E.Expr, weight_zero: Callab
         return te.sum(pixel * tap, [rk])
 
     return te.compute((*data.shape[:-1], weight.shape[0]), body, name=name, tag="reduce")
+
+
+def depthwise_conv2d_nchw_q(data: Tensor, weight: Tensor, data_zero: E.Expr,
+                            weight_zero: Callable[[E.Expr], E.Expr], strides=1, padding=0,
+                            name: str = "qdwconv") -> Tensor:
+    """Quantized depthwise NCHW convolution (weight [C, 1, KH, KW]), zero points subtracted in the
+    body: the depthwise template's form (two reduction axes)."""
+    _check_int8(name, data, weight)
+    n, c, h, w = data.shape
+    _, _, kh, kw = weight.shape
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=E.cast(data_zero, data.dtype), name=f"{name}_pad")
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    zero = E.cast(data_zero, "int32")
+
+    def body(b, f, y, xx):
+        pixel = E.cast(x[b, f, y * sh + rh, xx * sw + rw], "int32") - zero
+        tap = E.cast(weight[f, 0, rh, rw], "int32") - E.cast(weight_zero(f), "int32")
+        return te.sum(pixel * tap, [rh, rw])
+
+    return te.compute((n, c, oh, ow), body, name=name, tag="depthwise_conv2d_nchw")

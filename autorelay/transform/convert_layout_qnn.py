@@ -113,12 +113,16 @@ def qparams(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
 
 
 def qadd(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
+    """Same-shaped operands with per-tensor parameters: computed in the layout of the first blocked
+    operand (the other is transformed to it, as for a float add)."""
     (lhs, ll), (rhs, rl) = conv.track(c.args[0]), conv.track(c.args[1])
-    if ll is None or ll != rl or static_shape(c.args[0]) != static_shape(c.args[1]):
+    lay = ll or rl
+    if lay is None or static_shape(c.args[0]) != static_shape(c.args[1]):
         return None
     if not all(_scalar(p) for p in c.args[2:]):
         return None
-    return Call(c.op, (lhs, rhs, *(conv.visit(p) for p in c.args[2:])), c.attrs), ll
+    args = (conv.ensure(lhs, ll, lay), conv.ensure(rhs, rl, lay), *(conv.visit(p) for p in c.args[2:]))
+    return Call(c.op, args, c.attrs), lay
 
 
 def qconcatenate(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:

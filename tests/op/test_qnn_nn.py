@@ -203,3 +203,18 @@ def test_type_errors_name_the_op_and_shapes():
         (0.1, "float32"), (0, "int32"), (0.1, "float32"), (0, "int32"), (0.1, "float32"), (0, "int32"))))
     with pytest.raises(TypeCheckError, match=r"qnn\.add.*\(2, 3\).*\(4, 3\)"):
         autorelay.infer_types(IRModule.from_expr(Function([av, bv], bad)))
+
+
+@pytest.mark.parametrize("zd", [0, 128])
+def test_dense_dot_product_form_against_integer_matmul(zd):
+    """uint8 rows x int8 weight with a zero weight zero point: the raw-product form plus the
+    precomputed zero-point correction."""
+    rng = np.random.default_rng(zd)
+    x = rng.integers(0, 256, (5, 64)).astype("uint8")
+    x[0] = 255
+    w = rng.integers(-128, 128, (24, 64)).astype("int8")
+    w[0] = -128
+    xv = Var("x", TensorType(x.shape, "uint8"))
+    y = call("qnn.dense", xv, Constant(w), C(zd, "int32"), C(0, "int32"), C(0.1, "float32"), C(0.1, "float32"))
+    got = _run_everywhere(IRModule.from_expr(Function([xv], y)), x)
+    np.testing.assert_array_equal(got, (x.astype(np.int64) - zd) @ w.T.astype(np.int64))
