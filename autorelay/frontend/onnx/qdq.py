@@ -15,6 +15,8 @@ correct, only slower):
   constant DQ or a float constant -> `QLinearConv`;
 * MatMul -> `QLinearMatMul`; Gemm with a constant weight -> `com.microsoft.QGemm`;
 * Add of two DQs -> `com.microsoft.QLinearAdd`; Concat of DQs -> `com.microsoft.QLinearConcat`;
+* Relu, Flatten, Reshape, Transpose, Squeeze, Unsqueeze between a DQ and a Q of the same scale and
+  zero point -> the op on the integers (a Relu as `Max(x, zero_point)`);
 
 when the op's output goes only to one QuantizeLinear (optionally through a Relu: quantising
 `max(v, 0)` is `max(Q(v), zero_point)` exactly, kept as an integer Max), every scale and zero point
@@ -215,7 +217,11 @@ def _fold_node(g: _Graph, n: Any) -> tuple[Any, Any, Any | None, str] | None:
     """(the fused node, the Q it replaces, the Relu it absorbs, the output zero point's name) for
     node `n`, or None."""
     helper = g.onnx.helper
-    if n.domain not in ("", "ai.onnx") or n.op_type not in ("Conv", "MatMul", "Gemm", "Add", "Concat"):
+    if n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        return None
+    if n.op_type in _MOVES:
+        return _fold_move(g, n)
+    if n.op_type not in ("Conv", "MatMul", "Gemm", "Add", "Concat"):
         return None
     found = g.sole_q(n.output[0])
     if found is None:
@@ -281,6 +287,32 @@ def _fold_node(g: _Graph, n: Any) -> tuple[Any, Any, Any | None, str] | None:
         fused = helper.make_node("QLinearConcat", inputs, [out], name=n.name, domain="com.microsoft",
                                  axis=int(attrs["axis"]))
     return fused, q, relu, y[1]
+
+
+_MOVES = ("Relu", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
+
+
+def _fold_move(g: _Graph, n: Any) -> tuple[Any, Any, None, str] | None:
+    """DQ -> an op that moves or drops values -> Q with the same scale and zero point: the op on the
+    quantised values themselves (Q(DQ(x)) = x), a Relu as the integer max(x, zero point)."""
+    x = _acts(g, [n.input[0]])
+    found = g.sole_q(n.output[0])
+    if x is None or found is None or found[1] is not None or not x[0].zp:
+        return None
+    q = found[0]
+    if len(q.input) < 3 or not q.input[2]:
+        return None
+    same = [(g.consts.get(a), g.consts.get(b)) for a, b in ((x[0].scale, q.input[1]), (x[0].zp, q.input[2]))]
+    if any(a is None or b is None or a.dtype != b.dtype or a.size != 1 or b.size != 1
+           or a.reshape(-1)[0] != b.reshape(-1)[0] for a, b in same):
+        return None
+    helper = g.onnx.helper
+    if n.op_type == "Relu":
+        moved = helper.make_node("Max", [x[0].data, q.input[2]], [q.output[0]], name=n.name)
+    else:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        moved = helper.make_node(n.op_type, [x[0].data, *n.input[1:]], [q.output[0]], name=n.name, **attrs)
+    return moved, q, None, q.input[2]
 
 
 def fold_qdq(onnx: Any, model: Any) -> Any:

@@ -184,6 +184,9 @@ def test_folded_qdq_model_runs_to_the_same_bits_in_onnxruntime(quantized, act, p
     kinds = [n.op_type for n in folded.graph.node]
     assert kinds.count("QLinearConv") == 2 and {"QLinearAdd", "QLinearConcat", "QGemm"} <= set(kinds)
     assert "Conv" not in kinds and "Gemm" not in kinds
+    producer = {o: n.op_type for n in folded.graph.node for o in n.output}
+    flatten = next(n for n in folded.graph.node if n.op_type == "Flatten")
+    assert producer[flatten.input[0]] == "QuantizeLinear"  # DQ -> Flatten -> Q (same parameters): on the ints
     x = _inputs("cnn", 8)
     for a, b in zip(_ort(folded, x), _ort(model, x)):
         np.testing.assert_array_equal(a, b)
