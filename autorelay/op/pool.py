@@ -197,8 +197,9 @@ def _check_layout(attrs: Attrs) -> None:
 def _pool_compute(avg: bool):
     """NCHW pooling over the frame the type relation implies (explicit padding + ceil_mode overhang).
 
-    Max pads with -inf; average sums and divides by the number of counted positions of each window
-    (all of the explicitly padded frame with count_include_pad, else only real pixels).
+    Max pads with -inf (the type's least value for int8/uint8 — quantized data, as ONNX Runtime's
+    QOperator models pool it); average sums and divides by the number of counted positions of each
+    window (all of the explicitly padded frame with count_include_pad, else only real pixels).
     """
 
     def compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
@@ -208,7 +209,7 @@ def _pool_compute(avg: bool):
         from autorelay.te import tensor as te
 
         x = inputs[0]
-        tc.check_dtypes([x], ("float32", "float64"))
+        tc.check_dtypes([x], ("float32", "float64") if avg else ("float32", "float64", "int8", "uint8"))
         _check_layout(attrs)
         shape = tc.out_shape(out_type)  # (N, C, OH, OW) or (N, C/b, OH, OW, b): pooling is over axes 2, 3
         oh, ow = shape[2:4]
@@ -219,7 +220,7 @@ def _pool_compute(avg: bool):
             raise tc.Unsupported("dilated average pooling has no compute")
         after_h = max((oh - 1) * sh + dh * (kh - 1) + 1 - pt - h, pb)
         after_w = max((ow - 1) * sw + dw * (kw - 1) + 1 - pl - w, pr)
-        fill = 0.0 if avg else float("-inf")
+        fill = 0.0 if avg else float("-inf") if x.dtype.startswith("float") else int(np.iinfo(x.dtype).min)
         extra = (0,) * (x.ndim - 4)
         xp = tnn.pad(x, (0, 0, pt, pl, *extra), (0, 0, after_h, after_w, *extra), value=fill, name="pool_pad")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")

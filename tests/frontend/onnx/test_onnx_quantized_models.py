@@ -164,9 +164,7 @@ def test_compiled_model_matches_onnxruntime(quantized, name, fmt, act, per_chann
     exe = autorelay.build(mod, target="llvm", params=params)
     product = "conv2d" if name == "cnn" else "dense"
     fused = [r.name for r in exe.report.rows if product in r.name and "requantize" in r.name]
-    assert fused and not any(product in r.name for r in exe.report.fallbacks), str(exe.report)
-    # the one NumPy fallback allowed: QOperator's MaxPool reads uint8 (nn.max_pool2d computes float)
-    assert all(r.name.startswith("max_pool2d") for r in exe.report.fallbacks), str(exe.report)
+    assert fused and not exe.report.fallbacks, str(exe.report)  # QOperator's MaxPool pools uint8 too
     for seed in (6, 7):
         x = _inputs(name, seed)
         got = exe.run(x=x)
