@@ -294,3 +294,20 @@ def test_pytorch_fx_quantized_export_folds_and_matches(tmp_path):
         theirs = qnet(feed).numpy()
     _assert_within_one_step([got], _ort(model, feed.numpy()), _output_scales(model), "vs ONNX Runtime")
     _assert_within_one_step([got], [theirs], _output_scales(model), "vs PyTorch")
+
+
+def test_int16_activations_do_not_fold_and_still_match(tmp_path):
+    """QInt16 activations (opset 21 QDQ): no 16-bit integer kernels, so nothing folds; the model
+    runs in float between qnn.dequantize and qnn.quantize, and matches ONNX Runtime."""
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_cnn(), src)
+    quant.quantize_static(str(src), str(dst), _Reader(X_SHAPE["cnn"]), quant_format=quant.QuantFormat.QDQ,
+                          activation_type=quant.QuantType.QInt16, weight_type=quant.QuantType.QInt8,
+                          per_channel=True, extra_options={"UseQDQContribOps": False})
+    model = onnx.load(dst)
+    mod, params = from_onnx(model)
+    ops = _qnn_ops(mod)
+    assert "nn.conv2d" in ops and not ops & {"qnn.conv2d", "qnn.dense", "qnn.add"}, sorted(ops)
+    x = _inputs("cnn", 12)
+    got = autorelay.evaluate(autorelay.infer_types(mod), x, *params.values())
+    _assert_within_one_step(list(got), _ort(model, x), _output_scales(model), "int16")
