@@ -113,14 +113,19 @@ def main() -> None:
           f"NumPy fallbacks {len(int8.report.fallbacks)} "
           f"({', '.join(sorted({r.name for r in int8.report.fallbacks})) or 'none'})")
 
-    step, worst, same = output_step(qpath), 0.0, 0
+    step, worst, same, err_ours, err_ort = output_step(qpath), 0.0, 0, 0.0, 0.0
     for k in range(args.validation):
-        feed = {n: v for n, v in zoo.random_inputs(mod, params, 1000 + k).items() if n in in_names}
+        every = zoo.random_inputs(mod, params, 1000 + k)
+        feed = {n: v for n, v in every.items() if n in in_names}
         ours, theirs = np.asarray(int8(*[feed[n] for n in int8.input_names])), sess.run(None, feed)[0]
+        exact = np.asarray(fp32(*[every[n] for n in fp32.input_names]))
         worst = max(worst, float(np.abs(ours - theirs).max()) / step)
         same += int(np.argmax(ours) == np.argmax(theirs))
+        err_ours = max(err_ours, float(np.abs(ours - exact).max()) / step)
+        err_ort = max(err_ort, float(np.abs(theirs - exact).max()) / step)
     print(f"agreement with ONNX Runtime on {args.validation} inputs: max |diff| {worst:.2f} output steps, "
-          f"top-1 equal {same}/{args.validation}")
+          f"top-1 equal {same}/{args.validation}; error against fp32: AutoRelay int8 {err_ours:.2f}, "
+          f"ONNX Runtime int8 {err_ort:.2f} output steps")
 
     feed = {n: inputs[n] for n in in_names}
     i8_args = [feed[n] for n in int8.input_names]
