@@ -23,9 +23,9 @@ when the op's output goes only to one QuantizeLinear (optionally through a Relu:
 is a constant, the activations are per tensor and all types are 8-bit. Constants may come as
 exporters write them: initializers, Constant nodes, Identity / Cast / ConstantOfShape of constants
 and QuantizeLinear of a float weight (PyTorch). The fused node takes the chain's place at its
-QuantizeLinear, after every parameter it reads. The bias is re-expressed at
-the accumulator's scale `x_scale * w_scale` (the same integers when the quantizer already used
-that scale, as ONNX Runtime's does).
+QuantizeLinear, after every parameter it reads. The bias is re-expressed at the accumulator's scale
+`x_scale * w_scale` (the same integers when the quantizer already used that scale, as ONNX
+Runtime's does).
 """
 
 from __future__ import annotations
