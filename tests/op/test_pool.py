@@ -140,3 +140,31 @@ def test_pool_edge_cases():
     x1 = rand(2, 3, 1, 1)
     np.testing.assert_array_equal(run_op("nn.global_max_pool2d", x1), x1)
     np.testing.assert_array_equal(run_op("nn.adaptive_avg_pool2d", x1, output_size=1), x1)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("case", CASES[1:3])
+def test_max_pool2d_of_quantized_data_compiles_and_matches(dtype, case):
+    """Max pooling of int8/uint8 data (ONNX Runtime's QOperator models pool quantized tensors):
+    compiled — the padded border is the type's least value, never above a real pixel."""
+    import autorelay
+    from autorelay.ir.expr import Function, Var
+    from autorelay.ir.module import IRModule
+    from autorelay.op.registry import call
+
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, (2, 3, 7, 8)).astype(dtype)
+    x[0, 0] = info.min  # a channel of nothing but the least value, padded border included
+    attrs = dict(pool_size=case["k"], strides=case["s"], padding=case.get("pad", (0, 0, 0, 0)),
+                 ceil_mode=case.get("ceil", False))
+    v = Var("x", TensorType(x.shape, dtype))
+    mod = IRModule.from_expr(Function((v,), call("nn.max_pool2d", v, **attrs)))
+    exe = autorelay.build(mod, target="llvm")
+    assert not exe.report.fallbacks, str(exe.report)
+    ref = naive_pool(x.astype("float64"), "max", case["k"], case["s"], case.get("pad", (0, 0, 0, 0)),
+                     ceil=case.get("ceil", False))
+    got = np.asarray(exe.run(x=x))
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, ref.astype(dtype))
+    np.testing.assert_array_equal(run_op("nn.max_pool2d", x, **attrs), got)

@@ -1,4 +1,5 @@
-"""QuantizeLinear / DequantizeLinear as `qnn.quantize` / `qnn.dequantize`.
+"""QuantizeLinear / DequantizeLinear as `qnn.quantize` / `qnn.dequantize`; DynamicQuantizeLinear
+(what ONNX Runtime's dynamic quantizer puts before MatMulInteger / ConvInteger) in plain ops.
 
 ONNX's zero point carries the quantised type (uint8 when absent) and may be any integer type; the
 IR's qnn ops take a float32 scale and an int32 zero point, so both are cast (folded when constant).
@@ -62,5 +63,27 @@ def _dequantize(g: GraphBuilder, node: NodeView) -> Expr:
     return g.call("qnn.dequantize", x, scale, zp32, axis=axis, out_dtype="float32")
 
 
+def _dynamic_quantize(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
+    """uint8 over the data's range widened to hold 0, as ONNX defines it (and ONNX Runtime computes
+    it): scale = (max - min) / 255 (1 when the range is empty), zero point = round(-min / scale),
+    y = saturate(round(x / scale) + zero point), rounding half to even, in float32."""
+    x = node.input(0)
+    if x is None or g.dtype(x) != "float32":
+        raise node.fail("the data must be float32")
+    f32 = g.const(np.zeros((), "float32"))
+    lo = g.call("minimum", g.call("min", x, axis=None, keepdims=False), f32)
+    hi = g.call("maximum", g.call("max", x, axis=None, keepdims=False), f32)
+    span = g.call("subtract", hi, lo)
+    empty = g.call("equal", span, f32)
+    scale = g.call("where", empty, g.const(np.ones((), "float32")),
+                   g.call("divide", span, g.const(np.float32(255))))
+    zp_real = g.call("round", g.call("negative", g.call("divide", lo, scale)))
+    zp = g.call("clip", zp_real, a_min=0.0, a_max=255.0)
+    y = g.call("add", g.call("round", g.call("divide", x, scale)), zp)
+    y = g.call("cast", g.call("clip", y, a_min=0.0, a_max=255.0), dtype="uint8")
+    return [y, scale, g.call("cast", zp, dtype="uint8")]
+
+
 TABLE["QuantizeLinear"] = _quantize
 TABLE["DequantizeLinear"] = _dequantize
+TABLE["DynamicQuantizeLinear"] = _dynamic_quantize

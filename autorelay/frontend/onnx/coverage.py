@@ -32,7 +32,8 @@ def families() -> dict[str, list[str]]:
 def markdown() -> str:
     fams = families()
     total = sum(len(v) for v in fams.values())
-    lines = [BEGIN, f"{total} ONNX operators (default domain) convert:", ""]
+    head = f"{total} ONNX operators convert (ONNX Runtime's contrib ops as `com.microsoft.Op`):"
+    lines = [BEGIN, head, ""]
     lines += [f"- **{fam}**: {', '.join(f'`{op}`' for op in ops)}" for fam, ops in fams.items()]
     return "\n".join([*lines, END])
 

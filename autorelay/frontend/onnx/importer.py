@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.frontend.onnx import qdq
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView
 from autorelay.frontend.onnx.converters import CONVERTERS
 from autorelay.frontend.onnx.errors import (
@@ -52,6 +53,7 @@ def from_onnx(
     *,
     constants: Mapping[str, np.ndarray] | None = None,
     base_dir: str | os.PathLike | None = None,
+    fold_qdq: bool = True,
 ) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model.
 
@@ -61,6 +63,9 @@ def from_onnx(
     `dtype`: element type of graph inputs that declare none.
     `constants`: graph input name -> value, to embed inputs that ops need statically (a Reshape
     target given as an input); those inputs are then not parameters of `@main`.
+    `fold_qdq`: fold QDQ-format chains (DequantizeLinear -> Conv/MatMul/Gemm/Add/Concat ->
+    QuantizeLinear) into quantised operators so that they run on integer kernels (`qdq.fold_qdq`);
+    False keeps them as float ops between qnn.dequantize and qnn.quantize.
 
     Returns `(mod, params)`: `@main`'s parameters are the graph inputs, then one per float
     initializer, whose values are in `params`.
@@ -75,6 +80,8 @@ def from_onnx(
             proto = inliner.inline_local_functions(proto)
         except Exception as err:
             raise OnnxModelError(f"cannot inline the model's local functions: {err}") from None
+    if fold_qdq:
+        proto = qdq.fold_qdq(onnx, proto)
     graph = proto.graph
     g = GraphBuilder()
     values: dict[str, Expr] = {}
@@ -156,13 +163,19 @@ def from_onnx(
 # ---- the node walk ------------------------------------------------------------------------------
 
 
+def converter_key(node: Any) -> str:
+    """The converter table's key: the op type, prefixed by its domain outside the default one
+    (ONNX Runtime's contrib ops: `com.microsoft.QLinearAdd`)."""
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
 def _check_supported(graph: Any, missing: dict[str, list[str]] | None = None) -> None:
     """Every op without a converter, in this graph and its subgraphs, reported in one error."""
     top = missing is None
     missing = {} if missing is None else missing
     for index, node in enumerate(graph.node):
-        key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-        if node.domain not in DEFAULT_DOMAINS or node.op_type not in CONVERTERS:
+        key = converter_key(node)
+        if key not in CONVERTERS:
             missing.setdefault(key, []).append(f"{node.name or '<unnamed>'} [#{index}]")
         for a in node.attribute:
             if a.HasField("g"):
@@ -208,7 +221,7 @@ def _convert_node(
     )
     g.node = view
     try:
-        result = CONVERTERS[node.op_type](g, view)
+        result = CONVERTERS[converter_key(node)](g, view)
     except OnnxImportError:
         raise
     except (ValueError, TypeError, IndexError, KeyError) as err:
