@@ -3,9 +3,10 @@
 * `qnn.conv2d` with uint8 data, a constant int8 weight and a zero weight zero point runs in
   `NCHW{x}c` with its weight packed at compile time for the integer dot-product instructions:
   `OIHW{x/g}i{y}o{g}i` = `[OC/y, C/x, KH, KW, x/g, y, g]`, `g` input channels per instruction lane
-  (`te.nn_int8.DOT_GROUP`). The input block `x` is a multiple of `g`. Anything else (int8 data —
-  `vpdpbusd` multiplies unsigned by signed bytes —, per-channel weight zero points, grouped or
-  dilated convolutions, fewer channels than a group) stays in NCHW.
+  (`te.nn_int8.DOT_GROUP`). The input block `x` is a multiple of `g`; a channel count that is not
+  (an RGB image's 3) is padded up to one with the input zero point (real zero) and zero weights,
+  which adds nothing to the sums. Anything else (int8 data — `vpdpbusd` multiplies unsigned by
+  signed bytes —, per-channel weight zero points, grouped or dilated convolutions) stays in NCHW.
 * quantize / dequantize / requantize follow the layout of their data: per-tensor parameters as
   they are, per-channel constants re-laid-out to broadcast against the blocked data.
 * `qnn.add` with per-tensor parameters keeps its operands' common layout; `qnn.concatenate` on
@@ -46,6 +47,18 @@ def pack_weight(w: np.ndarray, icb: int, ocb: int, g: int = DOT_GROUP) -> np.nda
     return np.ascontiguousarray(blocks.transpose(0, 2, 5, 6, 3, 1, 4))
 
 
+def _pad_channels(x: Expr, w: np.ndarray, zero_point: Constant, channels: int
+                  ) -> tuple[Expr, np.ndarray, int]:
+    """NCHW data and OIHW weight padded to a multiple of DOT_GROUP input channels: the data with its
+    zero point (real zero), the weight with zeros, so every added product is zero."""
+    from autorelay.op import registry
+
+    extra = -channels % DOT_GROUP
+    fill = Constant(np.asarray(np.asarray(zero_point.data).reshape(()), "uint8"))
+    padded = registry.call("nn.pad", x, fill, pad_width=((0, 0), (0, extra), (0, 0), (0, 0)))
+    return padded, np.pad(w, ((0, 0), (0, extra), (0, 0), (0, 0))), channels + extra
+
+
 def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     a = c.attrs
     if conv.dst != "NCHWc" or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
@@ -60,6 +73,11 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
         return None
     in_c, out_c = int(xt.shape[1]), int(w.shape[0])
     x, lay = conv.track(c.args[0])
+    if in_c % DOT_GROUP:
+        zp = c.args[2]
+        if lay is not None or not isinstance(zp, Constant) or not 0 <= np.asarray(zp.data).ravel()[0] < 256:
+            return None
+        x, w, in_c = _pad_channels(x, w, c.args[2], in_c)
     want = conv.block
     if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
         want = int(lay[4:-1])  # the block the input already has, if a group divides it

@@ -73,17 +73,21 @@ def test_pack_weight_layout():
             assert p[o // 4, c // 8, 1, 2, (c % 8) // 4, o % 4, c % 4] == w[o, c, 1, 2]
 
 
-def test_int8_data_and_odd_channels_stay_nchw():
-    """vpdpbusd multiplies unsigned by signed bytes, and a group needs 4 channels: such convs stay."""
+@pytest.mark.parametrize(("dtype", "channels", "blocked"), [("int8", 8, False), ("uint8", 3, True)])
+def test_int8_data_stays_nchw_and_odd_channels_are_padded(dtype, channels, blocked):
+    """vpdpbusd multiplies unsigned by signed bytes: int8 data stays NCHW. A group needs 4 input
+    channels: 3 are padded to 4 with the zero point (and zero weights)."""
     rng = np.random.default_rng(2)
-    x = Var("x", TensorType((1, 3, 8, 8), "uint8"))
-    y = call("qnn.conv2d", x, Constant(rng.integers(-128, 128, (8, 3, 3, 3)).astype("int8")), C(0, "int32"),
-             C(0, "int32"), C(0.1, "float32"), C(0.1, "float32"), padding=(1, 1), kernel_size=(3, 3))
+    x = Var("x", TensorType((1, channels, 8, 8), dtype))
+    y = call("qnn.conv2d", x, Constant(rng.integers(-128, 128, (8, channels, 3, 3)).astype("int8")),
+             C(9, "int32"), C(0, "int32"), C(0.1, "float32"), C(0.1, "float32"), padding=(1, 1),
+             kernel_size=(3, 3))
     mod = IRModule.from_expr(Function([x], y))
     converted = get_pipeline("nchwc")(mod)
     convs = [n for n in post_order(converted["main"]) if getattr(getattr(n, "op", None), "name", "") ==
              "qnn.conv2d"]
-    assert convs[0].attrs["data_layout"] == "NCHW"
-    xv = rng.integers(0, 256, (1, 3, 8, 8)).astype("uint8")
+    assert (convs[0].attrs["data_layout"] != "NCHW") == blocked
+    info = np.iinfo(dtype)
+    xv = rng.integers(info.min, info.max + 1, (1, channels, 8, 8)).astype(dtype)
     np.testing.assert_array_equal(np.asarray(autorelay.build(mod, "llvm -threads=1", pipeline="nchwc")(xv)),
                                   np.asarray(Interpreter(mod).call("main", xv)))
