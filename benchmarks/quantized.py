@@ -9,6 +9,7 @@ blocks (`benchmarks/peers.py`):
 * `fp32`      AutoRelay's float build (logged schedules with `--db`, else the heuristic defaults);
 * `int8`      AutoRelay's all-int8 plan: calibrated on `--calibration` seeded random inputs
               (`autorelay.transform.quantize`), built with the same schedule source;
+              each with the pipeline `--pipeline auto` picks (the log's, else the measured fastest);
 * `ort_fp32`  ONNX Runtime on the ONNX export of the network (see `benchmarks/models.py`);
 * `ort_int8`  ONNX Runtime on that export quantized by its own `quantize_static` (QDQ format,
               per-channel int8 weights, uint8 activations) calibrated on the same inputs.
@@ -49,6 +50,26 @@ def zoo_inputs(mod: Any, params: dict, seed: int) -> dict[str, np.ndarray]:
     return zoo.random_inputs(mod, params, seed)
 
 
+def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int, db_url: str | None) -> str:
+    """As `autorelay compile --pipeline auto` picks: the log's choice, else the measured fastest."""
+    from search.models import Model
+    from search.pipeline_choice import choose_pipeline
+
+    db = None
+    if db_url is not None:
+        import tuning_db
+
+        db = tuning_db.open(db_url)
+    return choose_pipeline("auto", Model(name, mod, params, inputs), db, "llvm", threads).pipeline
+
+
+def make_fp32(name: str, options: dict[str, Any], threads: int, db_url: str | None
+              ) -> tuple[Callable[[], Any], np.ndarray]:
+    mod, params, inputs = _zoo_model(name, options)
+    return make_autorelay(name, options, threads, pick_pipeline(name, mod, params, inputs, threads, db_url),
+                          db_url)
+
+
 def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | None, count: int,
               method: str) -> tuple[Callable[[], Any], np.ndarray]:
     """AutoRelay's all-int8 build of the zoo model."""
@@ -57,14 +78,15 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     mod, params, inputs = _zoo_model(name, options)
     calib = calibrate(mod, params, _calibration(mod, params, count), method=method, progress=False)
     qmod, qparams = quantize_model(mod, params, calib, QuantizePlan())
+    pipeline = pick_pipeline(f"{name}-int8", qmod, qparams, inputs, threads, db_url)
     source = None
     if db_url is not None:
         import tuning_db
         from search.models import Model, schedule_source
 
-        source = schedule_source(tuning_db.open(db_url), Model(name, qmod, qparams, inputs), threads=threads,
-                                 pipeline="nchwc")
-    exe = autorelay.build(qmod, params=qparams, threads=threads, schedules=source, pipeline="nchwc")
+        source = schedule_source(tuning_db.open(db_url), Model(f"{name}-int8", qmod, qparams, inputs),
+                                 threads=threads, pipeline=pipeline)
+    exe = autorelay.build(qmod, params=qparams, threads=threads, schedules=source, pipeline=pipeline)
     if exe.report.fallbacks:
         print(f"  int8 build of {name}: {len(exe.report.fallbacks)} kernels fell back to NumPy",
               file=sys.stderr)
@@ -112,7 +134,7 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     opts = {"image_size": args.image_size} if args.image_size else {}
     peers: dict[str, Any] = {
-        "fp32": (make_autorelay, (name, opts, args.threads, "nchwc", args.db)),
+        "fp32": (make_fp32, (name, opts, args.threads, args.db)),
         "int8": (make_int8, (name, opts, args.threads, args.db, args.calibration, args.method)),
     }
     try:
