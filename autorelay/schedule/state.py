@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
-from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
+from autorelay.te.expr import Bin, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
 
@@ -358,4 +358,6 @@ def _pad(state: State, st: Stage, step: S.Pad) -> None:
 def _product_factors(e: Expr) -> list[Expr]:
     if isinstance(e, Bin) and e.op == "mul":
         return _product_factors(e.a) + _product_factors(e.b)
+    if isinstance(e, Cast):  # a widened zero is still zero (int8 operands summed in int32)
+        return _product_factors(e.a)
     return [e]

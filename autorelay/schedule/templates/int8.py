@@ -215,10 +215,10 @@ class DenseInt8Template(Template):
         else:
             acc = red.name
         ai, aj = (a.name for a in red.op.axes)  # type: ignore[union-attr]
-        if k_ext % g:
-            steps.insert(0, S.Pad(red.name, k, g))
+        # K padded to a multiple of g (before packing: Pad reads the bare axis), then the weight
         # [N, K] -> [N/NR, K, NR] -> [N/NR, K/g, NR, g]
-        steps[:0] = [S.Pack(weight, 0, nr), S.Pack(weight, 1, g)]
+        pad = [S.Pad(red.name, k, g)] if k_ext % g else []
+        steps[:0] = [*pad, S.Pack(weight, 0, nr), S.Pack(weight, 1, g)]
         steps += [S.Split(out, i, mr), S.Split(out, j, nr)]
         blocks = (f"{j}_o", f"{i}_o") if config["outer"] == "n" else (f"{i}_o", f"{j}_o")
         steps += [
