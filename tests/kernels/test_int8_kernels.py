@@ -99,3 +99,28 @@ def test_assembly_uses_the_targets_dot_instruction():
     avx2_t = resolve_target(TARGETS["avx2"])
     avx2 = assembly(emit_kernel(cdef, None, avx2_t).code.text, avx2_t)
     assert "vpmaddwd" in avx2 and "zmm" not in avx2 and "vpmaddubsw" not in avx2
+
+
+@pytest.mark.parametrize("width", TARGETS)
+def test_conv_int8_with_fused_requantize_epilogue(width):
+    """An injective int32 -> uint8 epilogue (bias, fixed-point rescale, clip, cast) fused after the
+    reduction reads the accumulator, as the fp32 templates' bias/relu does."""
+    from autorelay.te import expr as E
+
+    target = resolve_target(TARGETS[width])
+    x = te.placeholder((1, 2, 7, 9, 16), "uint8", name="X")
+    wt = te.placeholder((2, 2, 3, 3, 4, 16, 4), "int8", name="W")
+    acc = conv2d_nchwc_int8(x, wt, 1, 1, pad_value=5)
+
+    def body(*i):
+        v = E.cast(acc[i] + E.const(1000, "int32"), "int64") * E.const(1518500250, "int64")
+        v = (v + E.const(1 << 38, "int64")) // E.const(1 << 39, "int64") + E.const(7, "int64")
+        return E.cast(E.minimum(E.maximum(v, E.const(0, "int64")), E.const(255, "int64")), "uint8")
+
+    out = te.compute(acc.shape, body, name="requant")
+    cdef = te.make_def([x, wt], out, "qconv_rq")
+    rng = np.random.default_rng(3)
+    xa, wa = _arrays(rng, x.shape, "uint8", False), _arrays(rng, wt.shape, "int8", False)
+    r = conv_oracle(xa, wa, 1, 1, 5).astype(np.int64) + 1000
+    expect = np.clip(((r * 1518500250 + (1 << 38)) >> 39) + 7, 0, 255).astype(np.uint8)
+    _check(cdef, target, [xa, wa], expect, [None])
