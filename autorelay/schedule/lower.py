@@ -316,7 +316,11 @@ class Lowerer:
                     raise ScheduleError(
                         f"Vectorize {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_VECTOR} lanes"
                     )
-            if k == "unrolled" and lay.leaf_ext[v] > MAX_UNROLL:
+            if k == "dot" and (p != n - 2 or st.kind[st.leaves[-1]] != "vectorized"):
+                raise ScheduleError(
+                    f"Tensorize {v.name}: a dot loop must directly enclose the innermost, vectorized loop"
+                )
+            if k in ("unrolled", "dot") and lay.leaf_ext[v] > MAX_UNROLL:
                 raise ScheduleError(f"Unroll {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_UNROLL}")
         index, value = self._value(st)
         keep_over = not self._overhang_safe(st, value)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
-from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
+from autorelay.te.expr import Bin, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
 
@@ -182,6 +182,8 @@ def apply_step(state: State, step: S.Step) -> None:
                 f"{type(step).__name__} {st.name}.{step.axis}: a reduction axis cannot be {kind}"
             )
         st.kind[v] = kind
+    elif isinstance(step, S.Tensorize):
+        _tensorize(st, step)
     elif isinstance(step, S.Bind):
         _bind(st, step)
     elif isinstance(step, S.CacheWrite):
@@ -204,6 +206,20 @@ def apply_step(state: State, step: S.Step) -> None:
         _pad(state, st, step)
     else:
         raise ScheduleError(f"unknown schedule step {step!r}")
+
+
+TENSORIZE_INTRINSICS = ("dot",)
+
+
+def _tensorize(st: Stage, step: S.Tensorize) -> None:
+    v = st.leaf(step.axis)
+    if step.intrinsic not in TENSORIZE_INTRINSICS:
+        raise ScheduleError(f"Tensorize {st.name}.{step.axis}: unknown intrinsic {step.intrinsic!r} "
+                            f"(known: {', '.join(TENSORIZE_INTRINSICS)})")
+    _check_free(st, v, "tensorize")
+    if v not in st.is_reduce_var or st.combiner != "sum":
+        raise ScheduleError(f"Tensorize {st.name}.{step.axis}: a dot needs a reduction axis of a sum")
+    st.kind[v] = "dot"
 
 
 def _bind(st: Stage, step: S.Bind) -> None:
@@ -342,4 +358,6 @@ def _pad(state: State, st: Stage, step: S.Pad) -> None:
 def _product_factors(e: Expr) -> list[Expr]:
     if isinstance(e, Bin) and e.op == "mul":
         return _product_factors(e.a) + _product_factors(e.b)
+    if isinstance(e, Cast):  # a widened zero is still zero (int8 operands summed in int32)
+        return _product_factors(e.a)
     return [e]

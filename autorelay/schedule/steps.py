@@ -136,6 +136,21 @@ class Pack:
 
 
 @dataclass(frozen=True)
+class Tensorize:
+    """Compute reduction loop `axis` with one instruction of `intrinsic` per vector. "dot": the
+    axis (extent g, typically an 8-bit weight layout's channel group) sits directly outside the
+    stage's vectorized loop, and each vector of int32 accumulators takes `sum_k a[k] * b[lane, k]`
+    in one integer dot-product instruction the code generator picks from the target (VNNI
+    `vpdpbusd`, `vpmaddwd`, or exact widening arithmetic; see `autorelay.codegen.llvm.dot`).
+    Semantically the loop stays a serial reduction loop: a body the instruction cannot express
+    (a guard inside it) is emitted as one."""
+
+    stage: str
+    axis: str
+    intrinsic: str = "dot"
+
+
+@dataclass(frozen=True)
 class Pad:
     """Round the reduction axis `axis` of a sum stage up to a multiple of `multiple`, zero-padding
     every input it indexes, so that splits of it need no guard in the inner loop."""
@@ -159,6 +174,7 @@ Step = (
     | ComputeInline
     | Pack
     | Pad
+    | Tensorize
 )
 STEP_TYPES: dict[str, type] = {
     c.__name__: c
@@ -176,6 +192,7 @@ STEP_TYPES: dict[str, type] = {
         ComputeInline,
         Pack,
         Pad,
+        Tensorize,
     )
 }
 

@@ -4,7 +4,9 @@ Expressions are shared with the compute DSL (`autorelay.te.expr`); memory is acc
 `Load(buffer, flat_index)` / `Store`; `Barrier` synchronises a GPU block. Loops start at 0 and
 carry a kind that code generation honours: serial, parallel (outlined to the thread pool),
 vectorized (explicit vector ops), unrolled (the body is replicated with the variable replaced by
-each constant), or bound to a GPU block or thread index (`blockIdx.x` …, `threadIdx.x` …).
+each constant), a dot (a reduction loop directly around a vectorized one, computed by an integer
+dot-product instruction per vector; see `autorelay.codegen.llvm.dot`), or bound to a GPU block or
+thread index (`blockIdx.x` …, `threadIdx.x` …).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from autorelay.te.expr import Expr, Var
 # are guarded). `autorelay.codegen.nvptx.launch` checks how they nest.
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", *BLOCK_TAGS, *THREAD_TAGS)
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "dot", *BLOCK_TAGS, *THREAD_TAGS)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -16,19 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from autorelay.codegen.llvm.dot import emit_dot
 from autorelay.codegen.llvm.exprs import ExprEmitter
 from autorelay.codegen.llvm.lanes import for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.values import Val, mem_align, mem_type
 from autorelay.target import Target
-from autorelay.te.expr import Cmp, Const, Expr, Load, Var, free_vars, substitute, walk
+from autorelay.te.expr import Bin, Cast, Cmp, Const, Expr, Load, Select, Var, free_vars, substitute, walk
 from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
+from autorelay.tir.simplify import linear, simplify, simplify_stmt, substitute_stmt
 
 
 class SegmentEmitter(ExprEmitter):
-    def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt):
+    def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt, target: Target | None = None):
         super().__init__()
+        self.target = target  # what tensorized loops pick their instructions from
         self.fname = fname
         self.buffers = buffers
         self.stmt = stmt
@@ -70,6 +72,8 @@ class SegmentEmitter(ExprEmitter):
                 self._unroll(s)
             elif s.kind == "vectorized" and self.vector_var is None:
                 self._vector_loop(s)
+            elif s.kind == "dot" and self.vector_var is None:
+                self._dot_loop(s)
             elif s.kind == "serial" and s.extent > 1 and self._unswitch(s):
                 pass
             else:
@@ -223,6 +227,49 @@ class SegmentEmitter(ExprEmitter):
             p = self.gep(s.buffer, self.scalar(_at_lane(s.index, v, lane)).ref)
             self.lines.append(f"  store {ty} {x}, ptr {p}, align {align}")
 
+    # ---- tensorized dot loops ------------------------------------------------------------
+    def _dot_loop(self, s: For) -> None:
+        """A dot loop around a vector loop whose body is `acc[i] += int32(a) * int32(b)` becomes
+        one dot-product instruction per vector (`dot.emit_dot`); any other body (a guard, other
+        stores) is emitted as the serial loop it means."""
+        m = _dot_pattern(s)
+        if m is None:
+            self._loop(For(s.var, s.extent, s.body, "serial"))
+            return
+        vec, store, a, b = m
+        k, v, g, lanes = s.var, vec.var, s.extent, vec.extent
+        u = Var(f"{v.name}.{k.name}.dot")
+        self.bounds.update({k: (0, g - 1), v: (0, lanes - 1), u: (0, lanes * g - 1)})
+        try:
+            self.vector_var, self.lanes = k, g
+            av = self._group(a.a)
+            gc = Const(g, "int64")
+            wide = {v: Bin("floordiv", u, gc, "int64"), k: Bin("mod", u, gc, "int64")}
+            self.vector_var, self.lanes = u, lanes * g
+            bv = self._group(simplify(substitute(b.a, wide), self.bounds))
+            self.vector_var, self.lanes = v, lanes
+            acc = self.vexpr(Load(store.buffer, store.index, "int32"))
+            signed = (a.a.dtype == "int8", b.a.dtype == "int8")
+            out = emit_dot(self, self.target, acc, av, signed[0], bv, signed[1], lanes, g)
+            p = self.gep(store.buffer, self.scalar(_at_lane(store.index, v, 0)).ref)
+            self.lines.append(f"  store <{lanes} x i32> {out.ref}, ptr {p}, align 4")
+        finally:
+            self.vector_var, self.lanes = None, 0
+            for x in (k, v, u):
+                self.bounds.pop(x, None)
+
+    def _group(self, e: Expr) -> Val:
+        """A dot operand as one vector over the current vector variable: a select whose condition
+        does not depend on it (an inlined padding border) selects between whole vectors, so the
+        loaded bytes stay one contiguous load (the clamped index keeps it in bounds)."""
+        v = self.vector_var
+        if isinstance(e, Select) and v not in free_vars(e.cond):
+            c = self.scalar(e.cond)
+            t, f = self._group(e.t), self._group(e.f)
+            ty = self.ty(e.dtype, self.lanes)
+            return self.op(f"select i1 {c.ref}, {ty} {t.ref}, {ty} {f.ref}", e.dtype, self.lanes)
+        return self.broadcast(self.vexpr(e))
+
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:
         if not _vectorizable(s):
@@ -249,6 +296,37 @@ class SegmentEmitter(ExprEmitter):
         finally:
             self.vector_var, self.lanes = None, 0
             self.bounds.pop(s.var, None)
+
+
+def _dot_pattern(s: For) -> tuple[For, Store, Cast, Cast] | None:
+    """(vector loop, store, lane-invariant byte operand, per-lane byte operand) of a dot loop whose
+    body is `for v (vectorized): acc[i] = acc[i] + int32(a) * int32(b)` with `i` contiguous in the
+    lane and free of the dot variable, `a` free of the lane; None for any other body."""
+    vec = s.body
+    if not (isinstance(vec, For) and vec.kind == "vectorized" and isinstance(vec.body, Store)):
+        return None
+    st, k, v = vec.body, s.var, vec.var
+    val = st.value
+    if st.buffer.dtype != "int32" or not (isinstance(val, Bin) and val.op == "add"):
+        return None
+    terms, const = linear(val)  # the simplifier may have put the summands in either order
+    accs = [t for t in terms if isinstance(t, Load) and t.buffer is st.buffer and t.index == st.index]
+    if const != 0 or len(terms) != 2 or len(accs) != 1 or set(terms.values()) != {1}:
+        return None
+    prod = next(t for t in terms if t is not accs[0])
+    if not (isinstance(prod, Bin) and prod.op == "mul" and prod.dtype == "int32"):
+        return None
+    ops = [prod.a, prod.b]
+    if not all(isinstance(o, Cast) and o.a.dtype in ("int8", "uint8") for o in ops):
+        return None
+    if k in free_vars(st.index) or _lane_coef(st.index, v) != 1:
+        return None
+    inv = [o for o in ops if v not in free_vars(o)]
+    if not inv:
+        return None
+    a = inv[0]
+    b = ops[1] if a is ops[0] else ops[0]
+    return vec, st, a, b  # type: ignore[return-value]
 
 
 def _at_lane(e: Expr, v: Var, lane: int) -> Expr:
@@ -425,7 +503,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
     declared: set[str] = set()
     for k, seg in enumerate(segments(f)):
         name = f"{symbol}_s{k}"
-        em = SegmentEmitter(name, buffers, seg)
+        em = SegmentEmitter(name, buffers, seg, target)
         funcs.append(em.emit())
         declared |= em.declared
         par = seg.extent if isinstance(seg, For) and seg.kind == "parallel" else 0

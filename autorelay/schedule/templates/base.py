@@ -56,6 +56,7 @@ def _load() -> None:
         dense,
         depthwise,
         generic,
+        int8,
         pointwise,
         winograd,
     )

@@ -1,0 +1,154 @@
+"""Integer dot products of 8-bit operands into 32-bit lanes, chosen from the target's features.
+
+A loop tensorized as a dot (`schedule.steps.Tensorize(stage, axis, "dot")`) computes, for a vector
+of `lanes` int32 accumulators, `acc[l] += sum_k a[k] * b[l*g + k]` for k < g: `a` is g bytes shared
+by every lane (an input pixel's channel group, broadcast), `b` is lanes*g bytes (a weight vector,
+each lane's group contiguous). Every path is exact (int32 wrap-around, as the reference sums):
+
+* AVX-512 VNNI / AVX-VNNI, g = 4, one operand unsigned and one signed: one `vpdpbusd` (unsigned
+  bytes x signed bytes, 4 products per lane). Signed x signed takes the vpmaddwd path: the
+  sign-flip rewrite (`(a + 128) * b - 128 * b`, a second `vpdpbusd` with a constant operand) made
+  LLVM 22's X86 instruction selection hang, measured on a 3x3 convolution.
+* AVX2 / AVX-512BW, g even: per pair of k, both operands widened to int16 and one `vpmaddwd`
+  (pairs of int16 products summed into int32; a byte product fits int16 x int16 -> int32 exactly).
+  `vpmaddubsw` would multiply bytes directly but saturates its int16 pair sums, so it is not used.
+* Anything else: operands widened to int32, multiplied, the g products of a lane added.
+
+`dot_group(target)` is the group every int8 weight layout uses (4 on every CPU: VNNI consumes it in
+one instruction, vpmaddwd in two, the generic path in four lanes); `native_group(target)` is the
+group the fastest exact instruction consumes, which templates may re-pack a constant weight to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autorelay.codegen.llvm.values import Val
+from autorelay.target import Target
+
+if TYPE_CHECKING:
+    from autorelay.codegen.llvm.exprs import ExprEmitter
+
+DOT_GROUP = 4
+
+
+def dot_group(target: Target | None = None) -> int:
+    """The channel group `g` of int8 weight layouts for `target` (the same on every CPU, so one
+    quantized model's packed weights serve any host)."""
+    return DOT_GROUP
+
+
+def _vnni(target: Target | None, lanes: int) -> bool:
+    """Whether `vpdpbusd` exists for a vector of `lanes` int32 on `target`."""
+    if target is None:
+        return False
+    if lanes == 16:
+        return target.has("avx512vnni")
+    if lanes in (4, 8):
+        return target.has("avxvnni") or (target.has("avx512vnni") and target.has("avx512vl"))
+    return False
+
+
+def _pmaddwd(target: Target | None, lanes: int) -> str | None:
+    """The `vpmaddwd` intrinsic producing `lanes` int32 on `target`, or None."""
+    if target is None:
+        return None
+    if lanes == 16 and target.has("avx512bw"):
+        return "llvm.x86.avx512.pmaddw.d.512"
+    if lanes == 8 and target.has("avx2"):
+        return "llvm.x86.avx2.pmadd.wd"
+    if lanes == 4 and (target.has("avx2") or target.has("sse4.2")):
+        return "llvm.x86.sse2.pmadd.wd"
+    return None
+
+
+def native_group(target: Target | None, lanes: int) -> int:
+    """The group the fastest exact instruction for `lanes` int32 consumes: 4 (vpdpbusd), 2
+    (vpmaddwd) or 1 (no dot-product instruction: plain widening multiply-adds)."""
+    if _vnni(target, lanes):
+        return 4
+    return 2 if _pmaddwd(target, lanes) else 1
+
+
+def dot_kind(target: Target | None, lanes: int, g: int, a_signed: bool, b_signed: bool) -> str:
+    """Which path `emit_dot` takes: "vnni", "pmaddwd" or "generic"."""
+    if g == 4 and _vnni(target, lanes) and a_signed != b_signed:
+        return "vnni"
+    if g % 2 == 0 and _pmaddwd(target, lanes):
+        return "pmaddwd"
+    return "generic"
+
+
+def emit_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, a_signed: bool, b: Val,
+             b_signed: bool, lanes: int, g: int) -> Val:
+    """`acc + dot(a, b)` (see the module docstring): acc <lanes x i32>, a <g x i8>, b <lanes*g x i8>."""
+    kind = dot_kind(target, lanes, g, a_signed, b_signed)
+    if kind == "vnni":
+        return _vnni_dot(em, acc, a, a_signed, b, lanes)
+    if kind == "pmaddwd":
+        return _madd_dot(em, target, acc, a, a_signed, b, b_signed, lanes, g)
+    return _generic_dot(em, acc, a, a_signed, b, b_signed, lanes, g)
+
+
+def _splat_group(em: ExprEmitter, a: Val, width: int, lanes: int, elem: str = "i8") -> Val:
+    """The group `a` (`width` x `elem`) repeated `lanes` times as one vector (one `vpbroadcastd`)."""
+    bits = width * int(elem[1:])
+    word = em.op(f"bitcast <{width} x {elem}> {a.ref} to i{bits}", "int32")
+    ins = em.op(f"insertelement <{lanes} x i{bits}> poison, i{bits} {word.ref}, i32 0", "int32", lanes)
+    spl = em.op(f"shufflevector <{lanes} x i{bits}> {ins.ref}, <{lanes} x i{bits}> poison, "
+                f"<{lanes} x i32> zeroinitializer", "int32", lanes)
+    return em.op(f"bitcast <{lanes} x i{bits}> {spl.ref} to <{lanes * width} x {elem}>", a.dtype,
+                 lanes * width)
+
+
+def _vnni_dot(em: ExprEmitter, acc: Val, a: Val, a_signed: bool, b: Val, lanes: int) -> Val:
+    n = lanes * 4
+    name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
+    vt, at = f"<{n} x i8>", f"<{lanes} x i32>"
+    em.declared.add(f"declare {at} @{name}({at}, {vt}, {vt})")
+    if not a_signed:  # unsigned pixel group, signed weights: the instruction's own operand order
+        u, s = _splat_group(em, a, 4, lanes), b
+    else:
+        u, s = b, _splat_group(em, a, 4, lanes)
+    return em.op(f"call {at} @{name}({at} {acc.ref}, {vt} {u.ref}, {vt} {s.ref})", "int32", lanes)
+
+
+def _take(em: ExprEmitter, v: Val, elem: str, idx: list[int]) -> Val:
+    mask = ", ".join(f"i32 {i}" for i in idx)
+    t = f"<{v.lanes} x {elem}>"
+    return em.op(f"shufflevector {t} {v.ref}, {t} poison, <{len(idx)} x i32> <{mask}>", v.dtype, len(idx))
+
+
+def _madd_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, a_signed: bool, b: Val,
+              b_signed: bool, lanes: int, g: int) -> Val:
+    name = _pmaddwd(target, lanes)
+    wt, at = f"<{2 * lanes} x i16>", f"<{lanes} x i32>"
+    em.declared.add(f"declare {at} @{name}({wt}, {wt})")
+    out = acc
+    for p in range(g // 2):
+        ap = _take(em, a, "i8", [2 * p, 2 * p + 1]) if g > 2 else a
+        aw = em.op(f"{'sext' if a_signed else 'zext'} <2 x i8> {ap.ref} to <2 x i16>", "int16", 2)
+        aw = _splat_group(em, aw, 2, lanes, "i16")
+        bp = _take(em, b, "i8", [l * g + 2 * p + j for l in range(lanes) for j in (0, 1)]) if g > 2 else b
+        ext = "sext" if b_signed else "zext"
+        bw = em.op(f"{ext} <{2 * lanes} x i8> {bp.ref} to {wt}", "int16", 2 * lanes)
+        m = em.op(f"call {at} @{name}({wt} {bw.ref}, {wt} {aw.ref})", "int32", lanes)
+        out = em.op(f"add {at} {out.ref}, {m.ref}", "int32", lanes)
+    return out
+
+
+def _generic_dot(em: ExprEmitter, acc: Val, a: Val, a_signed: bool, b: Val, b_signed: bool,
+                 lanes: int, g: int) -> Val:
+    n, at = lanes * g, f"<{lanes} x i32>"
+    aw = em.op(f"{'sext' if a_signed else 'zext'} <{g} x i8> {a.ref} to <{g} x i32>", "int32", g)
+    pattern = _take(em, aw, "i32", [k for _ in range(lanes) for k in range(g)])
+    bw = em.op(f"{'sext' if b_signed else 'zext'} <{n} x i8> {b.ref} to <{n} x i32>", "int32", n)
+    prod = em.op(f"mul <{n} x i32> {bw.ref}, {pattern.ref}", "int32", n)
+    out = acc
+    for k in range(g):
+        part = _take(em, prod, "i32", [l * g + k for l in range(lanes)]) if g > 1 else prod
+        out = em.op(f"add {at} {out.ref}, {part.ref}", "int32", lanes)
+    return out
+
+
+__all__ = ["DOT_GROUP", "dot_group", "dot_kind", "emit_dot", "native_group"]

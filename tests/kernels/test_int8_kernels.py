@@ -1,0 +1,126 @@
+"""Int8 conv (NCHWc) and dense kernels: bit-exact against an integer NumPy oracle, on a forced AVX2
+and a forced AVX-512 VNNI target (run where this host has the features, else assembly only)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from autorelay.codegen import resolve_target
+from autorelay.codegen.llvm.host import host_supports
+from autorelay.codegen.llvm.jit import assembly
+from autorelay.kernel import emit_kernel, load_kernel
+from autorelay.schedule.templates import template_for
+from autorelay.te import tensor as te
+from autorelay.te.nn_int8 import conv2d_nchwc_int8, dense_int8
+
+pytestmark = pytest.mark.cpu
+TARGETS = {"avx2": "llvm -mcpu=znver3", "vnni": "llvm -mcpu=znver5"}
+
+
+def conv_oracle(x, w, s, p, pv):
+    n, cb, h, wd, icb = x.shape
+    ob, _, kh, kw, _, ocb, _ = w.shape
+    xd = x.transpose(0, 1, 4, 2, 3).reshape(n, cb * icb, h, wd).astype(np.int64)
+    wt = w.transpose(0, 5, 1, 4, 6, 2, 3).reshape(ob * ocb, cb * icb, kh, kw).astype(np.int64)
+    xp = np.pad(xd, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=pv)
+    oh, ow = (h + 2 * p - kh) // s + 1, (wd + 2 * p - kw) // s + 1
+    out = np.zeros((n, ob * ocb, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + s * oh:s, j:j + s * ow:s], wt[:, :, i, j])
+    return out.reshape(n, ob, ocb, oh, ow).transpose(0, 1, 3, 4, 2).astype(np.int32)
+
+
+def _arrays(rng, shape, dtype, extreme):
+    info = np.iinfo(dtype)
+    if extreme:
+        return rng.choice([info.min, info.max], shape).astype(dtype)
+    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+
+def _check(cdef, target, arrays, expect, configs):
+    runs = host_supports(target)
+    for cfg in configs:
+        code = emit_kernel(cdef, cfg, target)
+        if runs:
+            got = load_kernel(code).run(*arrays)
+            np.testing.assert_array_equal(got, expect, err_msg=f"config {cfg}")
+        else:
+            assembly(code.code.text, target)
+
+
+CONVS = [  # (data dtype, C blocks, H, W, icb, OC blocks, ocb, k, stride, pad, pad value, extreme)
+    ("uint8", 2, 9, 11, 16, 2, 16, 3, 1, 1, 3, False),
+    ("uint8", 1, 10, 7, 8, 3, 16, 3, 2, 1, 0, True),
+    ("int8", 2, 6, 9, 8, 2, 16, 1, 1, 0, 0, True),
+    ("uint8", 2, 7, 7, 16, 2, 16, 1, 2, 0, 0, False),
+]
+
+
+@pytest.mark.parametrize("width", TARGETS)
+@pytest.mark.parametrize("case", CONVS, ids=[f"conv{i}" for i in range(len(CONVS))])
+def test_conv_int8_bit_exact(case, width):
+    dt, cb, h, w, icb, ob, ocb, k, s, p, pv, extreme = case
+    target = resolve_target(TARGETS[width])
+    x = te.placeholder((1, cb, h, w, icb), dt, name="X")
+    wt = te.placeholder((ob, cb, k, k, icb // 4, ocb, 4), "int8", name="W")
+    cdef = te.make_def([x, wt], conv2d_nchwc_int8(x, wt, s, p, pad_value=pv), "qconv")
+    rng = np.random.default_rng(len(dt) + h)
+    xa, wa = _arrays(rng, x.shape, dt, extreme), _arrays(rng, wt.shape, "int8", extreme)
+    space = template_for(cdef, target=target).space(cdef, target)
+    pick = random.Random(f"{case}-{width}")
+    configs = [None, *(space.get(i) for i in pick.sample(range(space.size), min(2, space.size)))]
+    _check(cdef, target, [xa, wa], conv_oracle(xa, wa, s, p, pv), configs)
+
+
+@pytest.mark.parametrize("width", TARGETS)
+@pytest.mark.parametrize("shape", [(5, 37, 29), (16, 64, 48)])
+def test_dense_int8_bit_exact(shape, width):
+    m, k, n = shape
+    target = resolve_target(TARGETS[width])
+    a, b = te.placeholder((m, k), "uint8", name="A"), te.placeholder((n, k), "int8", name="B")
+    cdef = te.make_def([a, b], dense_int8(a, b), "qdense")
+    rng = np.random.default_rng(m)
+    aa, ba = _arrays(rng, a.shape, "uint8", False), _arrays(rng, b.shape, "int8", False)
+    expect = (aa.astype(np.int64) @ ba.astype(np.int64).T).astype(np.int32)
+    _check(cdef, target, [aa, ba], expect, [None])
+
+
+def test_assembly_uses_the_targets_dot_instruction():
+    x = te.placeholder((1, 2, 8, 8, 16), "uint8", name="X")
+    wt = te.placeholder((2, 2, 3, 3, 4, 16, 4), "int8", name="W")
+    cdef = te.make_def([x, wt], conv2d_nchwc_int8(x, wt, 1, 1), "qconv")
+    vnni = assembly(emit_kernel(cdef, None, resolve_target(TARGETS["vnni"])).code.text,
+                    resolve_target(TARGETS["vnni"]))
+    assert "vpdpbusd" in vnni
+    avx2_t = resolve_target(TARGETS["avx2"])
+    avx2 = assembly(emit_kernel(cdef, None, avx2_t).code.text, avx2_t)
+    assert "vpmaddwd" in avx2 and "zmm" not in avx2 and "vpmaddubsw" not in avx2
+
+
+@pytest.mark.parametrize("width", TARGETS)
+def test_conv_int8_with_fused_requantize_epilogue(width):
+    """An injective int32 -> uint8 epilogue (bias, fixed-point rescale, clip, cast) fused after the
+    reduction reads the accumulator, as the fp32 templates' bias/relu does."""
+    from autorelay.te import expr as E
+
+    target = resolve_target(TARGETS[width])
+    x = te.placeholder((1, 2, 7, 9, 16), "uint8", name="X")
+    wt = te.placeholder((2, 2, 3, 3, 4, 16, 4), "int8", name="W")
+    acc = conv2d_nchwc_int8(x, wt, 1, 1, pad_value=5)
+
+    def body(*i):
+        v = E.cast(acc[i] + E.const(1000, "int32"), "int64") * E.const(1518500250, "int64")
+        v = (v + E.const(1 << 38, "int64")) // E.const(1 << 39, "int64") + E.const(7, "int64")
+        return E.cast(E.minimum(E.maximum(v, E.const(0, "int64")), E.const(255, "int64")), "uint8")
+
+    out = te.compute(acc.shape, body, name="requant")
+    cdef = te.make_def([x, wt], out, "qconv_rq")
+    rng = np.random.default_rng(3)
+    xa, wa = _arrays(rng, x.shape, "uint8", False), _arrays(rng, wt.shape, "int8", False)
+    r = conv_oracle(xa, wa, 1, 1, 5).astype(np.int64) + 1000
+    expect = np.clip(((r * 1518500250 + (1 << 38)) >> 39) + 7, 0, 255).astype(np.uint8)
+    _check(cdef, target, [xa, wa], expect, [None])
