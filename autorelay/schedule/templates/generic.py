@@ -99,6 +99,17 @@ class InjectiveTemplate(Template):
         return tuple(steps)
 
 
+def _reduction_lanes(cdef: ComputeDef, target: Target) -> int:
+    """The vector width of a reduction's output axis: a full register, except for byte outputs,
+    whose register (64 lanes on AVX-512) is wider than a channel block (8, 16) of a blocked
+    layout's last axis: there the widest power of two the axis holds."""
+    lanes = target.vector_lanes(cdef.output.dtype)
+    last = cdef.output.shape[-1] if cdef.output.shape else 1
+    if cdef.output.dtype in ("int8", "uint8") and last < lanes:
+        return max(1, 1 << (last.bit_length() - 1))
+    return lanes
+
+
 class ReductionTemplate(Template):
     name = "reduction"
     tags = ("reduce", "pool", "softmax", "comm_reduce")
@@ -107,7 +118,7 @@ class ReductionTemplate(Template):
         return Space(
             self.name,
             (
-                Knob("vectorize", (1, target.vector_lanes(cdef.output.dtype))),
+                Knob("vectorize", (1, _reduction_lanes(cdef, target))),
                 Knob("unroll_reduce", (1, 2, 4)),
                 Knob("parallel", (0, 1)),
             ),
@@ -115,8 +126,8 @@ class ReductionTemplate(Template):
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         out = cdef.output
-        lanes = target.vector_lanes(out.dtype)
-        vec = lanes if out.shape and out.shape[-1] >= lanes // 2 else 1
+        lanes = _reduction_lanes(cdef, target)
+        vec = lanes if out.shape and out.shape[-1] >= lanes // 2 and lanes > 1 else 1
         par = 1 if _size(out) * _reduce_size(cdef) >= 1 << 15 and len(out.shape) > 1 else 0
         return Config(self.name, (("vectorize", vec), ("unroll_reduce", 1), ("parallel", par)))
 
