@@ -215,6 +215,7 @@ def test_dense_dot_product_form_against_integer_matmul(zd):
     w = rng.integers(-128, 128, (24, 64)).astype("int8")
     w[0] = -128
     xv = Var("x", TensorType(x.shape, "uint8"))
-    y = call("qnn.dense", xv, Constant(w), C(zd, "int32"), C(0, "int32"), C(0.1, "float32"), C(0.1, "float32"))
+    y = call("qnn.dense", xv, Constant(w), C(zd, "int32"), C(0, "int32"), C(0.1, "float32"),
+             C(0.1, "float32"))
     got = _run_everywhere(IRModule.from_expr(Function([xv], y)), x)
     np.testing.assert_array_equal(got, (x.astype(np.int64) - zd) @ w.T.astype(np.int64))

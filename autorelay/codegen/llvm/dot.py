@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING
 
 from autorelay.codegen.llvm.values import Val
 from autorelay.target import Target
+from autorelay.te.nn_int8 import DOT_GROUP  # the one definition: the int8 weight layouts' group
 
 if TYPE_CHECKING:
     from autorelay.codegen.llvm.exprs import ExprEmitter
-
-DOT_GROUP = 4
 
 
 def dot_group(target: Target | None = None) -> int:
