@@ -52,6 +52,20 @@ def test_store_and_query_plans(db: tuning_db.TuningDB) -> None:
     assert db.plan_targets("model-a") == [TARGET] and db.plan_targets("model-b") == []
 
 
+def test_db_plans_command(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from search.cli import main
+
+    assert main(["db", "--db", sqlite_url, "plans"]) == 1
+    assert capsys.readouterr().err == "no quantization plans stored\n"
+    with tuning_db.open(sqlite_url) as db:
+        _store(db, {"default": "int8", "precisions": {"a": "int8", "b": "fp32"}}, 2.5, 0.01, chosen=True)
+        _store(db, {"default": "fp32", "precisions": {"a": "fp32", "b": "fp32"}}, 4.0, 0.0)
+    assert main(["db", "--db", sqlite_url, "plans", "--target", TARGET]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("*") and "2.5 ms" in lines[2] and "1/2" in lines[2]
+    assert "4 ms" in lines[3] and "0/2" in lines[3]
+
+
 def test_bad_plans_are_refused(db: tuning_db.TuningDB) -> None:
     with pytest.raises(TuningDBError, match="metric must be one of top1, rel_error"):
         _store(db, {}, 1.0, 0.0, metric="top5")
