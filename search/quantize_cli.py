@@ -81,10 +81,12 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
 
     if args.precision == "fp32":
         return model, args.pipeline, ""
-    from autorelay.transform.quantize import QuantizePlan, calibrate, quantizable_layers
+    from autorelay.transform.quantize import Calibration, QuantizePlan, calibrate, quantizable_layers
     from search.quantize_search import quantized
 
     pipeline = args.pipeline
+    own_data = bool(args.calibration or args.calibration_random)
+    calib = None
     if args.precision == "int8":
         data = calibration_data(args, model, default_random=8)
         plan = QuantizePlan({n: "int8" for n in quantizable_layers(model.mod)})
@@ -100,15 +102,22 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
                              f"{hint} (run `autorelay quantize --model {model.name} ...` first)")
         plan = QuantizePlan.from_json(rec.plan)
         info = rec.info or {}
-        data = (calibration_data(args, model) if args.calibration or args.calibration_random
-                else _stored_calibration(str(info.get("calibration_source", "")), model))
-        args.method = rec.calibration if not (args.calibration or args.calibration_random) else args.method
+        if own_data:
+            data = calibration_data(args, model)
+            how = f"calibrated {args.method} on {data.source}"
+        elif isinstance(info.get("calibration_ranges"), dict):
+            calib = Calibration.from_json(info["calibration_ranges"])  # exactly what was measured
+            how = f"the stored {rec.calibration} calibration of {info.get('calibration_source', '?')}"
+        else:
+            data = _stored_calibration(str(info.get("calibration_source", "")), model)
+            args.method = rec.calibration
+            how = f"calibrated {args.method} on {data.source}"
         if pipeline == "auto" and isinstance(info.get("pipeline"), str):
             pipeline = info["pipeline"]
         note = (f"precision plan #{rec.id} ({rec.metric} drop {rec.accuracy_drop:.4g}, measured "
-                f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; calibrated {args.method} "
-                f"on {data.source})")
-    calib = calibrate(model.mod, model.params, data.batches, method=args.method)
+                f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
+    if calib is None:
+        calib = calibrate(model.mod, model.params, data.batches, method=args.method)
     return quantized(model, calib, plan), "default" if pipeline == "auto" else pipeline, note
 
 

@@ -52,6 +52,7 @@ def test_quantize_then_compile_and_run_the_plan(tmp_path, capsys):
     assert main(["compile", *common, "--precision", "plan"]) == 0
     out, _ = capsys.readouterr()
     assert f"precision plan #{chosen.id} (top1 drop" in out and "compiled mlp[quantized]" in out
+    assert f"the stored max calibration of {calib}" in out  # the ranges the plan was measured with
 
     assert main(["run", *common, "--precision", "int8", "--calibration-random", "2", "--repeat", "2"]) == 0
     out, _ = capsys.readouterr()
