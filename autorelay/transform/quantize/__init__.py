@@ -1,0 +1,30 @@
+"""Post-training int8 quantization (issue #16): name layers, calibrate, annotate, realize.
+
+    layers = quantizable_layers(mod)                       # "conv2d_0", …, "dense_0"
+    cal = calibrate(mod, params, batches, method="kl")     # ranges of every quantization point
+    qmod, qparams = quantize_model(mod, params, cal, QuantizePlan({"conv2d_0": "fp32"}))
+
+Modules: `layers` (names, plan), `annotate` (patterns and calibration points on the prepared float
+graph), `calibrate` (range methods), `realize` (the rewrite into qnn ops), `quantize` (the driver).
+"""
+
+from autorelay.transform.quantize.annotate import Annotation, annotate, prepare_for_quantize
+from autorelay.transform.quantize.calibrate import (
+    METHODS,
+    Calibration,
+    calibrate,
+    choose_range,
+    kl_threshold,
+    range_kl,
+    range_max,
+    range_percentile,
+)
+from autorelay.transform.quantize.layers import PRECISIONS, QuantizePlan, quantizable_layers
+from autorelay.transform.quantize.quantize import quantize_model
+from autorelay.transform.quantize.realize import activation_qparams, quantize_weight
+
+__all__ = [
+    "METHODS", "PRECISIONS", "Annotation", "Calibration", "QuantizePlan", "activation_qparams", "annotate",
+    "calibrate", "choose_range", "kl_threshold", "prepare_for_quantize", "quantizable_layers",
+    "quantize_model", "quantize_weight", "range_kl", "range_max", "range_percentile",
+]

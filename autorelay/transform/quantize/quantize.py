@@ -1,0 +1,79 @@
+"""`quantize_model`: prepare, annotate, realize, then lift the weights back into parameters.
+
+The result follows the zoo's convention: weights (int8 weights, int32 biases, the float weights
+of fp32 layers) are parameters of `@main` with their values in the returned dict; scales and zero
+points stay inline constants of the qnn calls (they are part of each kernel's identity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
+from autorelay.ir.module import IRModule
+from autorelay.ir.visitor import ExprMutator
+from autorelay.transform.quantize.annotate import annotate, prepare_for_quantize
+from autorelay.transform.quantize.calibrate import Calibration
+from autorelay.transform.quantize.layers import QuantizePlan, quantizable_layers
+from autorelay.transform.quantize.realize import realize
+from autorelay.typing import infer_types
+from autorelay.utils.deep import deep
+
+# First argument position of each qnn op's scale / zero point arguments (kept inline).
+_QPARAMS_FROM = {"qnn.quantize": 1, "qnn.dequantize": 1, "qnn.requantize": 1, "qnn.conv2d": 2,
+                 "qnn.dense": 2, "qnn.add": 2, "qnn.concatenate": 1}
+
+
+class _Lift(ExprMutator):
+    """Constants with more than one element become parameters (named when known)."""
+
+    def __init__(self, names: Mapping[int, str]) -> None:
+        super().__init__()
+        self.names = names
+        self.params: dict[str, np.ndarray] = {}
+        self.vars: list[Var] = []
+
+    def visit_call(self, c: Call) -> Expr:
+        start = _QPARAMS_FROM.get(c.op.name) if isinstance(c.op, Op) else None
+        if start is None:
+            return super().visit_call(c)
+        args = tuple(self.visit(a) if i < start else a for i, a in enumerate(c.args))
+        return c if all(a is b for a, b in zip(args, c.args)) else c.replace(args=args)
+
+    def visit_constant(self, k: Constant) -> Expr:
+        if k.data.size <= 1:
+            return k
+        name = self.names.get(id(k), f"const_{len(self.vars)}")
+        while name in self.params:
+            name += "_"
+        v = Var(name, k.type)
+        self.params[name] = k.data
+        self.vars.append(v)
+        return v
+
+
+@deep
+def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calibration: Calibration,
+                   plan: QuantizePlan | None = None) -> tuple[IRModule, dict[str, np.ndarray]]:
+    """The model with the plan's int8 layers as qnn ops (float inputs and outputs), and its weights."""
+    plan = plan or QuantizePlan()
+    layers = quantizable_layers(mod)
+    plan.check(layers)
+    bf16 = [name for name in layers if plan.precision(name) == "bf16"]
+    if bf16:
+        raise ValueError(f"quantize_model: bf16 is not supported yet (layers {', '.join(bf16)})")
+    if calibration.layers and tuple(calibration.layers) != tuple(layers):
+        raise ValueError("quantize_model: the calibration was made for a model with other layers")
+    ann = annotate(prepare_for_quantize(mod, params))
+    fn, names = realize(ann, calibration, plan)
+    names = dict(names)
+    for layer in ann.layers.values():
+        names.setdefault(id(layer.call.args[1]), f"{layer.name}_weight")
+        if layer.bias_call is not None:
+            names.setdefault(id(layer.bias_call.args[1]), f"{layer.name}_bias")
+    lift = _Lift(names)
+    body = lift.visit(fn.body)
+    out = IRModule.from_expr(Function(tuple(fn.params) + tuple(lift.vars), body))
+    return infer_types(out), lift.params

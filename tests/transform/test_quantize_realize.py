@@ -1,0 +1,118 @@
+"""quantize_model: the plan's layers become qnn ops with correct boundaries, int8 stays int8
+between int8 ops, the interpreter and the compiled model agree bit for bit, and the quantized
+net stays close to the float one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from quantize_nets import images, small_net
+
+import autorelay
+from autorelay.frontend import zoo
+from autorelay.ir.visitor import post_order
+from autorelay.runtime.interpreter import evaluate
+from autorelay.transform import bind_params
+from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
+from autorelay.transform.util import op_histogram, op_name
+
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def cal():
+    batches = [{"data": images(BATCH, seed=s)} for s in range(6)]
+    return calibrate(small_net(BATCH), None, batches, method="max", progress=False)
+
+
+def _calls(mod, name):
+    return [n for n in post_order(mod["main"].body) if op_name(n) == name]
+
+
+def test_plan_keeps_fp32_layers_in_float(cal):
+    mod = small_net(BATCH)
+    qmod, qparams = quantize_model(mod, None, cal, QuantizePlan({"conv2d_3": "fp32", "dense_0": "fp32"}))
+    ops = op_histogram(qmod)
+    assert ops["nn.conv2d"] == 1 and ops["qnn.conv2d"] == 6
+    assert ops["nn.dense"] == 1 and "qnn.dense" not in ops
+    assert qparams["conv2d_3_weight"].dtype == np.float32 and qparams["dense_0_weight"].dtype == np.float32
+    assert qparams["conv2d_2_weight"].dtype == np.int8 and qparams["conv2d_2_bias"].dtype == np.int32
+    # the float depthwise conv reads a dequantized value and the int8 conv after it a quantized one
+    (fconv,) = _calls(qmod, "nn.conv2d")
+    assert fconv.attrs["groups"] == 8
+    assert all(a.checked_type.dtype == "float32" for a in fconv.args)
+    q_inputs = [op_name(c.args[0]) for c in _calls(qmod, "qnn.conv2d")]
+    # two quantizes: the image, and the fp32 depthwise conv's output (read by both 1x1 branches)
+    assert ops["qnn.quantize"] == 2 and q_inputs.count("qnn.quantize") == 3
+
+
+def test_int8_layers_chain_without_dequantize_quantize_pairs(cal):
+    qmod, _ = quantize_model(small_net(BATCH), None, cal, QuantizePlan())
+    ops = op_histogram(qmod)
+    assert ops["qnn.conv2d"] == 7 and ops["qnn.dense"] == 1
+    assert ops["qnn.add"] == 1 and ops["qnn.concatenate"] == 1
+    # float enters twice (the image; the dense layer after the float average pool), leaves twice
+    assert ops["qnn.quantize"] == 2 and ops["qnn.dequantize"] == 2
+    for q in _calls(qmod, "qnn.quantize"):
+        assert op_name(q.args[0]) != "qnn.dequantize"
+    (pool,) = _calls(qmod, "nn.max_pool2d")  # max pooling runs on the uint8 values
+    assert pool.checked_type.dtype == "uint8"
+    for r in _calls(qmod, "qnn.requantize"):  # the fused epilogue: requantize(bias_add(qnn.conv2d))
+        assert op_name(r.args[0]) == "nn.bias_add" and r.checked_type.dtype == "uint8"
+    conv = _calls(qmod, "qnn.conv2d")[0]
+    assert conv.args[5].checked_type.shape == (8,)  # per-channel weight scales
+
+
+def test_interpreter_and_build_are_bit_identical():
+    mod = small_net(BATCH, head=False)
+    batches = [{"data": images(BATCH, seed=s)} for s in range(4)]
+    cal = calibrate(mod, None, batches, method="percentile", progress=False)
+    qmod, qparams = quantize_model(mod, None, cal)
+    x = images(BATCH, seed=50)
+    want = evaluate(bind_params(qmod, qparams), x)
+    got = autorelay.build(qmod, target="llvm", params=qparams)(x)
+    assert np.asarray(got).dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# (mean, max) error bounds in logit steps; KL trades clipped outliers for resolution, so on a random
+# (untrained) net it is looser.
+BOUNDS = {"max": (1.5, 4), "percentile": (1.5, 4), "kl": (4, 12)}
+
+
+@pytest.mark.parametrize("method", sorted(BOUNDS))
+def test_quantized_net_is_close_to_float(method):
+    mod = small_net(BATCH)
+    batches = [{"data": images(BATCH, seed=s)} for s in range(8)]
+    cal = calibrate(mod, None, batches, method=method, progress=False)
+    qmod, qparams = quantize_model(mod, None, cal)
+    x = images(BATCH, seed=77)
+    want = np.asarray(evaluate(mod, x))
+    got = np.asarray(evaluate(bind_params(qmod, qparams), x))
+    lo, hi = cal.range("dense_0:out")
+    step = (hi - lo) / 255  # one uint8 step of the logits' calibrated range
+    err = np.abs(got - want)
+    mean_bound, max_bound = BOUNDS[method]
+    in_steps = (err.mean() / step, err.max() / step)
+    assert in_steps[0] < mean_bound and in_steps[1] < max_bound, in_steps
+
+
+def test_quantize_model_errors(cal):
+    mod = small_net(BATCH)
+    with pytest.raises(ValueError, match="conv2d_42"):
+        quantize_model(mod, None, cal, QuantizePlan({"conv2d_42": "fp32"}))
+    with pytest.raises(ValueError, match="bf16"):
+        quantize_model(mod, None, cal, QuantizePlan({"conv2d_0": "bf16"}))
+    other, params = zoo.get("mlp", in_features=16)
+    with pytest.raises(ValueError, match="other layers"):
+        quantize_model(other, params, cal)
+
+
+def test_zoo_resnet_all_layers_quantize():
+    mod, params = zoo.get("resnet-18", image_size=32)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    cal = calibrate(mod, params, [{"data": x}], progress=False)
+    qmod, _ = quantize_model(mod, params, cal)
+    ops = op_histogram(qmod)
+    assert ops["qnn.conv2d"] == 20 and ops["qnn.dense"] == 1 and "nn.conv2d" not in ops
+    assert ops["qnn.add"] == 7  # the last block's add is read by the float average pool only
