@@ -117,7 +117,7 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
         note = (f"precision plan #{rec.id} ({rec.metric} drop {rec.accuracy_drop:.4g}, measured "
                 f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
     if calib is None:
-        calib = calibrate(model.mod, model.params, data.batches, method=args.method)
+        calib = calibrate(model.mod, model.params, data.batches, method=args.method, progress=False)
     return quantized(model, calib, plan), "default" if pipeline == "auto" else pipeline, note
 
 

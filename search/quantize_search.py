@@ -251,7 +251,7 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
         raise ValueError(f"model {model.name} has no quantizable layer (conv2d or dense)")
     say(f"{model.name}: {len(layers)} quantizable layers; calibrating ({method}) on "
         f"{len(calibration_data.batches)} batches")
-    calib = calibrate(model.mod, model.params, calibration_data.batches, method=method)
+    calib = calibrate(model.mod, model.params, calibration_data.batches, method=method, progress=False)
     evaluate = _Evaluator(model, calib, validation, layers, db=db, target=target, threads=threads,
                           pipeline=pipeline, rounds=rounds, min_seconds=min_seconds, progress=say)
 

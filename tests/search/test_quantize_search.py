@@ -83,7 +83,7 @@ def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
     assert any(set(p.plan.values()) == {"int8"} for p in result.points)  # the all-int8 seed
     # accuracy of the all-int8 point, re-derived by the reference interpreter (independent of the build)
     int8 = next(p for p in result.points if set(p.plan.values()) == {"int8"})
-    cal = calibrate(model.mod, model.params, calib.batches, method="max")
+    cal = calibrate(model.mod, model.params, calib.batches, method="max", progress=False)
     want = relative_error(_reference_outputs(quantized(model, cal, int8.plan), valid.batches),
                           _reference_outputs(model, valid.batches))
     assert int8.accuracy == pytest.approx(want, rel=1e-3, abs=1e-6)
