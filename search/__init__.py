@@ -20,6 +20,7 @@ _EXPORTS = {
     "load_model": "search.models",
     "compile_model": "search.models",
     "run_model": "search.models",
+    "search_precisions": "search.quantize_search",
     # kernel level (search core)
     "Task": "search.task",
     "kernel_task": "search.task",

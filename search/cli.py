@@ -91,14 +91,31 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+def _cmd_quantize(args: argparse.Namespace) -> int:
+    from search.quantize_cli import run_quantize
+
+    try:
+        model, threads = _load(args)
+        return run_quantize(args, model, threads)
+    except KeyboardInterrupt:
+        print("autorelay quantize: interrupted; nothing was stored", file=sys.stderr)
+        return 130
+    except _errors() as e:
+        return _fail("quantize", e)
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     from search.models import compile_model, open_db
+    from search.quantize_cli import apply_precision
 
     try:
         model, threads = _load(args)
         db, _ = open_db(args.db)  # no --db: the default log ($AUTORELAY_DB or the user's data directory)
         with db:
-            res = compile_model(model, db, args.target, threads=threads, pipeline=args.pipeline)
+            model, pipeline, note = apply_precision(args, model, db, threads)
+            res = compile_model(model, db, args.target, threads=threads, pipeline=pipeline)
+        if note:
+            print(note)
         print(res.exe.report)
         _warn_fallbacks("compile", res.exe.report)
         print(f"compiled {model.name} (pipeline {res.pipeline}) in {res.seconds:.1f} s; kernels by source: "
@@ -115,15 +132,19 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from search.models import open_db, run_model
+    from search.quantize_cli import apply_precision
 
     try:
         model, threads = _load(args)
         db, _ = open_db(args.db)  # like compile: the default log unless --db names another
         with db:
-            res = run_model(model, db, args.target, threads=threads, pipeline=args.pipeline,
+            model, pipeline, note = apply_precision(args, model, db, threads)
+            res = run_model(model, db, args.target, threads=threads, pipeline=pipeline,
                             repeat=args.repeat)
     except _errors() as e:
         return _fail("run", e)
+    if note:
+        print(note)
     print(res.compile.exe.report)
     _warn_fallbacks("run", res.compile.exe.report)
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
@@ -147,6 +168,7 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from search.model_tuning import TUNER_CHOICES
+    from search.quantize_cli import add_precision_args, add_quantize_command
 
     parser = argparse.ArgumentParser(prog="autorelay", description="AutoRelay: an autotuning DL compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,13 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="build a model with the best logged schedules")
     _model_args(comp, log_help + "data directory)")
     comp.add_argument("-o", "--output", metavar="PATH", help="save the executable here")
+    add_precision_args(comp)
     comp.set_defaults(func=_cmd_compile)
 
     run = sub.add_parser("run", help="build a model and run it once: latency and the kernel report")
     _model_args(run, log_help + "data directory)")
     run.add_argument("--repeat", type=positive_int, default=10,
                      help="timed calls after the first (median shown)")
+    add_precision_args(run)
     run.set_defaults(func=_cmd_run)
+
+    add_quantize_command(sub, _model_args, log_help + "data directory); the front is stored here",
+                         _cmd_quantize)
 
     from tuning_db.cli import add_db_commands  # the `db` group: inspect and maintain the tuning log
 

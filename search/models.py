@@ -145,6 +145,13 @@ def time_interleaved(exes: Sequence[Any], inputs: Sequence[np.ndarray], *, round
     """Median seconds per call of each executable, timed round-robin after one warm-up call each.
     Each round runs an executable enough times to last `min_seconds` (fast models are timed in
     batches, so timer resolution does not dominate)."""
+    samples = interleaved_samples(exes, inputs, rounds=rounds, min_seconds=min_seconds)
+    return [statistics.median(s) for s in samples]
+
+
+def interleaved_samples(exes: Sequence[Any], inputs: Sequence[np.ndarray], *, rounds: int = 15,
+                        min_seconds: float = 0.05) -> list[list[float]]:
+    """`time_interleaved`'s per-round seconds per call of each executable (for a spread)."""
     numbers = []
     for exe in exes:
         t0 = time.perf_counter()
@@ -161,7 +168,7 @@ def time_interleaved(exes: Sequence[Any], inputs: Sequence[np.ndarray], *, round
             for _ in range(numbers[i]):
                 exes[i](*inputs)
             samples[i].append((time.perf_counter() - t0) / numbers[i])
-    return [statistics.median(s) for s in samples]
+    return samples
 
 
 def max_difference(a: Any, b: Any) -> float:
@@ -246,6 +253,7 @@ __all__ = [
     "build_model",
     "compile_model",
     "default_threads",
+    "interleaved_samples",
     "load_model",
     "max_difference",
     "open_db",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, SchemaVersionError, TuningDBError
 from .jsonl import ImportReport
+from .plans import PlanRecord
 from .queries import INTERLEAVED
 from .records import Record, RunInfo
 from .schema import CURRENT_VERSION as SCHEMA_VERSION
@@ -28,6 +29,7 @@ __all__ = [
     "JSONLImportError",
     "LookupKind",
     "LookupResult",
+    "PlanRecord",
     "Record",
     "RunInfo",
     "ScheduleSource",

@@ -46,6 +46,9 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
     best.add_argument("--target", required=True, help="target string, e.g. 'llvm -mcpu=skylake'")
     best.add_argument("-k", type=positive_int, default=5, help="how many configs (default 5)")
     best.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    plans = add("plans", "stored quantization plans (fastest first; * = a search's pick)", _plans)
+    plans.add_argument("--model-key", metavar="KEY", help="only this model (autorelay.lower.model_key)")
+    plans.add_argument("--target", help="only this target")
     exp = add("export", "write every measurement as JSON lines", _export)
     exp.add_argument("file", help="output .jsonl file")
     imp = add("import", "read measurements from JSON lines", _import)
@@ -134,6 +137,26 @@ def _stats(db: TuningDB, args: argparse.Namespace) -> int:
                 ],
             )
         )
+    return 0
+
+
+def _plans(db: TuningDB, args: argparse.Namespace) -> int:
+    recs = db.plans(args.model_key, args.target)
+    if not recs:
+        print("no quantization plans stored", file=sys.stderr)
+        return 1
+    rows = []
+    for r in recs:
+        layers = r.plan.get("precisions")
+        int8 = "?"  # the plan's JSON is the compiler's; only its "precisions" map is read here
+        if isinstance(layers, dict):
+            int8 = f"{sum(p == 'int8' for p in layers.values())}/{len(layers)}"
+        rows.append(["*" if r.chosen else "", r.id, r.model or r.model_key[:12], r.target,
+                     f"{r.latency_ms:.4g} ms", f"{r.fp32_latency_ms:.4g} ms" if r.fp32_latency_ms else "-",
+                     r.metric, f"{r.accuracy_drop:.4g}", int8,
+                     _when(r.recorded_at)])
+    print(table(["", "id", "model", "target", "latency", "fp32", "metric", "drop", "int8 layers", "stored"],
+                rows))
     return 0
 
 

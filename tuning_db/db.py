@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 
 from . import leases, queries, schema
+from . import plans as plan_table
 from .engine import make_engine, read_tx, resolve_url, use_wal, write_tx
 from .errors import TuningDBError, one_line
 from .ingest import IdCache, get_or_create_workloads, insert_one
@@ -242,6 +243,31 @@ class TuningDB:
         """The lookup object for `autorelay.build(..., schedules=...)`; `target` a kind (``llvm``:
         whatever CPU target the build asks about) or one full target name. See `tuning_db.source`."""
         return ScheduleSource(self, target, validate=validate, describe=describe)
+
+    # ---- quantization plans (see plans.py) ------------------------------------------------------
+
+    def store_plan(self, model_key: str, target: str, plan: dict[str, Any], **fields: Any) -> int:
+        """Store one measured quantization plan (`plans.insert_plan` names and checks the fields:
+        calibration, latency_ms, metric, accuracy, accuracy_drop, and the optional baseline); returns
+        its id."""
+        with write_tx(self.engine) as conn:
+            return plan_table.insert_plan(conn, model_key=model_key, target=target, plan=plan, **fields)
+
+    def plans(self, model_key: str | None = None, target: str | None = None) -> list[plan_table.PlanRecord]:
+        """Stored quantization plans (of one model and/or target), fastest first."""
+        with read_tx(self.engine) as conn:
+            return plan_table.list_plans(conn, model_key, target)
+
+    def best_plan(self, model_key: str, target: str,
+                  max_drop: float | None = None) -> plan_table.PlanRecord | None:
+        """The fastest stored plan losing at most `max_drop`, or (no bound) the latest search's pick."""
+        with read_tx(self.engine) as conn:
+            return plan_table.best_plan(conn, model_key, target, max_drop)
+
+    def plan_targets(self, model_key: str) -> list[str]:
+        """Targets with stored quantization plans for the model."""
+        with read_tx(self.engine) as conn:
+            return plan_table.plan_targets(conn, model_key)
 
     # ---- files and other logs -----------------------------------------------------------------
 

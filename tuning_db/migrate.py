@@ -99,9 +99,18 @@ def _upgrade_2_to_3(conn: Connection) -> None:
     schema.metadata_for(3).tables["leases"].create(conn)
 
 
+def _upgrade_3_to_4(conn: Connection) -> None:
+    """Add the quantization_plans table (and its index): precision plans of models, measured."""
+    schema.metadata_for(4).tables["quantization_plans"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
 
 
-UPGRADES: dict[int, Callable[[Connection], None]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
+UPGRADES: dict[int, Callable[[Connection], None]] = {
+    1: _upgrade_1_to_2,
+    2: _upgrade_2_to_3,
+    3: _upgrade_3_to_4,
+}

@@ -9,6 +9,9 @@ Versions:
      cheapest rows straight off an index; adds an index on measurements(config_id) for resume.
   3. adds `leases`: a claim on one (workload, target, config) by one tuner until `expires_at`, so
      tuners sharing a log never measure a config twice (see `leases.py`).
+  4. adds `quantization_plans`: per-layer precision plans of a model on a target, each with the
+     end-to-end latency and accuracy measured for it and the fp32 baseline measured beside it
+     (see `plans.py`; written by `search.quantize_search`).
 
 `metadata_for(version)` builds the tables as that version had them; the migration code creates a
 version-1 database through the same function, so the upgrade test exercises a real old layout.
@@ -37,14 +40,16 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-CURRENT_VERSION = 3
-TABLE_NAMES = ("schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases")
+CURRENT_VERSION = 4
+TABLE_NAMES = (
+    "schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases", "quantization_plans"
+)
 MAX_KEY_LEN = 512
 
 
 def metadata_for(version: int) -> MetaData:
     """All tables as schema `version` defines them (1 .. CURRENT_VERSION)."""
-    if version not in (1, 2, 3):
+    if version not in (1, 2, 3, 4):
         raise ValueError(f"unknown tuning_db schema version {version}")
     md = MetaData()
     Table(
@@ -135,6 +140,32 @@ def metadata_for(version: int) -> MetaData:
             Column("expires_at", Float, nullable=False),
             UniqueConstraint("workload_key", "target", "config_hash", name="uq_leases_config"),
         )
+    if version >= 4:
+        plans = Table(
+            "quantization_plans",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("uid", String(32), nullable=False, unique=True),
+            Column("model_key", String(MAX_KEY_LEN), nullable=False),  # autorelay.lower.model_key
+            Column("model", String(256)),  # the name the user gave (zoo name, file name)
+            Column("target", String(MAX_KEY_LEN), nullable=False),  # canonical, threads included
+            Column("plan", Text, nullable=False),  # canonical JSON of the QuantizePlan
+            Column("calibration", String(64), nullable=False),  # "max" | "percentile" | "kl"
+            Column("latency_ms", Float, nullable=False),  # median of the end-to-end timing
+            Column("latency_lo_ms", Float),  # spread: 10th / 90th percentile of the timing rounds
+            Column("latency_hi_ms", Float),
+            Column("metric", String(32), nullable=False),  # "top1" | "rel_error"
+            Column("accuracy", Float, nullable=False),  # the metric's value for this plan
+            Column("accuracy_drop", Float, nullable=False),  # lost against fp32 (> 0: worse)
+            Column("max_drop", Float),  # the bound of the search that stored it
+            Column("fp32_latency_ms", Float),  # the fp32 build, timed in the same rounds
+            Column("fp32_accuracy", Float),  # the metric of the fp32 model on the same data
+            Column("chosen", Integer, nullable=False, default=0),  # 1: its search's pick
+            Column("compiler_version", String(64)),
+            Column("info", Text),  # JSON: pipeline, trials, validation source, ...
+            Column("recorded_at", Float, nullable=False),
+        )
+        Index("ix_quantization_plans_model", plans.c.model_key, plans.c.target, plans.c.latency_ms)
     return md
 
 
@@ -146,6 +177,7 @@ configs = METADATA.tables["configs"]
 runs = METADATA.tables["runs"]
 measurements = METADATA.tables["measurements"]
 leases = METADATA.tables["leases"]
+quantization_plans = METADATA.tables["quantization_plans"]
 
 
 def canonical_json(value: Any) -> str:

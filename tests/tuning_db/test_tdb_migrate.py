@@ -48,6 +48,7 @@ def test_v1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     assert {"ix_measurements_best", "ix_measurements_config"} <= indexes
     assert "ix_measurements_wt" not in indexes
     assert _raw(path, "SELECT name FROM sqlite_master WHERE name = 'leases'") == [("leases",)]  # v3
+    assert _raw(path, "SELECT COUNT(*) FROM quantization_plans") == [(0,)]  # v4
     assert _raw(path, "PRAGMA integrity_check") == [("ok",)]
 
     got = db.best("conv-56", "llvm -mcpu=skylake-avx512", k=3)

@@ -1,0 +1,314 @@
+"""Which layers of a model to run in int8: a measured search over per-layer precision.
+
+Quantizing every layer is fastest but can cost too much accuracy; some layers (often the first and
+the last) lose far more than others. The search answers "the fastest plan that loses at most X":
+
+1. sensitivity: each layer alone in int8 (the rest fp32), built and scored; layers ordered from the
+   least to the most damaging;
+2. a multi-objective search (Optuna's NSGA-II) over one precision per layer, minimising the
+   measured end-to-end latency and the accuracy drop, seeded with all-int8, all-fp32 and the
+   sensitivity-ordered prefixes (the k least sensitive layers in int8);
+3. the Pareto front of every measured point; its fastest point within the bound is the pick.
+
+Every point is a real build (`quantize_model`, then the compiler with the tuning log's schedules —
+logged or transferred — through the quantized model's own schedule source), run on the validation
+set and timed interleaved with the fp32 build, so a noisy moment hits both and each point carries
+its own baseline. Accuracy is top-1 against labels when the validation set has them, else the
+relative error of the outputs against the fp32 model's (`drop` is then that error).
+
+    result = search_precisions(model, calib, valid, max_drop=0.01, db=db, trials=16)
+    print(result.table()); result.chosen.plan
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import autorelay
+from autorelay.lower import model_key
+from autorelay.transform.quantize import QuantizePlan, calibrate, quantizable_layers, quantize_model
+from search.models import (
+    Model,
+    build_model,
+    interleaved_samples,
+    prepare_model,
+    schedule_source,
+    tuning_target,
+)
+from search.quant_data import DataSet
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("int8", "fp32")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """One measured plan: the precision of every quantizable layer and what it measured to."""
+
+    plan: Mapping[str, str]  # layer -> "int8" | "fp32", every quantizable layer named
+    latency_ms: float  # median of the interleaved timing rounds
+    spread_ms: tuple[float, float]  # (10th, 90th) percentile of the rounds
+    fp32_latency_ms: float  # the fp32 build in the same rounds
+    accuracy: float  # top-1 (fraction) or relative output error
+    drop: float  # accuracy lost against fp32 (top-1 points as a fraction, or the relative error)
+    stage: str  # "sensitivity", "seed" or "search": who proposed it first
+
+    @property
+    def int8_layers(self) -> list[str]:
+        return [n for n, p in self.plan.items() if p == "int8"]
+
+    def summary(self) -> str:
+        """`int8 all`, `fp32 all`, or the minority precision's layers."""
+        int8, n = self.int8_layers, len(self.plan)
+        if len(int8) == n:
+            return "int8 all"
+        if not int8:
+            return "fp32 all"
+        if len(int8) * 2 <= n:
+            return f"int8 {len(int8)}/{n}: " + ", ".join(int8)
+        return f"int8 {len(int8)}/{n}, fp32: " + ", ".join(x for x in self.plan if x not in int8)
+
+
+def plan_key(plan: Mapping[str, str]) -> str:
+    return json.dumps(dict(sorted(plan.items())))
+
+
+def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
+    """The points no other point beats on both latency and drop (ties kept once), fastest first."""
+    front = []
+    for p in points:
+        dominated = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop
+                        and (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in points)
+        if not dominated and all(plan_key(p.plan) != plan_key(f.plan) for f in front):
+            front.append(p)
+    return sorted(front, key=lambda p: (p.latency_ms, p.drop))
+
+
+def _outputs(exe: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """The first output of every batch (copied: an executor may reuse its output buffers)."""
+    out = []
+    for b in batches:
+        res = exe(*[b[n] for n in exe.input_names])
+        first = res[0] if isinstance(res, list | tuple) else res
+        out.append(np.array(first, dtype=np.float64))
+    return out
+
+
+def top1(outputs: Sequence[np.ndarray], labels: np.ndarray) -> float:
+    """Share of samples whose largest output is the label's class."""
+    pred = np.concatenate([o.reshape(o.shape[0], -1).argmax(axis=1) for o in outputs])
+    return float(np.mean(pred == labels))
+
+
+def relative_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
+    """||y - y_fp32|| / ||y_fp32|| over the whole validation set."""
+    y = np.concatenate([o.ravel() for o in outputs])
+    ref = np.concatenate([r.ravel() for r in reference])
+    norm = float(np.linalg.norm(ref))
+    return float(np.linalg.norm(y - ref)) / (norm if norm > 0 else 1.0)
+
+
+def quantized(model: Model, calibration: Any, plan: Mapping[str, str] | Any) -> Model:
+    """The model with `plan` applied (a layer -> precision mapping or a QuantizePlan)."""
+    qplan = plan if isinstance(plan, QuantizePlan) else QuantizePlan(dict(plan))
+    qmod, qparams = quantize_model(model.mod, model.params, calibration, qplan)
+    return Model(f"{model.name}[quantized]", qmod, dict(qparams), model.inputs)
+
+
+def plan_json(plan: Mapping[str, str]) -> dict[str, Any]:
+    """The QuantizePlan's own JSON (what `QuantizePlan.from_json` reads back), as a dict."""
+    raw = QuantizePlan(dict(plan)).to_json()
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+@dataclass
+class SearchResult:
+    model: str
+    target: str
+    metric: str  # "top1" | "rel_error"
+    max_drop: float
+    fp32_accuracy: float
+    sensitivity: dict[str, float]  # layer -> drop when quantized alone, least sensitive first
+    points: list[PlanPoint]  # every measured point, in measurement order
+    front: list[PlanPoint]
+    chosen: PlanPoint | None  # the fastest front point with drop <= max_drop
+    stored: list[int] = field(default_factory=list)  # ids in the log's quantization_plans
+
+    def table(self) -> str:
+        """The front as text: plan summary, latency (spread), accuracy, drop, speedup; * = chosen."""
+        pct = self.metric == "top1"
+
+        def acc(v: float) -> str:
+            return f"{v * 100:.2f}%" if pct else f"{v:.4g}"
+
+        head = (f"{self.model} on {self.target}: Pareto front of {len(self.points)} measured plans "
+                f"({'top-1' if pct else 'relative output error'}; fp32 {acc(self.fp32_accuracy)}; "
+                f"bound: drop <= {f'{self.max_drop * 100:.2f} pt' if pct else f'{self.max_drop:.4g}'})")
+        rows = [("", "plan", "latency ms", "spread ms", "accuracy", "drop", "vs fp32")]
+        for p in self.front:
+            drop = f"{p.drop * 100:.2f} pt" if pct else f"{p.drop:.4g}"
+            rows.append(("*" if p is self.chosen else "", p.summary(), f"{p.latency_ms:.4g}",
+                         f"{p.spread_ms[0]:.4g}-{p.spread_ms[1]:.4g}", acc(p.accuracy), drop,
+                         f"{p.fp32_latency_ms / p.latency_ms:.2f}x"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        if self.chosen is None:
+            lines.append("no plan is within the bound")
+        else:
+            stored = " (stored in the log)" if self.stored else ""
+            lines.append(f"* chosen: {self.chosen.summary()}{stored}")
+        return "\n".join(lines)
+
+
+class _Evaluator:
+    """Builds, scores and times plans, once each; the fp32 build is the baseline of every timing."""
+
+    def __init__(self, model: Model, calibration: Any, valid: DataSet, layers: list[str], *, db: Any,
+                 target: str, threads: int | None, pipeline: str, rounds: int, min_seconds: float,
+                 progress: Progress) -> None:
+        self.model, self.calibration, self.valid, self.layers = model, calibration, valid, layers
+        self.db, self.target, self.threads, self.pipeline = db, target, threads, pipeline
+        self.rounds, self.min_seconds, self.progress = rounds, min_seconds, progress
+        self.points: dict[str, PlanPoint] = {}
+        self.fp32_exe = self._build(model)
+        self.reference = _outputs(self.fp32_exe, valid.batches)
+        self.metric = "top1" if valid.labels is not None else "rel_error"
+        self.fp32_accuracy = self._score(self.reference)
+        self.timing_inputs = [valid.batches[0][n] for n in self.fp32_exe.input_names]
+
+    def _build(self, model: Model) -> Any:
+        prepared = prepare_model(model, self.target, threads=self.threads, pipeline=self.pipeline)
+        src = schedule_source(self.db, model, prepared=prepared) if self.db is not None else None
+        return build_model(model, src, prepared=prepared)
+
+    def _score(self, outputs: list[np.ndarray]) -> float:
+        if self.valid.labels is not None:
+            return top1(outputs, self.valid.labels)
+        return relative_error(outputs, self.reference)
+
+    def drop(self, accuracy: float) -> float:
+        return self.fp32_accuracy - accuracy if self.metric == "top1" else accuracy
+
+    def __call__(self, plan: Mapping[str, str], stage: str) -> PlanPoint:
+        key = plan_key(plan)
+        if key in self.points:
+            return self.points[key]
+        if all(p == "fp32" for p in plan.values()):
+            exe = self.fp32_exe  # the plan that quantizes nothing is the fp32 model itself
+        else:
+            exe = self._build(quantized(self.model, self.calibration, plan))
+        accuracy = self._score(_outputs(exe, self.valid.batches))
+        exes = [exe] if exe is self.fp32_exe else [exe, self.fp32_exe]
+        samples = interleaved_samples(exes, self.timing_inputs, rounds=self.rounds,
+                                      min_seconds=self.min_seconds)
+        ms = [np.asarray(s) * 1e3 for s in samples]
+        lo, hi = np.percentile(ms[0], [10, 90])
+        point = PlanPoint(dict(plan), float(np.median(ms[0])), (float(lo), float(hi)),
+                          float(np.median(ms[-1])), accuracy, self.drop(accuracy), stage)
+        self.points[key] = point
+        self.progress(f"[{len(self.points)}] {stage}: {point.summary()}: {point.latency_ms:.4g} ms "
+                      f"(fp32 {point.fp32_latency_ms:.4g}), drop {point.drop:.4g}")
+        return point
+
+
+def _seeds(layers: list[str], order: list[str]) -> list[dict[str, str]]:
+    """All-int8, all-fp32, then the k least sensitive layers in int8 for k = n-1 down to 1."""
+    seeds = [dict.fromkeys(layers, "int8"), dict.fromkeys(layers, "fp32")]
+    for k in range(len(order) - 1, 0, -1):
+        chosen = set(order[:k])
+        seeds.append({n: "int8" if n in chosen else "fp32" for n in layers})
+    return seeds
+
+
+def search_precisions(model: Model, calibration_data: DataSet, validation: DataSet, *, max_drop: float,
+                      db: Any = None, target: str = "llvm", threads: int | None = None,
+                      pipeline: str = "default", method: str = "max", trials: int = 16, seed: int = 0,
+                      rounds: int = 7, min_seconds: float = 0.02, store: bool = True,
+                      progress: Progress | None = None) -> SearchResult:
+    """Search per-layer precisions of `model` (see the module docstring). `trials`: plans the NSGA-II
+    stage measures (seeds included; duplicates are not measured again); the sensitivity stage adds one
+    build per layer. With `db` (a TuningDB) builds use its schedules and, when `store`, the front is
+    stored in its `quantization_plans` table with the pick marked."""
+    import optuna
+
+    if not (max_drop >= 0 and math.isfinite(max_drop)):
+        raise ValueError(f"max_drop must be a finite number >= 0, got {max_drop}")
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    if not validation.batches:
+        raise ValueError("the validation set is empty")
+    say = progress or (lambda msg: log.info("%s", msg))
+    layers = list(quantizable_layers(model.mod))
+    if not layers:
+        raise ValueError(f"model {model.name} has no quantizable layer (conv2d or dense)")
+    say(f"{model.name}: {len(layers)} quantizable layers; calibrating ({method}) on "
+        f"{len(calibration_data.batches)} batches")
+    calib = calibrate(model.mod, model.params, calibration_data.batches, method=method, progress=False)
+    evaluate = _Evaluator(model, calib, validation, layers, db=db, target=target, threads=threads,
+                          pipeline=pipeline, rounds=rounds, min_seconds=min_seconds, progress=say)
+
+    sensitivity = {n: evaluate({m: "int8" if m == n else "fp32" for m in layers}, "sensitivity").drop
+                   for n in layers}
+    order = sorted(layers, key=lambda n: (sensitivity[n], layers.index(n)))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.NSGAIISampler(population_size=max(4, min(16, trials // 2)), seed=seed)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    seeds = _seeds(layers, order)
+    for s in seeds:
+        study.enqueue_trial(s, skip_if_exists=True)
+    searched: set[str] = set()
+    space = 2 ** len(layers)
+    attempts = 0
+    while len(searched) < min(trials, space) and attempts < 10 * trials:
+        attempts += 1
+        trial = study.ask()
+        plan = {n: trial.suggest_categorical(n, list(PRECISIONS)) for n in layers}
+        stage = "seed" if attempts <= len(seeds) else "search"
+        point = evaluate(plan, stage)
+        searched.add(plan_key(plan))
+        study.tell(trial, [point.latency_ms, point.drop])
+
+    points = list(evaluate.points.values())
+    front = pareto_front(points)
+    within = [p for p in front if p.drop <= max_drop]
+    chosen = min(within, key=lambda p: (p.latency_ms, p.drop)) if within else None
+    result = SearchResult(model.name, tuning_target(target, threads), evaluate.metric, max_drop,
+                          evaluate.fp32_accuracy, {n: sensitivity[n] for n in order}, points, front, chosen)
+    if db is not None and store:
+        result.stored = store_front(db, model, result, calibration_data, validation, method=method,
+                                    pipeline=pipeline, calibration=calib)
+    return result
+
+
+def store_front(db: Any, model: Model, result: SearchResult, calibration_data: DataSet, validation: DataSet,
+                *, method: str, pipeline: str, calibration: Any = None) -> list[int]:
+    """Store every front point of `result` (the pick marked chosen); returns the row ids."""
+    info: dict[str, Any] = {"pipeline": pipeline, "calibration_source": calibration_data.source,
+                            "validation_source": validation.source, "validation_samples": validation.samples,
+                            "points_measured": len(result.points)}
+    if calibration is not None and hasattr(calibration, "to_json"):
+        raw = calibration.to_json()
+        info["calibration_ranges"] = json.loads(raw) if isinstance(raw, str) else raw
+    ids = []
+    key = model_key(model.mod)
+    for p in result.front:
+        ids.append(db.store_plan(
+            key, result.target, plan_json(p.plan), model=model.name, calibration=method,
+            latency_ms=p.latency_ms, latency_spread_ms=p.spread_ms, metric=result.metric, accuracy=p.accuracy,
+            accuracy_drop=p.drop, max_drop=result.max_drop, fp32_latency_ms=p.fp32_latency_ms,
+            fp32_accuracy=result.fp32_accuracy, chosen=p is result.chosen,
+            compiler_version=autorelay.__version__, info={**info, "stage": p.stage}))
+    return ids
+
+
+__all__ = ["PRECISIONS", "PlanPoint", "SearchResult", "pareto_front", "plan_json", "quantized",
+           "relative_error", "search_precisions", "store_front", "top1"]

@@ -1,0 +1,137 @@
+"""The precision search: every point of the front is a real build whose numbers can be re-derived
+(accuracy by the reference interpreter on the quantized module), the front is what a brute-force
+dominance check says, and what the log holds is the front with the right pick."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autorelay
+import tuning_db
+from autorelay.lower import model_key
+from autorelay.transform.quantize import calibrate, quantizable_layers
+from search.models import Model
+from search.quant_data import DataSet, random_batches
+from search.quantize_search import PlanPoint, pareto_front, quantized, relative_error, search_precisions
+
+pytestmark = pytest.mark.cpu
+
+NET = """
+#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 12, 12), float32], %w1: Tensor[(8, 3, 3, 3), float32], %b1: Tensor[(8), float32],
+          %w2: Tensor[(8, 8, 3, 3), float32], %b2: Tensor[(8), float32], %w3: Tensor[(10, 8), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1], channels=8, kernel_size=[3, 3]);
+  %1 = nn.relu(nn.bias_add(%0, %b1));
+  %2 = nn.conv2d(%1, %w2, padding=[1, 1], channels=8, kernel_size=[3, 3]);
+  %3 = nn.relu(nn.bias_add(%2, %b2));
+  %4 = nn.global_avg_pool2d(%3);
+  %5 = nn.batch_flatten(%4);
+  nn.dense(%5, %w3, units=10)
+}
+"""
+
+
+def tiny_convnet() -> Model:
+    rng = np.random.default_rng(3)
+    params = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+              "w2": rng.standard_normal((8, 8, 3, 3)) * 0.2, "b2": rng.standard_normal(8) * 0.1,
+              "w3": rng.standard_normal((10, 8))}
+    params = {k: v.astype("float32") for k, v in params.items()}
+    inputs = {"x": rng.standard_normal((1, 3, 12, 12)).astype("float32")}
+    return Model("tiny-convnet", autorelay.parse(NET), params, inputs)
+
+
+def _reference_outputs(model: Model, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """The reference interpreter on the module (weights passed as arguments where they still are)."""
+    out = []
+    for b in batches:
+        args = [b[p.name_hint] if p.name_hint in b else model.params[p.name_hint]
+                for p in model.mod["main"].params]
+        res = autorelay.evaluate(model.mod, *args)
+        out.append(np.asarray(res[0] if isinstance(res, list | tuple) else res, dtype=np.float64))
+    return out
+
+
+def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
+    model = tiny_convnet()
+    layers = quantizable_layers(model.mod)
+    assert len(layers) == 3
+    calib, valid = random_batches(model, 4, seed=0), random_batches(model, 6, seed=1)
+    url = str(tmp_path / "log.sqlite")
+    bound = 0.05
+    with tuning_db.open(url) as db:
+        result = search_precisions(model, calib, valid, max_drop=bound, db=db, threads=1, trials=4,
+                                   rounds=3, min_seconds=0.002)
+    assert result.metric == "rel_error" and result.fp32_accuracy == 0.0
+    # sensitivity: one single-layer plan per layer, ordered from the least damaging
+    assert sorted(result.sensitivity) == sorted(layers)
+    assert list(result.sensitivity.values()) == sorted(result.sensitivity.values())
+    # every point was built and timed: a full plan, a positive latency inside its spread
+    keys = {tuple(sorted(p.plan.items())) for p in result.points}
+    assert len(keys) == len(result.points) <= len(layers) + 4
+    for p in result.points:
+        assert set(p.plan) == set(layers) and set(p.plan.values()) <= {"int8", "fp32"}
+        assert 0 < p.spread_ms[0] <= p.latency_ms <= p.spread_ms[1] and p.fp32_latency_ms > 0
+    # the front: brute-force non-domination over all measured points
+    for p in result.points:
+        dominated = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop and
+                        (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in result.points)
+        assert (p in result.front) == (not dominated)
+    fp32 = next(p for p in result.points if set(p.plan.values()) == {"fp32"})
+    assert fp32.drop == 0.0
+    assert any(set(p.plan.values()) == {"int8"} for p in result.points)  # the all-int8 seed
+    # accuracy of the all-int8 point, re-derived by the reference interpreter (independent of the build)
+    int8 = next(p for p in result.points if set(p.plan.values()) == {"int8"})
+    cal = calibrate(model.mod, model.params, calib.batches, method="max", progress=False)
+    want = relative_error(_reference_outputs(quantized(model, cal, int8.plan), valid.batches),
+                          _reference_outputs(model, valid.batches))
+    assert int8.accuracy == pytest.approx(want, rel=1e-3, abs=1e-6)
+    # the pick: the fastest front point within the bound
+    within = [p for p in result.front if p.drop <= bound]
+    assert result.chosen is min(within, key=lambda p: p.latency_ms)
+    # the log holds exactly the front, the pick marked
+    with tuning_db.open(url) as db:
+        rows = db.plans(model_key(model.mod))
+        assert sorted((r.latency_ms, r.accuracy_drop) for r in rows) == sorted(
+            (p.latency_ms, p.drop) for p in result.front)
+        assert len(rows) == len(result.stored) and all(r.target == result.target for r in rows)
+        best = db.best_plan(model_key(model.mod), result.target)
+        assert best.chosen and best.latency_ms == result.chosen.latency_ms
+        assert best.metric == "rel_error" and best.max_drop == bound and best.fp32_accuracy == 0.0
+
+
+def test_top1_with_labels_and_a_tight_bound(tmp_path) -> None:
+    """Labels that the fp32 model gets all right: fp32 top-1 is 1.0 and a zero bound picks a plan
+    that loses nothing."""
+    model = tiny_convnet()
+    valid = random_batches(model, 5, seed=2)
+    fp32 = _reference_outputs(model, valid.batches)
+    valid = DataSet(valid.batches, np.array([int(o.argmax()) for o in fp32]), "labelled")
+    result = search_precisions(model, random_batches(model, 3), valid, max_drop=0.0, threads=1, trials=2,
+                               rounds=3, min_seconds=0.002)
+    assert result.metric == "top1" and result.fp32_accuracy == 1.0
+    assert result.chosen is not None and result.chosen.drop <= 0.0
+    assert all(p.drop == pytest.approx(1.0 - p.accuracy) for p in result.points)
+    assert result.stored == []  # no log given: nothing stored
+
+
+def test_pareto_front_against_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    pts = [PlanPoint({"a": "int8" if i % 2 else "fp32", "b": str(i)}, float(lat), (lat, lat), 1.0, 0.0,
+                     float(d), "search") for i, (lat, d) in enumerate(rng.integers(1, 6, (40, 2)))]
+    front = pareto_front(pts)
+    for p in pts:
+        beaten = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop and
+                     (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in pts)
+        assert (p in front) == (not beaten)
+    assert [p.latency_ms for p in front] == sorted(p.latency_ms for p in front)
+
+
+def test_bad_arguments() -> None:
+    model = tiny_convnet()
+    data = random_batches(model, 1)
+    with pytest.raises(ValueError, match="max_drop must be a finite number >= 0"):
+        search_precisions(model, data, data, max_drop=-0.1)
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        search_precisions(model, data, data, max_drop=0.1, trials=0)
