@@ -78,8 +78,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     try:
         model, threads = _load(args)
+        pipeline = args.pipeline
+        if args.precision != "fp32":  # tune the quantized model's kernels (int8 ones and the rest)
+            from search.models import open_db
+            from search.quantize_cli import apply_precision
+
+            db, _ = open_db(args.db)
+            with db:
+                model, pipeline, note = apply_precision(args, model, db, threads)
+            print(note)
         result = tune_model(model, trials=args.trials, tuner=args.tuner, db=args.db, target=args.target,
-                            threads=threads, pipeline=args.pipeline, seed=args.seed,
+                            threads=threads, pipeline=pipeline, seed=args.seed,
                             timing=TimingSettings(timeout=args.timeout), progress=ConsoleProgress(),
                             compare=not args.no_compare, executor=args.executor)
     except KeyboardInterrupt:
@@ -192,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(a Dask scheduler; needs the 'dask' extra)")
     tune.add_argument("--no-compare", action="store_true",
                       help="skip the end-to-end before/after build and timing")
+    add_precision_args(tune)
     tune.set_defaults(func=_cmd_tune)
 
     comp = sub.add_parser("compile", help="build a model with the best logged schedules")

@@ -129,3 +129,17 @@ def test_onnx_test_data_folder(tmp_path):
     (tmp_path / "test_data_set_1" / "input_0.pb").write_bytes(b"\xff\xff\xff")
     with pytest.raises(ValueError, match=r"^calibration folder .*: cannot read test_data_set_1/input_0.pb"):
         load_folder(tmp_path, model)
+
+
+def test_tune_int8_then_compile_uses_the_tuned_int8_kernels(tmp_path, capsys):
+    """`tune --precision int8` logs the quantized model's kernels; `compile --precision int8` with the
+    same calibration builds the same model and finds them."""
+    url = f"sqlite:///{tmp_path / 'log.sqlite'}"
+    common = ["--model", "mlp", "--db", url, "--threads", "1", "--precision", "int8", "--calibration-random",
+              "2", "--pipeline", "default"]
+    assert main(["tune", *common, "--trials", "6", "--no-compare"]) == 0
+    out, _ = capsys.readouterr()
+    assert "precision int8" in out and "dense" in out
+    assert main(["compile", *common]) == 0
+    out, _ = capsys.readouterr()
+    assert "compiled mlp[quantized]" in out and re.search(r"kernels by source: .*tuned \d+", out), out
