@@ -118,7 +118,7 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
                 f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
     if calib is None:
         calib = calibrate(model.mod, model.params, data.batches, method=args.method, progress=False)
-    return quantized(model, calib, plan), "default" if pipeline == "auto" else pipeline, note
+    return quantized(model, calib, plan), pipeline, note  # "auto": chosen for the quantized model
 
 
 def _plot(result: Any, path: str) -> None:
@@ -167,9 +167,14 @@ def run_quantize(args: argparse.Namespace, model: Model, threads: int) -> int:
     else:
         valid = random_batches(model, 8, seed=1)
         progress(f"no --validation: scoring the relative output error on {valid.source} inputs")
-    pipeline = "default" if args.pipeline == "auto" else args.pipeline
     db, _ = open_db(args.db)
     with db:
+        pipeline = args.pipeline
+        if pipeline == "auto":  # the float model's (logged, else measured): every plan is built with it
+            from search.pipeline_choice import choose_pipeline
+
+            pipeline = choose_pipeline("auto", model, db, args.target, threads).pipeline
+            progress(f"pipeline {pipeline} (the fp32 model's)")
         result = search_precisions(model, calib, valid, max_drop=args.max_drop, db=db, target=args.target,
                                    threads=threads, pipeline=pipeline, method=args.method,
                                    trials=args.trials, seed=args.seed, progress=progress)
