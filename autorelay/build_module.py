@@ -49,6 +49,7 @@ from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import post_order
 from autorelay.kernel import Kernel, compile_kernel
 from autorelay.lower import model_key, workload_key
+from autorelay.lower.lower import lower
 from autorelay.lower.relayout import relayout_compute
 from autorelay.primitive import PrimitiveKernels, compile_primitive
 from autorelay.runtime import aot, vm
@@ -278,9 +279,10 @@ def _flatten(v: Any) -> list[int]:
 
 
 def _constants(fn: Function) -> list[np.ndarray]:
-    """Tensor constants of a primitive function in the order lowering makes them inputs."""
-    return [np.asarray(n.data) for n in post_order(fn.body)
-            if isinstance(n, Constant) and np.asarray(n.data).size > 1]
+    """Tensor constants of a primitive function in the order lowering makes them inputs: the IR's
+    own and those its computes derive from them (a requantize's multipliers). Lowered per call
+    site: the kernel is shared by every function of its workload key, the constants are not."""
+    return [np.asarray(s.value) for s in lower(fn).sources if s.kind == "const"]
 
 
 def _ws_bytes(k: Kernel) -> int:

@@ -137,11 +137,24 @@ class _Lowerer:
             value = arr.reshape(()).item()
             return te.compute(arr.shape, lambda *i: E.const(value, dtype), name="const") if arr.ndim else \
                 te.compute((), lambda: E.const(value, dtype), name="const")
-        index = sum(s.kind == "const" for s in self.sources)
-        ph = te.placeholder(arr.shape, dtype, f"c{index}")
-        self.inputs.append(ph)
-        self.sources.append(InputSource("const", -1, arr))
+        ph = te.placeholder(arr.shape, dtype, "c")
+        ph.value = arr
+        self._add_constant(ph)
         return ph
+
+    def _add_constant(self, ph: Tensor) -> None:
+        ph.name = f"c{sum(s.kind == 'const' for s in self.sources)}"
+        self.inputs.append(ph)
+        self.sources.append(InputSource("const", -1, ph.value))
+
+    def _new_constants(self, out: Any) -> None:
+        """Constants a compute made (`te.constant`) become kernel inputs like the IR's constants."""
+        known = {id(t) for t in self.inputs}
+        outs = list(out) if isinstance(out, list | tuple) else [out]
+        for t in topo_order(outs):
+            if t.is_placeholder and t.value is not None and id(t) not in known:
+                self._add_constant(t)
+                known.add(id(t))
 
     def _call(self, c: Call) -> Any:
         name = c.op.name  # type: ignore[union-attr]
@@ -166,6 +179,7 @@ class _Lowerer:
             raise NoCompute(name, str(e)) from None
         except (TypeError, ValueError, IndexError) as e:  # a compute that cannot build: say so, loudly
             raise NoCompute(name, f"compute failed: {type(e).__name__}: {e}") from e
+        self._new_constants(out)
         return list(out) if isinstance(out, list | tuple) else out
 
 

@@ -15,6 +15,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     pool,
     pool_adaptive,
     qnn,
+    qnn_nn,
     reduce,
     reduce_sort,
     transform,

@@ -194,11 +194,15 @@ def _check_layout(attrs: Attrs) -> None:
         raise tc.Unsupported(f"layout {lay} -> {out} has no pooling compute")
 
 
+INT_MAX_POOL = ("int8", "uint8", "int32")
+
+
 def _pool_compute(avg: bool):
     """NCHW pooling over the frame the type relation implies (explicit padding + ceil_mode overhang).
 
-    Max pads with -inf; average sums and divides by the number of counted positions of each window
-    (all of the explicitly padded frame with count_include_pad, else only real pixels).
+    Max pads with -inf (an integer type's minimum: max pooling of quantized values is exact, so the
+    quantizer keeps it in int8); average sums and divides by the number of counted positions of each
+    window (all of the explicitly padded frame with count_include_pad, else only real pixels).
     """
 
     def compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
@@ -208,7 +212,7 @@ def _pool_compute(avg: bool):
         from autorelay.te import tensor as te
 
         x = inputs[0]
-        tc.check_dtypes([x], ("float32", "float64"))
+        tc.check_dtypes([x], ("float32", "float64") if avg else ("float32", "float64", *INT_MAX_POOL))
         _check_layout(attrs)
         shape = tc.out_shape(out_type)  # (N, C, OH, OW) or (N, C/b, OH, OW, b): pooling is over axes 2, 3
         oh, ow = shape[2:4]
@@ -219,7 +223,7 @@ def _pool_compute(avg: bool):
             raise tc.Unsupported("dilated average pooling has no compute")
         after_h = max((oh - 1) * sh + dh * (kh - 1) + 1 - pt - h, pb)
         after_w = max((ow - 1) * sw + dw * (kw - 1) + 1 - pl - w, pr)
-        fill = 0.0 if avg else float("-inf")
+        fill = 0.0 if avg else (float("-inf") if x.dtype.startswith("float") else int(_lowest(x.dtype)))
         extra = (0,) * (x.ndim - 4)
         xp = tnn.pad(x, (0, 0, pt, pl, *extra), (0, 0, after_h, after_w, *extra), value=fill, name="pool_pad")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")

@@ -5,13 +5,16 @@ As in Relay, scales and zero points are tensor *arguments* (float32 and int32), 
 
 * quantize    `q = clip(round(x / scale) + zero_point, qmin, qmax)` (round half to even)
 * dequantize  `x = (q - zero_point) * scale`
-* requantize  `q' = clip(round((q - zp_in) * scale_in / scale_out) + zp_out, qmin', qmax')`, with
-  `rounding` "UPWARD" (half toward +inf, Relay's default) or "TONEAREST" (half away from zero).
+* requantize  `q' = clip(rescale(q - zp_in, scale_in / scale_out) + zp_out, qmin', qmax')`, the
+  rescaling in fixed point by the one rule of `qnn_fixed` (`rounding` "UPWARD", half toward +inf,
+  Relay's default, or "TONEAREST", half away from zero), exactly as the kernels compute it.
 
-Quantize divides in the data's float type (as ONNX Runtime does); the other references compute
-in float64: the exact real-number semantics that Relay's fixed-point lowering approximates (they
-can differ by one step exactly at rounding ties that fixed point cannot represent). These ops are
-not differentiable.
+Quantize divides in the data's float type (as ONNX Runtime does); dequantize computes in float64.
+The integer ops (conv2d, dense, add, concatenate) are in `qnn_nn`. None is differentiable.
+
+A kernel rescales with integer multipliers derived from the scales, so its scales must be
+constants of the model (they are, after `build` binds the weights); with scales computed at run
+time the compute is `Unsupported` and the build reports a NumPy fallback for that kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, Type
+from autorelay.op import qnn_fixed as F
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
 from autorelay.op.shape_utils import dim_known_different, fmt_shape, normalize_axis, tensor_arg
 
@@ -31,6 +35,9 @@ def _check_qparam(op: str, t: TensorType, name: str, dtype: str, data: TensorTyp
     if t.dtype != dtype:
         raise rel_error(op, f"{name} must have dtype {dtype}, got {t.dtype}")
     if t.shape == () or (len(t.shape) == 1 and t.shape[0] == 1):
+        return
+    if len(t.shape) == len(data.shape) > 1 and all(  # blocked per-channel (a converted layout's form)
+            d == 1 or not dim_known_different(d, x) for d, x in zip(t.shape, data.shape)):
         return
     if len(t.shape) != 1 or dim_known_different(t.shape[0], data.shape[axis]):
         raise rel_error(op, f"{name} of shape {fmt_shape(t.shape)} must be a scalar or ({data.shape[axis]},) "
@@ -59,6 +66,8 @@ def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64)
     if v.ndim == 0 or v.size == 1:
         return v.reshape(())
+    if v.ndim == ndim > 1:  # already shaped to broadcast (blocked per-channel)
+        return v
     return v.reshape((-1,) + (1,) * (ndim - axis % ndim - 1))
 
 
@@ -74,7 +83,53 @@ def _qparam(p: object, idx: tuple, axis: int) -> object:
     """A per-tensor (scalar or (1,)) or per-channel parameter at output index `idx`."""
     if p.ndim == 0:  # type: ignore[attr-defined]
         return p[()]  # type: ignore[index]
+    if p.ndim > 1:  # type: ignore[attr-defined]  # shaped to broadcast against the data
+        from autorelay.op.te_compute import bcast_read
+
+        return bcast_read(p, idx)  # type: ignore[arg-type]
     return p[0] if p.shape[0] == 1 else p[idx[axis]]  # type: ignore[attr-defined,index]
+
+
+def constant_value(t: object) -> np.ndarray | None:
+    """The value of a kernel input known at lowering time (a constant placeholder, or an inline
+    scalar stage), else None."""
+    from autorelay.te import expr as E
+
+    if getattr(t, "value", None) is not None:
+        return np.asarray(t.value)  # type: ignore[attr-defined]
+    op = getattr(t, "op", None)
+    if op is not None and isinstance(op.body, E.Const):
+        return np.full(t.shape, op.body.value)  # type: ignore[attr-defined]
+    return None
+
+
+def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op: str,
+                         extra_scale: object = None, axis: int = 0, ndim: int = 0):
+    """`f(x_int64, output_index) -> rescaled int64 expr` multiplying by `num/den` (times
+    `extra_scale`) by the rule of `qnn_fixed`; each scale is per tensor, per channel along `axis`
+    of an `ndim`-d output, or shaped to broadcast. The multipliers are precomputed from the
+    constant scales (per tensor: inline; otherwise a constant input). Raises `Unsupported` when a
+    scale is not a constant."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    values = [constant_value(t) for t in (num_scale, den_scale, extra_scale) if t is not None]
+    if any(v is None for v in values):
+        raise tc.Unsupported(f"{op}: scales computed at run time (the kernel needs constant scales)")
+    nd = max(ndim, 1)
+    shaped = [_along(v, axis, nd) for v in values]  # type: ignore[arg-type]
+    ratio = shaped[0] * shaped[2] / shaped[1] if len(shaped) == 3 else shaped[0] / shaped[1]
+    try:
+        m, shift = F.multiplier_shift(ratio)
+    except F.QuantizationError as e:
+        raise rel_error(op, str(e)) from None
+    if m.size == 1:
+        mc, sc = E.const(int(m.reshape(-1)[0]), "int64"), E.const(int(shift.reshape(-1)[0]), "int64")
+        return lambda x, idx: F.rescale_expr(x, mc, sc, rounding)
+    mt = te.constant(m, "int32", "multiplier")
+    st = te.constant(shift, "int32", "shift")
+    return lambda x, idx: F.rescale_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(st, idx), rounding)
 
 
 def _q_compute(kind: str):
@@ -102,14 +157,15 @@ def _q_compute(kind: str):
             if kind == "quantize":
                 real = v / E.cast(_qparam(inputs[1], i, axis), x.dtype)
                 return saturate(f64(E.call("round", real)) + f64(_qparam(inputs[2], i, axis)))
-            in_s, in_zp, out_s, out_zp = (_qparam(p, i, axis) for p in inputs[1:])
-            real = (f64(v) - f64(in_zp)) * (f64(in_s) / f64(out_s))
-            if attrs["rounding"] == "TONEAREST":
-                mag = E.call("floor", E.call("abs", real) + 0.5)
-                rounded = E.select(real < 0.0, -mag, mag)
-            else:
-                rounded = E.call("floor", real + 0.5)
-            return saturate(rounded + f64(out_zp))
+            in_zp, out_zp = _qparam(inputs[2], i, axis), _qparam(inputs[4], i, axis)
+            diff = E.cast(v, "int64") - E.cast(in_zp, "int64")
+            scaled = rescaler(diff, i)
+            return F.saturate_expr(scaled + E.cast(out_zp, "int64"), dtype)
+
+        if kind == "requantize":
+            rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
+            rescaler = fixed_point_rescaler(inputs[1], inputs[3], rounding, "qnn.requantize", axis=axis,
+                                            ndim=x.ndim)
 
         return tc.compute0(tc.out_shape(out_type), body, kind, tag="elemwise")
 
@@ -181,15 +237,24 @@ def _requantize_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     return TensorType(data.shape, _out_dtype(op, attrs, QUANT_DTYPES))
 
 
+def rescale_along(q: np.ndarray, ratio: np.ndarray, axis: int, rounding: str) -> np.ndarray:
+    """`qnn_fixed.rescale` of int64 `q` by a per-tensor or per-channel (along `axis`) ratio."""
+    m, shift = F.multiplier_shift(np.asarray(ratio, np.float64))
+    nd = max(q.ndim, 1)
+    return F.rescale(q, _along(m, axis, nd).astype(np.int64), _along(shift, axis, nd).astype(np.int64),
+                     rounding)
+
+
 def _requantize_ref(attrs: Attrs, q, in_scale, in_zp, out_scale, out_zp) -> np.ndarray:
     ax, nd = attrs["axis"], max(q.ndim, 1)
     ratio = _along(in_scale, ax, nd) / _along(out_scale, ax, nd)
-    real = (q.astype(np.float64) - _along(in_zp, ax, nd)) * ratio
-    if attrs["rounding"] == "TONEAREST":
-        rounded = np.sign(real) * np.floor(np.abs(real) + 0.5)
-    else:  # "UPWARD" and Relay's "None" default
-        rounded = np.floor(real + 0.5)
-    return _saturate(rounded + _along(out_zp, ax, nd), attrs["out_dtype"])
+    diff = q.astype(np.int64) - _along(in_zp, ax, nd).astype(np.int64)
+    rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
+    try:
+        scaled = rescale_along(diff, ratio, ax, rounding)
+    except F.QuantizationError as e:
+        raise rel_error("qnn.requantize", str(e)) from None
+    return F.saturate(scaled + _along(out_zp, ax, nd).astype(np.int64), attrs["out_dtype"])
 
 
 register(OpDef(

@@ -298,6 +298,14 @@ def maximum(a: Any, b: Any) -> Expr:
     return binary("max", a, b)
 
 
+def shr(a: Any, b: Any) -> Expr:
+    """Arithmetic shift right of an integer: `floor(a / 2**b)` (logical for unsigned types)."""
+    out = binary("shr", a, b)
+    if not is_int(out.dtype):
+        raise TypeError(f"shr: needs integer operands, got {out.dtype}")
+    return out
+
+
 def select(cond: Any, t: Any, f: Any) -> Expr:
     t, f = _unify(t, f, "select")
     cond = as_expr(cond)

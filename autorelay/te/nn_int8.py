@@ -12,12 +12,15 @@ templates tagged `conv2d_nchwc_int8` and `dense_int8` decide how the group is co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
 from autorelay.te.nn import _out_dim, _pad4, _pair, pad
 from autorelay.te.tensor import Tensor
 
 INT8_DTYPES = ("int8", "uint8")
+DOT_GROUP = 4  # input channels one int32 lane sums per dot-product instruction (the weight layout's g)
 
 
 def _check_int8(op: str, *tensors: Tensor) -> None:
@@ -77,3 +80,81 @@ def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8") -> Tensor
         tag="dense_int8",
         attrs={"weight": weight.name, "data": data.name},
     )
+
+
+def conv2d_nchw_q(
+    data: Tensor,
+    weight: Tensor,
+    data_zero: E.Expr,
+    weight_zero: Callable[[E.Expr], E.Expr],
+    strides=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    name: str = "qconv2d",
+) -> Tensor:
+    """Any quantized NCHW/OIHW convolution (grouped, depthwise, dilated), zero points subtracted
+    in the body: out[b, f, y, x] = sum over (c, kh, kw) of (data - data_zero) * (weight -
+    weight_zero(f)), the border reading `data_zero` (real zero). The general, unblocked form; the
+    NCHW[x]c form with a zero weight zero point is `conv2d_nchwc_int8`."""
+    _check_int8(name, data, weight)
+    n, _c, h, w = data.shape
+    o, cg, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
+    pt, pl, pb, pr = _pad4(padding)
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=E.cast(data_zero, data.dtype), name=f"{name}_pad")
+    og = o // groups
+    rc, rh, rw = te.reduce_axis(cg, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    zero = E.cast(data_zero, "int32")
+
+    def body(b, f, y, xx):
+        ch = rc.var if groups == 1 else f // og * cg + rc.var
+        pixel = E.cast(x[b, ch, y * sh + rh * dh, xx * sw + rw * dw], "int32") - zero
+        tap = E.cast(weight[f, rc, rh, rw], "int32") - E.cast(weight_zero(f), "int32")
+        return te.sum(pixel * tap, [rc, rh, rw])
+
+    plain = groups == 1 and (dh, dw) == (1, 1)
+    return te.compute((n, o, oh, ow), body, name=name, tag="conv2d_nchw" if plain else "reduce")
+
+
+def dense_q(data: Tensor, weight: Tensor, data_zero: E.Expr, weight_zero: Callable[[E.Expr], E.Expr],
+            name: str = "qdense") -> Tensor:
+    """out[..., j] = sum_k (data[..., k] - data_zero) * (weight[j, k] - weight_zero(j)), int32."""
+    _check_int8(name, data, weight)
+    k = data.shape[-1]
+    if weight.ndim != 2 or weight.shape[1] != k:
+        raise ValueError(f"{name}: data {data.shape} and weight {weight.shape} disagree on K")
+    rk = te.reduce_axis(k, "k")
+    zero = E.cast(data_zero, "int32")
+
+    def body(*idx):
+        pixel = E.cast(data[(*idx[:-1], rk.var)], "int32") - zero
+        tap = E.cast(weight[idx[-1], rk], "int32") - E.cast(weight_zero(idx[-1]), "int32")
+        return te.sum(pixel * tap, [rk])
+
+    return te.compute((*data.shape[:-1], weight.shape[0]), body, name=name, tag="reduce")
+
+
+def depthwise_conv2d_nchw_q(data: Tensor, weight: Tensor, data_zero: E.Expr,
+                            weight_zero: Callable[[E.Expr], E.Expr], strides=1, padding=0,
+                            name: str = "qdwconv") -> Tensor:
+    """Quantized depthwise NCHW convolution (weight [C, 1, KH, KW]), zero points subtracted in the
+    body: the depthwise template's form (two reduction axes)."""
+    _check_int8(name, data, weight)
+    n, c, h, w = data.shape
+    _, _, kh, kw = weight.shape
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=E.cast(data_zero, data.dtype), name=f"{name}_pad")
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    zero = E.cast(data_zero, "int32")
+
+    def body(b, f, y, xx):
+        pixel = E.cast(x[b, f, y * sh + rh, xx * sw + rw], "int32") - zero
+        tap = E.cast(weight[f, 0, rh, rw], "int32") - E.cast(weight_zero(f), "int32")
+        return te.sum(pixel * tap, [rh, rw])
+
+    return te.compute((n, c, oh, ow), body, name=name, tag="depthwise_conv2d_nchw")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autorelay.te.expr import (
     DTYPES,
     Expr,
@@ -51,15 +53,21 @@ class ComputeOp:
 
 
 class Tensor:
-    """A placeholder (`op is None`) or a computed tensor. Identity-compared."""
+    """A placeholder (`op is None`) or a computed tensor. Identity-compared.
 
-    __slots__ = ("dtype", "name", "op", "shape")
+    A placeholder may carry the `value` it will be bound to (a constant of the model: a weight, a
+    scale): computes may read it to precompute what depends only on constants (a requantize's
+    fixed-point multipliers, a convolution's zero-point correction) as new `constant`s."""
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, op: ComputeOp | None = None):
+    __slots__ = ("dtype", "name", "op", "shape", "value")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: str, op: ComputeOp | None = None,
+                 value: Any = None):
         self.name = name
         self.shape = shape
         self.dtype = dtype
         self.op = op
+        self.value = value
 
     @property
     def ndim(self) -> int:
@@ -98,6 +106,17 @@ def placeholder(shape: Sequence[int], dtype: str = "float32", name: str = "X") -
     if dtype not in DTYPES:
         raise TypeError(f"placeholder {name}: unknown dtype {dtype!r}")
     return Tensor(name, _check_shape(shape, f"placeholder {name}"), dtype)
+
+
+def constant(value: Any, dtype: str, name: str = "const") -> Tensor:
+    """A placeholder bound to a known array: the lowering passes it to the kernel as a constant
+    input (see `autorelay.lower.lower`). Zero-dimensional values should be inline `E.const`s."""
+    arr = np.ascontiguousarray(np.asarray(value).astype(dtype))
+    if arr.ndim == 0:
+        raise ValueError(f"constant {name}: a scalar is an inline expression (E.const), not a tensor")
+    t = placeholder(arr.shape, dtype, name)
+    t.value = arr
+    return t
 
 
 def reduce_axis(extent: int, name: str = "k") -> IterVar:

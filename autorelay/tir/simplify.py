@@ -199,6 +199,7 @@ _FOLD = {
     "mul": lambda a, b: a * b,
     "floordiv": lambda a, b: a // b,
     "mod": lambda a, b: a % b,
+    "shr": lambda a, b: a >> b,
     "min": min,
     "max": max,
 }

@@ -28,6 +28,7 @@ from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op import registry
 from autorelay.op.layout import from_canonical_array, parse_layout
 from autorelay.op.registry import OpPattern
+from autorelay.transform.convert_layout_qnn import RULES as QNN_RULES
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.util import op_name, static_shape, tensor_type
 
@@ -103,6 +104,8 @@ class _Converter(ExprMutator):
             return None
         if name == "nn.conv2d":
             return self._conv(c)
+        if name in QNN_RULES:
+            return QNN_RULES[name](self, c)
         if name == "nn.bias_add":
             return self._bias_add(c)
         if name in POOLS:

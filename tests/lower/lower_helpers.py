@@ -34,13 +34,16 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator, l
 
 def op_function(name: str, arg_types: list[Any], attrs: dict[str, Any]) -> Function:
     """A typed primitive function calling op `name` on parameters of `arg_types` (a list of
-    TensorTypes is one tuple-typed argument, passed as a Tuple of parameters)."""
-    from autorelay.ir.expr import Tuple
+    TensorTypes is one tuple-typed argument, passed as a Tuple of parameters; a NumPy array is a
+    constant argument)."""
+    from autorelay.ir.expr import Constant, Tuple
 
     params: list[Var] = []
     args = []
     for t in arg_types:
-        if isinstance(t, list):
+        if isinstance(t, np.ndarray):
+            args.append(Constant(t))
+        elif isinstance(t, list):
             vs = [Var(f"x{len(params) + k}", f) for k, f in enumerate(t)]
             params += vs
             args.append(Tuple(tuple(vs)))

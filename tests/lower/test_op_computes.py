@@ -130,6 +130,11 @@ CASES = [
                                                    "padding": (1, 1)}),
     case("nn.max_pool2d", [tensor((1, 2, 8, 8))], {"pool_size": (3, 3), "strides": (2, 2), "ceil_mode": True},
          ident="max_pool2d-ceil"),
+    # quantized values: padding reads the type's minimum (the real -inf)
+    case("nn.max_pool2d", [tensor((2, 3, 9, 9), "uint8")],
+         {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)}, rng=(0, 255), ident="max_pool2d-u8"),
+    case("nn.max_pool2d", [tensor((1, 3, 8, 8), "int8")],
+         {"pool_size": (2, 2), "strides": (2, 2), "padding": (1, 1)}, rng=(-128, 127), ident="max_pool2d-s8"),
     case("nn.avg_pool2d", [tensor((1, 3, 9, 9))], {"pool_size": (3, 3), "strides": (2, 2),
                                                    "padding": (1, 1)}),
     case("nn.avg_pool2d", [tensor((1, 3, 9, 9))],
@@ -160,11 +165,15 @@ def test_compute_matches_reference(op: str, types: list[Any], attrs: dict[str, A
 def test_every_compute_has_a_case():
     from test_op_computes_more import MORE_CASES
 
-    covered = {p.values[0] for p in CASES + MORE_CASES} | {q[0] for q in QNN}
+    covered = {p.values[0] for p in CASES + MORE_CASES} | {q[0] for q in QNN} | set(TESTED_ELSEWHERE)
     with_compute = {o.name for o in registry.all_ops() if o.compute is not None}
     missing = sorted(with_compute - covered)
     assert not missing, f"ops with a compute but no test case: {missing}"
 
+
+# integer ops whose kernels are checked bit for bit against integer oracles in their own files
+TESTED_ELSEWHERE = {op: "tests/op/test_qnn_nn.py" for op in
+                    ("qnn.conv2d", "qnn.dense", "qnn.add", "qnn.concatenate")}
 
 QNN = [
     ("qnn.quantize", {"out_dtype": "int8"}, [(3, 19), (), ()], False),
@@ -188,6 +197,20 @@ def test_qnn_computes(op: str, attrs: dict, shapes: list, int_data: bool):
         params.append(gen.uniform(0.05, 0.5, shp).astype("float32") if is_scale else
                       gen.integers(-5, 6, shp).astype("int32"))
     types = [tensor(a.shape, str(a.dtype)) for a in (data, *params)]
+    if op == "qnn.requantize":  # its kernel rescales by multipliers derived from constant scales
+        types = [types[0], params[0], types[2], params[2], types[4]]
+        inputs = [data, params[1], params[3]]
+    else:
+        inputs = [data, *params]
     fn = op_function(op, types, attrs)
-    inputs = [data, *params]
     assert_close(run_lowered(fn, inputs), reference_outputs(fn, inputs))
+
+
+def test_requantize_with_run_time_scales_has_no_compute():
+    """Scales only known at run time: no kernel (the build reports a NumPy fallback), never a guess."""
+    from autorelay.lower.lower import NoCompute, lower
+
+    types = [tensor((3, 4), "int32"), tensor((), "float32"), tensor((), "int32"), tensor((), "float32"),
+             tensor((), "int32")]
+    with pytest.raises(NoCompute, match="constant scales"):
+        lower(op_function("qnn.requantize", types, {}))

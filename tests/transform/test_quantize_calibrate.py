@@ -77,6 +77,16 @@ def test_calibrate_kl_is_within_max():
         assert mlo - 1e-6 <= lo <= hi <= mhi + 1e-6, point
 
 
+def test_calibrate_with_a_compiled_model_matches_the_interpreter():
+    mod = small_net()
+    batches = _batches(2)
+    ref = calibrate(mod, None, batches, method="max", progress=False)
+    built = calibrate(mod, None, batches, method="max", runner="build", progress=False)
+    assert set(built.ranges) == set(ref.ranges)
+    for point, r in ref.ranges.items():
+        assert built.range(point) == pytest.approx(r, rel=1e-4, abs=1e-5), point
+
+
 def test_calibrate_errors():
     mod = small_net()
     with pytest.raises(ValueError, match="method"):

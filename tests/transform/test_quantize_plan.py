@@ -6,7 +6,7 @@ import pytest
 from quantize_nets import small_net
 
 from autorelay.frontend import zoo
-from autorelay.transform.quantize import QuantizePlan, prepare_for_quantize, quantizable_layers
+from autorelay.transform.quantize import QuantizePlan, layer_support, prepare_for_quantize, quantizable_layers
 
 
 def test_layer_names_in_post_order_per_kind():
@@ -51,3 +51,11 @@ def test_plan_rejects_unknown_precisions_and_keys():
         QuantizePlan({}, default="fp8")
     with pytest.raises(ValueError, match="layers"):
         QuantizePlan.from_json('{"default": "int8", "layers": {}}')
+
+
+def test_layer_support_names_what_cannot_be_int8():
+    assert set(layer_support(small_net()).values()) == {""}
+    mod, params = zoo.get("mlp", in_features=16)
+    assert set(layer_support(mod, params).values()) == {""}
+    unbound = layer_support(mod)  # weights left as parameters: nothing to quantize at build time
+    assert unbound and all("not a constant" in why for why in unbound.values())

@@ -12,8 +12,8 @@ import autorelay
 from autorelay.frontend import zoo
 from autorelay.ir.visitor import post_order
 from autorelay.runtime.interpreter import evaluate
-from autorelay.transform import bind_params
-from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
+from autorelay.transform import Pipeline, bind_params
+from autorelay.transform.quantize import Quantize, QuantizePlan, calibrate, quantize_model
 from autorelay.transform.util import op_histogram, op_name
 
 BATCH = 4
@@ -46,6 +46,21 @@ def test_plan_keeps_fp32_layers_in_float(cal):
     assert ops["qnn.quantize"] == 2 and q_inputs.count("qnn.quantize") == 3
 
 
+def test_a_join_with_an_fp32_input_runs_in_float(cal):
+    qmod, _ = quantize_model(small_net(BATCH), None, cal, QuantizePlan({"conv2d_2": "fp32"}))
+    ops = op_histogram(qmod)
+    assert "qnn.add" not in ops and ops["add"] >= 1 and ops["qnn.concatenate"] == 1
+    (fconv,) = _calls(qmod, "nn.conv2d")
+    # conv2d_1 is read by the fp32 conv only: its int32 accumulator is dequantized, then the relu
+    assert op_name(fconv.args[0]) == "nn.relu" and op_name(fconv.args[0].args[0]) == "qnn.dequantize"
+    assert fconv.args[0].args[0].args[0].checked_type.dtype == "int32"
+    (join,) = [a for a in _calls(qmod, "add") if a.args[0].checked_type == a.args[1].checked_type]
+    assert join.checked_type.dtype == "float32"
+    # the depthwise conv after the float add quantizes its input again
+    dw = [c for c in _calls(qmod, "qnn.conv2d") if c.attrs["groups"] == 8]
+    assert len(dw) == 1 and op_name(dw[0].args[0]) == "qnn.quantize"
+
+
 def test_int8_layers_chain_without_dequantize_quantize_pairs(cal):
     qmod, _ = quantize_model(small_net(BATCH), None, cal, QuantizePlan())
     ops = op_histogram(qmod)
@@ -63,16 +78,24 @@ def test_int8_layers_chain_without_dequantize_quantize_pairs(cal):
     assert conv.args[5].checked_type.shape == (8,)  # per-channel weight scales
 
 
-def test_interpreter_and_build_are_bit_identical():
+@pytest.mark.parametrize("pipeline", ["default", "nchwc16"])
+def test_interpreter_and_build_are_bit_identical(pipeline):
     mod = small_net(BATCH, head=False)
     batches = [{"data": images(BATCH, seed=s)} for s in range(4)]
     cal = calibrate(mod, None, batches, method="percentile", progress=False)
     qmod, qparams = quantize_model(mod, None, cal)
     x = images(BATCH, seed=50)
     want = evaluate(bind_params(qmod, qparams), x)
-    got = autorelay.build(qmod, target="llvm", params=qparams)(x)
+    exe = autorelay.build(qmod, target="llvm", params=qparams, pipeline=pipeline)
+    got = exe(x)
     assert np.asarray(got).dtype == np.float32
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    # every int8 layer is one compiled kernel: conv + bias + requantize (+ clip / qnn.add) fused
+    assert exe.report.fallbacks == []
+    if pipeline != "default":  # channel blocking adds layout transforms between the same kernels
+        return
+    names = [r.name for r in exe.report.rows if r.kind == "kernel"]
+    assert sum(n.startswith("conv2d_bias_add_requantize") for n in names) == 6, names
 
 
 # (mean, max) error bounds in logit steps; KL trades clipped outliers for resolution, so on a random
@@ -116,3 +139,13 @@ def test_zoo_resnet_all_layers_quantize():
     ops = op_histogram(qmod)
     assert ops["qnn.conv2d"] == 20 and ops["qnn.dense"] == 1 and "nn.conv2d" not in ops
     assert ops["qnn.add"] == 7  # the last block's add is read by the float average pool only
+
+
+def test_quantize_pass_in_a_pipeline_matches_quantize_model(cal):
+    mod = small_net(BATCH)
+    plan = QuantizePlan({"conv2d_0": "fp32"})
+    qmod, qparams = quantize_model(mod, None, cal, plan)
+    piped = Pipeline([Quantize(cal, plan)])(mod)
+    x = images(BATCH, seed=3)
+    np.testing.assert_array_equal(np.asarray(evaluate(piped, x)),
+                                  np.asarray(evaluate(bind_params(qmod, qparams), x)))

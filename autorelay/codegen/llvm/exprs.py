@@ -293,6 +293,8 @@ class ExprEmitter:
             return self.op(
                 f"select {self.ty('bool', lanes)} {c.ref}, {t} {a.ref}, {t} {b.ref}", e.dtype, lanes
             )
+        if e.op == "shr":
+            return self.op(f"{'lshr' if unsigned else 'ashr'} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("floordiv", "mod"):
             if unsigned:
                 return self.op(

@@ -8,7 +8,7 @@ Modules: `layers` (names, plan), `annotate` (patterns and calibration points on 
 graph), `calibrate` (range methods), `realize` (the rewrite into qnn ops), `quantize` (the driver).
 """
 
-from autorelay.transform.quantize.annotate import Annotation, annotate, prepare_for_quantize
+from autorelay.transform.quantize.annotate import Annotation, annotate, layer_support, prepare_for_quantize
 from autorelay.transform.quantize.calibrate import (
     METHODS,
     Calibration,
@@ -20,11 +20,12 @@ from autorelay.transform.quantize.calibrate import (
     range_percentile,
 )
 from autorelay.transform.quantize.layers import PRECISIONS, QuantizePlan, quantizable_layers
-from autorelay.transform.quantize.quantize import quantize_model
+from autorelay.transform.quantize.quantize import Quantize, quantize_model
 from autorelay.transform.quantize.realize import activation_qparams, quantize_weight
 
 __all__ = [
-    "METHODS", "PRECISIONS", "Annotation", "Calibration", "QuantizePlan", "activation_qparams", "annotate",
-    "calibrate", "choose_range", "kl_threshold", "prepare_for_quantize", "quantizable_layers",
-    "quantize_model", "quantize_weight", "range_kl", "range_max", "range_percentile",
+    "METHODS", "PRECISIONS", "Annotation", "Calibration", "Quantize", "QuantizePlan",
+    "activation_qparams", "annotate",
+    "calibrate", "choose_range", "kl_threshold", "layer_support", "prepare_for_quantize",
+    "quantizable_layers", "quantize_model", "quantize_weight", "range_kl", "range_max", "range_percentile",
 ]

@@ -219,3 +219,10 @@ def annotate(fn: Function | IRModule) -> Annotation:
             join.activation, join.out = nxt, nxt  # type: ignore[assignment]
         joins[name] = join
     return Annotation(fn, layers, joins, uses)
+
+
+def layer_support(mod: IRModule, params: Mapping[str, np.ndarray] | None = None) -> dict[str, str]:
+    """Layer name -> why it cannot run in int8 ("" when it can): a plan's "int8" for such a layer
+    leaves it in float, so a search can skip it."""
+    ann = annotate(prepare_for_quantize(mod, params))
+    return {name: layer.unsupported for name, layer in ann.layers.items()}

@@ -8,12 +8,16 @@ points stay inline constants of the qnn calls (they are part of each kernel's id
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
+from autorelay.transform.bind import bind_params
+from autorelay.transform.pass_base import ModulePass
 from autorelay.transform.quantize.annotate import annotate, prepare_for_quantize
 from autorelay.transform.quantize.calibrate import Calibration
 from autorelay.transform.quantize.layers import QuantizePlan, quantizable_layers
@@ -57,7 +61,9 @@ class _Lift(ExprMutator):
 @deep
 def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calibration: Calibration,
                    plan: QuantizePlan | None = None) -> tuple[IRModule, dict[str, np.ndarray]]:
-    """The model with the plan's int8 layers as qnn ops (float inputs and outputs), and its weights."""
+    """The model with the plan's int8 layers as qnn ops (float inputs and outputs), and its weights.
+
+    Only `@main` is kept (a dataflow graph; the quantizer rejects control flow)."""
     plan = plan or QuantizePlan()
     layers = quantizable_layers(mod)
     plan.check(layers)
@@ -77,3 +83,18 @@ def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calib
     body = lift.visit(fn.body)
     out = IRModule.from_expr(Function(tuple(fn.params) + tuple(lift.vars), body))
     return infer_types(out), lift.params
+
+
+@dataclass(frozen=True)
+class Quantize(ModulePass):
+    """`quantize_model` as a pass value, for pipelines: weights stay constants (bind them first).
+
+    `Pipeline([Quantize(calibration, plan), *pipeline_passes("default")])`."""
+
+    name: ClassVar[str] = "Quantize"
+    calibration: Calibration = field(default_factory=lambda: Calibration("max", {}))
+    plan: QuantizePlan = field(default_factory=QuantizePlan)
+
+    def transform_module(self, mod: IRModule) -> IRModule:
+        qmod, params = quantize_model(mod, None, self.calibration, self.plan)
+        return bind_params(qmod, params)

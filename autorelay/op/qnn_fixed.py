@@ -1,0 +1,84 @@
+"""The one rounding rule of the quantized ops: fixed-point rescaling, then saturation.
+
+Changing a quantized value's scale multiplies it by a real ratio (`input_scale / output_scale`;
+`input_scale * kernel_scale / output_scale` after a convolution). Every qnn reference and every
+qnn kernel computes that product the same way, in integers, so compiled kernels equal the
+references bit for bit (hardware accelerators and gemmlowp-style libraries do the same):
+
+* the ratio (float64 of float32 scales) becomes `m * 2**-shift`, `m` an integer in [2**30, 2**31)
+  (31 significant bits, the ratio's float64 mantissa rounded to nearest) and `1 <= shift <= 62`;
+* `rescale(x) = (x * m + 2**(shift - 1)) >> shift` in int64 (`x` is an int32 value, so the
+  product fits): the real product rounded half toward +infinity ("UPWARD", Relay's default), or
+  with "TONEAREST" the magnitude rounded so halves go away from zero;
+* `saturate` clips to the output type's range.
+
+A ratio below 2**-31 or at least 2**29 is refused: no sensible pair of scales gives one, and
+outside that range `m` and `shift` would not fit the int64 arithmetic above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.te import expr as E
+
+ROUNDINGS = ("UPWARD", "TONEAREST")
+_MIN_RATIO, _MAX_RATIO = 2.0**-31, 2.0**29
+
+
+class QuantizationError(ValueError):
+    """A scale ratio the fixed-point rule cannot represent."""
+
+
+def multiplier_shift(ratio: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """(m, shift) int64 arrays with `ratio ~= m * 2**-shift`, `m` in [2**30, 2**31)."""
+    r = np.asarray(ratio, dtype=np.float64)
+    bad = ~np.isfinite(r) | (r < _MIN_RATIO) | (r >= _MAX_RATIO)
+    if np.any(bad):
+        raise QuantizationError(
+            f"scale ratio {r[bad].ravel()[0]!r} cannot be rescaled in fixed point "
+            f"(must lie in [2**-31, 2**29); check the scales for zeros or extreme values)"
+        )
+    frac, exp = np.frexp(r)  # r = frac * 2**exp, frac in [0.5, 1)
+    m = np.round(np.ldexp(frac, 31)).astype(np.int64)  # in [2**30, 2**31]
+    shift = (31 - exp).astype(np.int64)
+    top = m == 2**31  # the mantissa rounded up to the next power of two
+    m = np.where(top, 2**30, m)
+    shift = np.where(top, shift - 1, shift)
+    return m, shift
+
+
+def rescale(x: np.ndarray, m: np.ndarray, shift: np.ndarray, rounding: str = "UPWARD") -> np.ndarray:
+    """`x * m * 2**-shift` rounded by `rounding`, in int64 (x: any integer array, |x| < 2**32)."""
+    x = np.asarray(x, dtype=np.int64)
+    m, shift = np.asarray(m, np.int64), np.asarray(shift, np.int64)
+    half = np.left_shift(np.int64(1), shift - 1)
+    if rounding == "TONEAREST":
+        mag = (np.abs(x) * m + half) >> shift
+        return np.where(x < 0, -mag, mag)
+    if rounding != "UPWARD":
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    return (x * m + half) >> shift
+
+
+def rescale_expr(x: E.Expr, m: E.Expr, shift: E.Expr, rounding: str = "UPWARD") -> E.Expr:
+    """`rescale` as a tensor expression (every operand widened to int64)."""
+    x, m, shift = (E.cast(v, "int64") for v in (x, m, shift))
+    half = E.shr(E.const(2**62, "int64"), E.const(63, "int64") - shift)  # 2**(shift - 1)
+    if rounding == "TONEAREST":
+        mag = E.shr(E.select(x < 0, E.const(0, "int64") - x, x) * m + half, shift)
+        return E.select(x < 0, E.const(0, "int64") - mag, mag)
+    if rounding != "UPWARD":
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    return E.shr(x * m + half, shift)
+
+
+def saturate(v: np.ndarray, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(v, info.min, info.max).astype(dtype)
+
+
+def saturate_expr(v: E.Expr, dtype: str) -> E.Expr:
+    info = np.iinfo(dtype)
+    lo, hi = E.const(int(info.min), v.dtype), E.const(int(info.max), v.dtype)
+    return E.cast(E.minimum(E.maximum(v, lo), hi), dtype)

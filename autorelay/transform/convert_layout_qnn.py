@@ -1,0 +1,144 @@
+"""ConvertLayout's rules for the quantized ops (see `convert_layout` for the pass itself).
+
+* `qnn.conv2d` with uint8 data, a constant int8 weight and a zero weight zero point runs in
+  `NCHW{x}c` with its weight packed at compile time for the integer dot-product instructions:
+  `OIHW{x/g}i{y}o{g}i` = `[OC/y, C/x, KH, KW, x/g, y, g]`, `g` input channels per instruction lane
+  (`te.nn_int8.DOT_GROUP`). The input block `x` is a multiple of `g`. Anything else (int8 data —
+  `vpdpbusd` multiplies unsigned by signed bytes —, per-channel weight zero points, grouped or
+  dilated convolutions, fewer channels than a group) stays in NCHW.
+* quantize / dequantize / requantize follow the layout of their data: per-tensor parameters as
+  they are, per-channel constants re-laid-out to broadcast against the blocked data.
+* `qnn.add` with per-tensor parameters keeps its operands' common layout; `qnn.concatenate` on
+  the channel axis of values in one layout stays in it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autorelay.ir.expr import Call, Constant, Expr, Tuple
+from autorelay.op.layout import parse_layout
+from autorelay.te.nn_int8 import DOT_GROUP
+from autorelay.transform.util import static_shape, tensor_type
+
+if TYPE_CHECKING:
+    from autorelay.transform.convert_layout import _Converter
+
+def _scalar(e: Expr) -> bool:
+    shape = static_shape(e)
+    return shape is not None and int(np.prod(shape, dtype=np.int64)) == 1
+
+
+def _input_block(channels: int, want: int) -> int | None:
+    """The largest multiple of DOT_GROUP dividing `channels` and at most `want` (else None)."""
+    for d in range(min(channels, max(want, DOT_GROUP)), 0, -1):
+        if channels % d == 0 and d % DOT_GROUP == 0:
+            return d
+    return None
+
+
+def pack_weight(w: np.ndarray, icb: int, ocb: int, g: int = DOT_GROUP) -> np.ndarray:
+    """OIHW int8 -> [OC/ocb, C/icb, KH, KW, icb/g, ocb, g] (`OIHW{icb/g}i{ocb}o{g}i`)."""
+    o, c, kh, kw = w.shape
+    blocks = w.reshape(o // ocb, ocb, c // icb, icb // g, g, kh, kw)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 5, 6, 3, 1, 4))
+
+
+def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
+    a = c.attrs
+    if conv.dst != "NCHWc" or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
+        return None
+    if a["out_layout"] not in ("", "NCHW") or a["groups"] != 1 or tuple(a["dilation"]) != (1, 1):
+        return None
+    xt, weight, kzp = tensor_type(c.args[0]), c.args[1], c.args[3]
+    if xt is None or xt.dtype != "uint8" or not isinstance(weight, Constant) or not isinstance(kzp, Constant):
+        return None
+    w = np.asarray(weight.data)
+    if w.dtype != np.int8 or np.asarray(kzp.data).size != 1 or int(np.asarray(kzp.data).reshape(())) != 0:
+        return None
+    in_c, out_c = int(xt.shape[1]), int(w.shape[0])
+    x, lay = conv.track(c.args[0])
+    want = conv.block
+    if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
+        want = int(lay[4:-1])  # the block the input already has, if a group divides it
+    icb = _input_block(in_c, want) or _input_block(in_c, conv.block)
+    if icb is None:
+        return None
+    i = conv.convs.get(id(c), -1)
+    ocb = conv.conv_blocks[i][1] if 0 <= i < len(conv.conv_blocks) else conv.block
+    from autorelay.transform.convert_layout import _const, _divisor
+
+    ocb = _divisor(out_c, ocb)
+    data, out = f"NCHW{icb}c", f"NCHW{ocb}c"
+    kern = f"OIHW{icb // DOT_GROUP}i{ocb}o{DOT_GROUP}i"
+    attrs = a.replace(data_layout=data, kernel_layout=kern, out_layout=out if out != data else "")
+    args = (conv.ensure(x, lay, data), _const(pack_weight(w, icb, ocb)),
+            *(conv.visit(e) for e in c.args[2:]))
+    return Call(c.op, args, attrs), out
+
+
+def _blocked_param(conv: _Converter, e: Expr, lay: str, axis: int, ndim: int) -> Expr | None:
+    """A qnn parameter for data now in `lay`: scalars as they are, a per-channel constant along
+    the source layout's channel axis re-laid-out to broadcast; else None (no conversion)."""
+    if _scalar(e):
+        return conv.visit(e)
+    if not isinstance(e, Constant) or axis != conv.src.index("C") or ndim != len(conv.src):
+        return None
+    v = np.asarray(e.data).reshape(-1)
+    layout = parse_layout("ConvertLayout", lay, conv.src)
+    f = layout.factor("C")
+    if f is None or v.size % f:
+        return None
+    from autorelay.transform.convert_layout import _const
+
+    shape = [v.size // f if ax == "C" else f if ax == "c" else 1 for ax in layout.axes]
+    return _const(v.reshape(shape))
+
+
+def qparams(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
+    """quantize / dequantize / requantize in their data's layout."""
+    x, lay = conv.track(c.args[0])
+    t = tensor_type(c.args[0])
+    if lay is None or t is None:
+        return None
+    axis = int(c.attrs["axis"]) % max(t.ndim, 1)
+    params = [_blocked_param(conv, p, lay, axis, t.ndim) for p in c.args[1:]]
+    if any(p is None for p in params):
+        return None
+    channel = conv.src.index("C")
+    new_axis = parse_layout("ConvertLayout", lay, conv.src).index("C") if axis == channel else axis
+    return Call(c.op, (x, *params), c.attrs.replace(axis=new_axis)), lay  # type: ignore[arg-type]
+
+
+def qadd(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
+    """Same-shaped operands with per-tensor parameters: computed in the layout of the first blocked
+    operand (the other is transformed to it, as for a float add)."""
+    (lhs, ll), (rhs, rl) = conv.track(c.args[0]), conv.track(c.args[1])
+    lay = ll or rl
+    if lay is None or static_shape(c.args[0]) != static_shape(c.args[1]):
+        return None
+    if not all(_scalar(p) for p in c.args[2:]):
+        return None
+    args = (conv.ensure(lhs, ll, lay), conv.ensure(rhs, rl, lay), *(conv.visit(p) for p in c.args[2:]))
+    return Call(c.op, args, c.attrs), lay
+
+
+def qconcatenate(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
+    fields, t = c.args[0], tensor_type(c)
+    if not isinstance(fields, Tuple) or t is None or t.ndim != len(conv.src):
+        return None
+    if int(c.attrs["axis"]) % t.ndim != conv.src.index("C"):
+        return None
+    tracked = [conv.track(f) for f in fields.fields]
+    lay = tracked[0][1]
+    if lay is None or any(fl != lay for _, fl in tracked):
+        return None
+    axis = parse_layout("ConvertLayout", lay, conv.src).index("C")
+    rest = tuple(conv.visit(p) for p in c.args[1:])
+    return Call(c.op, (Tuple(tuple(x for x, _ in tracked)), *rest), c.attrs.replace(axis=axis)), lay
+
+
+RULES = {"qnn.conv2d": qconv, "qnn.quantize": qparams, "qnn.dequantize": qparams, "qnn.requantize": qparams,
+         "qnn.add": qadd, "qnn.concatenate": qconcatenate}
