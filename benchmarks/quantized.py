@@ -7,8 +7,8 @@ The same zoo network and weights four ways, each in its own worker process, time
 blocks (`benchmarks/peers.py`):
 
 * `fp32`      AutoRelay's float build (logged schedules with `--db`, else the heuristic defaults);
-* `int8`      AutoRelay's all-int8 plan: calibrated on `--calibration` seeded random inputs
-              (`autorelay.transform.quantize`), built with the same schedule source;
+* `int8`      AutoRelay's all-int8 plan, quantized exactly as `autorelay tune|compile --precision int8
+              --calibration-random N` does it (so `--db` holds its tuned int8 kernels);
               each with the pipeline `--pipeline auto` picks (the log's, else the measured fastest);
 * `ort_fp32`  ONNX Runtime on the ONNX export of the network (see `benchmarks/models.py`);
 * `ort_int8`  ONNX Runtime on that export quantized by its own `quantize_static` (QDQ format,
@@ -40,14 +40,12 @@ from models import _zoo_model, make_autorelay, make_onnxruntime, torch_module
 import autorelay
 
 
-def _calibration(mod: Any, params: dict, count: int) -> list[dict[str, np.ndarray]]:
-    return [zoo_inputs(mod, params, seed) for seed in range(100, 100 + count)]
+def _calibration(name: str, mod: Any, params: dict, inputs: dict, count: int) -> list[dict[str, np.ndarray]]:
+    """The batches `autorelay tune|compile --precision int8 --calibration-random COUNT` use."""
+    from search.models import Model
+    from search.quant_data import random_batches
 
-
-def zoo_inputs(mod: Any, params: dict, seed: int) -> dict[str, np.ndarray]:
-    from autorelay.frontend import zoo
-
-    return zoo.random_inputs(mod, params, seed)
+    return random_batches(Model(name, mod, params, inputs), count, seed=0).batches
 
 
 def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int, db_url: str | None) -> str:
@@ -76,15 +74,16 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
 
     mod, params, inputs = _zoo_model(name, options)
-    calib = calibrate(mod, params, _calibration(mod, params, count), method=method, progress=False)
+    calib = calibrate(mod, params, _calibration(name, mod, params, inputs, count), method=method,
+                      progress=False)
     qmod, qparams = quantize_model(mod, params, calib, QuantizePlan())
-    pipeline = pick_pipeline(f"{name}-int8", qmod, qparams, inputs, threads, db_url)
+    pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url)
     source = None
     if db_url is not None:
         import tuning_db
         from search.models import Model, schedule_source
 
-        source = schedule_source(tuning_db.open(db_url), Model(f"{name}-int8", qmod, qparams, inputs),
+        source = schedule_source(tuning_db.open(db_url), Model(f"{name}[quantized]", qmod, qparams, inputs),
                                  threads=threads, pipeline=pipeline)
     exe = autorelay.build(qmod, params=qparams, threads=threads, schedules=source, pipeline=pipeline)
     if exe.report.fallbacks:
@@ -111,7 +110,7 @@ def make_ort_int8(name: str, options: dict[str, Any], threads: int, count: int
     targs = tuple(torch.from_numpy(inputs[n]) for n in in_names)
     with torch.no_grad():
         torch.onnx.export(net, targs, fp32, input_names=in_names, dynamo=False, opset_version=17)
-    batches = iter(_calibration(mod, params, count))
+    batches = iter(_calibration(name, mod, params, inputs, count))
 
     class Reader(CalibrationDataReader):
         def get_next(self) -> dict[str, np.ndarray] | None:
@@ -167,8 +166,10 @@ def main() -> None:
     ap.add_argument("--block-ms", type=float, default=250.0)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--db", default=None, help="tuning log whose schedules both AutoRelay builds use")
-    ap.add_argument("--calibration", type=int, default=16, help="random calibration inputs")
-    ap.add_argument("--method", default="percentile", choices=("max", "percentile", "kl"))
+    ap.add_argument("--calibration", type=int, default=8,
+                    help="random calibration inputs (as `--calibration-random N`; the CLI's default 8)")
+    ap.add_argument("--method", default="max", choices=("max", "percentile", "kl"),
+                    help="range calibration (the CLI's default: max)")
     args = ap.parse_args()
     print(f"batch 1, {args.threads} threads, {args.rounds} rounds; each peer in its own process, "
           f"alternating blocks of {args.block_ms:.0f} ms; median ms [p10-p90 of block medians]")
