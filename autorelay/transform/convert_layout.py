@@ -186,7 +186,15 @@ class _Converter(ExprMutator):
         return Call(c.op, (x,), c.attrs.replace(layout=lay, out_layout="")), lay
 
     def _concatenate(self, c: Call) -> tuple[Expr, str | None] | None:
-        """Channel concatenation of values in one layout stays in it (blocks are whole channels)."""
+        joined = self.channel_join(c)
+        if joined is None:
+            return None
+        fields, lay, axis = joined
+        return Call(c.op, (fields,), c.attrs.replace(axis=axis)), lay
+
+    def channel_join(self, c: Call) -> tuple[Tuple, str, int] | None:
+        """A channel concatenation (float or quantized) of values in one layout stays in it (blocks
+        are whole channels): (the converted fields, their layout, the new axis), else None."""
         fields = c.args[0]
         t = tensor_type(c)
         if not isinstance(fields, Tuple) or t is None or t.ndim != len(self.src):
@@ -198,7 +206,7 @@ class _Converter(ExprMutator):
         if lay is None or any(fl != lay for _, fl in tracked):
             return None
         axis = parse_layout("ConvertLayout", lay, self.src).index("C")
-        return Call(c.op, (Tuple(tuple(x for x, _ in tracked)),), c.attrs.replace(axis=axis)), lay
+        return Tuple(tuple(x for x, _ in tracked)), lay, axis
 
     def _binary(self, c: Call) -> tuple[Expr, str | None] | None:
         pairs = [self.track(a) for a in c.args]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autorelay.ir.expr import Call, Constant, Expr, Tuple
+from autorelay.ir.expr import Call, Constant, Expr
 from autorelay.op.layout import parse_layout
 from autorelay.te.nn_int8 import DOT_GROUP
 from autorelay.transform.util import static_shape, tensor_type
@@ -144,18 +144,12 @@ def qadd(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
 
 
 def qconcatenate(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
-    fields, t = c.args[0], tensor_type(c)
-    if not isinstance(fields, Tuple) or t is None or t.ndim != len(conv.src):
+    joined = conv.channel_join(c)
+    if joined is None:
         return None
-    if int(c.attrs["axis"]) % t.ndim != conv.src.index("C"):
-        return None
-    tracked = [conv.track(f) for f in fields.fields]
-    lay = tracked[0][1]
-    if lay is None or any(fl != lay for _, fl in tracked):
-        return None
-    axis = parse_layout("ConvertLayout", lay, conv.src).index("C")
+    fields, lay, axis = joined
     rest = tuple(conv.visit(p) for p in c.args[1:])
-    return Call(c.op, (Tuple(tuple(x for x, _ in tracked)), *rest), c.attrs.replace(axis=axis)), lay
+    return Call(c.op, (fields, *rest), c.attrs.replace(axis=axis)), lay
 
 
 RULES = {"qnn.conv2d": qconv, "qnn.quantize": qparams, "qnn.dequantize": qparams, "qnn.requantize": qparams,

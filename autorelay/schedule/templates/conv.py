@@ -52,6 +52,22 @@ def _width_tiles(ow: int, limit: int) -> list[int]:
     )
 
 
+def nchwc_output_tile(cdef: ComputeDef, out: str, acc: str, oc_blocks: int, tile_ow: int) -> list[S.Step]:
+    """The output loop nest of an NCHW[x]c convolution: tiles of `oc_blocks` channel blocks x
+    `tile_ow` pixels, (batch, block tile, row) fused and parallel, the accumulator computed per
+    tile (the float and the int8 templates share it)."""
+    on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+    return [
+        S.Split(out, ooc, oc_blocks),
+        S.Split(out, oow, tile_ow),
+        S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{ooc}_i", f"{oow}_i", ooci)),
+        S.Fuse(out, on, f"{ooc}_o"),
+        S.Fuse(out, f"{on}_{ooc}_o", ooh),
+        S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
+        S.ComputeAt(acc, out, f"{oow}_o"),
+    ]
+
+
 class Conv2dNCHWcTemplate(Template):
     """Direct NCHW[x]c convolution: the register tile is `tile_ow` output pixels x `tile_oc_blocks`
     output channel blocks (each block one or more vectors). Per input channel, each pixel's input
@@ -107,16 +123,7 @@ class Conv2dNCHWcTemplate(Template):
         lanes = min(target.vector_lanes(), ocb)
         _n, oc, _oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
-        steps += [
-            S.Split(out, ooc, config["tile_oc_blocks"]),
-            S.Split(out, oow, config["tile_ow"]),
-            S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{ooc}_i", f"{oow}_i", ooci)),
-            S.Fuse(out, on, f"{ooc}_o"),
-            S.Fuse(out, f"{on}_{ooc}_o", ooh),
-            S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
-            S.ComputeAt(acc, out, f"{oow}_o"),
-        ]
+        steps += nchwc_output_tile(cdef, out, acc, config["tile_oc_blocks"], config["tile_ow"])
         steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
         red_order = (
             (f"{rc}_o", rh, rw, f"{rc}_i")
@@ -132,6 +139,7 @@ class Conv2dNCHWcTemplate(Template):
         ]
         if config["unroll_kw"]:
             steps.append(S.Unroll(acc, rw))
+        ooci = pattern(cdef).output.op.axes[-1].name  # type: ignore[union-attr]  # the output's lanes
         steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
         return tuple(steps)
 

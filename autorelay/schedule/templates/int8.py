@@ -18,7 +18,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
-from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles
+from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchwc_output_tile
 from autorelay.target import Target
 from autorelay.te.expr import Read, walk
 from autorelay.te.tensor import ComputeDef, Tensor
@@ -111,7 +111,6 @@ class Conv2dNCHWcInt8Template(Template):
         icb, g = red.op.attrs["ic_bn"], red.op.attrs["group"]  # type: ignore[union-attr]
         _n, oc, _oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         dot = g
         if config.as_dict().get("pairs"):
             # [O, C, KH, KW, icb/g, ocb, g] -> [O, C, KH, KW, icb/g, 1, g/2, ocb, 2]: lanes x 2 bytes
@@ -119,14 +118,8 @@ class Conv2dNCHWcInt8Template(Template):
             w = _weight_of(red, 7)
             steps = [S.Pack(w, 5, ocb, 7), S.Pack(w, 6, 2), *steps]
             dot = 2
+        steps += nchwc_output_tile(cdef, out, acc, config["tile_oc_blocks"], config["tile_ow"])
         steps += [
-            S.Split(out, ooc, config["tile_oc_blocks"]),
-            S.Split(out, oow, config["tile_ow"]),
-            S.Reorder(out, (on, f"{ooc}_o", ooh, f"{oow}_o", f"{ooc}_i", f"{oow}_i", ooci)),
-            S.Fuse(out, on, f"{ooc}_o"),
-            S.Fuse(out, f"{on}_{ooc}_o", ooh),
-            S.Parallel(out, f"{on}_{ooc}_o_{ooh}"),
-            S.ComputeAt(acc, out, f"{oow}_o"),
             S.Split(acc, rc, icb),
             S.Split(acc, f"{rc}_i", g, f"{rc}_q", f"{rc}_g"),
             S.Split(acc, oci, lanes),
@@ -151,6 +144,7 @@ class Conv2dNCHWcInt8Template(Template):
             steps.append(S.Unroll(acc, f"{rc}_q"))
         if config["unroll_kw"]:
             steps.append(S.Unroll(acc, rw))
+        ooci = pattern(cdef).output.op.axes[-1].name  # type: ignore[union-attr]  # the output's lanes
         steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
         return tuple(steps)
 
