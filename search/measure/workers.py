@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -50,9 +51,27 @@ START_TRIES = 3  # a failed start is retried (a transient fork failure); then Wo
 START_TIMEOUT_S = 60.0  # a fresh worker must say it is ready within this (imports are preloaded)
 
 
+def _exit_with_tuner() -> None:
+    """Exit this worker as soon as the tuner that started it is gone. A worker busy in a long job
+    would otherwise notice only at its next pipe read, and run on at full speed for as long as the
+    job takes. The forkserver is no help: it outlives the tuner while any worker holds its
+    "client alive" pipe, so the watch is on multiprocessing's parent sentinel, which reads as
+    closed once the tuner exits, however it died."""
+    parent = mp.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        mp.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-tuner", daemon=True).start()
+
+
 def _serve(conn: Connection) -> None:
     """Child main loop: say "ready", then run (fn, args) requests until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _exit_with_tuner()
     try:
         conn.send(("ready", os.getpid()))
     except (BrokenPipeError, OSError):

@@ -60,3 +60,53 @@ def test_the_cli_stops_with_one_line_and_closes_the_run(tmp_path, monkeypatch, c
     with tuning_db.open(log) as db:
         assert db.stats()["measurements"] == 0
         assert [r.status for r in db.runs()] == ["interrupted"]
+
+
+_ORPHAN_SCRIPT = """
+import os, signal, sys, threading, time
+from search.measure.workers import Worker
+
+def main():
+    w = Worker("orphan-check")
+    w.call(os.getpid, (), timeout=60)  # started and ready
+    print(w.pid, flush=True)
+    threading.Thread(target=w.call, args=(time.sleep, (120,), 180), daemon=True).start()
+    time.sleep(1.0)  # the worker is inside its long job
+    os.kill(os.getpid(), signal.SIGKILL)  # the tuner dies without closing anything
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getppid") or __import__("sys").platform != "linux",
+                    reason="the parent-death signal is Linux's")
+def test_a_busy_worker_dies_with_its_killed_tuner(tmp_path) -> None:
+    """A tuner killed outright must not leave workers running out their jobs at full speed."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "tuner.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    paths = [str(root), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    out = tmp_path / "out.txt"
+    with open(out, "w") as sink:  # a file, not a pipe: the orphans would hold a pipe open
+        subprocess.run([sys.executable, str(script)], stdout=sink, stderr=subprocess.STDOUT, timeout=120,
+                       cwd=root, env=env)
+    words = out.read_text().split()
+    assert words and words[0].isdigit(), out.read_text()
+    pid = int(words[0])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, 9)
+    pytest.fail(f"worker {pid} outlived its killed tuner by 15 s")
