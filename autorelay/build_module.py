@@ -18,7 +18,7 @@ cannot be scheduled — runs the ops' NumPy references, marked "fallback" in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.runtime.specializing import SpecializingExecutable
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
-from autorelay.target import Target, TargetError
+from autorelay.target import Target, TargetError, parse_target
 from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
@@ -122,10 +122,15 @@ def _wrap_op(call: Call) -> tuple[Function, list[Expr]]:
 
 
 class _GraphBuilder:
-    """Turns a fused `@main` into a plan, compiling one kernel per distinct workload."""
+    """Turns a fused `@main` into a plan, compiling one kernel per distinct workload.
 
-    def __init__(self, target: Target, schedules: ScheduleSource | None) -> None:
-        self.target, self.schedules = target, schedules
+    `offload`: a device's hook (the accelerator's `autorelay.vta.build`): given a primitive
+    function, the callable that runs it on the device, or None to compile it for the CPU."""
+
+    def __init__(self, target: Target, schedules: ScheduleSource | None,
+                 offload: Callable[[Function], Any] | None = None) -> None:
+        self.target, self.schedules, self.offload = target, schedules, offload
+        self.externals: dict[int, Any] = {}  # functions-table index -> the device's callable
         self.slots: list[Slot] = []
         self.steps: list[Step] = []
         self.consts: list[np.ndarray] = []
@@ -196,6 +201,14 @@ class _GraphBuilder:
         ret = site.checked_type if site.has_checked_type else fn.ret_type
         out_types = _tensor_types(ret, f"the result of {'+'.join(op_names(fn)) or 'a function'}")
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
+        device = self.offload(fn) if self.offload is not None else None
+        if device is not None:
+            self.functions.append(fn)
+            self.externals[len(self.functions) - 1] = device
+            self.steps.append(Step("external", device.name, _flatten(arg_slots), out_slots,
+                                   function=len(self.functions) - 1, workload_key=device.key,
+                                   source=f"vta {device.source}", detail=device.detail))
+            return out_slots if isinstance(ret, TupleType) else out_slots[0]
         prim = self.compile(fn)
         key, name = prim.key, prim.name
         if prim.lowered is None:
@@ -315,6 +328,7 @@ def build(
     executor: str = "auto",
     shapes: Mapping[str, Sequence[int]] | None = None,
     max_builds: int = 8,
+    device_schedules: ScheduleSource | None = None,
 ) -> Any:
     """Compile a model into an executable (see the module docstring).
 
@@ -329,6 +343,10 @@ def build(
     (default: the target string's `-threads=`, else every core of this machine; the VM and AoT run
     one thread unless told otherwise, since their fused kernel blocks are single-threaded).
 
+    `target="vta"` (or ``vta -config=hw.json``): the model's offloadable int8 layers run on the
+    simulated accelerator and the rest on the host CPU (`autorelay.vta.build`); `schedules` is then
+    the host's source and `device_schedules` the accelerator layers' (opened for its target).
+
     Dynamic input shapes (`Tensor[(batch, 3, 224, 224), float32]`): `shapes={"x": (4, 3, 224, 224)}`
     fixes them for one static build; without `shapes` a dataflow model becomes a
     `SpecializingExecutable` that builds once per concrete input shape on first sight and keeps the
@@ -336,6 +354,11 @@ def build(
     """
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod)
+    if isinstance(target, str) and parse_target(target).kind == "vta":
+        from autorelay.vta.build import build_for_accelerator
+
+        return build_for_accelerator(mod, parse_target(target), params, schedules, pipeline, threads=threads,
+                                     executor=executor, shapes=shapes, device_schedules=device_schedules)
     if executor not in ("auto", "graph", "vm", "aot"):
         raise BuildError(f"build: unknown executor {executor!r}; use auto, graph, vm or aot")
     if executor == "auto":
@@ -359,9 +382,10 @@ def build(
 
 
 def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource | None = None, *,
-                   executor: str = "graph") -> Any:
+                   executor: str = "graph", offload: Callable[[Function], Any] | None = None) -> Any:
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
-    what `build` does after preparing. The tuner prepares a model once and builds it from here."""
+    what `build` does after preparing. The tuner prepares a model once and builds it from here.
+    `offload`: see `_GraphBuilder` (graph executor only)."""
     if target.kind != "cpu":  # the executors run host-memory kernels; GPU kernels: compile_kernel
         raise TargetError(f"build: models for {str(target).split()[0]} targets are not supported yet "
                          "(single kernels are: autorelay.kernel.compile_kernel)")
@@ -369,8 +393,8 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":
         return aot.from_prepared(prepared, aot.KernelTable(target, schedules))
-    builder = _GraphBuilder(target, schedules)
+    builder = _GraphBuilder(target, schedules, offload)
     plan = builder.build(prepared["main"])
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
-    funcs = [ReferenceFunction(f) for f in builder.functions]
+    funcs = [builder.externals.get(i) or ReferenceFunction(f) for i, f in enumerate(builder.functions)]
     return Executable(plan, artifacts, builder.consts, builder.functions, funcs, target)

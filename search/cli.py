@@ -78,6 +78,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     try:
         model, threads = _load(args)
+        from search import vta_cli
+
+        if vta_cli.is_accelerator(args.target):
+            return vta_cli.tune(args, model)
         pipeline = args.pipeline
         if args.precision != "fp32":  # tune the quantized model's kernels (int8 ones and the rest)
             from search.models import open_db
@@ -119,6 +123,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
     try:
         model, threads = _load(args)
+        from search import vta_cli
+
+        if vta_cli.is_accelerator(args.target):
+            exe, acc, seconds = vta_cli.build(args, model, threads)
+            print(f"{acc.note}\n{acc.report}\n{exe.report}\ncompiled {model.name} for vta in {seconds:.1f} s")
+            return 0
         db, _ = open_db(args.db)  # no --db: the default log ($AUTORELAY_DB or the user's data directory)
         with db:
             model, pipeline, note = apply_precision(args, model, db, threads)
@@ -145,6 +155,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         model, threads = _load(args)
+        from search import vta_cli
+
+        if vta_cli.is_accelerator(args.target):
+            exe, line = vta_cli.run(args, model, threads)
+            print(f"{exe.report}\n{line}")
+            return 0
         db, _ = open_db(args.db)  # like compile: the default log unless --db names another
         with db:
             model, pipeline, note = apply_precision(args, model, db, threads)

@@ -13,7 +13,6 @@ interrupted tune resumes from the log like a CPU one.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,19 +23,20 @@ import numpy as np
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.target import Target
 from autorelay.vta.config import VTAConfig
-from autorelay.vta.conv import ConvKnobs, ConvShape, conv_fits, conv_reference, conv_space, run_conv
+from autorelay.vta.conv import ConvKnobs, ConvShape, conv_fits, conv_reference, run_conv
 from autorelay.vta.programs import tile_sizes
 from autorelay.vta.sim import VTAError
+from autorelay.vta.tasks import CONV_TEMPLATE as TEMPLATE
+from autorelay.vta.tasks import (
+    conv_blocks,
+    conv_workload,
+    conv_workload_key,
+    default_conv_knobs,
+    vta_target,
+)
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
 
-TEMPLATE = "vta_conv2d"
 SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue measured with every candidate (relu)
-
-
-def vta_target(hw: VTAConfig) -> Target:
-    """The tuning log's target for this accelerator: every hardware parameter enters its name."""
-    digest = hashlib.sha256(hw.to_json().encode()).hexdigest()[:12]
-    return Target(kind="vta", options=(("hw", digest),))
 
 
 @dataclass(eq=False)
@@ -100,21 +100,14 @@ class VTAConvTask:
 
 def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | None = None) -> VTAConvTask:
     hw = hw or VTAConfig()
-    ob, ib = math.ceil(shape.o / hw.block_out), math.ceil(shape.c / hw.block_in)
+    ob, ib = conv_blocks(shape, hw)
     extents = {"tile_h": shape.oh, "tile_w": shape.ow, "tile_oc": ob, "tile_ic": ib}
     space = Space(TEMPLATE, (*(Knob(n, tuple(tile_sizes(e))) for n, e in extents.items()),
                              Knob("vthreads", (1, 2))))
-    fitting = [k for k in conv_space(shape, hw) if k.vthreads == 1]
-    if not fitting:
-        raise VTAError(f"{shape}: no knob setting fits the accelerator's buffers")
-    best = max(fitting, key=lambda k: (k.tile_h * k.tile_w * k.tile_oc * k.tile_ic, k.tile_ic))
+    best = default_conv_knobs(shape, hw)
     default = Config(TEMPLATE, tuple((k.name, getattr(best, k.name)) for k in space.knobs))
-    shapes = [[1, shape.c, shape.h, shape.w], [shape.o, shape.c, shape.kh, shape.kw]]
-    desc = {"family": TEMPLATE, "shapes": shapes, "dtypes": ["int8", "int8"],
-            "attrs": {"stride": shape.stride, "pad": shape.pad}}
-    key = f"{TEMPLATE}/" + hashlib.sha256(repr(shape).encode()).hexdigest()[:24]
     return VTAConvTask(name or f"vta_conv{shape.c}x{shape.h}->{shape.o}", shape, hw, vta_target(hw), space,
-                       default, key, desc)
+                       default, conv_workload_key(shape), conv_workload(shape))
 
 
 class VTAMeasurer:

@@ -154,6 +154,10 @@ class Executable:
 
     def save(self, path: str | os.PathLike) -> None:
         plan = self.plan
+        offloaded = [st.name for st in plan.steps if st.kind == "external"]
+        if offloaded:  # a device layer's program lives in its simulator object, not in the archive
+            raise ValueError(f"save: executables with offloaded layers ({offloaded[0]}, …) cannot be saved "
+                             "yet; build them again from the model")
         meta = {
             "format": FORMAT, "version": VERSION,
             "target": {"cpu": self.target.cpu, "features": self.target.features, "triple": self.target.triple,

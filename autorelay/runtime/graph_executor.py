@@ -99,7 +99,7 @@ class GraphExecutor:
                 else:
                     out.append((fn, (*ptrs, 0, par)))
             return out
-        if st.kind == "fallback":
+        if st.kind in ("fallback", "external"):
             ref = self.functions[st.function]
             ins = [arrays[a] for a in st.args]
             outs = [arrays[o] for o in st.outputs]

@@ -50,12 +50,12 @@ class Slot:
 class Step:
     """One call of the executor. `args`/`outputs` are slot ids; `kernel`/`function` index tables."""
 
-    kind: str  # "kernel" | "fallback" | "relayout"
+    kind: str  # "kernel" | "fallback" | "external" (an offloaded layer: vta) | "relayout"
     name: str
     args: list[int]
     outputs: list[int]
     kernel: int = -1  # kernels table (kind == "kernel")
-    function: int = -1  # fallback functions table (kind == "fallback")
+    function: int = -1  # functions table (kind == "fallback" or "external")
     relayout: list[Any] = field(default_factory=list)  # the packing ops (kind == "relayout")
     workload_key: str = ""
     source: str = ""  # tuned | transferred | default | fallback | relayout

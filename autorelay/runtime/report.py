@@ -12,7 +12,7 @@ from typing import Any
 @dataclass
 class KernelRow:
     name: str
-    kind: str  # kernel | fallback | relayout
+    kind: str  # kernel | fallback | external | relayout
     workload_key: str
     source: str
     detail: str
@@ -43,8 +43,9 @@ class BuildReport:
 
     @property
     def sources(self) -> Counter:
-        """How many kernel steps each config source supplied (tuned/transferred/default/fallback)."""
-        return Counter(r.source for r in self.rows if r.kind in ("kernel", "fallback"))
+        """How many kernel steps each config source supplied (tuned/transferred/default/fallback;
+        an offloaded layer counts under its device's name and source, e.g. "vta tuned")."""
+        return Counter(r.source for r in self.rows if r.kind in ("kernel", "fallback", "external"))
 
     @property
     def fallbacks(self) -> list[KernelRow]:

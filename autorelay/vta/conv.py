@@ -35,7 +35,7 @@ from autorelay.vta.isa import (
     Uop,
     uop_words,
 )
-from autorelay.vta.programs import Program, region, requantize, tile_sizes
+from autorelay.vta.programs import Program, region, requantize, rounding_shift, tile_sizes
 from autorelay.vta.sim import SimResult, VTAError, simulate
 
 
@@ -251,7 +251,7 @@ def _conv_uops(s: ConvShape, k: ConvKnobs, c: VTAConfig, n_inp: int, n_wgt: int,
 
 def conv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: int, pad: int, shift: int,
                    lo: int, hi: int) -> np.ndarray:
-    """The integer NumPy oracle (NCHW, N = 1): int64 accumulation, arithmetic shift right, clip."""
+    """The integer NumPy oracle (NCHW, N = 1): int64 accumulation, rounding shift right, clip."""
     o, _, kh, kw = w.shape
     xp = np.pad(x[0].astype(np.int64), ((0, 0), (pad, pad), (pad, pad)))
     oh, ow = (xp.shape[1] - kh) // stride + 1, (xp.shape[2] - kw) // stride + 1
@@ -262,7 +262,7 @@ def conv_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride
             acc += np.einsum("chw,oc->ohw", patch, w[:, :, y, z].astype(np.int64))
     if bias is not None:
         acc += bias.astype(np.int64)[:, None, None]
-    return np.clip(acc >> shift, lo, hi).astype(np.int8)[None]
+    return np.clip(rounding_shift(acc, shift), lo, hi).astype(np.int8)[None]
 
 
 def run_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, stride: int = 1, pad: int = 0,

@@ -1,7 +1,8 @@
 """Instruction streams for int8 layers on the accelerator, with virtual threads.
 
-`dense_program` lowers y = clip((x @ w.T + bias) >> shift, lo, hi) — an int8 dense layer with its
-requantize epilogue (x int8 [M, K], w int8 [N, K], bias int32 [N]) — to a program and a DRAM
+`dense_program` lowers y = clip(round((x @ w.T + bias) / 2**shift), lo, hi) — an int8 dense layer
+with its requantize epilogue (halves rounded up, the CPU's `qnn.requantize` rule for a power-of-two
+scale ratio; see `rounding_shift`) (x int8 [M, K], w int8 [N, K], bias int32 [N]) — to a program and a DRAM
 image. The work is cut into output tiles of `tile_m` rows x `tile_n` column blocks, each
 accumulated over chunks of `tile_k` reduction blocks; every chunk loads its input and weight tiles,
 runs one GEMM, and each output tile is initialised with its bias (a LOAD into the accumulator),
@@ -153,11 +154,28 @@ def dense_program(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, shift: 
     return Program(insns, dram, out0, (m, n))
 
 
+def rounding_shift(acc: np.ndarray, shift: int) -> np.ndarray:
+    """acc / 2**shift rounded to nearest, halves up: `(acc + 2**(shift-1)) >> shift`. This is what
+    the CPU's fixed-point `qnn.requantize` computes for a power-of-two scale ratio 2**-shift
+    (multiplier 2**30, shift 30 + `shift`, UPWARD rounding), so offloaded layers match it bit for bit."""
+    acc = np.asarray(acc, np.int64)
+    return (acc + (1 << (shift - 1))) >> shift if shift > 0 else acc
+
+
 def requantize(uop_begin: int, uop_end: int, rows: int, cols: int, shift: int, lo: int,
                hi: int) -> list[AluInsn]:
-    """The epilogue on a rows x cols block of accumulators: arithmetic shift right, clip to
-    [lo, hi]; the last instruction hands the block to the store module."""
-    ops = [(AluOp.SHR, shift)] if shift else []
+    """The epilogue on a rows x cols block of accumulators: a rounding shift right, clip to
+    [lo, hi]; the last instruction hands the block to the store module.
+
+    The ALU has no rounding shift and its immediate is 16 bits, so adding 2**(shift-1) before
+    shifting is not possible for large shifts; instead `((acc >> (shift-1)) + 1) >> 1`, which
+    equals `(acc + 2**(shift-1)) >> shift` for every int32 acc (write acc = q * 2**(shift-1) + r
+    with 0 <= r < 2**(shift-1): both sides are floor((q+1)/2))."""
+    ops: list[tuple[AluOp, int]] = []
+    if shift > 1:
+        ops.append((AluOp.SHR, shift - 1))
+    if shift > 0:
+        ops += [(AluOp.ADD, 1), (AluOp.SHR, 1)]
     ops += [(AluOp.MAX, lo), (AluOp.MIN, hi)]
     return [AluInsn(op, uop_begin, uop_end, rows, cols, dst_out=cols, dst_in=1, src_out=cols, src_in=1,
                     use_imm=True, imm=imm, deps=Deps(push_next=j == len(ops) - 1))
@@ -199,12 +217,12 @@ def run_dense(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, shif
 
 def dense_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, shift: int, lo: int,
                     hi: int) -> np.ndarray:
-    """The integer NumPy oracle: int32 accumulation, arithmetic shift right, clip."""
+    """The integer NumPy oracle: int32 accumulation, rounding shift right, clip."""
     acc = x.astype(np.int64) @ w.astype(np.int64).T
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    return np.clip(acc >> shift, lo, hi).astype(np.int8)
+    return np.clip(rounding_shift(acc, shift), lo, hi).astype(np.int8)
 
 
 __all__ = ["DenseKnobs", "Program", "dense_program", "dense_reference", "dense_space", "region", "requantize",
-           "run_dense", "tile_sizes"]
+           "rounding_shift", "run_dense", "tile_sizes"]

@@ -22,10 +22,11 @@ from autorelay.transform.quantize.calibrate import (
 from autorelay.transform.quantize.layers import PRECISIONS, QuantizePlan, quantizable_layers
 from autorelay.transform.quantize.quantize import Quantize, quantize_model
 from autorelay.transform.quantize.realize import activation_qparams, quantize_weight
+from autorelay.transform.quantize.scheme import SCHEMES, QuantizeScheme
 
 __all__ = [
-    "METHODS", "PRECISIONS", "Annotation", "Calibration", "Quantize", "QuantizePlan",
-    "activation_qparams", "annotate",
+    "METHODS", "PRECISIONS", "SCHEMES", "Annotation", "Calibration", "Quantize", "QuantizePlan",
+    "QuantizeScheme", "activation_qparams", "annotate",
     "calibrate", "choose_range", "kl_threshold", "layer_support", "prepare_for_quantize",
     "quantizable_layers", "quantize_model", "quantize_weight", "range_kl", "range_max", "range_percentile",
 ]

@@ -22,6 +22,7 @@ from autorelay.transform.quantize.annotate import annotate, prepare_for_quantize
 from autorelay.transform.quantize.calibrate import Calibration
 from autorelay.transform.quantize.layers import QuantizePlan, quantizable_layers
 from autorelay.transform.quantize.realize import realize
+from autorelay.transform.quantize.scheme import QuantizeScheme, scheme_named
 from autorelay.typing import infer_types
 from autorelay.utils.deep import deep
 
@@ -60,11 +61,15 @@ class _Lift(ExprMutator):
 
 @deep
 def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calibration: Calibration,
-                   plan: QuantizePlan | None = None) -> tuple[IRModule, dict[str, np.ndarray]]:
+                   plan: QuantizePlan | None = None, scheme: str | QuantizeScheme = "cpu"
+                   ) -> tuple[IRModule, dict[str, np.ndarray]]:
     """The model with the plan's int8 layers as qnn ops (float inputs and outputs), and its weights.
 
-    Only `@main` is kept (a dataflow graph; the quantizer rejects control flow)."""
+    `scheme`: how the integers represent numbers ("cpu", or "vta" for the accelerator's int8,
+    power-of-two scales; `autorelay.transform.quantize.scheme`). Only `@main` is kept (a dataflow
+    graph; the quantizer rejects control flow)."""
     plan = plan or QuantizePlan()
+    scheme = scheme_named(scheme)
     layers = quantizable_layers(mod)
     plan.check(layers)
     bf16 = [name for name in layers if plan.precision(name) == "bf16"]
@@ -73,7 +78,7 @@ def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calib
     if calibration.layers and tuple(calibration.layers) != tuple(layers):
         raise ValueError("quantize_model: the calibration was made for a model with other layers")
     ann = annotate(prepare_for_quantize(mod, params))
-    fn, names = realize(ann, calibration, plan)
+    fn, names = realize(ann, calibration, plan, scheme)
     names = dict(names)
     for layer in ann.layers.values():
         names.setdefault(id(layer.call.args[1]), f"{layer.name}_weight")
@@ -94,7 +99,8 @@ class Quantize(ModulePass):
     name: ClassVar[str] = "Quantize"
     calibration: Calibration = field(default_factory=lambda: Calibration("max", {}))
     plan: QuantizePlan = field(default_factory=QuantizePlan)
+    scheme: str = "cpu"
 
     def transform_module(self, mod: IRModule) -> IRModule:
-        qmod, params = quantize_model(mod, None, self.calibration, self.plan)
+        qmod, params = quantize_model(mod, None, self.calibration, self.plan, self.scheme)
         return bind_params(qmod, params)

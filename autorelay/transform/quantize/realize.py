@@ -31,11 +31,8 @@ from autorelay.op.registry import call, get
 from autorelay.transform.quantize.annotate import PASSTHROUGH, Annotation, Join, Layer
 from autorelay.transform.quantize.calibrate import Calibration
 from autorelay.transform.quantize.layers import QuantizePlan
+from autorelay.transform.quantize.scheme import CPU_SCHEME, QuantizeScheme
 from autorelay.transform.util import op_name
-
-ACT_DTYPE = "uint8"
-QMIN, QMAX = 0, 255
-WEIGHT_QMAX = 127
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,25 +42,17 @@ class QValue:
     expr: Expr
     scale: np.float32
     zero_point: int
-    dtype: str = ACT_DTYPE
+    dtype: str
 
 
 def activation_qparams(lo: float, hi: float) -> tuple[np.float32, int]:
-    """uint8 scale and zero point covering [lo, hi] (widened to hold 0, which must be exact)."""
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    scale = np.float32(max(hi - lo, 1e-8) / (QMAX - QMIN))
-    zp = int(np.clip(np.round(-lo / float(scale)) + QMIN, QMIN, QMAX))
-    return scale, zp
+    """uint8 scale and zero point covering [lo, hi] (the `cpu` scheme's)."""
+    return CPU_SCHEME.activation_qparams(lo, hi)
 
 
 def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 per output channel (axis 0): (int8 weight, float32 scales)."""
-    w64 = np.asarray(w, np.float64)
-    amax = np.abs(w64.reshape(w64.shape[0], -1)).max(axis=1)
-    scale = (np.where(amax > 0, amax, 1.0) / WEIGHT_QMAX).astype(np.float32)
-    shape = (-1,) + (1,) * (w64.ndim - 1)
-    q = np.clip(np.round(w64 / scale.astype(np.float64).reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX)
-    return q.astype(np.int8), scale
+    """Symmetric int8 per output channel (axis 0): (int8 weight, float32 scales) (the `cpu` scheme's)."""
+    return CPU_SCHEME.quantize_weight(w)
 
 
 def _f32(v) -> Constant:
@@ -82,8 +71,9 @@ def _attrs_for(op: str, attrs, **extra) -> dict:
 
 
 class Realizer:
-    def __init__(self, ann: Annotation, calibration: Calibration, plan: QuantizePlan) -> None:
-        self.ann, self.cal, self.plan = ann, calibration, plan
+    def __init__(self, ann: Annotation, calibration: Calibration, plan: QuantizePlan,
+                 scheme: QuantizeScheme = CPU_SCHEME) -> None:
+        self.ann, self.cal, self.plan, self.scheme = ann, calibration, plan, scheme
         self.int8_layers = {id(layer.out): layer for layer in ann.layers.values()
                             if plan.precision(layer.name) == "int8" and not layer.unsupported}
         self.layer_by_call = {id(layer.call): layer for layer in self.int8_layers.values()}
@@ -130,7 +120,7 @@ class Realizer:
     # ---- value conversions ----------------------------------------------------------------
 
     def qparams(self, point: str) -> tuple[np.float32, int]:
-        return activation_qparams(*self.cal.range(point))
+        return self.scheme.activation_qparams(*self.cal.range(point))
 
     def as_float(self, r: Expr | QValue) -> Expr:
         if not isinstance(r, QValue):
@@ -148,8 +138,9 @@ class Realizer:
         scale, zp = self.qparams(point)
         key = (id(r), float(scale), zp)
         if key not in self._quant:
-            q = call("qnn.quantize", r, _f32(scale), _i32(zp), out_dtype=ACT_DTYPE)
-            self._quant[key] = QValue(q, scale, zp)
+            dtype = self.scheme.activation_dtype
+            q = call("qnn.quantize", r, _f32(scale), _i32(zp), out_dtype=dtype)
+            self._quant[key] = QValue(q, scale, zp, dtype)
         return self._quant[key]
 
     def activate(self, q: QValue, act: Call | None) -> QValue:
@@ -161,13 +152,15 @@ class Realizer:
         else:
             lo, hi = float(act.attrs["a_min"]), float(act.attrs["a_max"])
 
+        qmin, qmax = self.scheme.qmin, self.scheme.qmax
+
         def level(v: float) -> int:
             if not np.isfinite(v):
-                return QMIN if v < 0 else QMAX
-            return int(np.clip(q.zero_point + np.round(v / float(q.scale)), QMIN, QMAX))
+                return qmin if v < 0 else qmax
+            return int(np.clip(q.zero_point + np.round(v / float(q.scale)), qmin, qmax))
 
         qlo, qhi = level(lo), level(hi)
-        if qlo <= QMIN and qhi >= QMAX:
+        if qlo <= qmin and qhi >= qmax:
             return q
         clipped = call("clip", q.expr, a_min=float(qlo), a_max=float(qhi))
         return QValue(clipped, q.scale, q.zero_point, q.dtype)
@@ -209,7 +202,7 @@ class Realizer:
         c = layer.call
         x = self.as_quant(c.args[0], f"{layer.name}:in")
         w = np.asarray(c.args[1].data)  # type: ignore[union-attr]
-        qw, w_scale = quantize_weight(w)
+        qw, w_scale = self.scheme.quantize_weight(w)
         qw_c = Constant(qw)
         self.weights[id(qw_c)] = f"{layer.name}_weight"
         acc_scale = (np.float32(x.scale) * w_scale).astype(np.float32)
@@ -229,8 +222,8 @@ class Realizer:
             return out if act is None else act.replace(args=(out, *act.args[1:]))
         scale, zp = self.qparams(f"{layer.name}:out")
         q = call("qnn.requantize", acc, _f32(acc_scale), _i32(0), _f32(scale), _i32(zp), axis=layer.axis,
-                 rounding="UPWARD", out_dtype=ACT_DTYPE)
-        return self.activate(QValue(q, scale, zp), layer.activation)
+                 rounding="UPWARD", out_dtype=self.scheme.activation_dtype)
+        return self.activate(QValue(q, scale, zp, self.scheme.activation_dtype), layer.activation)
 
     def _join(self, j: Join) -> QValue:
         ins = [self.res[id(i)] for i in j.inputs]
@@ -244,10 +237,11 @@ class Realizer:
             e = call("qnn.concatenate", Tuple(tuple(q.expr for q in ins)),  # type: ignore[union-attr]
                      Tuple(tuple(_f32(q.scale) for q in ins)), Tuple(tuple(_i32(q.zero_point) for q in ins)),  # type: ignore[union-attr]
                      _f32(scale), _i32(zp), axis=j.call.attrs["axis"])
-        return self.activate(QValue(e, scale, zp), j.activation)
+        return self.activate(QValue(e, scale, zp, self.scheme.activation_dtype), j.activation)
 
 
-def realize(ann: Annotation, calibration: Calibration, plan: QuantizePlan) -> tuple[Function, dict[int, str]]:
+def realize(ann: Annotation, calibration: Calibration, plan: QuantizePlan,
+            scheme: QuantizeScheme = CPU_SCHEME) -> tuple[Function, dict[int, str]]:
     """The quantized function and the names of its weight constants (id -> name)."""
-    r = Realizer(ann, calibration, plan)
+    r = Realizer(ann, calibration, plan, scheme)
     return r.run(), r.weights

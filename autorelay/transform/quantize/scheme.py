@@ -1,0 +1,84 @@
+"""How quantized numbers are represented: the choice a backend's integer hardware imposes.
+
+`cpu` (the default) suits the CPU's dot-product instructions: activations asymmetric uint8 with a
+zero point (`vpdpbusd` multiplies unsigned by signed bytes), weights symmetric int8 per output
+channel, so each channel keeps its own scale and the requantize multiplier is a general fixed-point
+number.
+
+`vta` suits the accelerator (`autorelay.vta`): its GEMM core multiplies int8 by int8 with no zero
+points, and its ALU can only add, shift, clip and multiply by a 16-bit immediate, the same for every
+lane of a tile. So activations are symmetric int8, weights symmetric int8 per tensor, and every
+scale is a power of two: the requantize ratio `s_x * s_w / s_out` is then an exact power of two and
+the epilogue a rounding shift. The cost is accuracy (up to 2x coarser scales), as in Relay's VTA
+flow; the CPU runs the same graph bit-exactly, so either backend can execute any layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+WEIGHT_QMAX = 127
+
+
+@dataclass(frozen=True)
+class QuantizeScheme:
+    name: str
+    activation_dtype: str  # "uint8" (asymmetric) or "int8" (symmetric, zero point 0)
+    per_channel_weights: bool
+    power_of_two: bool
+
+    @property
+    def qmin(self) -> int:
+        return int(np.iinfo(self.activation_dtype).min)
+
+    @property
+    def qmax(self) -> int:
+        return int(np.iinfo(self.activation_dtype).max)
+
+    def activation_qparams(self, lo: float, hi: float) -> tuple[np.float32, int]:
+        """Scale and zero point covering [lo, hi] (widened to hold 0, which must be exact)."""
+        lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+        if self.activation_dtype == "int8":
+            scale = self._snap(max(-lo, hi, 1e-8) / self.qmax)
+            return scale, 0
+        scale = self._snap(max(hi - lo, 1e-8) / (self.qmax - self.qmin))
+        zp = int(np.clip(np.round(-lo / float(scale)) + self.qmin, self.qmin, self.qmax))
+        return scale, zp
+
+    def quantize_weight(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Symmetric int8 weights and their float32 scales: one per output channel (axis 0), or
+        one for the tensor (repeated per channel, so consumers see the same shape)."""
+        w64 = np.asarray(w, np.float64)
+        amax = np.abs(w64.reshape(w64.shape[0], -1)).max(axis=1)
+        if not self.per_channel_weights:
+            amax = np.full_like(amax, amax.max(initial=0.0))
+        scale = np.array([self._snap(float(a) / WEIGHT_QMAX) if a > 0 else self._snap(1.0 / WEIGHT_QMAX)
+                          for a in amax], np.float32)
+        shape = (-1,) + (1,) * (w64.ndim - 1)
+        q = np.clip(np.round(w64 / scale.astype(np.float64).reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX)
+        return q.astype(np.int8), scale
+
+    def _snap(self, scale: float) -> np.float32:
+        """The scale itself, or the next power of two up (so the range still fits)."""
+        if not self.power_of_two:
+            return np.float32(scale)
+        return np.float32(2.0 ** math.ceil(math.log2(scale)))
+
+
+CPU_SCHEME = QuantizeScheme("cpu", "uint8", per_channel_weights=True, power_of_two=False)
+VTA_SCHEME = QuantizeScheme("vta", "int8", per_channel_weights=False, power_of_two=True)
+SCHEMES = {s.name: s for s in (CPU_SCHEME, VTA_SCHEME)}
+
+
+def scheme_named(name: str | QuantizeScheme) -> QuantizeScheme:
+    if isinstance(name, QuantizeScheme):
+        return name
+    if name not in SCHEMES:
+        raise ValueError(f"unknown quantization scheme {name!r}; known: {', '.join(SCHEMES)}")
+    return SCHEMES[name]
+
+
+__all__ = ["CPU_SCHEME", "SCHEMES", "VTA_SCHEME", "QuantizeScheme", "scheme_named"]
