@@ -47,7 +47,7 @@ class VTALayer:
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
     knobs: ConvKnobs | DenseKnobs
-    source: str  # "tuned" | "default"
+    source: str  # "tuned" | "transferred" | "default"
     key: str
     last: SimResult | None = None
 
@@ -114,10 +114,10 @@ def make_layer(fn: Function, hw: VTAConfig, schedules: ScheduleSource | None) ->
         key = conv_workload_key(shape)
         knobs, source = default_conv_knobs(shape, hw), "default"
         if schedules is not None:
-            hit = schedules.lookup(key, str(vta_target(hw)), workload=conv_workload(shape)).config
-            tuned = conv_knobs_from(hit, shape, hw) if hit is not None else None
-            if tuned is not None:
-                knobs, source = tuned, "tuned"
+            hit = schedules.lookup(key, str(vta_target(hw)), workload=conv_workload(shape))
+            tuned = conv_knobs_from(hit.config, shape, hw) if hit.config is not None else None
+            if tuned is not None:  # a transferred config is another shape's: it must fit this one
+                knobs, source = tuned, "tuned" if str(hit.kind) == "exact" else "transferred"
         zeros = np.zeros(in_shape, np.int8)
         prog, _ = conv_program(zeros, w, b, shape.stride, shape.pad, *epilogue, knobs, hw)
         name = f"vta_conv2d_{shape.c}x{shape.h}x{shape.w}_{shape.o}k{shape.kh}s{shape.stride}"
