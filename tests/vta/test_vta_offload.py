@@ -96,9 +96,12 @@ def test_build_vta_matches_the_cpu_int8_path_bit_for_bit(net):
     steps = [r for r in vta.report.rows if r.kind == "external"]
     assert len(steps) == 4 and all(r.source == "vta default" for r in steps)
     assert not vta.report.fallbacks
+    parted, _ = partition(bind_params(qmod, qparams))
     for seed in range(4):
         x = images(1, 12, seed=100 + seed)
-        np.testing.assert_array_equal(vta(x), cpu(x))
+        got = vta(x)
+        np.testing.assert_array_equal(got, cpu(x))
+        np.testing.assert_array_equal(got, np.asarray(evaluate(parted, x)))  # the split vs the interpreter
     sim = vta.accelerator_time()
     assert sim["layers"] == 4 and sim["cycles"] > 0 and 0 < sim["utilization"] <= 1
     with pytest.raises(ValueError, match="offloaded"):
