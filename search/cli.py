@@ -126,6 +126,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         from search import vta_cli
 
         if vta_cli.is_accelerator(args.target):
+            if args.output:  # say so before the work, not after
+                return _fail("compile", ValueError("--output: executables with accelerator layers cannot be "
+                                                   "saved yet (build them again with --target vta)"))
             exe, acc, seconds = vta_cli.build(args, model, threads)
             print(f"{acc.note}\n{acc.report}\n{exe.report}\ncompiled {model.name} for vta in {seconds:.1f} s")
             return 0

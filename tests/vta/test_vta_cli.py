@@ -31,4 +31,9 @@ def test_tune_resume_and_run_on_the_accelerator(tmp_path, capsys):
     assert main(["run", *common, "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "vta tuned" in out and re.search(r"accelerator \d+ cycles", out) and "outputs finite: True" in out
-    assert main(["compile", *common, "--threads", "1", "--precision", "plan"]) == 1  # one-line error
+    assert main(["compile", *common, "--threads", "1"]) == 0
+    assert "vta tuned" in capsys.readouterr().out
+    assert main(["compile", *common, "--threads", "1", "--precision", "plan"]) == 1  # one-line errors
+    assert main(["compile", *common, "--threads", "1", "--output", str(tmp_path / "m.zip")]) == 1
+    err = capsys.readouterr().err
+    assert "--precision plan is not supported" in err and "cannot be saved" in err
