@@ -5,10 +5,11 @@ requantize by a rounding shift, clip — so the partitioner (`autorelay.vta.part
 the qnn chain it came from with a single call that the executor hands to the simulator. Their NumPy
 references are the integer oracles the simulator is tested against (`conv_reference`,
 `dense_reference`), so the reference interpreter runs a partitioned graph too, and the relation
-checks what the hardware needs (int8 data and weights, int32 bias, batch 1 for convolutions).
+checks what the hardware needs (int8 data and weights, int32 bias). The core's BATCH is 1, so a
+batch of N images is N runs of the layer's program (`autorelay.vta.runtime`).
 
-    vta.conv2d(data int8 [1, C, H, W], weight int8 [O, C, KH, KW], bias int32 [O];
-               strides, padding, shift, clip_min, clip_max) -> int8 [1, O, OH, OW]
+    vta.conv2d(data int8 [N, C, H, W], weight int8 [O, C, KH, KW], bias int32 [O];
+               strides, padding, shift, clip_min, clip_max) -> int8 [N, O, OH, OW]
     vta.dense(data int8 [M, K], weight int8 [N, K], bias int32 [N]; shift, clip_min, clip_max)
                -> int8 [M, N]
 """
@@ -51,8 +52,8 @@ def _check_epilogue(op: str, attrs: Attrs) -> None:
 def _conv_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     op = "vta.conv2d"
     data, weight, _ = _int8_args(op, arg_types)
-    if len(data.shape) != 4 or data.shape[0] != 1:
-        raise rel_error(op, f"data must be NCHW with batch 1, got {fmt_shape(data.shape)}")
+    if len(data.shape) != 4:
+        raise rel_error(op, f"data must be NCHW, got {fmt_shape(data.shape)}")
     if len(weight.shape) != 4 or weight.shape[1] != data.shape[1]:
         raise rel_error(op, f"weight {fmt_shape(weight.shape)} (OIHW) does not match data "
                             f"{fmt_shape(data.shape)}")
@@ -63,12 +64,13 @@ def _conv_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     if oh < 1 or ow < 1:
         raise rel_error(op, f"the output of data {fmt_shape(data.shape)} with kernel "
                             f"{fmt_shape(weight.shape)} is empty")
-    return TensorType((1, weight.shape[0], oh, ow), "int8")
+    return TensorType((data.shape[0], weight.shape[0], oh, ow), "int8")
 
 
 def _conv_ref(attrs: Attrs, data: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    return conv_reference(data, weight, bias, int(attrs["strides"]), int(attrs["padding"]),
-                          int(attrs["shift"]), int(attrs["clip_min"]), int(attrs["clip_max"]))
+    args = (int(attrs["strides"]), int(attrs["padding"]), int(attrs["shift"]), int(attrs["clip_min"]),
+            int(attrs["clip_max"]))
+    return np.concatenate([conv_reference(image[None], weight, bias, *args) for image in data])
 
 
 def _dense_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:

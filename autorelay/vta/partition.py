@@ -8,7 +8,7 @@ can run any layer and the partitioned model gives the CPU int8 path's outputs bi
       -> vta.conv2d(x, W, B; strides, padding, shift = log2(s_out / s_acc), clip)
 
 and the same for `qnn.dense`. Conditions: int8 data and constant int8 weights without zero points
-(the GEMM core multiplies raw int8), batch 1 (BATCH = 1), no groups or dilation, equal strides and
+(the GEMM core multiplies raw int8), no groups or dilation, equal strides and
 padding on every side (the LOAD's pads are symmetric per tile), a single requantize ratio that is
 an exact power of two 2**-shift (the ALU shifts; it cannot multiply per channel) — what
 `quantize_model(..., scheme="vta")` produces. Convolutions with fewer input channels than one
@@ -32,6 +32,9 @@ from autorelay.transform.util import op_name
 from autorelay.typing import infer_types
 from autorelay.vta import ops as _ops  # noqa: F401  (registers vta.conv2d / vta.dense)
 from autorelay.vta.config import VTAConfig
+from autorelay.vta.conv import ConvShape
+from autorelay.vta.sim import VTAError
+from autorelay.vta.tasks import default_conv_knobs
 
 
 @dataclass
@@ -157,10 +160,15 @@ class _Partitioner(ExprMutator):
         if len(set(map(int, a["strides"]))) != 1 or len(set(map(int, a["padding"]))) != 1:
             return "strides and padding must be equal on every side"
         shape = x.checked_type.shape
-        if shape[0] != 1:
-            return f"batch {shape[0]} (the accelerator's BATCH is 1)"
         if shape[1] < self.config.block_in:
             return f"{shape[1]} input channels < one block of {self.config.block_in} (stays on the CPU)"
+        w = layer.args[1].checked_type.shape
+        conv = ConvShape(int(shape[1]), int(shape[2]), int(shape[3]), int(w[0]), int(w[2]), int(w[3]),
+                         int(a["strides"][0]), int(a["padding"][0]))
+        try:
+            default_conv_knobs(conv, self.config)
+        except VTAError:
+            return "no tiling of it fits the accelerator's on-chip buffers"
         return None
 
 

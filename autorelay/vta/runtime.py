@@ -2,7 +2,8 @@
 
 A layer's instruction stream and DRAM image are made once, at build time, with the weights, bias
 and micro-ops in place (`conv_program` / `dense_program` with a zero input); a call copies the image,
-writes the input into its input region in the accelerator's blocked layout, runs the simulator
+writes the input (one image: the core's BATCH is 1, so a batch of N convolutions is N runs) into its
+input region in the accelerator's blocked layout, runs the simulator
 (functional and cycle-level at once) and reads the int8 result back in NCHW / [M, N]. The host-side
 re-layouts are the "driver's" work and run on the CPU; the simulated time of the last call of every
 layer is kept, so a model's accelerator time is the sum over its layers (`VTALayer.last`).
@@ -15,7 +16,7 @@ in the build report, like a CPU kernel's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -55,11 +56,25 @@ class VTALayer:
         x = np.asarray(x)
         if x.shape != self.in_shape or x.dtype != np.int8:
             raise VTAError(f"{self.name}: expected int8 {list(self.in_shape)}, got {x.dtype} {list(x.shape)}")
+        if len(self.in_shape) == 4 and x.shape[0] > 1:
+            return self._batch(x)
         dram = self.program.dram.copy()
         blocked = self._to_device(x)
         dram[: blocked.nbytes] = blocked.reshape(-1).view(np.uint8)  # the input region starts at 0
         self.last = simulate(self.program.insns, dram, self.config)
         return self._from_device(dram)
+
+    def _batch(self, x: np.ndarray) -> np.ndarray:
+        """One program run per image; `last` sums the runs (they execute back to back)."""
+        one = replace(self, in_shape=(1, *self.in_shape[1:]), out_shape=(1, *self.out_shape[1:]))
+        outs, runs = [], []
+        for image in x:
+            outs.append(one(image[None]))
+            runs.append(one.last)
+        busy = {k: sum(r.busy[k] for r in runs) for k in runs[0].busy}
+        self.last = SimResult(sum(r.cycles for r in runs), busy, sum(r.gemm_cycles for r in runs),
+                              sum(r.instructions for r in runs), self.config.clock_mhz)
+        return np.concatenate(outs)
 
     def _to_device(self, x: np.ndarray) -> np.ndarray:
         if len(self.in_shape) == 4:
@@ -118,7 +133,7 @@ def make_layer(fn: Function, hw: VTAConfig, schedules: ScheduleSource | None) ->
             tuned = conv_knobs_from(hit.config, shape, hw) if hit.config is not None else None
             if tuned is not None:  # a transferred config is another shape's: it must fit this one
                 knobs, source = tuned, "tuned" if str(hit.kind) == "exact" else "transferred"
-        zeros = np.zeros(in_shape, np.int8)
+        zeros = np.zeros((1, *in_shape[1:]), np.int8)  # one image: the program runs once per image
         prog, _ = conv_program(zeros, w, b, shape.stride, shape.pad, *epilogue, knobs, hw)
         name = f"vta_conv2d_{shape.c}x{shape.h}x{shape.w}_{shape.o}k{shape.kh}s{shape.stride}"
         return VTALayer(name, prog, hw, in_shape, out_shape, knobs, source, key)

@@ -167,3 +167,20 @@ def test_bad_vta_targets_are_clear_errors(net, tmp_path):
     bad.write_text('{"block_in": 16, "lanes": 3}')
     with pytest.raises(TargetError, match="lanes"):
         autorelay.build(qmod, f"vta -config={bad}", params=qparams)
+
+
+def test_a_batch_runs_image_by_image_and_unfit_layers_stay_on_the_cpu():
+    """The core's BATCH is 1: a batch of 3 runs each offloaded convolution three times and still
+    equals the CPU path; a layer no tiling fits (tiny buffers) is reported and left on the CPU."""
+    mod = small_net(3, channels=16, image=10)
+    cal = calibrate(mod, None, [{"data": images(3, 10, seed=s)} for s in range(3)], method="max",
+                    progress=False)
+    qmod, qparams = quantize_model(mod, None, cal, scheme="vta")
+    cpu = autorelay.build(qmod, "llvm", params=qparams)
+    vta = autorelay.build(qmod, "vta", params=qparams)
+    assert vta.partition.offloaded == 4
+    x = images(3, 10, seed=9)
+    np.testing.assert_array_equal(vta(x), cpu(x))
+    tiny = VTAConfig(inp_buffer_bytes=16, acc_buffer_bytes=64)  # one input tile, one accumulator row
+    _, report = partition(bind_params(qmod, qparams), tiny)
+    assert report.offloaded == 0 and any("fits" in why for _, _, why in report.layers)
