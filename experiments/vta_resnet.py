@@ -31,6 +31,9 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None, help="folder for vta_resnet18.md and vta_resnet18.png")
+    ap.add_argument("--pipeline", default=None,
+                    help="pass pipeline of the CPU parts (default: nchwc16 where a vector holds 16 floats, "
+                         "else nchwc: int8 convolutions blocked for the dot-product instructions)")
     args = ap.parse_args()
 
     import autorelay
@@ -53,12 +56,13 @@ def main() -> None:
     if args.db:
         db = tuning_db.open(args.db)
         cpu_src, dev_src = db.schedule_source(str(host)), db.schedule_source(str(vta_target(hw)))
-    cpu = autorelay.build(qmod, "llvm", params=qparams, schedules=cpu_src, threads=args.threads)
-    vta_default = autorelay.build(qmod, "vta", params=qparams, schedules=cpu_src, threads=args.threads)
+    pipe = args.pipeline or ("nchwc16" if host.vector_lanes() >= 16 else "nchwc")
+    common = {"params": qparams, "schedules": cpu_src, "threads": args.threads, "pipeline": pipe}
+    cpu = autorelay.build(qmod, "llvm", **common)
+    vta_default = autorelay.build(qmod, "vta", **common)
     builds = {"default": vta_default}
     if dev_src is not None:
-        builds["tuned"] = autorelay.build(qmod, "vta", params=qparams, schedules=cpu_src,
-                                          threads=args.threads, device_schedules=dev_src)
+        builds["tuned"] = autorelay.build(qmod, "vta", device_schedules=dev_src, **common)
 
     rng = np.random.default_rng(1)
     shape = model.inputs[next(iter(model.inputs))].shape
@@ -84,7 +88,8 @@ def main() -> None:
     rest = sum(r.seconds for r in vta_default.report.rows if r.kind != "external" and r.seconds)
     clock = hw.clock_mhz * 1e6
     tuned = "tuned" in sims
-    lines = [f"ResNet-18 int8 (vta scheme), batch 1, CPU {host.cpu} {args.threads} threads, accelerator "
+    lines = [f"ResNet-18 int8 (vta scheme), batch 1, CPU {host.cpu} {args.threads} threads (pipeline "
+             f"{pipe}), accelerator "
              f"at {hw.clock_mhz:g} MHz; outputs identical to the CPU int8 path on {exact} of {args.inputs} "
              "inputs", "",
              "| # | layer | default cycles | util | " + ("tuned cycles | util | speedup |" if tuned else ""),

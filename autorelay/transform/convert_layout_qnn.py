@@ -5,8 +5,9 @@
   `OIHW{x/g}i{y}o{g}i` = `[OC/y, C/x, KH, KW, x/g, y, g]`, `g` input channels per instruction lane
   (`te.nn_int8.DOT_GROUP`). The input block `x` is a multiple of `g`; a channel count that is not
   (an RGB image's 3) is padded up to one with the input zero point (real zero) and zero weights,
-  which adds nothing to the sums. Anything else (int8 data — `vpdpbusd` multiplies unsigned by
-  signed bytes —, per-channel weight zero points, grouped or dilated convolutions) stays in NCHW.
+  which adds nothing to the sums. int8 data is shifted to uint8 first (`vpdpbusd` multiplies
+  unsigned by signed bytes; `_as_unsigned`). Anything else (per-channel weight zero points,
+  grouped or dilated convolutions) stays in NCHW.
 * quantize / dequantize / requantize follow the layout of their data: per-tensor parameters as
   they are, per-channel constants re-laid-out to broadcast against the blocked data.
 * `qnn.add` with per-tensor parameters keeps its operands' common layout; `qnn.concatenate` on
@@ -59,25 +60,41 @@ def _pad_channels(x: Expr, w: np.ndarray, zero_point: Constant, channels: int
     return padded, np.pad(w, ((0, 0), (0, extra), (0, 0), (0, 0))), channels + extra
 
 
+def _as_unsigned(x: Expr, zero_point: Constant) -> tuple[Expr, Constant]:
+    """int8 data as uint8 with the same real values: every byte + 128 (fused into the producer's
+    kernel) and the zero point + 128, so `(x + 128) - (zp + 128) = x - zp` exactly. Then int8 data
+    takes the unsigned x signed dot-product path (`vpdpbusd`) like uint8 data."""
+    from autorelay.op import registry
+
+    wide = registry.call("cast", x, dtype="int32")
+    shifted = registry.call("add", wide, Constant(np.asarray(128, np.int32)))
+    zp = int(np.asarray(zero_point.data).reshape(())) + 128
+    return registry.call("cast", shifted, dtype="uint8"), Constant(np.asarray(zp, np.int32))
+
+
 def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     a = c.attrs
     if conv.dst != "NCHWc" or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
         return None
     if a["out_layout"] not in ("", "NCHW") or a["groups"] != 1 or tuple(a["dilation"]) != (1, 1):
         return None
-    xt, weight, kzp = tensor_type(c.args[0]), c.args[1], c.args[3]
-    if xt is None or xt.dtype != "uint8" or not isinstance(weight, Constant) or not isinstance(kzp, Constant):
+    xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
+    if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
         return None
     w = np.asarray(weight.data)
-    if w.dtype != np.int8 or np.asarray(kzp.data).size != 1 or int(np.asarray(kzp.data).reshape(())) != 0:
+    if w.dtype != np.int8 or not isinstance(kzp, Constant) or np.asarray(kzp.data).size != 1 \
+            or int(np.asarray(kzp.data).reshape(())) != 0:
+        return None
+    if xt.dtype == "int8" and not (isinstance(zp, Constant) and _scalar(zp)):
         return None
     in_c, out_c = int(xt.shape[1]), int(w.shape[0])
     x, lay = conv.track(c.args[0])
+    if xt.dtype == "int8":
+        x, zp = _as_unsigned(x, zp)  # type: ignore[arg-type]
     if in_c % DOT_GROUP:
-        zp = c.args[2]
         if lay is not None or not isinstance(zp, Constant) or not 0 <= np.asarray(zp.data).ravel()[0] < 256:
             return None
-        x, w, in_c = _pad_channels(x, w, c.args[2], in_c)
+        x, w, in_c = _pad_channels(x, w, zp, in_c)
     want = conv.block
     if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
         want = int(lay[4:-1])  # the block the input already has, if a group divides it
@@ -92,8 +109,8 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     data, out = f"NCHW{icb}c", f"NCHW{ocb}c"
     kern = f"OIHW{icb // DOT_GROUP}i{ocb}o{DOT_GROUP}i"
     attrs = a.replace(data_layout=data, kernel_layout=kern, out_layout=out if out != data else "")
-    args = (conv.ensure(x, lay, data), _const(pack_weight(w, icb, ocb)),
-            *(conv.visit(e) for e in c.args[2:]))
+    args = (conv.ensure(x, lay, data), _const(pack_weight(w, icb, ocb)), zp if zp is not c.args[2]
+            else conv.visit(zp), *(conv.visit(e) for e in c.args[3:]))
     return Call(c.op, args, attrs), out
 
 

@@ -73,10 +73,12 @@ def test_pack_weight_layout():
             assert p[o // 4, c // 8, 1, 2, (c % 8) // 4, o % 4, c % 4] == w[o, c, 1, 2]
 
 
-@pytest.mark.parametrize(("dtype", "channels", "blocked"), [("int8", 8, False), ("uint8", 3, True)])
-def test_int8_data_stays_nchw_and_odd_channels_are_padded(dtype, channels, blocked):
-    """vpdpbusd multiplies unsigned by signed bytes: int8 data stays NCHW. A group needs 4 input
-    channels: 3 are padded to 4 with the zero point (and zero weights)."""
+@pytest.mark.parametrize(("dtype", "channels", "blocked"), [("int8", 8, True), ("uint8", 3, True),
+                                                      ("int8", 3, True)])
+def test_int8_data_is_shifted_and_odd_channels_are_padded(dtype, channels, blocked):
+    """vpdpbusd multiplies unsigned by signed bytes: int8 data is shifted to uint8 (+128, zero point
+    +128) and blocked like uint8 data. A group needs 4 input channels: 3 are padded to 4 with the
+    zero point (and zero weights)."""
     rng = np.random.default_rng(2)
     x = Var("x", TensorType((1, channels, 8, 8), dtype))
     y = call("qnn.conv2d", x, Constant(rng.integers(-128, 128, (8, channels, 3, 3)).astype("int8")),
@@ -89,5 +91,9 @@ def test_int8_data_stays_nchw_and_odd_channels_are_padded(dtype, channels, block
     assert (convs[0].attrs["data_layout"] != "NCHW") == blocked
     info = np.iinfo(dtype)
     xv = rng.integers(info.min, info.max + 1, (1, channels, 8, 8)).astype(dtype)
-    np.testing.assert_array_equal(np.asarray(autorelay.build(mod, "llvm -threads=1", pipeline="nchwc")(xv)),
-                                  np.asarray(Interpreter(mod).call("main", xv)))
+    want = np.asarray(Interpreter(mod).call("main", xv))
+    for t in TARGETS:
+        target = resolve_target(t)
+        exe = autorelay.build(mod, target, pipeline="nchwc")
+        if host_supports(target):
+            np.testing.assert_array_equal(np.asarray(exe(xv)), want, err_msg=t)
