@@ -100,8 +100,13 @@ class Machine:
         self.uops = np.zeros((c.depth("uop"), 3), np.int64)
 
 
-def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = None) -> SimResult:
-    """Run `program` over the byte array `dram` (changed in place by STOREs)."""
+def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = None, *,
+             functional: bool = True) -> SimResult:
+    """Run `program` over the byte array `dram` (changed in place by STOREs).
+
+    `functional=False` runs the cycle model alone: the same timeline, token checks and deadlock
+    detection, but no data moves and no buffer or DRAM bounds are checked (a program's
+    correctness is the functional run's to establish; this mode is for timing it again)."""
     config = config or VTAConfig()
     if dram.dtype != np.uint8 or dram.ndim != 1:
         raise VTAError("DRAM must be a one-dimensional uint8 array")
@@ -131,7 +136,7 @@ def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = N
         i, insn = pending[name].popleft()
         for q in queues:
             tokens[q].popleft()
-        cost, useful = _execute(m, insn, i)
+        cost, useful = _execute(m, insn, i, functional)
         end = start + cost
         free[name] = end
         busy[name] += cost
@@ -167,8 +172,9 @@ def _stuck(name: str, head: tuple[int, Insn], tokens: dict[str, deque[int]]) -> 
     return f"{name} waits at instruction {i} ({type(insn).__name__}) on empty queue(s) {', '.join(empty)}"
 
 
-def _execute(m: Machine, insn: Insn, i: int) -> tuple[int, int]:
-    """Run one instruction; (its cycles, its useful GEMM cycles)."""
+def _execute(m: Machine, insn: Insn, i: int, functional: bool = True) -> tuple[int, int]:
+    """Run one instruction (its data effects only when `functional`); (its cycles, its useful
+    GEMM cycles)."""
     c = m.config
     if isinstance(insn, FinishInsn):
         return 1, 0
@@ -176,13 +182,16 @@ def _execute(m: Machine, insn: Insn, i: int) -> tuple[int, int]:
         tiles = insn.y_size * insn.x_size
         mem = insn.mem.name.lower()
         cost = c.dram_latency_cycles + math.ceil(tiles * c.tile_bytes(mem) / c.dram_bytes_per_cycle)
-        (_load if insn.opcode == Opcode.LOAD else _store)(m, insn, i)
+        if functional:
+            (_load if insn.opcode == Opcode.LOAD else _store)(m, insn, i)
         return cost, 0
     n = insn.iter_out * insn.iter_in * max(0, insn.uop_end - insn.uop_begin)
     if isinstance(insn, GemmInsn):
-        _gemm(m, insn, i)
+        if functional:
+            _gemm(m, insn, i)
         return c.gemm_pipeline_cycles + n, 0 if insn.reset else n
-    _alu(m, insn, i)
+    if functional:
+        _alu(m, insn, i)
     return c.alu_pipeline_cycles + n, 0
 
 
