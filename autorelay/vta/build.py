@@ -98,12 +98,16 @@ def build_for_accelerator(mod: IRModule, spec: TargetSpec, params: Mapping[str, 
     """`autorelay.build` for a ``vta`` target: static dataflow graphs on the graph executor."""
     from autorelay.build_module import BuildError
     from autorelay.codegen import resolve_target
-    from autorelay.transform.bind_shapes import bind_shapes
+    from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
 
     if executor not in ("auto", "graph"):
         raise BuildError(f"build: the vta target runs on the graph executor, not {executor!r}")
     if shapes:
         mod = bind_shapes(mod, shapes)
+    elif dynamic_inputs(mod):
+        names = ", ".join(sorted(dynamic_inputs(mod)))
+        raise BuildError(f"build: the vta target needs static input shapes; {names} "
+                         f"{'is' if ',' not in names else 'are'} dynamic: pass shapes={{...}}")
     host = resolve_target("llvm", threads)
     return build_vta(mod, hardware_of(spec), host, params, schedules, pipeline, device_schedules)
 

@@ -184,3 +184,15 @@ def test_a_batch_runs_image_by_image_and_unfit_layers_stay_on_the_cpu():
     tiny = VTAConfig(inp_buffer_bytes=16, acc_buffer_bytes=64)  # one input tile, one accumulator row
     _, report = partition(bind_params(qmod, qparams), tiny)
     assert report.offloaded == 0 and any("fits" in why for _, _, why in report.layers)
+
+
+def test_dynamic_shapes_need_explicit_shapes():
+    from autorelay.build_module import BuildError
+    from autorelay.ir.types import SymDim
+
+    x = Var("x", TensorType((SymDim("n"), 8), "float32"))
+    mod = IRModule.from_expr(Function((x,), call("nn.dense", x, const(np.ones((4, 8), "float32")))))
+    with pytest.raises(BuildError, match="static input shapes; x is dynamic"):
+        autorelay.build(mod, "vta")
+    exe = autorelay.build(mod, "vta", shapes={"x": (3, 8)})
+    np.testing.assert_allclose(exe(np.ones((3, 8), "float32")), np.full((3, 4), 8.0))
