@@ -35,10 +35,6 @@ def _cycle_model_speed(layers: list) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def _conv_seconds(report) -> float:
-    return sum(r.seconds or 0.0 for r in report.rows if r.kind == "kernel" and "conv2d" in r.name)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default=None, help="tuning log with `--target vta` results (and CPU schedules)")
@@ -101,9 +97,11 @@ def main() -> None:
         sims[name] = [(layer.name, layer.last) for layer in exe.vta_layers]
     vta_default.profile(x, repeat=3)
     rest = sum(r.seconds for r in vta_default.report.rows if r.kind != "external" and r.seconds)
-    # the offloaded convolutions' kernels in the CPU-only build: every conv kernel there, less the
-    # conv kernels the vta build still runs on the CPU (the stem, the last conv)
-    offloaded_cpu = _conv_seconds(cpu_report) - _conv_seconds(vta_default.report)
+    # the offloaded convolutions' kernels in the CPU-only build: its conv kernels whose workload the
+    # vta build does not also run on the CPU (the stem and the last conv stay there)
+    kept = {r.workload_key for r in vta_default.report.rows if r.kind == "kernel"}
+    offloaded_cpu = sum(r.seconds or 0.0 for r in cpu_report.rows
+                        if r.kind == "kernel" and "conv2d" in r.name and r.workload_key not in kept)
     clock = hw.clock_mhz * 1e6
     tuned = "tuned" in sims
     lines = [f"ResNet-18 int8 (vta scheme), batch 1, CPU {host.cpu} {args.threads} threads (pipeline "
