@@ -1,13 +1,14 @@
 """ConvertLayout's rules for the quantized ops (see `convert_layout` for the pass itself).
 
-* `qnn.conv2d` with uint8 data, a constant int8 weight and a zero weight zero point runs in
+* `qnn.conv2d` with 8-bit data, a constant int8 weight and a zero weight zero point runs in
   `NCHW{x}c` with its weight packed at compile time for the integer dot-product instructions:
   `OIHW{x/g}i{y}o{g}i` = `[OC/y, C/x, KH, KW, x/g, y, g]`, `g` input channels per instruction lane
   (`te.nn_int8.DOT_GROUP`). The input block `x` is a multiple of `g`; a channel count that is not
   (an RGB image's 3) is padded up to one with the input zero point (real zero) and zero weights,
   which adds nothing to the sums. int8 data is shifted to uint8 first (`vpdpbusd` multiplies
-  unsigned by signed bytes; `_as_unsigned`). Anything else (per-channel weight zero points,
-  grouped or dilated convolutions) stays in NCHW.
+  unsigned by signed bytes; `_as_unsigned`). A depthwise one runs in `NCHW{x}c` with an
+  `OIHW1i{x}o` weight (int32 lanes per channel block, no dot instruction, any int8 data). Anything
+  else (per-channel weight zero points, other grouped or dilated convolutions) stays in NCHW.
 * quantize / dequantize / requantize follow the layout of their data: per-tensor parameters as
   they are, per-channel constants re-laid-out to broadcast against the blocked data.
 * `qnn.add` with per-tensor parameters keeps its operands' common layout; `qnn.concatenate` on
@@ -72,12 +73,41 @@ def _as_unsigned(x: Expr, zero_point: Constant) -> tuple[Expr, Constant]:
     return registry.call("cast", shifted, dtype="uint8"), Constant(np.asarray(zp, np.int32))
 
 
+def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None] | None:
+    """A depthwise qnn.conv2d in NCHW{b}c with its weight as `OIHW1i{b}o` (one vector of int32
+    lanes per channel block; no dot-product instruction, so int8 data stays int8)."""
+    from autorelay.transform.convert_layout import _const, _divisor
+
+    xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
+    if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
+        return None
+    w = np.asarray(weight.data)
+    channels = int(xt.shape[1])
+    if w.dtype != np.int8 or w.shape[:2] != (channels, 1) or not isinstance(kzp, Constant) \
+            or np.any(np.asarray(kzp.data)) or not (isinstance(zp, Constant) and _scalar(zp)):
+        return None
+    x, lay = conv.track(c.args[0])
+    b = _divisor(channels, int(lay[4:-1]) if lay and lay.startswith("NCHW") and lay.endswith("c")
+                 and lay != "NCHW" else block)
+    _, _, kh, kw = w.shape
+    packed = w.reshape(channels // b, b, 1, kh, kw).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :]
+    data = f"NCHW{b}c"
+    attrs = c.attrs.replace(data_layout=data, kernel_layout=f"OIHW1i{b}o", out_layout="")
+    args = (conv.ensure(x, lay, data), _const(np.ascontiguousarray(packed)),
+            *(conv.visit(e) for e in c.args[2:]))
+    return Call(c.op, args, attrs), data
+
+
 def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     a = c.attrs
     if conv.dst != "NCHWc" or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
         return None
-    if a["out_layout"] not in ("", "NCHW") or a["groups"] != 1 or tuple(a["dilation"]) != (1, 1):
+    if a["out_layout"] not in ("", "NCHW") or tuple(a["dilation"]) != (1, 1):
         return None
+    xt = tensor_type(c.args[0])
+    if a["groups"] != 1:
+        depthwise = xt is not None and a["groups"] == xt.shape[1] == static_shape(c.args[1])[0]  # type: ignore[index]
+        return qdepthwise(conv, c, conv.block) if depthwise else None
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
         return None
