@@ -133,8 +133,10 @@ class VTAMeasurer:
         d = task.data()
         try:
             got, res = run_conv(d["x"], d["w"], None, s.stride, s.pad, SHIFT, LO, HI, knobs, task.hw)
-        except VTAError as e:
+        except VTAError as e:  # the program itself is wrong: deadlock, overflow, out of range
             return MeasureResult.failed(ErrorKind.RUNTIME_CRASH, str(e))
+        except (ValueError, IndexError, KeyError, ArithmeticError) as e:  # the lowering failed on it
+            return MeasureResult.failed(ErrorKind.COMPILE_ERROR, f"{knobs}: {type(e).__name__}: {e}")
         if not np.array_equal(got, d["want"]):
             return MeasureResult.failed(ErrorKind.WRONG_ANSWER, f"{knobs}: output differs from the reference")
         return MeasureResult((res.seconds,), extra={"cycles": res.cycles, "utilization": res.utilization})

@@ -46,3 +46,16 @@ def test_the_target_name_carries_every_hardware_parameter():
     assert vta_target(VTAConfig()) == vta_target(VTAConfig())
     assert str(vta_target(VTAConfig())) != str(vta_target(VTAConfig(dram_bytes_per_cycle=16)))
     assert str(vta_target(VTAConfig())) != str(vta_target(VTAConfig(clock_mhz=333.0)))
+
+
+def test_a_lowering_failure_is_a_recorded_error_not_a_dead_tuner(monkeypatch):
+    import search.vta_tuning as vt
+
+    task = vta_conv_task(SHAPE)
+
+    def broken(*args, **kwargs):
+        raise IndexError("tile index out of range")
+
+    monkeypatch.setattr(vt, "run_conv", broken)
+    (res,) = VTAMeasurer().measure(task, [MeasureInput(task.default, task.index(task.default))])
+    assert res.error is ErrorKind.COMPILE_ERROR and "IndexError" in res.message
