@@ -211,21 +211,28 @@ def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, na
     )
 
 
+def depthwise_nchwc_window(data: Tensor, weight: Tensor, strides, padding, name: str, pad_value=0.0
+                           ) -> tuple[Tensor, tuple[int, ...], int, int, te.IterVar, te.IterVar]:
+    """What a depthwise NCHW[x]c convolution reads, checked: (the padded data, the output shape,
+    the strides, the two reduction axes). Shared by the float and the int8 computes."""
+    n, cb, h, w, b = data.shape
+    wcb, one, kh, kw, one_i, wb = weight.shape
+    if (wcb, one, one_i, wb) != (cb, 1, 1, b):
+        raise ValueError(f"{name}: weight {weight.shape} must be [{cb}, 1, KH, KW, 1, {b}]")
+    (sh, sw) = _pair(strides)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), value=pad_value, name=f"{name}_pad")
+    return x, (n, cb, oh, ow, b), sh, sw, te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+
+
 def depthwise_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
                            name: str = "depthwise_nchwc") -> Tensor:
     """data [N, C/b, H, W, b], weight [C/b, 1, KH, KW, 1, b] (OIHW1i{b}o) -> [N, C/b, OH, OW, b]:
     each channel block is one vector of b lanes (template `depthwise_nchwc`)."""
-    n, cb, h, w, b = data.shape
-    wcb, one, kh, kw, one_i, wb = weight.shape
-    if (wcb, one, one_i, wb) != (cb, 1, 1, b):
-        raise ValueError(f"depthwise_conv2d_nchwc: weight {weight.shape} must be [{cb}, 1, KH, KW, 1, {b}]")
-    (sh, sw) = _pair(strides)
-    pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
-    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name=f"{name}_pad")
-    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name)
     return te.compute(
-        (n, cb, oh, ow, b),
+        shape,
         lambda i, c, y, z, v: te.sum(
             x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
         name=name,

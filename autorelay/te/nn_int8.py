@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
-from autorelay.te.nn import _out_dim, _pad4, _pair, pad
+from autorelay.te.nn import _out_dim, _pad4, _pair, depthwise_nchwc_window, pad
 from autorelay.te.tensor import Tensor
 
 INT8_DTYPES = ("int8", "uint8")
@@ -72,21 +72,13 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     channel block is one vector of int32 lanes; the float template `depthwise_nchwc` schedules it
     (the tag), widening the bytes as it loads them."""
     _check_int8(name, data, weight)
-    n, cb, h, w, b = data.shape
-    wcb, one, kh, kw, one_i, wb = weight.shape
-    if (wcb, one, one_i, wb) != (cb, 1, 1, b):
-        raise ValueError(f"{name}: weight {weight.shape} must be [{cb}, 1, KH, KW, 1, {b}]")
-    (sh, sw) = _pair(strides)
-    pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
-    x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), value=int(pad_value), name=f"{name}_pad")
-    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value))
 
     def body(i, c, y, z, v):
         pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], "int32")
         return te.sum(pixel * E.cast(weight[c, 0, rh, rw, 0, v], "int32"), [rh, rw])
 
-    return te.compute((n, cb, oh, ow, b), body, name=name, tag="depthwise_nchwc")
+    return te.compute(shape, body, name=name, tag="depthwise_nchwc")
 
 
 def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8") -> Tensor:
