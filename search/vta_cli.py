@@ -89,7 +89,10 @@ def tune(args: argparse.Namespace, model: Model) -> int:
     print(acc.note)
     tasks, weights = conv_tasks(acc)
     if not tasks:
-        print("nothing to tune: no layer of this model runs on the accelerator")
+        why = "no layer of this model runs on the accelerator"
+        if acc.report.offloaded:
+            why = "its offloaded layers are dense ones, run with the default tiling (no dense tuning yet)"
+        print(f"nothing to tune: {why}")
         return 0
     t0 = time.perf_counter()
     db, _ = open_db(args.db)
