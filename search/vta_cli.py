@@ -3,9 +3,10 @@
 The model is quantized for the accelerator (`scheme="vta"`: int8, power-of-two scales; calibrated
 like `--precision int8`), partitioned (`autorelay.vta.partition`), and then:
 
-* tune: every distinct offloaded convolution is a `VTAConvTask`; the task scheduler divides
-  `--trials` between them (weighted by how often each runs) and the measurement is simulated time,
-  logged under the accelerator's target (`vta -hw=<digest>`), so a rerun resumes from the log;
+* tune: every distinct offloaded convolution is a `VTAConvTask` (a dense layer a `VTADenseTask`);
+  the task scheduler divides `--trials` between them (weighted by how often each runs) and the
+  measurement is simulated time, logged under the accelerator's target (`vta -hw=<digest>`), so a
+  rerun resumes from the log;
 * compile / run: `autorelay.build(..., target="vta")` with the log's knobs for every offloaded
   layer (the build report says "vta tuned" or "vta default") and the CPU part compiled for the host.
 
@@ -64,20 +65,26 @@ def prepare_for_accelerator(args: argparse.Namespace, model: Model) -> Accelerat
                             hw, note)
 
 
-def conv_tasks(acc: AcceleratorModel) -> tuple[list[Any], list[float]]:
-    """One tuning task per distinct offloaded convolution shape, and how often each runs."""
+def accelerator_tasks(acc: AcceleratorModel) -> tuple[list[Any], list[float]]:
+    """One tuning task per distinct offloaded convolution or dense shape, and how often each runs."""
     from autorelay.vta.conv import ConvShape
-    from search.vta_tuning import vta_conv_task
+    from search.vta_tuning import vta_conv_task, vta_dense_task
 
-    shapes: Counter[ConvShape] = Counter()
+    convs: Counter[ConvShape] = Counter()
+    denses: Counter[tuple[int, int, int]] = Counter()
     for node in post_order(acc.partitioned["main"].body):
-        if op_name(node) == "vta.conv2d":
-            assert isinstance(node, Call)
-            x, w = node.args[0].checked_type.shape, node.args[1].checked_type.shape
-            shapes[ConvShape(int(x[1]), int(x[2]), int(x[3]), int(w[0]), int(w[2]), int(w[3]),
-                             int(node.attrs["strides"]), int(node.attrs["padding"]))] += 1
-    tasks = [vta_conv_task(s, acc.hw, f"vta_conv{s.c}x{s.h}->{s.o}_k{s.kh}s{s.stride}") for s in shapes]
-    return tasks, [float(n) for n in shapes.values()]
+        if op_name(node) not in ("vta.conv2d", "vta.dense"):
+            continue
+        assert isinstance(node, Call)
+        x, w = node.args[0].checked_type.shape, node.args[1].checked_type.shape
+        if op_name(node) == "vta.dense":
+            denses[(int(x[0]), int(w[0]), int(x[1]))] += 1
+            continue
+        convs[ConvShape(int(x[1]), int(x[2]), int(x[3]), int(w[0]), int(w[2]), int(w[3]),
+                        int(node.attrs["strides"]), int(node.attrs["padding"]))] += int(x[0])
+    tasks = [vta_conv_task(s, acc.hw, f"vta_conv{s.c}x{s.h}->{s.o}_k{s.kh}s{s.stride}") for s in convs]
+    tasks += [vta_dense_task(m, n, k, acc.hw) for m, n, k in denses]
+    return tasks, [float(c) for c in (*convs.values(), *denses.values())]
 
 
 def tune(args: argparse.Namespace, model: Model) -> int:
@@ -87,12 +94,9 @@ def tune(args: argparse.Namespace, model: Model) -> int:
 
     acc = prepare_for_accelerator(args, model)
     print(acc.note)
-    tasks, weights = conv_tasks(acc)
+    tasks, weights = accelerator_tasks(acc)
     if not tasks:
-        why = "no layer of this model runs on the accelerator"
-        if acc.report.offloaded:
-            why = "its offloaded layers are dense ones, run with the default tiling (no dense tuning yet)"
-        print(f"nothing to tune: {why}")
+        print("nothing to tune: no layer of this model runs on the accelerator")
         return 0
     t0 = time.perf_counter()
     db, _ = open_db(args.db)
@@ -104,7 +108,7 @@ def tune(args: argparse.Namespace, model: Model) -> int:
               f"{r.best_cost * 1e6:>9.1f} {r.speedup:>6.2f}x")
     default = sum(w * r.default_cost for w, r in zip(weights, results))
     best = sum(w * r.best_cost for w, r in zip(weights, results))
-    print(f"offloaded convolutions, simulated at {acc.hw.clock_mhz:g} MHz: default {default * 1e3:.3f} ms, "
+    print(f"offloaded layers, simulated at {acc.hw.clock_mhz:g} MHz: default {default * 1e3:.3f} ms, "
           f"tuned {best * 1e3:.3f} ms ({default / best if best else 0:.2f}x) in "
           f"{time.perf_counter() - t0:.1f} s; logged under {tasks[0].target}")
     return 0
@@ -153,5 +157,5 @@ def is_accelerator(target: str) -> bool:
     return parse_target(target).kind == "vta"
 
 
-__all__ = ["AcceleratorModel", "build", "conv_tasks", "is_accelerator", "prepare_for_accelerator", "run",
-           "tune"]
+__all__ = ["AcceleratorModel", "accelerator_tasks", "build", "is_accelerator", "prepare_for_accelerator",
+           "run", "tune"]

@@ -1,6 +1,8 @@
-"""Tuning the simulated accelerator's conv2d knobs with the CPU's tuners, cost model and tuning log.
+"""Tuning the simulated accelerator's conv2d and dense knobs with the CPU's tuners, cost model and
+tuning log.
 
-A `VTAConvTask` offers what `search.tune.tune_task` and the tuners read of a task — a knob space
+A `VTAConvTask` (and likewise a `VTADenseTask`: tile_m, tile_n, tile_k, vthreads) offers what
+`search.tune.tune_task` and the tuners read of a task — a knob space
 (`tile_h`, `tile_w`, `tile_oc`, `tile_ic`, `vthreads`) addressable by index, a default, a workload
 key and a target — and its own features for the XGBoost model (`features_of`: the knobs and what
 they imply for the buffers and the instruction stream). The "measurement" is the cycle model:
@@ -24,14 +26,19 @@ from autorelay.schedule.space import Config, Knob, Space
 from autorelay.target import Target
 from autorelay.vta.config import VTAConfig
 from autorelay.vta.conv import ConvKnobs, ConvShape, conv_fits, conv_reference, run_conv
-from autorelay.vta.programs import tile_sizes
+from autorelay.vta.programs import DenseKnobs, dense_reference, dense_space, run_dense, tile_sizes
 from autorelay.vta.sim import VTAError
 from autorelay.vta.tasks import CONV_TEMPLATE as TEMPLATE
 from autorelay.vta.tasks import (
+    DENSE_KNOBS,
+    DENSE_TEMPLATE,
     conv_blocks,
     conv_workload,
     conv_workload_key,
     default_conv_knobs,
+    default_dense_knobs,
+    dense_workload,
+    dense_workload_key,
     vta_target,
 )
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
@@ -39,19 +46,10 @@ from search.measure.result import ErrorKind, MeasureInput, MeasureResult
 SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue measured with every candidate (relu)
 
 
-@dataclass(eq=False)
-class VTAConvTask:
-    name: str
-    shape: ConvShape
-    hw: VTAConfig
-    target: Target
+class _VTATask:
+    """What `tune_task` and the tuners read of a task, shared by the conv and dense tasks."""
+
     space: Space
-    default: Config
-    key: str
-    workload: dict[str, Any]
-    template: str = TEMPLATE
-    seed: int = 0
-    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def config(self, index: int) -> Config:
         return self.space.get(index)
@@ -66,8 +64,30 @@ class VTAConvTask:
         cfg = Config.from_json(d)
         return Config(cfg.template, tuple((k.name, cfg[k.name]) for k in self.space.knobs))
 
+
+@dataclass(eq=False)
+class VTAConvTask(_VTATask):
+    name: str
+    shape: ConvShape
+    hw: VTAConfig
+    target: Target
+    space: Space
+    default: Config
+    key: str
+    workload: dict[str, Any]
+    template: str = TEMPLATE
+    seed: int = 0
+    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
     def knobs(self, config: Config) -> ConvKnobs:
         return ConvKnobs(*(int(config[k]) for k in ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")))
+
+    def fits(self, knobs: ConvKnobs) -> bool:
+        return conv_fits(self.shape, knobs, self.hw)
+
+    def run(self, knobs: ConvKnobs) -> tuple[np.ndarray, Any]:
+        d, s = self.data(), self.shape
+        return run_conv(d["x"], d["w"], None, s.stride, s.pad, SHIFT, LO, HI, knobs, self.hw)
 
     def data(self) -> dict[str, np.ndarray]:
         """Fixed random int8 input and weights, and the integer reference output (computed once)."""
@@ -110,6 +130,68 @@ def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | Non
                        default, conv_workload_key(shape), conv_workload(shape))
 
 
+@dataclass(eq=False)
+class VTADenseTask(_VTATask):
+    """An offloaded dense layer [M, K] x [N, K]: knobs tile_m (rows), tile_n / tile_k (blocks of
+    output and reduction channels) and virtual threads."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    hw: VTAConfig
+    target: Target
+    space: Space
+    default: Config
+    key: str
+    workload: dict[str, Any]
+    template: str = DENSE_TEMPLATE
+    seed: int = 0
+    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def knobs(self, config: Config) -> DenseKnobs:
+        return DenseKnobs(*(int(config[k]) for k in DENSE_KNOBS))
+
+    def fits(self, knobs: DenseKnobs) -> bool:
+        return knobs in dense_space(self.m, self.n, self.k, self.hw)
+
+    def data(self) -> dict[str, np.ndarray]:
+        if not self._data:
+            rng = np.random.default_rng(self.seed)
+            x = rng.integers(-128, 128, (self.m, self.k), dtype=np.int8)
+            w = rng.integers(-128, 128, (self.n, self.k), dtype=np.int8)
+            self._data.update(x=x, w=w, want=dense_reference(x, w, None, SHIFT, LO, HI))
+        return self._data
+
+    def run(self, knobs: DenseKnobs) -> tuple[np.ndarray, Any]:
+        d = self.data()
+        return run_dense(d["x"], d["w"], None, SHIFT, LO, HI, knobs, self.hw)
+
+    def features_of(self, config: Config) -> tuple[float, ...] | None:
+        """Knobs (log2), buffer occupancy and tile counts."""
+        kn, c = self.knobs(config), self.hw
+        if not self.fits(kn):
+            return None
+        nt, kt = math.ceil(self.n / c.block_out), math.ceil(self.k / c.block_in)
+        tiles = math.ceil(self.m / kn.tile_m) * math.ceil(nt / kn.tile_n)
+        return tuple(float(v) for v in (*(math.log2(getattr(kn, f)) for f in DENSE_KNOBS),
+                                         kn.tile_m * kn.tile_k * kn.vthreads / c.depth("inp"),
+                                         kn.tile_n * kn.tile_k * kn.vthreads / c.depth("wgt"),
+                                         math.log2(tiles), math.log2(tiles * math.ceil(kt / kn.tile_k))))
+
+
+def vta_dense_task(m: int, n: int, k: int, hw: VTAConfig | None = None,
+                   name: str | None = None) -> VTADenseTask:
+    hw = hw or VTAConfig()
+    extents = {"tile_m": m, "tile_n": math.ceil(n / hw.block_out), "tile_k": math.ceil(k / hw.block_in)}
+    space = Space(DENSE_TEMPLATE, (*(Knob(f, tuple(tile_sizes(e))) for f, e in extents.items()),
+                                   Knob("vthreads", (1, 2, 4))))
+    best = default_dense_knobs(m, n, k, hw)
+    default = Config(DENSE_TEMPLATE, tuple((kn.name, getattr(best, kn.name)) for kn in space.knobs))
+    return VTADenseTask(name or f"vta_dense{m}x{k}->{n}", m, n, k, hw, vta_target(hw), space, default,
+                        dense_workload_key(m, n, k), dense_workload(m, n, k))
+
+
 class VTAMeasurer:
     """`search.measure.Measurer`'s interface over the cycle model (deterministic, in process)."""
 
@@ -126,13 +208,13 @@ class VTAMeasurer:
             out.append(MeasureResult(r.costs * rounds, r.error, r.message) if r.costs else r)
         return out
 
-    def _one(self, task: VTAConvTask, config: Config) -> MeasureResult:
-        knobs, s = task.knobs(config), task.shape
-        if not conv_fits(s, knobs, task.hw):
+    def _one(self, task: VTAConvTask | VTADenseTask, config: Config) -> MeasureResult:
+        knobs = task.knobs(config)
+        if not task.fits(knobs):  # type: ignore[arg-type]
             return MeasureResult.failed(ErrorKind.ILLEGAL_SCHEDULE, f"{knobs} does not fit on chip")
         d = task.data()
         try:
-            got, res = run_conv(d["x"], d["w"], None, s.stride, s.pad, SHIFT, LO, HI, knobs, task.hw)
+            got, res = task.run(knobs)  # type: ignore[arg-type]
         except VTAError as e:  # the program itself is wrong: deadlock, overflow, out of range
             return MeasureResult.failed(ErrorKind.RUNTIME_CRASH, str(e))
         except (ValueError, IndexError, KeyError, ArithmeticError) as e:  # the lowering failed on it
@@ -145,4 +227,4 @@ class VTAMeasurer:
         pass
 
 
-__all__ = ["VTAConvTask", "VTAMeasurer", "vta_conv_task", "vta_target"]
+__all__ = ["VTAConvTask", "VTADenseTask", "VTAMeasurer", "vta_conv_task", "vta_dense_task", "vta_target"]

@@ -34,6 +34,9 @@ from autorelay.vta.tasks import (
     conv_workload_key,
     default_conv_knobs,
     default_dense_knobs,
+    dense_knobs_from,
+    dense_workload,
+    dense_workload_key,
     vta_target,
 )
 
@@ -138,10 +141,16 @@ def make_layer(fn: Function, hw: VTAConfig, schedules: ScheduleSource | None) ->
         name = f"vta_conv2d_{shape.c}x{shape.h}x{shape.w}_{shape.o}k{shape.kh}s{shape.stride}"
         return VTALayer(name, prog, hw, in_shape, out_shape, knobs, source, key)
     m, k = in_shape
-    dknobs = default_dense_knobs(m, w.shape[0], k, hw)
+    n = int(w.shape[0])
+    key = dense_workload_key(m, n, k)
+    dknobs, source = default_dense_knobs(m, n, k, hw), "default"
+    if schedules is not None:
+        hit = schedules.lookup(key, str(vta_target(hw)), workload=dense_workload(m, n, k))
+        tuned_dense = dense_knobs_from(hit.config, m, n, k, hw) if hit.config is not None else None
+        if tuned_dense is not None:
+            dknobs, source = tuned_dense, "tuned" if str(hit.kind) == "exact" else "transferred"
     prog = dense_program(np.zeros(in_shape, np.int8), w, b, *epilogue, dknobs, hw)
-    return VTALayer(f"vta_dense_{m}x{k}_{w.shape[0]}", prog, hw, in_shape, out_shape, dknobs, "default",
-                    f"vta_dense/{m}x{k}x{w.shape[0]}")
+    return VTALayer(f"vta_dense_{m}x{k}_{n}", prog, hw, in_shape, out_shape, dknobs, source, key)
 
 
 def accelerator_time(layers: list[VTALayer]) -> dict[str, Any]:

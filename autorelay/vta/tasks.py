@@ -21,6 +21,8 @@ from autorelay.vta.sim import VTAError
 
 CONV_TEMPLATE = "vta_conv2d"
 CONV_KNOBS = ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")
+DENSE_TEMPLATE = "vta_dense"
+DENSE_KNOBS = ("tile_m", "tile_n", "tile_k", "vthreads")
 
 
 def vta_target(hw: VTAConfig) -> Target:
@@ -69,10 +71,32 @@ def default_dense_knobs(m: int, n: int, k: int, hw: VTAConfig) -> DenseKnobs:
     return max(space, key=lambda d: (d.tile_m * d.tile_n * d.tile_k, d.tile_k))
 
 
+def dense_workload_key(m: int, n: int, k: int) -> str:
+    return f"{DENSE_TEMPLATE}/{m}x{k}x{n}"
+
+
+def dense_workload(m: int, n: int, k: int) -> dict[str, Any]:
+    return {"family": DENSE_TEMPLATE, "shapes": [[m, k], [n, k]], "dtypes": ["int8", "int8"], "attrs": {}}
+
+
+def dense_knobs_from(config: Config | dict[str, Any], m: int, n: int, k: int,
+                     hw: VTAConfig) -> DenseKnobs | None:
+    """A logged config as dense knobs, or None when it is not one or does not fit this shape."""
+    cfg = Config.from_json(config) if isinstance(config, dict) else config
+    if cfg.template != DENSE_TEMPLATE:
+        return None
+    try:
+        knobs = DenseKnobs(*(int(cfg[name]) for name in DENSE_KNOBS))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return knobs if knobs in dense_space(m, n, k, hw) else None
+
+
 def conv_blocks(shape: ConvShape, hw: VTAConfig) -> tuple[int, int]:
     """(output blocks, input blocks) of a convolution."""
     return math.ceil(shape.o / hw.block_out), math.ceil(shape.c / hw.block_in)
 
 
-__all__ = ["CONV_KNOBS", "CONV_TEMPLATE", "conv_knobs_from", "conv_workload", "conv_workload_key",
-           "default_conv_knobs", "default_dense_knobs", "vta_target"]
+__all__ = ["CONV_KNOBS", "CONV_TEMPLATE", "DENSE_KNOBS", "DENSE_TEMPLATE", "conv_knobs_from", "conv_workload",
+           "conv_workload_key", "default_conv_knobs", "default_dense_knobs", "dense_knobs_from",
+           "dense_workload", "dense_workload_key", "vta_target"]
