@@ -196,3 +196,21 @@ def test_dynamic_shapes_need_explicit_shapes():
         autorelay.build(mod, "vta")
     exe = autorelay.build(mod, "vta", shapes={"x": (3, 8)})
     np.testing.assert_allclose(exe(np.ones((3, 8), "float32")), np.full((3, 4), 8.0))
+
+
+def test_zoo_resnet18_offloaded_equals_the_cpu_int8_path():
+    """The zoo's ResNet-18 (at 32 px to stay fast): every 3x3 and 1x1 convolution after the stem is
+    offloaded, and the split model's outputs equal the CPU int8 path's exactly."""
+    from search.models import load_model
+    from search.quant_data import random_batches
+
+    model = load_model("resnet-18", image_size=32)
+    cal = calibrate(model.mod, model.params, random_batches(model, 2, seed=0).batches, progress=False)
+    qmod, qparams = quantize_model(model.mod, model.params, cal, scheme="vta")
+    vta = autorelay.build(qmod, "vta", params=qparams)
+    cpu = autorelay.build(qmod, "llvm", params=qparams, pipeline="nchwc")
+    assert vta.partition.offloaded == 18
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.standard_normal((1, 3, 32, 32)).astype("float32")
+        np.testing.assert_array_equal(vta(x), cpu(x))
