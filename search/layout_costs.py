@@ -34,6 +34,7 @@ from autorelay.ir.visitor import children, post_order
 from autorelay.lower import workload_key
 from autorelay.op import registry
 from autorelay.op.registry import OpPattern
+from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.target import Target
 from autorelay.transform.convert_layout import POOLS, _divisor
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
@@ -103,6 +104,7 @@ class LayerCost:
 
     kernel: dict[int, float] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
+    winograd: bool = False  # in NCHW it runs as Winograd (so the per-model nchwc pipelines keep it NCHW)
 
 
 def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...], *,
@@ -127,6 +129,8 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
                 continue
             out[name].kernel[block] = statistics.median(r.seconds for r in rows)
             out[name].source[block] = rows[0].source
+            if block == 0:
+                out[name].winograd = any(op_name(n) == WINOGRAD_CONV for n in post_order(fn.body))
     return out
 
 

@@ -147,5 +147,13 @@ def plan_cost(graph: LayoutGraph, layouts: tuple[int, ...]) -> float:
     return sum(k + t for k, t in breakdown(graph, layouts))
 
 
+def assign(graph: LayoutGraph, conv_layouts: Mapping[str, int]) -> tuple[int, ...]:
+    """Every node's layout when the convs take `conv_layouts` (by name; unnamed convs: 0)."""
+    out: list[int] = []
+    for n in graph.nodes:
+        out.append(output_layout(n, tuple(out[u] for u in n.inputs), conv_layouts.get(n.name, 0)))
+    return tuple(out)
+
+
 __all__ = ["CONCAT", "CONV", "INPUT", "JOIN", "KINDS", "OPAQUE", "LayoutGraph", "Node", "Solution",
-           "breakdown", "node_cost", "output_layout", "plan_cost", "solve"]
+           "assign", "breakdown", "node_cost", "output_layout", "plan_cost", "solve"]
