@@ -18,6 +18,7 @@ cannot be scheduled — runs the ops' NumPy references, marked "fallback" in the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,7 @@ from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
 from autorelay.target import Target, TargetError
 from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
@@ -298,8 +300,27 @@ def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Tar
         return pipeline
     if isinstance(schedules, PipelineSource):
         logged = schedules.pipeline_for(model_key(mod), str(target))
+        if logged == "plan":
+            return _logged_plan(mod, schedules, target)
         if logged is not None:
             return logged
+    return "default"
+
+
+def _logged_plan(mod: IRModule, schedules: Any, target: Target) -> str | Pipeline:
+    """The pipeline of the per-layer layout plan the source holds for this model (`autorelay tune
+    --pipeline plan` stored it); `default`, with a warning, when there is none or it is stale."""
+    get = getattr(schedules, "layout_plan_for", None)
+    data = get(model_key(mod), str(target)) if get is not None else None
+    why = "the schedule source holds no layout plan for it"
+    if data is not None:
+        plan = LayoutPlan.from_json(data)
+        unknown = plan.unknown_layers(conv_layers(mod))
+        if not unknown:
+            return plan_pipeline(plan)
+        why = f"its stored layout plan is stale (names {', '.join(unknown[:5])}, which the model lacks)"
+    warnings.warn(f"build: the model was tuned with a layout plan but {why}; building with the default "
+                  "pipeline", stacklevel=3)
     return "default"
 
 
