@@ -21,6 +21,7 @@ op become nodes, with the kinds and rules `search.layout_dp` states.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from autorelay.op import registry
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.target import Target
-from autorelay.transform.convert_layout import POOLS, _divisor
+from autorelay.transform.convert_layout import POOLS, channel_block
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
@@ -90,8 +91,6 @@ def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target
 
 
 def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
-    import time
-
     t0 = time.perf_counter()
     for _ in range(number):
         exe(arg)
@@ -175,7 +174,7 @@ class _GraphReader:
         layouts = (0, *self.blocks)
         if shape is None or len(shape) != 4:
             return {(a, b): 0.0 for a in layouts for b in layouts}
-        actual = {b: b and _divisor(shape[1], b) for b in layouts}
+        actual = {b: channel_block(shape[1], b) for b in layouts}
         return {(a, b): transform_seconds(shape, actual[a], actual[b], self.target)
                 for a in layouts for b in layouts if a != b}
 

@@ -46,6 +46,12 @@ def _divisor(n: int, limit: int) -> int:
     return 1
 
 
+def channel_block(channels: int, block: int) -> int:
+    """The block a conv with `channels` input (or output) channels gets when `block` is asked for:
+    the largest divisor of `channels` up to `block`; 0 (stay NCHW) stays 0."""
+    return _divisor(channels, block) if block > 0 else 0
+
+
 def _const(arr: np.ndarray) -> Constant:
     c = Constant(np.ascontiguousarray(arr))
     c.set_checked_type(c.type)

@@ -12,7 +12,7 @@ import autorelay
 from autorelay.build_module import build_prepared
 from autorelay.codegen import resolve_target
 from autorelay.frontend import zoo
-from autorelay.transform.convert_layout import _divisor
+from autorelay.transform.convert_layout import channel_block
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
@@ -54,7 +54,7 @@ def test_plan_blocks_reach_the_built_graph_and_outputs_match(name: str, options:
     calls = layer_calls(graph)
     for layer in layers:
         in_c = tensor_type(calls[layer].args[0]).shape[1]
-        want = plan.block(layer) and _divisor(in_c, plan.block(layer))
+        want = channel_block(in_c, plan.block(layer))
         assert built[layer][0] == want, layer
     exe = build_prepared(fused, resolve_target("llvm"), None)
     got = np.asarray(exe.run(**inputs))
