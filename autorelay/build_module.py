@@ -62,6 +62,7 @@ from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
 from autorelay.target import Target, TargetError, parse_target
 from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
+from autorelay.transform.layout_plan import logged_plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
@@ -311,6 +312,8 @@ def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Tar
         return pipeline
     if isinstance(schedules, PipelineSource):
         logged = schedules.pipeline_for(model_key(mod), str(target))
+        if logged == "plan":
+            return logged_plan_pipeline(mod, schedules, str(target))
         if logged is not None:
             return logged
     return "default"

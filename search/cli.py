@@ -140,6 +140,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             print(note)
         print(res.exe.report)
         _warn_fallbacks("compile", res.exe.report)
+        if res.note:  # a stored layout plan that could not be used, and what was built instead
+            print(f"autorelay compile: warning: {res.note}", file=sys.stderr)
         print(f"compiled {model.name} (pipeline {res.pipeline}) in {res.seconds:.1f} s; kernels by source: "
               + ", ".join(f"{k} {v}" for k, v in sorted(res.source_counts.items())))
         if args.output:
@@ -175,6 +177,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(note)
     print(res.compile.exe.report)
     _warn_fallbacks("run", res.compile.exe.report)
+    if res.compile.note:
+        print(f"autorelay run: warning: {res.compile.note}", file=sys.stderr)
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
           f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({threads} threads)")
     return 0
@@ -191,7 +195,9 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
                    help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",
                    help="pass pipeline: default, nchwc, tune, O0, or auto (default): the one this model was "
-                        "tuned with in the log, else the faster of default and nchwc, measured")
+                        "tuned with in the log, else the faster of default and nchwc, measured; plan: "
+                        "a channel block per conv layer (tune: chosen by dynamic programming over "
+                        "measured costs; compile/run: the log's plan)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -208,6 +208,9 @@ class BoundSource:
     def pipeline_for(self, model_key: str, target: str | None = None) -> str | None:
         return self.source.pipeline_for(model_key, target)
 
+    def layout_plan_for(self, model_key: str, target: str | None = None) -> dict[str, Any] | None:
+        return self.source.layout_plan_for(model_key, target)
+
     @property
     def counts(self) -> Any:
         return self.source.counts

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search.extract import Extraction, ModelTask, Skipped
+from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
 from search.measure.workers import WorkerStartError
@@ -34,7 +35,7 @@ from search.models import (
     schedule_source,
     time_interleaved,
 )
-from search.pipeline_choice import AUTO, choose_pipeline
+from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
@@ -100,6 +101,7 @@ class ModelTuneResult:
     source_counts: dict[str, int] = field(default_factory=dict)
     report: Any = None  # the tuned executable's BuildReport
     pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
+    layout: Any = None  # pipeline "plan": the layout search's result (`LayoutSearchResult`)
 
     @property
     def new_trials(self) -> int:
@@ -126,6 +128,8 @@ class ModelTuneResult:
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
                      f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
         lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))
+        if self.layout is not None:
+            lines.append(self.layout.table())
         if math.isfinite(self.latency_before_s):
             lines.append(f"end to end: {self.latency_before_s * 1e3:.3f} ms default -> "
                          f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "
@@ -245,14 +249,19 @@ def tune_model(
     measurer: Measurer | None = None
     interrupted = False
     try:
-        if pipeline == AUTO:
-            progress.stage("choosing the pass pipeline (layout) for the model")
-        choice = choose_pipeline(pipeline, model, handle, target, threads)
-        pipeline = choice.pipeline
-        progress.stage(choice.describe())
-        # prepared once: the task list, the comparison builds and the schedule source share it
-        prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
-        ex = prepared.extraction
+        if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
+            progress.stage("extracting the kernels of every layout a conv layer may take")
+            choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
+            prepared, ex = plan_tasks(model, target, threads)
+        else:
+            if pipeline == AUTO:
+                progress.stage("choosing the pass pipeline (layout) for the model")
+            choice = choose_pipeline(pipeline, model, handle, target, threads)
+            pipeline = choice.pipeline
+            progress.stage(choice.describe())
+            # prepared once: the task list, the comparison builds and the schedule source share it
+            prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+            ex = prepared.extraction
         # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
         ex.tasks.sort(key=lambda t: -t.total_flops)
         per_task = trials // max(1, len(ex.tasks))
@@ -283,8 +292,15 @@ def tune_model(
                 st.settle(i)
         except KeyboardInterrupt:
             interrupted = True
+        layout = None
+        if pipeline == PLAN and choice.plan is None and not interrupted:
+            progress.stage("choosing a channel block per conv layer (measured costs, dynamic program), then "
+                           "timing the plan against the per-model pipelines")
+            layout = search_layout(model, handle, target, threads)
+            prepared = layout.prepared
         result = ModelTuneResult(model.name, str(prepared.target), tuner, trials, st.rows(),
-                                 ex.skipped, run, 0.0, interrupted, pipeline=choice.describe())
+                                 ex.skipped, run, 0.0, interrupted,
+                                 pipeline=layout.describe() if layout else choice.describe(), layout=layout)
         measurer.close()
         measurer = None
         if compare and not interrupted:

@@ -187,6 +187,7 @@ class CompileResult:
     source_counts: dict[str, int]  # kernel steps per schedule source (tuned/transferred/default/fallback)
     seconds: float
     pipeline: str = "default"  # the pass pipeline it was built with
+    note: str = ""  # a warning from the pipeline choice (a stale or missing layout plan), else ""
 
 
 def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int | None = None,
@@ -199,7 +200,8 @@ def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads
     if db is None:
         choice = choose_pipeline(pipeline, model, None, target, threads, keep_build=True)
         pipeline = choice.pipeline
-        exe = choice.exe or build_model(model, None, target, threads=threads, pipeline=pipeline)
+        exe = choice.exe or build_model(model, None, target, threads=threads, pipeline=pipeline,
+                                        prepared=choice.prepared)
     else:
         handle, own = open_db(db)
         try:
@@ -212,7 +214,7 @@ def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads
             if own:
                 handle.close()
     counts = dict(exe.report.sources)
-    return CompileResult(exe, counts, time.perf_counter() - t0, pipeline)
+    return CompileResult(exe, counts, time.perf_counter() - t0, pipeline, choice.note)
 
 
 @dataclass

@@ -7,6 +7,11 @@ depends on the model — depthwise and 1x1 convolutions (MobileNet) gain from ch
 Winograd ResNet loses to the layout transforms around its Winograd kernels — so it is measured,
 not guessed: both are built with default schedules and timed interleaved, and the fastest wins.
 
+`plan` is the per-layer choice (`search.layout_search`, run by `autorelay tune --pipeline plan`):
+the log's latest layout plan of the model on the target, rebuilt exactly; a plan the model no
+longer matches (it names a layer the model lacks) is reported and the per-model choice is made
+instead, as when no plan is stored.
+
 The pick is a property of the tuning log, not of one command: `tune_model` records the pipeline
 it tuned with in its run, and a later `auto` for the same model and target (a resumed tune, a
 compile, a benchmark) reuses that pipeline, so the build finds the schedules the tuner logged.
@@ -18,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autorelay.codegen import resolve_target
+from autorelay.lower import model_key
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
+from search.extract import optimize
 from search.models import (
     Model,
     PreparedModel,
@@ -30,6 +38,7 @@ from search.models import (
 from tuning_db.schema import canonical_target
 
 AUTO = "auto"
+PLAN = "plan"
 CANDIDATES = ("default", "nchwc")
 
 
@@ -47,12 +56,15 @@ class PipelineChoice:
     latencies: dict[str, float] = field(default_factory=dict)  # seconds per candidate, when measured
     exe: Any = None  # the measured winner's default-schedule build, when asked to keep it
     prepared: PreparedModel | None = None  # the measured winner's prepared module (reused by tune)
+    plan: LayoutPlan | None = None  # pipeline "plan": the per-layer layout plan it builds
+    note: str = ""  # why a stored layout plan was not used (a warning for the user), else ""
 
     def describe(self) -> str:
+        note = f"; {self.note}" if self.note else ""
         if self.how != "measured":
-            return f"pipeline {self.pipeline} ({self.how})"
+            return f"pipeline {self.pipeline} ({self.how}){note}"
         times = ", ".join(f"{p} {s * 1e3:.2f} ms" for p, s in self.latencies.items())
-        return f"pipeline {self.pipeline} (measured with default schedules: {times})"
+        return f"pipeline {self.pipeline} (measured with default schedules: {times}){note}"
 
 
 def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> str | None:
@@ -91,18 +103,54 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
                           prepared[best])
 
 
+def prepare_plan(model: Model, target: str, threads: int | None, plan: LayoutPlan) -> PreparedModel:
+    """`model` prepared with the pipeline that realises `plan` (pipeline name "plan")."""
+    tgt = resolve_target(target, threads)
+    return PreparedModel(model, tgt, PLAN, optimize(model.mod, model.params, plan_pipeline(plan)))
+
+
+def stored_plan(model: Model, db: Any, target: str, threads: int | None) -> PipelineChoice | str:
+    """The choice the log's latest layout search for this model and target made: its plan (prepared),
+    or the per-model pipeline that beat it; else the reason there is none (no plan, a stale plan)."""
+    tgt = tuning_target(target, threads)
+    rec = db.layout_plan(model_key(model.mod), tgt) if db is not None else None
+    if rec is None:
+        return f"no layout plan of {model.name} on {tgt} in the log"
+    if not rec.chosen:
+        return PipelineChoice(rec.winner, f"layout search #{rec.id} found the per-model pipeline faster")
+    try:
+        plan = LayoutPlan.from_json(rec.plan)
+    except (ValueError, TypeError) as e:
+        return f"layout plan #{rec.id} in the log is unreadable ({e})"
+    layers = conv_layers(model.mod)
+    unknown = plan.unknown_layers(layers)
+    if unknown:
+        return (f"stale layout plan #{rec.id}: it names {', '.join(unknown[:5])}"
+                f"{' ...' if len(unknown) > 5 else ''}, which {model.name} lacks ({len(layers)} conv layers)")
+    return PipelineChoice(PLAN, f"layout plan #{rec.id} from the log", plan=plan,
+                          prepared=prepare_plan(model, target, threads, plan))
+
+
 def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int | None,
                     keep_build: bool = False) -> PipelineChoice:
     """Resolve `pipeline`: a name stands for itself; `auto` is the log's pick for this model
     (`db` may be None: no log) or, when there is none, the measured fastest candidate (with its
-    default-schedule build when `keep_build`)."""
+    default-schedule build when `keep_build`); `plan` (given, or the log's pick) is the log's layout
+    plan (`stored_plan`), else — with a `note` saying why — the measured per-model choice."""
+    logged = logged_pipeline(db, model, target, threads) if db is not None and pipeline == AUTO else None
+    if pipeline == PLAN or logged == PLAN:
+        got = stored_plan(model, db, target, threads)
+        if isinstance(got, PipelineChoice):
+            return got
+        fallback = measure_pipelines(model, target, threads, keep_build=keep_build)
+        fallback.note = f"{got}; fell back to the per-model pipeline {fallback.pipeline}"
+        return fallback
     if pipeline != AUTO:
         return PipelineChoice(pipeline, "given")
-    logged = logged_pipeline(db, model, target, threads) if db is not None else None
     if logged is not None:
         return PipelineChoice(logged, "logged")
     return measure_pipelines(model, target, threads, keep_build=keep_build)
 
 
-__all__ = ["AUTO", "CANDIDATES", "PipelineChoice", "candidates", "choose_pipeline", "logged_pipeline",
-           "measure_pipelines"]
+__all__ = ["AUTO", "CANDIDATES", "PLAN", "PipelineChoice", "candidates", "choose_pipeline", "logged_pipeline",
+           "measure_pipelines", "prepare_plan", "stored_plan"]

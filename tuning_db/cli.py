@@ -49,6 +49,10 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
     plans = add("plans", "stored quantization plans (fastest first; * = a search's pick)", _plans)
     plans.add_argument("--model-key", metavar="KEY", help="only this model (autorelay.lower.model_key)")
     plans.add_argument("--target", help="only this target")
+    lay = add("plan", "a model's stored layout plan: per conv layer its block, kernel and transform times",
+              _layout_plan)
+    lay.add_argument("--model", required=True, metavar="M", help="the model's name as tuned (or its key)")
+    lay.add_argument("--target", help="only this target (default: the latest plan of every target)")
     exp = add("export", "write every measurement as JSON lines", _export)
     exp.add_argument("file", help="output .jsonl file")
     imp = add("import", "read measurements from JSON lines", _import)
@@ -158,6 +162,37 @@ def _plans(db: TuningDB, args: argparse.Namespace) -> int:
     print(table(["", "id", "model", "target", "latency", "fp32", "metric", "drop", "int8 layers", "stored"],
                 rows))
     return 0
+
+
+def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
+    recs = db.layout_plans(args.model, args.target)
+    if not recs:
+        print(f"no layout plan stored for model {args.model!r}", file=sys.stderr)
+        return 1
+    latest = {r.target: r for r in reversed(recs)}  # newest first in recs: the last write wins
+    for r in latest.values():
+        info = r.info
+        times = ", ".join(f"{k} {v:.4g} ms" for k, v in info.get("latencies_ms", {}).items())
+        print(f"layout plan #{r.id} of {r.model or r.model_key} on {r.target} ({_when(r.recorded_at)}): "
+              f"builds use {r.winner}; end to end: {times or f'plan {r.latency_ms:.4g} ms'}")
+        if "modeled_ms" in info:
+            print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
+                  f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")
+        layers = info.get("layers", [])
+        blocks = sorted({int(b) for row in layers for b in row.get("kernel_ms", {})})
+        rows = []
+        for row in layers:  # the JSON is the compiler's; only these display fields are read
+            kernel = row.get("kernel_ms", {})
+            rows.append([row.get("layer", "?"), row.get("block", "?")]
+                        + [_ms(kernel.get(str(b))) for b in blocks]
+                        + [_ms(row.get("transform_ms")), row.get("source", "-")])
+        print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source"],
+                    rows))
+    return 0
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.4f}"
 
 
 def _best(db: TuningDB, args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
+from . import layout_plans as layout_table
 from . import leases, queries, schema
 from . import plans as plan_table
 from .engine import make_engine, read_tx, resolve_url, use_wal, write_tx
@@ -268,6 +269,25 @@ class TuningDB:
         """Targets with stored quantization plans for the model."""
         with read_tx(self.engine) as conn:
             return plan_table.plan_targets(conn, model_key)
+
+    # ---- layout plans (see layout_plans.py) ---------------------------------------------------
+
+    def store_layout_plan(self, model_key: str, target: str, plan: dict[str, Any], **fields: Any) -> int:
+        """Store one measured layout plan (fields: latency_ms, model, chosen, info, compiler_version)."""
+        with write_tx(self.engine) as conn:
+            return layout_table.insert_layout_plan(conn, model_key=model_key, target=target, plan=plan,
+                                                   **fields)
+
+    def layout_plan(self, model_key: str, target: str) -> layout_table.LayoutPlanRecord | None:
+        """The latest layout search's row for the model on the target."""
+        with read_tx(self.engine) as conn:
+            return layout_table.latest_layout_plan(conn, model_key, target)
+
+    def layout_plans(self, model: str | None = None,
+                     target: str | None = None) -> list[layout_table.LayoutPlanRecord]:
+        """Stored layout plans (of a model, by name or key, and/or a target), newest first."""
+        with read_tx(self.engine) as conn:
+            return layout_table.list_layout_plans(conn, model, target)
 
     # ---- files and other logs -----------------------------------------------------------------
 

@@ -104,6 +104,11 @@ def _upgrade_3_to_4(conn: Connection) -> None:
     schema.metadata_for(4).tables["quantization_plans"].create(conn)
 
 
+def _upgrade_4_to_5(conn: Connection) -> None:
+    """Add the layout_plans table (and its index): per-layer layout plans of models, measured."""
+    schema.metadata_for(5).tables["layout_plans"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
@@ -113,4 +118,5 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     1: _upgrade_1_to_2,
     2: _upgrade_2_to_3,
     3: _upgrade_3_to_4,
+    4: _upgrade_4_to_5,
 }

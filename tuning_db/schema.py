@@ -12,6 +12,8 @@ Versions:
   4. adds `quantization_plans`: per-layer precision plans of a model on a target, each with the
      end-to-end latency and accuracy measured for it and the fp32 baseline measured beside it
      (see `plans.py`; written by `search.quantize_search`).
+  5. adds `layout_plans`: per-layer layout plans (a channel block per conv) of a model on a target,
+     with the plan's measured latency and the per-model pipelines timed beside it (`layout_plans.py`).
 
 `metadata_for(version)` builds the tables as that version had them; the migration code creates a
 version-1 database through the same function, so the upgrade test exercises a real old layout.
@@ -40,16 +42,17 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-CURRENT_VERSION = 4
+CURRENT_VERSION = 5
 TABLE_NAMES = (
-    "schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases", "quantization_plans"
+    "schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases", "quantization_plans",
+    "layout_plans",
 )
 MAX_KEY_LEN = 512
 
 
 def metadata_for(version: int) -> MetaData:
     """All tables as schema `version` defines them (1 .. CURRENT_VERSION)."""
-    if version not in (1, 2, 3, 4):
+    if version not in range(1, CURRENT_VERSION + 1):
         raise ValueError(f"unknown tuning_db schema version {version}")
     md = MetaData()
     Table(
@@ -166,6 +169,23 @@ def metadata_for(version: int) -> MetaData:
             Column("recorded_at", Float, nullable=False),
         )
         Index("ix_quantization_plans_model", plans.c.model_key, plans.c.target, plans.c.latency_ms)
+    if version >= 5:
+        layout = Table(
+            "layout_plans",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("uid", String(32), nullable=False, unique=True),
+            Column("model_key", String(MAX_KEY_LEN), nullable=False),  # autorelay.lower.model_key
+            Column("model", String(256)),  # the name the user gave
+            Column("target", String(MAX_KEY_LEN), nullable=False),  # canonical, threads included
+            Column("plan", Text, nullable=False),  # canonical JSON of the LayoutPlan
+            Column("latency_ms", Float, nullable=False),  # the plan's build, timed end to end
+            Column("chosen", Integer, nullable=False, default=0),  # 1: faster than every per-model pick
+            Column("compiler_version", String(64)),
+            Column("info", Text),  # JSON: per-layer costs, per-model latencies, the winner, ...
+            Column("recorded_at", Float, nullable=False),
+        )
+        Index("ix_layout_plans_model", layout.c.model_key, layout.c.target, layout.c.recorded_at)
     return md
 
 
@@ -178,6 +198,7 @@ runs = METADATA.tables["runs"]
 measurements = METADATA.tables["measurements"]
 leases = METADATA.tables["leases"]
 quantization_plans = METADATA.tables["quantization_plans"]
+layout_plans = METADATA.tables["layout_plans"]
 
 
 def canonical_json(value: Any) -> str:

@@ -141,7 +141,19 @@ class ScheduleSource:
             info = run.info or {}
             if (info.get("model_key") == model_key and isinstance(info.get("pipeline"), str)
                     and schema.canonical_target(str(info.get("target", ""))) in candidates):
+                if info["pipeline"] == "plan":  # a layout search's run: its plan, or what beat it
+                    rec = self.db.layout_plan(model_key, str(info["target"]))
+                    return rec.winner if rec is not None else None
                 return info["pipeline"]
+        return None
+
+    def layout_plan_for(self, model_key: str, target: str | None = None) -> dict[str, Any] | None:
+        """The layout plan (JSON) the latest layout search of the model stored for this target, when
+        that plan won its search (`layout_plans.py`)."""
+        for tgt in self._targets(target):
+            rec = self.db.layout_plan(model_key, tgt)
+            if rec is not None:
+                return rec.plan if rec.chosen else None
         return None
 
     def _targets(self, target: str | None) -> list[str]:

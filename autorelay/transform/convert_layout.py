@@ -4,7 +4,9 @@
 for NCHW, `HWIO` for NHWC) to `dst`; `dst="NCHWc"` packs channels in blocks: data `NCHW{x}c`,
 weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW{x}c`), with
 the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
-order, else `block`, shrunk to a divisor of the channel count). Other grouped convolutions stay.
+order, else `block`, shrunk to a divisor of the channel count; a block of 0 — `(0, 0)` there, or
+`block=0` for every conv `conv_blocks` does not address — leaves that conv in NCHW, which is how a
+per-layer `LayoutPlan` keeps layers plain). Other grouped convolutions stay.
 
 The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
 ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
@@ -42,6 +44,12 @@ def _divisor(n: int, limit: int) -> int:
         if n % d == 0:
             return d
     return 1
+
+
+def channel_block(channels: int, block: int) -> int:
+    """The block a conv with `channels` input (or output) channels gets when `block` is asked for:
+    the largest divisor of `channels` up to `block`; 0 (stay NCHW) stays 0."""
+    return _divisor(channels, block) if block > 0 else 0
 
 
 def _const(arr: np.ndarray) -> Constant:
@@ -141,6 +149,8 @@ class _Converter(ExprMutator):
             if not isinstance(in_c, int):
                 return None
             ic, oc = self._blocks(c, lay, in_c, out_c)
+            if ic == 0 or oc == 0:
+                return None  # this conv stays in the source layout (its input is converted back)
             if a["groups"] == 1:
                 data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
             elif a["groups"] == in_c == out_c:  # depthwise: one block for input and output channels
@@ -157,6 +167,10 @@ class _Converter(ExprMutator):
         i = self.convs.get(id(c), -1)
         if 0 <= i < len(self.conv_blocks):
             ic, oc = self.conv_blocks[i]
+            if ic == 0 or oc == 0:
+                return 0, 0
+        elif self.block == 0:
+            return 0, 0
         else:
             ic = oc = self.block
             if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
@@ -264,8 +278,9 @@ class ConvertLayout(FunctionPass):
             )
         if self.dst == "NCHWc" and self.src != "NCHW":
             raise ValueError("ConvertLayout: NCHWc packing starts from NCHW")
-        if self.block < 1:
-            raise ValueError(f"ConvertLayout: block must be positive, got {self.block}")
+        if self.block < 0 or any(b < 0 for pair in self.conv_blocks for b in pair):
+            raise ValueError(f"ConvertLayout: blocks must be >= 0 (0: keep NCHW), got {self.block}, "
+                             f"{self.conv_blocks}")
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
         convs = [n for n in post_order(fn) if op_name(n) == "nn.conv2d"]

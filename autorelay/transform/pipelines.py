@@ -46,6 +46,11 @@ def _graph_opts() -> list[Pass]:
     ]
 
 
+def graph_passes() -> list[Pass]:
+    """The graph optimisations every float pipeline starts with (a per-layer layout plan's too)."""
+    return _graph_opts()
+
+
 def pipeline_passes(name: str) -> list[Pass]:
     """The pass list of a named pipeline."""
     if name == "O0":

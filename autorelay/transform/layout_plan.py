@@ -1,0 +1,201 @@
+"""A per-layer layout plan: which channel block each convolution of a model runs in.
+
+The named pipelines choose one layout for the whole model (`default`: NCHW with Winograd where it
+pays, `nchwc`/`nchwc16`: blocks of 8/16). A `LayoutPlan` chooses per convolution layer, named as
+the quantizer names layers (`conv2d_0`, `conv2d_1`, … in post order of `@main`; see
+`autorelay.transform.quantize.layers`: the names depend only on the graph's structure, so they
+survive the inference rewrites that run before the layout is chosen). Block 0 keeps a layer in
+plain NCHW, where the Winograd rewrite may still take it exactly as in `default`; a block b packs
+it as NCHW{b}c (shrunk to a divisor of its channel counts, as `ConvertLayout` does). Layers the plan
+does not name stay in NCHW.
+
+`plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, `ConvertLayout`
+with one block per conv (so layout transforms appear only where neighbouring layers disagree),
+then Winograd for the NCHW layers that qualify, then fusion.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autorelay.ir.expr import Call, Function
+from autorelay.ir.module import IRModule
+from autorelay.ir.visitor import post_order
+from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.transform.convert_layout import ConvertLayout
+from autorelay.transform.fold_constant import FoldConstant
+from autorelay.transform.fuse_ops import FuseOps
+from autorelay.transform.pass_base import Pass, Pipeline
+from autorelay.transform.pipelines import graph_passes
+from autorelay.transform.quantize.layers import layer_calls
+from autorelay.transform.simplify_expr import SimplifyExpr
+from autorelay.transform.util import op_name, tensor_type
+from autorelay.transform.winograd_conv import WinogradConv
+
+PREFIX = "conv2d_"
+
+
+def conv_layers(mod: IRModule | Function, entry: str = "main") -> list[str]:
+    """The names of the conv2d layers of `entry` (`conv2d_0`, …), which a plan may address."""
+    return [name for name in layer_calls(mod, entry) if name.startswith(PREFIX)]
+
+
+def _index(layer: str) -> int:
+    if not layer.startswith(PREFIX) or not layer[len(PREFIX):].isdigit():
+        raise ValueError(f"LayoutPlan: {layer!r} is not a conv layer name (conv2d_<i>)")
+    return int(layer[len(PREFIX):])
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    """`blocks[layer]`: 0 (NCHW) or the channel block of that conv layer; unnamed layers are 0."""
+
+    blocks: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        items = sorted(dict(self.blocks).items(), key=lambda kv: _index(kv[0]))
+        for name, b in items:
+            if not isinstance(b, int) or isinstance(b, bool) or b < 0:
+                raise ValueError(f"LayoutPlan: block of {name} must be an int >= 0, got {b!r}")
+        object.__setattr__(self, "blocks", dict(items))
+
+    def block(self, layer: str) -> int:
+        return self.blocks.get(layer, 0)
+
+    def unknown_layers(self, layers: Iterable[str]) -> list[str]:
+        """The layers the plan names that are not among `layers` (a stale plan)."""
+        known = set(layers)
+        return [name for name in self.blocks if name not in known]
+
+    def conv_blocks(self) -> tuple[tuple[int, int], ...]:
+        """`ConvertLayout.conv_blocks`: entry i is the (input, output) block of `conv2d_i`."""
+        n = max((_index(name) + 1 for name in self.blocks), default=0)
+        return tuple((self.block(f"{PREFIX}{i}"),) * 2 for i in range(n))
+
+    @staticmethod
+    def uniform(layers: Iterable[str], block: int) -> LayoutPlan:
+        return LayoutPlan({name: block for name in layers})
+
+    def describe(self) -> str:
+        """`conv2d_0:0 conv2d_1:8 …` (compact, for reports)."""
+        return " ".join(f"{k}:{v}" for k, v in self.blocks.items()) or "(all NCHW)"
+
+    # ---- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"blocks": dict(self.blocks)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str | Mapping[str, Any]) -> LayoutPlan:
+        """The inverse of `to_json` (also takes the parsed dict)."""
+        data = json.loads(text) if isinstance(text, str) else dict(text)
+        extra = sorted(set(data) - {"blocks"})
+        if extra:
+            raise ValueError(f"LayoutPlan JSON has unknown key(s) {', '.join(extra)}")
+        return LayoutPlan(dict(data.get("blocks", {})))
+
+
+def plan_passes(plan: LayoutPlan) -> list[Pass]:
+    """The pass list that builds `plan` (see the module docstring)."""
+    convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks())
+    return [*graph_passes(), convert, FoldConstant(), SimplifyExpr(), WinogradConv(), FoldConstant(),
+            FuseOps()]
+
+
+def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:
+    return Pipeline(plan_passes(plan), **options)
+
+
+# ---- reading the layouts back from a built module ---------------------------------------------
+
+
+def _canonical(shape: tuple, layout: str) -> tuple:
+    """An NCHW or NCHW{b}c shape as (N, C, H, W)."""
+    if layout in ("", "NCHW"):
+        return tuple(shape)
+    n, co, h, w, ci = shape
+    return (n, co * ci, h, w)
+
+
+def _block(layout: str) -> int:
+    return 0 if layout in ("", "NCHW") else int(layout[4:-1])
+
+
+def conv_signature_and_block(c: Call) -> tuple[tuple, int] | None:
+    """(canonical input shape, canonical output shape), channel block of a conv call, or None."""
+    name = op_name(c)
+    data, out = tensor_type(c.args[0]), tensor_type(c)
+    if data is None or out is None:
+        return None
+    if name == WINOGRAD_CONV:
+        return (tuple(data.shape), tuple(out.shape)), 0
+    if name != "nn.conv2d":
+        return None
+    lay = c.attrs["data_layout"]
+    if lay != "NCHW" and not (lay.startswith("NCHW") and lay.endswith("c")):
+        return None
+    out_lay = c.attrs["out_layout"] or lay
+    return (_canonical(tuple(data.shape), lay), _canonical(tuple(out.shape), out_lay)), _block(lay)
+
+
+def built_convs(fused: IRModule) -> list[tuple[tuple, int, Function]]:
+    """Every conv of a fused module's `@main`, in post order: (signature, block, its primitive fn)."""
+    out = []
+    for node in post_order(fused["main"].body):
+        if isinstance(node, Call) and isinstance(node.op, Function) and node.op.is_primitive:
+            for inner in post_order(node.op.body):
+                if isinstance(inner, Call):
+                    got = conv_signature_and_block(inner)
+                    if got is not None:
+                        out.append((got[0], got[1], node.op))
+    return out
+
+
+def built_layers(graph: IRModule, fused: IRModule) -> dict[str, tuple[int, Function]]:
+    """Each conv layer of `graph` (the module after `graph_passes`, where layers are named) ->
+    (its channel block, its primitive function) in `fused`, a build of the same model. Fusion may
+    visit a residual block's shortcut before its branch, so layers are matched to built convs by
+    their shapes, in order: exact unless two layers of the same shapes swapped places."""
+    built = built_convs(fused)
+    used = [False] * len(built)
+    out: dict[str, tuple[int, Function]] = {}
+    for name, call in layer_calls(graph).items():
+        got = conv_signature_and_block(call) if name.startswith(PREFIX) else None
+        if got is None:
+            continue
+        for i, (sig, block, fn) in enumerate(built):
+            if not used[i] and sig == got[0]:
+                used[i] = True
+                out[name] = (block, fn)
+                break
+    return out
+
+
+def logged_plan_pipeline(mod: IRModule, schedules: Any, target: str) -> str | Pipeline:
+    """The pipeline of the per-layer layout plan the source holds for this model (`autorelay tune
+    --pipeline plan` stored it); `default`, with a warning, when there is none or it is stale."""
+    from autorelay.lower import model_key
+
+    get = getattr(schedules, "layout_plan_for", None)
+    data = get(model_key(mod), target) if get is not None else None
+    why = "the schedule source holds no layout plan for it"
+    if data is not None:
+        plan = LayoutPlan.from_json(data)
+        unknown = plan.unknown_layers(conv_layers(mod))
+        if not unknown:
+            return plan_pipeline(plan)
+        why = f"its stored layout plan is stale (names {', '.join(unknown[:5])}, which the model lacks)"
+    warnings.warn(f"build: the model was tuned with a layout plan but {why}; building with the default "
+                  "pipeline", stacklevel=3)
+    return "default"
+
+
+__all__ = ["LayoutPlan", "built_convs", "built_layers", "conv_layers", "conv_signature_and_block",
+           "logged_plan_pipeline", "plan_passes", "plan_pipeline"]

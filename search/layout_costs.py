@@ -1,0 +1,244 @@
+"""Measured inputs of the layout program (`search.layout_dp`): per conv layer the kernel time in each
+candidate layout, per edge the time of the re-layout it would need.
+
+Kernel times come from whole-model builds, one per candidate layout with every convertible conv in
+it (block 0: plain NCHW with Winograd where `default` applies it), built with the tuning log's
+schedules: a kernel the log has tuned runs its best measured config, any other its default one, and
+each build is profiled kernel by kernel on the model's sample inputs. Profiling in place times the
+kernel as the model runs it — fused epilogue, cache state, threads — and times tuned and untuned
+kernels alike, rather than mixing the tuner's worker figures with fresh ones.
+
+Transform times are measured by building the `layout_transform` kernel of the edge's shape for each
+pair of layouts (NCHW, NCHW{b}c with b shrunk to a divisor of the channels as `ConvertLayout`
+does) and timing it; results are cached per (shape, from, to, target) for the process.
+
+The graph itself is read off the model after the graph optimisations (before any layout choice):
+layout-agnostic ops (elementwise, bias_add, pooling, binary ops with a constant) carry their input's
+layout and vanish into the edge; convs, joins of two values, channel concatenations and every other
+op become nodes, with the kinds and rules `search.layout_dp` states.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autorelay.build_module import build_prepared
+from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tuple, Var
+from autorelay.ir.module import IRModule
+from autorelay.ir.types import TensorType
+from autorelay.ir.visitor import children, post_order
+from autorelay.lower import workload_key
+from autorelay.op import registry
+from autorelay.op.registry import OpPattern
+from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.target import Target
+from autorelay.transform.convert_layout import POOLS, channel_block
+from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes
+from autorelay.transform.prepare import prepare
+from autorelay.transform.quantize.layers import layer_calls
+from autorelay.transform.util import op_name, static_shape, tensor_type
+from search.extract import optimize
+from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node
+from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
+
+
+def candidate_blocks(target: Target) -> tuple[int, ...]:
+    """The channel blocks worth trying: 8 (one AVX2 float vector) and one full vector of the target
+    when that is wider — the same set `--pipeline auto` measures per model."""
+    lanes = target.vector_lanes()
+    return tuple(sorted({min(8, lanes), lanes}))
+
+
+def _layout(block: int) -> str:
+    return "NCHW" if block == 0 else f"NCHW{block}c"
+
+
+def _blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    if block == 0:
+        return shape
+    n, c, h, w = shape
+    return (n, c // block, h, w, block)
+
+
+_TRANSFORM_CACHE: dict[tuple, float] = {}
+
+
+def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target, *,
+                      rounds: int = 7) -> float:
+    """Seconds per call of the compiled `layout_transform` NCHW{src}c -> NCHW{dst}c (0: NCHW) of an
+    NCHW `shape` (blocks already divisors of its channels), cached."""
+    key = (tuple(shape), src, dst, str(target))
+    if src == dst:
+        return 0.0
+    if key not in _TRANSFORM_CACHE:
+        x = Var("x", TensorType(_blocked_shape(shape, src), "float32"))
+        body = registry.call("layout_transform", x, src_layout=_layout(src), dst_layout=_layout(dst))
+        mod = prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
+        exe = build_prepared(mod, target, None)
+        arg = np.random.default_rng(0).standard_normal(_blocked_shape(shape, src)).astype("float32")
+        exe(arg)
+        number = max(1, int(0.005 / max(_time_once(exe, arg), 1e-7)))
+        samples = [_time_once(exe, arg, number) for _ in range(rounds)]
+        _TRANSFORM_CACHE[key] = statistics.median(samples)
+    return _TRANSFORM_CACHE[key]
+
+
+def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        exe(arg)
+    return (time.perf_counter() - t0) / number
+
+
+@dataclass
+class LayerCost:
+    """One conv layer's measured kernel seconds per candidate layout and where its config came from."""
+
+    kernel: dict[int, float] = field(default_factory=dict)
+    source: dict[int, str] = field(default_factory=dict)
+    winograd: bool = False  # in NCHW it runs as Winograd (so the per-model nchwc pipelines keep it NCHW)
+
+
+def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...], *,
+                 repeat: int = 10) -> dict[str, LayerCost]:
+    """Per conv layer, its kernel seconds in NCHW and in each of `blocks` (see the module docstring);
+    `db` None: default schedules only."""
+    layers = conv_layers(model.mod)
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    out = {name: LayerCost() for name in layers}
+    for block in (0, *blocks):
+        fused = optimize(model.mod, model.params, plan_pipeline(LayoutPlan.uniform(layers, block)))
+        prepared = PreparedModel(model, target, "plan", fused)
+        source = schedule_source(db, model, prepared=prepared) if db is not None else None
+        exe = build_model(model, source, prepared=prepared)
+        report = exe.profile(*run_inputs(exe, model), repeat=repeat)
+        by_key: dict[str, list[Any]] = {}
+        for row in report.rows:
+            by_key.setdefault(row.workload_key, []).append(row)
+        for name, (got, fn) in built_layers(graph, fused).items():
+            rows = by_key.get(workload_key(fn), [])
+            if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
+                continue
+            out[name].kernel[block] = statistics.median(r.seconds for r in rows)
+            out[name].source[block] = rows[0].source
+            if block == 0:
+                out[name].winograd = any(op_name(n) == WINOGRAD_CONV for n in post_order(fn.body))
+    return out
+
+
+# ---- the graph ------------------------------------------------------------------------------------
+
+
+def _convertible(c: Call) -> bool:
+    """Whether `ConvertLayout` packs this conv (NCHW/OIHW, groups 1 or depthwise, static channels)."""
+    a = c.attrs
+    if a["data_layout"] != "NCHW" or a["kernel_layout"] != "OIHW" or a["out_layout"] not in ("", "NCHW"):
+        return False
+    xt, wt = tensor_type(c.args[0]), static_shape(c.args[1])
+    if xt is None or wt is None or not isinstance(xt.shape[1], int):
+        return False
+    return a["groups"] == 1 or a["groups"] == xt.shape[1] == wt[0]
+
+
+def _agnostic(c: Call) -> bool:
+    """Ops that compute in whatever layout their (one) value input has."""
+    name = op_name(c) or ""
+    if name in ("nn.bias_add", *POOLS):
+        return True
+    if not registry.exists(name):
+        return False
+    opdef = registry.get(name)
+    if "axis" in opdef.attrs or "axes" in opdef.attrs:
+        return False
+    if opdef.pattern == OpPattern.ELEMWISE and len(c.args) == 1:
+        return static_shape(c) == static_shape(c.args[0])
+    return False
+
+
+class _GraphReader:
+    def __init__(self, layers: dict[int, str], costs: dict[str, LayerCost], blocks: tuple[int, ...],
+                 target: Target) -> None:
+        self.layers, self.costs, self.blocks, self.target = layers, costs, blocks, target
+        self.nodes: list[Node] = []
+        self.value: dict[int, int | None] = {}
+
+    def _transforms(self, shape: tuple[int, ...] | None) -> dict[tuple[int, int], float]:
+        """(from, to) -> seconds for a value of `shape` (NCHW) read in another layout."""
+        layouts = (0, *self.blocks)
+        if shape is None or len(shape) != 4:
+            return {(a, b): 0.0 for a in layouts for b in layouts}
+        actual = {b: channel_block(shape[1], b) for b in layouts}
+        return {(a, b): transform_seconds(shape, actual[a], actual[b], self.target)
+                for a in layouts for b in layouts if a != b}
+
+    def node(self, name: str, kind: str, args: list[Expr], kernel: dict[int, float] | None = None) -> int:
+        ins = [(self.value[id(a)], a) for a in args if self.value.get(id(a)) is not None]
+        self.nodes.append(Node(name, kind, tuple(i for i, _ in ins), kernel or {},
+                               tuple(self._transforms(static_shape(a)) for _, a in ins)))
+        return len(self.nodes) - 1
+
+    def visit(self, e: Expr) -> None:
+        if isinstance(e, Var):
+            self.value[id(e)] = self.node(e.name_hint, INPUT, [])
+        elif isinstance(e, Constant | Tuple | Op | GlobalVar):
+            self.value[id(e)] = None  # consumers of a tuple read its fields
+        elif isinstance(e, Call):
+            self.value[id(e)] = self._call(e)
+        else:  # tuple projections, lets, branches: NCHW consumers and producers
+            self.value[id(e)] = self.node(type(e).__name__, OPAQUE, self._flat(children(e)))
+
+    def _flat(self, args: Any) -> list[Expr]:
+        out: list[Expr] = []
+        for a in args:
+            out.extend(self._flat(a.fields) if isinstance(a, Tuple) else [a])
+        return out
+
+    def _call(self, c: Call) -> int | None:
+        name = op_name(c) or "call"
+        values = [a for a in c.args if self.value.get(id(a)) is not None]
+        if name == "nn.conv2d" and id(c) in self.layers and _convertible(c):
+            layer = self.layers[id(c)]
+            kernel = self.costs[layer].kernel
+            if 0 in kernel and len(kernel) > 1:
+                return self.node(layer, CONV, [c.args[0]], dict(kernel))
+        if _agnostic(c) and values and values[0] is c.args[0]:
+            return self.value[id(c.args[0])]
+        pattern = registry.get(name).pattern if registry.exists(name) else None
+        if pattern is not None and pattern <= OpPattern.BROADCAST and len(c.args) == 2:
+            shapes = [static_shape(a) for a in c.args]
+            if len(values) == 2 and shapes[0] == shapes[1] == static_shape(c):
+                return self.node(name, JOIN, list(c.args))
+            if len(values) == 1 and isinstance(c.args[1 - c.args.index(values[0])], Constant):
+                return self.value[id(values[0])]
+        if name == "concatenate" and isinstance(c.args[0], Tuple) and int(c.attrs["axis"]) % 4 == 1:
+            fields = list(c.args[0].fields)
+            if all(self.value.get(id(f)) is not None for f in fields):
+                return self.node(name, CONCAT, fields)
+        return self.node(name, OPAQUE, self._flat(c.args))
+
+
+def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
+                 target: Target) -> LayoutGraph:
+    """The model's layout graph (see the module docstring) with `costs` on its conv nodes and
+    measured transform times on its edges."""
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    fn = graph["main"]
+    layers = {id(c): name for name, c in layer_calls(graph).items()}
+    reader = _GraphReader(layers, costs, blocks, target)
+    for p in fn.params:
+        reader.visit(p)
+    for e in post_order(fn.body):
+        if id(e) not in reader.value:
+            reader.visit(e)
+    reader.node("output", OPAQUE, reader._flat([fn.body]))
+    return LayoutGraph(tuple(reader.nodes))
+
+
+__all__ = ["LayerCost", "candidate_blocks", "kernel_costs", "layout_graph", "transform_seconds"]

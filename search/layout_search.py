@@ -1,0 +1,168 @@
+"""The graph-level layout search (`autorelay tune --pipeline plan`): a channel block per conv layer.
+
+1. `plan_tasks`: the kernels to tune are those of every layout a layer may take — the per-model
+   pipelines' and the uniform plans' (each conv in NCHW, or packed in each candidate block).
+2. After tuning, `search_layout` measures the costs (`search.layout_costs`: per layer its kernel
+   time in each layout with the log's schedules, per edge its re-layout time), solves the layout
+   program (`search.layout_dp`), builds the resulting plan and the per-model pipelines end to end
+   with the log's schedules, times them interleaved and keeps the fastest. The modelled cost only
+   ranks layouts; the end-to-end timing decides, so a plan that the model overrates (a transform
+   that fusion hides, a pool that is slower packed) cannot make the model slower than the
+   per-model pick.
+3. The plan is stored in the log (`tuning_db.layout_plans`) with its latency, the per-model
+   latencies and the per-layer costs; `autorelay compile`/`run` on the log rebuild it exactly (see
+   `search.pipeline_choice.stored_plan`), and `autorelay db plan --model M` prints it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import autorelay
+from autorelay.codegen import resolve_target
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
+from search.extract import Extraction
+from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph
+from search.layout_dp import LayoutGraph, Solution, assign, breakdown, plan_cost, solve
+from search.models import (
+    Model,
+    PreparedModel,
+    build_model,
+    max_difference,
+    prepare_model,
+    run_inputs,
+    schedule_source,
+    time_interleaved,
+)
+from search.pipeline_choice import PLAN, candidates, prepare_plan
+
+
+def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[PreparedModel, Extraction]:
+    """The default pipeline's prepared model and the union (by workload key) of the tasks of every
+    per-model pipeline and every uniform plan: what a layer may run as under any plan."""
+    tgt = resolve_target(target, threads)
+    layers = conv_layers(model.mod)
+    base = prepare_model(model, target, threads=threads, pipeline="default")
+    others = [prepare_model(model, target, threads=threads, pipeline=p)
+              for p in candidates(target, threads) if p != "default"]
+    others += [prepare_plan(model, target, threads, LayoutPlan.uniform(layers, b))
+               for b in candidate_blocks(tgt)]
+    tasks, skipped = list(base.extraction.tasks), list(base.extraction.skipped)
+    seen = {t.key for t in tasks} | {s.key for s in skipped}
+    for p in others:
+        for t in p.extraction.tasks:
+            if t.key not in seen:
+                seen.add(t.key)
+                tasks.append(t)
+    return base, Extraction(tasks, skipped, base.extraction.total_flops)
+
+
+@dataclass
+class LayerRow:
+    layer: str
+    block: int
+    kernel_s: dict[int, float]  # per candidate layout
+    transform_s: float  # re-layouts paid on its input under the plan
+    source: str  # where the chosen kernel's schedule came from (tuned / transferred / default)
+    per_model_block: int  # its layout under the fastest per-model pipeline
+
+
+@dataclass
+class LayoutSearchResult:
+    plan: LayoutPlan
+    solution: Solution
+    graph: LayoutGraph
+    latencies: dict[str, float]  # seconds per call: "plan" and each per-model pipeline (interleaved)
+    modeled: dict[str, float]  # the program's cost (s) of the plan and of each per-model pipeline
+    winner: str
+    prepared: PreparedModel  # the winner's
+    rows: list[LayerRow]
+    max_abs_diff: float  # plan build vs default build, same inputs
+    record_id: int | None = None
+
+    def describe(self) -> str:
+        times = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
+        return f"pipeline {self.winner} (layout search: {times})"
+
+    def table(self) -> str:
+        blocks = sorted({b for r in self.rows for b in r.kernel_s})
+        head = f"{'layer':<10} {'block':>5} " + " ".join(f"{f'k@{b} us':>9}" for b in blocks) + \
+            f" {'xform us':>9} {'per-model':>9} {'source':<11}"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            ks = " ".join(f"{r.kernel_s[b] * 1e6:9.1f}" if b in r.kernel_s else f"{'-':>9}" for b in blocks)
+            lines.append(f"{r.layer:<10} {r.block:>5} {ks} {r.transform_s * 1e6:9.1f} {r.per_model_block:>9} "
+                         f"{r.source:<11}")
+        lines.append("modelled (kernels + transforms): " + ", ".join(
+            f"{k} {v * 1e3:.3f} ms" for k, v in self.modeled.items())
+            + ("" if self.solution.exact else " (beam: approximate)"))
+        measured = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
+        lines.append(f"measured end to end: {measured}; kept {self.winner}; "
+                     f"max |plan - default| = {self.max_abs_diff:.2g}")
+        return "\n".join(lines)
+
+
+def per_model_layouts(costs: dict[str, LayerCost], pipeline: str) -> dict[str, int]:
+    """The block each layer gets under a per-model pipeline: NCHW for `default` and for the convs
+    Winograd takes first; the pipeline's block for the others."""
+    block = {"default": 0, "nchwc": 8, "nchwc16": 16}.get(pipeline, 0)
+    return {name: 0 if c.winograd else block for name, c in costs.items()}
+
+
+def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,
+                  rounds: int = 9, store: bool = True) -> LayoutSearchResult:
+    """Choose, build, time and (with `store`) log the per-layer layout plan of `model`; see the
+    module docstring. `db` None: default schedules, nothing stored."""
+    tgt = resolve_target(target, threads)
+    blocks = candidate_blocks(tgt)
+    costs = kernel_costs(model, db, tgt, blocks, repeat=repeat)
+    graph = layout_graph(model, costs, blocks, tgt)
+    sol = solve(graph)
+    plan = LayoutPlan(sol.conv_layouts(graph))
+    prepared = {PLAN: prepare_plan(model, target, threads, plan)}
+    for p in candidates(target, threads):
+        prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
+    exes = {}
+    for name, prep in prepared.items():
+        source = schedule_source(db, model, prepared=prep) if db is not None else None
+        exes[name] = build_model(model, source, prepared=prep)
+    args = run_inputs(exes[PLAN], model)
+    diff = max_difference(exes[PLAN](*args), exes["default"](*args))
+    times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
+    winner = min(times, key=times.__getitem__)
+    modeled = {PLAN: sol.cost}
+    for p in candidates(target, threads):
+        modeled[p] = plan_cost(graph, assign(graph, per_model_layouts(costs, p)))
+    best_model = min((p for p in times if p != PLAN), key=times.__getitem__)
+    reference = per_model_layouts(costs, best_model)
+    parts = breakdown(graph, sol.layouts)
+    rows = []
+    for k in graph.convs():
+        name, block = graph.nodes[k].name, sol.layouts[k]
+        rows.append(LayerRow(name, block, dict(costs[name].kernel), parts[k][1],
+                             costs[name].source.get(block, "-"), reference.get(name, 0)))
+    result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff)
+    if store and db is not None:
+        result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
+    return result
+
+
+def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) -> int:
+    def ms(x: float) -> float | None:
+        return x * 1e3 if math.isfinite(x) else None
+
+    layers = [{"layer": row.layer, "block": row.block, "transform_ms": ms(row.transform_s),
+               "kernel_ms": {str(b): ms(s) for b, s in row.kernel_s.items()}, "source": row.source,
+               "per_model_block": row.per_model_block} for row in r.rows]
+    info = {"winner": r.winner, "latencies_ms": {k: ms(v) for k, v in r.latencies.items()},
+            "modeled_ms": ms(r.solution.cost), "exact": r.solution.exact,
+            "per_model_modeled_ms": {k: ms(v) for k, v in r.modeled.items() if k != PLAN},
+            "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers}
+    return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.latencies[PLAN] * 1e3,
+                                model=model.name, chosen=r.winner == PLAN,
+                                compiler_version=autorelay.__version__, info=info)
+
+
+__all__ = ["LayerRow", "LayoutSearchResult", "per_model_layouts", "plan_tasks", "search_layout"]

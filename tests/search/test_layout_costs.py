@@ -1,0 +1,73 @@
+"""The layout graph read off real models (its nodes are the convs, joins and concatenations the
+model has, wired as the model wires them) and the measured costs it carries."""
+
+from __future__ import annotations
+
+import pytest
+
+from autorelay.codegen import resolve_target
+from autorelay.transform.layout_plan import conv_layers
+from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph, transform_seconds
+from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE
+from search.models import load_model
+
+pytestmark = pytest.mark.cpu
+
+
+def _fake_costs(model, blocks):
+    """Kernel costs without builds: the graph's shape does not depend on them."""
+    return {name: LayerCost({0: 1.0, **{b: 1.0 for b in blocks}}) for name in conv_layers(model.mod)}
+
+
+def test_candidate_blocks_follow_the_vector_width():
+    tgt = resolve_target("llvm", 1)
+    lanes = tgt.vector_lanes()
+    blocks = candidate_blocks(tgt)
+    assert max(blocks) == lanes and min(blocks) == min(8, lanes)
+
+
+def test_resnet_graph_has_a_join_per_residual_block():
+    model = load_model("resnet-18", image_size=32)
+    tgt = resolve_target("llvm", 1)
+    blocks = candidate_blocks(tgt)
+    g = layout_graph(model, _fake_costs(model, blocks), blocks, tgt)
+    kinds = [n.kind for n in g.nodes]
+    assert kinds.count(CONV) == 20 and kinds.count(JOIN) == 8 and kinds[0] == INPUT and kinds[-1] == OPAQUE
+    for n in g.nodes:
+        if n.kind == JOIN:  # a residual add joins its branch's last conv with the block's input value
+            branch, shortcut = (g.nodes[u] for u in n.inputs)
+            assert branch.kind == CONV and shortcut.kind in (CONV, JOIN)
+        if n.kind == CONV:
+            assert len(n.transform) == 1 and set(n.kernel) == {0, *blocks}
+    # an edge's transform costs are measured for its shape: every pair of distinct layouts is there
+    stem = g.nodes[1]
+    assert stem.name == "conv2d_0" and all(v >= 0 for v in stem.transform[0].values())
+    assert len(stem.transform[0]) == (len(blocks) + 1) * len(blocks)
+
+
+def test_inception_concatenation_collects_four_branches():
+    model = load_model("inception", image_size=16)
+    tgt = resolve_target("llvm", 1)
+    blocks = candidate_blocks(tgt)
+    g = layout_graph(model, _fake_costs(model, blocks), blocks, tgt)
+    concats = [n for n in g.nodes if n.kind == CONCAT]
+    assert len(concats) == 2 and all(len(n.inputs) == 4 for n in concats)
+    assert all(g.nodes[u].kind == CONV for u in concats[0].inputs)
+
+
+def test_transform_time_is_measured_and_cached():
+    tgt = resolve_target("llvm", 1)
+    t = transform_seconds((1, 16, 8, 8), 0, 8, tgt)
+    assert t > 0 and transform_seconds((1, 16, 8, 8), 0, 8, tgt) == t
+    assert transform_seconds((1, 16, 8, 8), 8, 8, tgt) == 0.0
+
+
+def test_kernel_costs_cover_every_layer_in_every_layout():
+    model = load_model("nature-dqn")
+    tgt = resolve_target("llvm", 1)
+    blocks = candidate_blocks(tgt)
+    costs = kernel_costs(model, None, tgt, blocks, repeat=2)
+    assert set(costs) == set(conv_layers(model.mod))
+    for c in costs.values():
+        assert set(c.kernel) == {0, *blocks} and all(s > 0 for s in c.kernel.values())
+        assert set(c.source.values()) == {"default"}

@@ -1,0 +1,161 @@
+"""The layout dynamic program against brute-force enumeration of every conv's layout, on small
+graphs (chains, ResNet residual blocks, a 3-branch concatenation, a graph that is not
+series-parallel) with random costs. The oracle below re-derives each node's layout and cost on its
+own, from the rules stated in `search.layout_dp`'s docstring, and tries every assignment."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, breakdown, solve
+
+LAYOUTS = (0, 8, 16)
+
+
+class Builder:
+    def __init__(self, rng: random.Random, layouts: tuple[int, ...] = LAYOUTS) -> None:
+        self.rng, self.layouts, self.nodes = rng, layouts, []
+
+    def _transforms(self, n: int) -> tuple[dict, ...]:
+        pairs = [(a, b) for a in self.layouts for b in self.layouts if a != b]
+        return tuple({p: self.rng.uniform(0.0, 3.0) for p in pairs} for _ in range(n))
+
+    def add(self, kind: str, *inputs: int) -> int:
+        kernel = {}
+        if kind == CONV:
+            cands = [lay for lay in self.layouts if self.rng.random() < 0.8] or [0]
+            kernel = {lay: self.rng.uniform(0.5, 10.0) for lay in cands}
+        self.nodes.append(Node(f"n{len(self.nodes)}", kind, tuple(inputs), kernel,
+                               self._transforms(len(inputs))))
+        return len(self.nodes) - 1
+
+    def graph(self) -> LayoutGraph:
+        return LayoutGraph(tuple(self.nodes))
+
+
+def brute_force(graph: LayoutGraph) -> tuple[float, tuple[int, ...]]:
+    convs = [k for k, n in enumerate(graph.nodes) if n.kind == CONV]
+    best = (float("inf"), ())
+    for picks in itertools.product(*[list(graph.nodes[k].kernel) for k in convs]):
+        chosen = dict(zip(convs, picks))
+        lay: list[int] = []
+        total = 0.0
+        for k, n in enumerate(graph.nodes):
+            ins = [lay[u] for u in n.inputs]
+            if n.kind == CONV:
+                out = chosen[k]
+                total += n.kernel[out]
+            elif n.kind == JOIN:
+                nonzero = [x for x in ins if x]
+                out = nonzero[0] if nonzero else 0
+            elif n.kind == CONCAT:
+                out = ins[0] if len(set(ins)) == 1 else 0
+            else:
+                out = 0
+            for i, x in enumerate(ins):
+                if x != out:
+                    total += n.transform[i][(x, out)]
+            lay.append(out)
+        if total < best[0]:
+            best = (total, tuple(lay))
+    return best
+
+
+def chain(b: Builder, x: int, n: int) -> int:
+    for _ in range(n):
+        x = b.add(CONV, x)
+    return x
+
+
+def residual(b: Builder, x: int, downsample: bool) -> int:
+    y = chain(b, x, 2)
+    short = b.add(CONV, x) if downsample else x
+    return b.add(JOIN, y, short)
+
+
+def inception(b: Builder, x: int, branches: int = 3) -> int:
+    outs = [chain(b, x, 1 + i % 2) for i in range(branches)]
+    return b.add(CONCAT, *outs)
+
+
+def _check(graph: LayoutGraph) -> None:
+    sol = solve(graph)
+    want, _ = brute_force(graph)
+    assert sol.exact
+    assert sol.cost == pytest.approx(want, rel=1e-12, abs=1e-12)
+    # the DP's assignment really costs what it claims (recomputed node by node)
+    assert sum(k + t for k, t in breakdown(graph, sol.layouts)) == pytest.approx(sol.cost, rel=1e-12)
+    assert len(sol.layouts) == len(graph.nodes)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_chain_matches_brute_force(seed: int) -> None:
+    b = Builder(random.Random(seed))
+    x = chain(b, b.add(INPUT), 1 + seed % 6)
+    b.add(OPAQUE, x)
+    _check(b.graph())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_residual_blocks_match_brute_force(seed: int) -> None:
+    b = Builder(random.Random(100 + seed))
+    x = b.add(CONV, b.add(INPUT))
+    for i in range(2):
+        x = residual(b, x, downsample=(seed + i) % 2 == 0)
+    b.add(OPAQUE, x)
+    _check(b.graph())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_three_branch_concat_matches_brute_force(seed: int) -> None:
+    b = Builder(random.Random(200 + seed))
+    x = inception(b, b.add(CONV, b.add(INPUT)), 3)
+    x = b.add(CONV, x)
+    b.add(OPAQUE, x)
+    _check(b.graph())
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_dag_matches_brute_force(seed: int) -> None:
+    """Not series-parallel: values consumed far downstream by joins keep several values live."""
+    rng = random.Random(300 + seed)
+    b = Builder(rng)
+    vals = [b.add(INPUT)]
+    for _ in range(7):
+        kind = rng.choice([CONV, CONV, CONV, JOIN, CONCAT])
+        if kind == CONV or len(vals) < 2:
+            vals.append(b.add(CONV, rng.choice(vals)))
+        else:
+            vals.append(b.add(kind, *rng.sample(vals, 2)))
+    b.add(OPAQUE, vals[-1])
+    _check(b.graph())
+
+
+def test_two_layouts_only_and_ties() -> None:
+    """Candidates differ per conv (a layer may lack a block); equal costs still give the optimum."""
+    for seed in range(20):
+        b = Builder(random.Random(400 + seed), layouts=(0, 8))
+        x = residual(b, chain(b, b.add(INPUT), 2), True)
+        b.add(OPAQUE, inception(b, x, 2))
+        _check(b.graph())
+
+
+def test_beam_is_flagged_as_approximate() -> None:
+    b = Builder(random.Random(7))
+    x = b.add(INPUT)
+    outs = [b.add(CONV, x) for _ in range(6)]  # six values live at once: 3^6 states
+    b.add(OPAQUE, b.add(CONCAT, *outs))
+    g = b.graph()
+    exact = solve(g)
+    beam = solve(g, max_states=4)
+    assert exact.exact and not beam.exact
+    assert beam.cost >= exact.cost - 1e-12
+    assert exact.cost == pytest.approx(brute_force(g)[0])
+
+
+def test_rejects_forward_references() -> None:
+    with pytest.raises(ValueError, match="earlier nodes"):
+        LayoutGraph((Node("a", OPAQUE, (1,)), Node("b", INPUT)))

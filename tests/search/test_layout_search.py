@@ -1,0 +1,165 @@
+"""The layout plan in the tuning log: a stored plan is rebuilt exactly (the blocks it names are the
+blocks of the built graph, its kernels are the build's kernels); a stale one falls back to the
+per-model pipeline and says so; the search stores the fastest of its plan and the per-model
+pipelines; `tune --pipeline plan` runs it after tuning."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import autorelay
+import tuning_db
+from autorelay.ir.expr import Call, Function
+from autorelay.ir.visitor import post_order
+from autorelay.lower import model_key, workload_key
+from autorelay.transform.convert_layout import channel_block
+from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes
+from autorelay.transform.prepare import prepare
+from autorelay.transform.quantize.layers import layer_calls
+from search import tune_model
+from search.cli import main
+from search.layout_dp import assign, plan_cost
+from search.layout_search import search_layout
+from search.measure import TimingSettings
+from search.models import compile_model, load_model, run_inputs, tuning_target
+from search.pipeline_choice import PLAN, candidates
+
+pytestmark = pytest.mark.cpu
+
+FAST = TimingSettings(number=1, repeat=2, min_repeat_ms=2.0, warmup=1, timeout=10.0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("resnet-18", image_size=32)
+
+
+def _store(db, model, plan: LayoutPlan, chosen: bool = True, winner: str = PLAN) -> int:
+    return db.store_layout_plan(model_key(model.mod), tuning_target("llvm", 1), plan.to_dict(),
+                                latency_ms=1.0, model=model.name, chosen=chosen, info={"winner": winner})
+
+
+def _kernel_keys(fused) -> Counter:
+    return Counter(workload_key(n.op) for n in post_order(fused["main"].body)
+                   if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive)
+
+
+def _reference(model) -> np.ndarray:
+    mod = model.mod
+    args = [model.inputs[p.name_hint] if p.name_hint in model.inputs else model.params[p.name_hint]
+            for p in mod["main"].params]
+    return np.asarray(autorelay.evaluate(mod, *args))
+
+
+def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
+    layers = conv_layers(model.mod)
+    rng = random.Random(3)
+    plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers})
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with tuning_db.open(url) as db:
+        _store(db, model, plan)
+        res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+        db.start_run(model=model.name, info={"target": tuning_target("llvm", 1), "pipeline": PLAN,
+                                             "model_key": model_key(model.mod)})
+        auto = compile_model(model, db, "llvm", threads=1, pipeline="auto")
+        lib = autorelay.build(model.mod, "llvm", params=model.params, threads=1,
+                              schedules=db.schedule_source("llvm"))
+    assert res.pipeline == auto.pipeline == PLAN and res.note == ""
+    # the blocks of the graph the plan asks for (independently prepared) are the plan's
+    fused = prepare(model.mod, model.params, plan_pipeline(plan))
+    graph = prepare(model.mod, model.params, Pipeline(graph_passes()))
+    calls = layer_calls(graph)
+    got = built_layers(graph, fused)
+    for name in layers:
+        in_c = calls[name].args[0].checked_type.shape[1]
+        assert got[name][0] == channel_block(in_c, plan.block(name)), name
+    # ... and compile built exactly those kernels (as did auto, and autorelay.build from the log)
+    want = _kernel_keys(fused)
+    for exe in (res.exe, auto.exe, lib):
+        assert Counter(r.workload_key for r in exe.report.rows if r.kind in ("kernel", "fallback")) == want
+    args = run_inputs(res.exe, model)
+    out = np.asarray(res.exe(*args))
+    default = np.asarray(autorelay.build(model.mod, params=model.params, threads=1)(*args))
+    ref = _reference(model)
+    scale = max(float(np.abs(ref).max()), 1e-3)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
+    np.testing.assert_allclose(out, default, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_stale_plan_falls_back_and_says_so(tmp_path, model, capsys):
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with tuning_db.open(url) as db:
+        _store(db, model, LayoutPlan({"conv2d_0": 8, "conv2d_99": 16}))
+        res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+        db.start_run(model=model.name, info={"target": tuning_target("llvm", 1), "pipeline": PLAN,
+                                             "model_key": model_key(model.mod)})
+        with pytest.warns(UserWarning, match="stale"):
+            lib = autorelay.build(model.mod, "llvm", params=model.params, threads=1,
+                                  schedules=db.schedule_source("llvm"))
+    assert "stale layout plan" in res.note and "conv2d_99" in res.note and "fell back" in res.note
+    assert res.pipeline in candidates("llvm", 1)
+    assert lib.pipeline == "default"
+    code = main(["compile", "--db", url, "--model", "resnet-18", "--image-size", "32", "--threads", "1",
+                 "--pipeline", "plan"])
+    err = capsys.readouterr().err
+    assert code == 0 and "warning: stale layout plan" in err and "conv2d_99" in err
+
+
+def test_no_plan_and_a_lost_plan_use_the_per_model_pipeline(tmp_path, model):
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with tuning_db.open(url) as db:
+        none = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+        _store(db, model, LayoutPlan({"conv2d_0": 8}), chosen=False, winner="nchwc")
+        lost = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+    assert "no layout plan" in none.note and none.pipeline in candidates("llvm", 1)
+    assert lost.pipeline == "nchwc" and lost.note == ""
+
+
+def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_path, model, capsys):
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with tuning_db.open(url) as db:
+        r = search_layout(model, db, "llvm", 1, repeat=3, rounds=3)
+        rec = db.layout_plan(model_key(model.mod), tuning_target("llvm", 1))
+        res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+    assert r.solution.exact and set(r.latencies) == {PLAN, *candidates("llvm", 1)}
+    assert r.winner == min(r.latencies, key=r.latencies.__getitem__)
+    assert rec is not None and rec.id == r.record_id and rec.plan == r.plan.to_dict()
+    assert rec.chosen == (r.winner == PLAN) and rec.winner == r.winner
+    assert res.pipeline == r.winner
+    assert r.max_abs_diff < 1e-3
+    # no per-model pick, no uniform assignment beats the program's answer under its own cost model
+    graph = r.graph
+    names = [graph.nodes[k].name for k in graph.convs()]
+    costs = {row.layer: row for row in r.rows}
+    for p in candidates("llvm", 1):
+        assert r.solution.cost <= r.modeled[p] + 1e-12
+    for b in (0, 8, 16):
+        layouts = {n: b if b in costs[n].kernel_s else 0 for n in names}
+        assert r.solution.cost <= plan_cost(graph, assign(graph, layouts)) + 1e-12
+    assert r.modeled["default"] == pytest.approx(plan_cost(graph, assign(graph, {})))
+    assert main(["db", "plan", "--db", url, "--model", model.name]) == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith("conv2d_") for line in out.splitlines()) == len(names)
+
+
+def test_tune_with_pipeline_plan_tunes_every_layout_and_stores_a_plan(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    model = load_model("nature-dqn")
+    result = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
+                        batch=4, pipeline="plan", compare=False)
+    templates = {r.task.template for r in result.rows}
+    assert "conv2d_nchwc" in templates and templates & {"conv2d_nchw", "conv2d_winograd"}
+    assert result.layout is not None and "layout search" in result.table()
+    with tuning_db.open(url) as db:
+        (run,) = db.runs()
+        assert run.info["pipeline"] == PLAN
+        rec = db.layout_plan(model_key(model.mod), tuning_target("llvm", 1))
+        assert rec is not None and rec.winner == result.layout.winner
+        res = compile_model(model, db, "llvm", threads=1, pipeline="auto")
+    assert res.pipeline == result.layout.winner and res.note == ""

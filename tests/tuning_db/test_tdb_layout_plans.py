@@ -1,0 +1,75 @@
+"""The `layout_plans` table: store and read back measured layout plans (the latest search counts),
+`autorelay db plan --model M`, and the version-4 -> 5 upgrade of an existing log."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+
+import tuning_db
+from search.cli import main
+from tuning_db import TuningDBError
+from tuning_db.migrate import create_schema
+
+TARGET = "llvm -mcpu=znver5 -threads=2"
+INFO = {"winner": "plan", "latencies_ms": {"plan": 2.0, "default": 3.0}, "modeled_ms": 1.9, "exact": True,
+        "layers": [{"layer": "conv2d_0", "block": 8, "kernel_ms": {"0": 1.5, "8": 1.25},
+                    "transform_ms": 0.125, "source": "tuned"}]}
+
+
+def test_store_latest_and_list(tmp_path: Path) -> None:
+    db = tuning_db.open(str(tmp_path / "log.sqlite"))
+    first = db.store_layout_plan("key-a", TARGET, {"blocks": {"conv2d_0": 0}}, latency_ms=3.0, model="net",
+                                 chosen=False, info={"winner": "nchwc"})
+    second = db.store_layout_plan("key-a", "llvm -threads=2 -mcpu=znver5", {"blocks": {"conv2d_0": 8}},
+                                  latency_ms=2.0, model="net", chosen=True, info=INFO)
+    assert second != first
+    got = db.layout_plan("key-a", TARGET)
+    assert got is not None and got.id == second and got.plan == {"blocks": {"conv2d_0": 8}}
+    assert got.winner == "plan" and got.info == INFO and got.latency_ms == 2.0
+    assert [r.id for r in db.layout_plans("net")] == [second, first]
+    assert db.layout_plans("net")[1].winner == "nchwc"
+    assert [r.id for r in db.layout_plans("key-a", TARGET)] == [second, first]
+    assert db.layout_plan("key-b", TARGET) is None and db.layout_plans("other") == []
+    with pytest.raises(TuningDBError, match="blocks"):
+        db.store_layout_plan("key-a", TARGET, {"precisions": {}}, latency_ms=1.0)
+    with pytest.raises(TuningDBError, match="latency_ms"):
+        db.store_layout_plan("key-a", TARGET, {"blocks": {}}, latency_ms=float("nan"))
+    db.close()
+
+
+def test_db_plan_command_prints_per_layer_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    url = str(tmp_path / "log.sqlite")
+    with tuning_db.open(url) as db:
+        db.store_layout_plan("key-a", TARGET, {"blocks": {"conv2d_0": 8}}, latency_ms=2.0, model="net",
+                             chosen=True, info=INFO)
+    assert main(["db", "plan", "--db", url, "--model", "net"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "builds use plan" in out[0] and "plan 2 ms" in out[0] and "default 3 ms" in out[0]
+    row = next(line.split() for line in out if line.startswith("conv2d_0"))
+    assert row == ["conv2d_0", "8", "1.5000", "1.2500", "0.1250", "tuned"]
+    assert main(["db", "plan", "--db", url, "--model", "missing"]) == 1
+
+
+def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        create_schema(conn, 4)
+    engine.dispose()
+    con = sqlite3.connect(path)
+    assert "layout_plans" not in {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    con.execute("INSERT INTO targets (name, kind, created_at) VALUES ('llvm', 'llvm', 0)")
+    con.commit()
+    con.close()
+    with tuning_db.open(str(path)) as db:
+        assert db.upgraded_from == 4
+        db.store_layout_plan("k", "llvm", {"blocks": {}}, latency_ms=1.0)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT version FROM schema_info").fetchall() == [(5,)]
+    assert con.execute("SELECT name FROM targets").fetchall() == [("llvm",)]
+    assert con.execute("SELECT count(*) FROM layout_plans").fetchall() == [(1,)]
+    con.close()
