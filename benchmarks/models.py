@@ -177,18 +177,29 @@ def _zoo_model(name: str, options: dict[str, Any]) -> tuple[Any, Arrays, Arrays]
 
 
 def make_autorelay(name: str, options: dict[str, Any], threads: int, pipeline: str,
-                   db_url: str | None) -> tuple[Callable[[], Any], np.ndarray]:
-    """AutoRelay built with the log's schedules (`db_url`) or the heuristic defaults (None)."""
+                   db_url: str | None, plan_json: str | None = None) -> tuple[Callable[[], Any], np.ndarray]:
+    """AutoRelay built with the log's schedules (`db_url`) or the heuristic defaults (None); with
+    `plan_json`, the per-layer layout plan the log chose (`tune --pipeline plan`)."""
     from search.models import Model, schedule_source
 
     mod, params, inputs = _zoo_model(name, options)
     source = None
-    if db_url is not None:
+    built_with: Any = pipeline
+    if plan_json is not None:
+        from autorelay.codegen import resolve_target
+        from autorelay.transform.layout_plan import LayoutPlan, plan_pipeline
+
+        built_with = plan_pipeline(LayoutPlan.from_json(plan_json))
+        if db_url is not None:
+            import tuning_db
+
+            source = tuning_db.open(db_url).schedule_source(str(resolve_target("llvm", threads)))
+    elif db_url is not None:
         import tuning_db
 
         source = schedule_source(tuning_db.open(db_url), Model(name, mod, params, inputs), threads=threads,
                                  pipeline=pipeline)
-    exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=pipeline)
+    exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=built_with)
     args = [inputs[n] for n in exe.input_names]
     return (lambda: exe(*args)), np.asarray(exe(*args))
 
@@ -236,10 +247,13 @@ def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any]
         import tuning_db
 
         db = tuning_db.open(db_url)
-    pipeline = choose_pipeline(pipeline, Model(name, mod, params, inputs), db, "llvm", threads).pipeline
-    peers: dict[str, Any] = {"autorelay": (make_autorelay, (name, options, threads, pipeline, db_url))}
+    choice = choose_pipeline(pipeline, Model(name, mod, params, inputs), db, "llvm", threads)
+    pipeline = choice.pipeline
+    plan_json = choice.plan.to_json() if choice.plan is not None else None
+    peers: dict[str, Any] = {
+        "autorelay": (make_autorelay, (name, options, threads, pipeline, db_url, plan_json))}
     if db_url is not None:
-        peers["default"] = (make_autorelay, (name, options, threads, pipeline, None))
+        peers["default"] = (make_autorelay, (name, options, threads, pipeline, None, plan_json))
     for peer, factory in (("torch", make_torch), ("onnxruntime", make_onnxruntime)):
         try:
             __import__("torch" if peer == "torch" else "onnxruntime")

@@ -113,7 +113,7 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
             args.method = rec.calibration
             how = f"calibrated {args.method} on {data.source}"
         if pipeline == "auto" and isinstance(info.get("pipeline"), str):
-            pipeline = info["pipeline"]
+            pipeline = info["pipeline"]  # a named pipeline: `run_quantize` never stores "plan"
         note = (f"precision plan #{rec.id} ({rec.metric} drop {rec.accuracy_drop:.4g}, measured "
                 f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
     if calib is None:
@@ -170,10 +170,12 @@ def run_quantize(args: argparse.Namespace, model: Model, threads: int) -> int:
     db, _ = open_db(args.db)
     with db:
         pipeline = args.pipeline
-        if pipeline == "auto":  # the float model's (logged, else measured): every plan is built with it
-            from search.pipeline_choice import choose_pipeline
+        if pipeline in ("auto", "plan"):  # the float model's (logged, else measured): every plan uses it
+            from search.pipeline_choice import PLAN, choose_pipeline, measure_pipelines
 
-            pipeline = choose_pipeline("auto", model, db, args.target, threads).pipeline
+            pipeline = choose_pipeline(pipeline, model, db, args.target, threads).pipeline
+            if pipeline == PLAN:  # a layout plan names float convolutions: quantized ones need a name
+                pipeline = measure_pipelines(model, args.target, threads).pipeline
             progress(f"pipeline {pipeline} (the fp32 model's)")
         result = search_precisions(model, calib, valid, max_drop=args.max_drop, db=db, target=args.target,
                                    threads=threads, pipeline=pipeline, method=args.method,
