@@ -14,6 +14,11 @@ each lane's group contiguous). Every path is exact (int32 wrap-around, as the re
   `vpmaddubsw` would multiply bytes directly but saturates its int16 pair sums, so it is not used.
 * Anything else: operands widened to int32, multiplied, the g products of a lane added.
 
+A bfloat16 dot (`emit_bf16_dot`: float32 accumulators, uint16 bf16 words, g = 2) is the same loop
+over a pair of channels: with AVX512-BF16 one `vdpbf16ps` per vector (pairs of bf16 products summed
+into float32 lanes; bf16 x bf16 products are exact in float32); elsewhere both words are widened to
+float32 (a shift) and accumulated with two multiply-adds, which the FMA units fuse.
+
 `dot_group(target)` is the group every int8 weight layout uses (4 on every CPU: VNNI consumes it in
 one instruction, vpmaddwd in two, the generic path in four lanes); `native_group(target)` is the
 group the fastest exact instruction consumes, which templates may re-pack a constant weight to.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autorelay.codegen.llvm.calls import bf16_to_f32
 from autorelay.codegen.llvm.values import Val
 from autorelay.target import Target
 from autorelay.te.nn_int8 import DOT_GROUP  # the one definition: the int8 weight layouts' group
@@ -150,4 +156,43 @@ def _generic_dot(em: ExprEmitter, acc: Val, a: Val, a_signed: bool, b: Val, b_si
     return out
 
 
-__all__ = ["DOT_GROUP", "dot_group", "dot_kind", "emit_dot", "native_group"]
+BF16_GROUP = 2  # bf16 words one float32 lane sums per vdpbf16ps
+
+
+def bf16_dot_kind(target: Target | None, lanes: int) -> str:
+    """Which path `emit_bf16_dot` takes for `lanes` float32 accumulators: "dpbf16ps" or "fma"."""
+    if target is None or not target.has("avx512bf16"):
+        return "fma"
+    if lanes == 16 or (lanes in (4, 8) and target.has("avx512vl")):
+        return "dpbf16ps"
+    return "fma"
+
+
+def emit_bf16_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, b: Val, lanes: int) -> Val:
+    """`acc[l] + a[0] * b[2l] + a[1] * b[2l+1]` in float32: acc <lanes x float>, a <2 x i16> (one
+    pair of bf16 words, shared by every lane), b <2*lanes x i16> (each lane's pair contiguous)."""
+    n = 2 * lanes
+    ft = f"<{lanes} x float>"
+    if bf16_dot_kind(target, lanes) == "dpbf16ps":
+        # LLVM >= 17 types the operands as bfloat vectors (older releases took <lanes x i32>)
+        name, vt = f"llvm.x86.avx512bf16.dpbf16ps.{lanes * 32}", f"<{n} x bfloat>"
+        em.declared.add(f"declare {ft} @{name}({ft}, {vt}, {vt})")
+        spl = _splat_group(em, a, 2, lanes, "i16")
+        av = em.op(f"bitcast <{n} x i16> {spl.ref} to {vt}", "uint16", n)
+        bv = em.op(f"bitcast <{n} x i16> {b.ref} to {vt}", "uint16", n)
+        return em.op(f"call {ft} @{name}({ft} {acc.ref}, {vt} {av.ref}, {vt} {bv.ref})", "float32", lanes)
+    out = acc
+    for k in (0, 1):
+        ak = em.op(f"extractelement <2 x i16> {a.ref}, i32 {k}", "uint16")
+        ins = em.op(f"insertelement <{lanes} x i16> poison, i16 {ak.ref}, i32 0", "uint16", lanes)
+        av = em.op(f"shufflevector <{lanes} x i16> {ins.ref}, <{lanes} x i16> poison, "
+                   f"<{lanes} x i32> zeroinitializer", "uint16", lanes)
+        bk = _take(em, b, "i16", [2 * lane + k for lane in range(lanes)])
+        prod = em.op(f"fmul contract {ft} {bf16_to_f32(em, av).ref}, {bf16_to_f32(em, bk).ref}", "float32",
+                     lanes)
+        out = em.op(f"fadd contract {ft} {out.ref}, {prod.ref}", "float32", lanes)
+    return out
+
+
+__all__ = ["BF16_GROUP", "DOT_GROUP", "bf16_dot_kind", "dot_group", "dot_kind", "emit_bf16_dot", "emit_dot",
+           "native_group"]
