@@ -51,7 +51,13 @@ def dense_bf16(data: Tensor, weight: Tensor, name: str = "dense_bf16") -> Tensor
 def conv2d_nchw_bf16(data: Tensor, weight: Tensor, strides=1, padding=0, dilation=1,
                      name: str = "conv2d_bf16") -> Tensor:
     """data [N, C, H, W], weight [O, C, KH, KW] (bf16 words) -> float32 [N, O, OH, OW]; the padded
-    border reads the word 0 (+0.0)."""
+    border reads the word 0 (+0.0).
+
+    With an even channel count the padding stage also interleaves channel pairs (`[N, C/2, H', W',
+    2]`), so the two words a bf16 dot multiplies per pixel are one 32-bit load; that form is tagged
+    `conv2d_nchw_bf16` (the pair-dot template). An odd count keeps the fp32 template's form."""
+    if data.ndim == 4 and data.shape[1] % 2 == 0:
+        return _conv2d_pairs(data, weight, strides, padding, dilation, name)
     _check_bf16(name, data, weight)
     n, c, h, w = data.shape
     oc, ic, kh, kw = weight.shape
@@ -68,3 +74,29 @@ def conv2d_nchw_bf16(data: Tensor, weight: Tensor, strides=1, padding=0, dilatio
         return te.sum(pixel * widen(weight[f, rc, rh, rw]), [rc, rh, rw])
 
     return te.compute((n, oc, oh, ow), body, name=name, tag="conv2d_nchw", attrs={"weight": weight.name})
+
+
+def _conv2d_pairs(data: Tensor, weight: Tensor, strides, padding, dilation, name: str) -> Tensor:
+    _check_bf16(name, data, weight)
+    n, c, h, w = data.shape
+    oc, ic, kh, kw = weight.shape
+    if ic != c:
+        raise ValueError(f"{name}: data has {c} channels, weight expects {ic}")
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
+
+    def interleave(b, c2, y, xx, p):
+        j, i = y - pt, xx - pl
+        inside = E.all_of(j >= 0, j < h, i >= 0, i < w)
+        src = data[b, c2 * 2 + p, E.maximum(E.minimum(j, h - 1), 0), E.maximum(E.minimum(i, w - 1), 0)]
+        return E.select(inside, src, E.const(0, BF16_STORAGE))
+
+    x = te.compute((n, c // 2, h + pt + pb, w + pl + pr, 2), interleave, name=f"{name}_pad", tag="pad")
+    rc, rh, rw = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+
+    def body(b, f, y, xx):
+        pixel = widen(x[b, rc // 2, y * sh + rh * dh, xx * sw + rw * dw, rc % 2])
+        return te.sum(pixel * widen(weight[f, rc, rh, rw]), [rc, rh, rw])
+
+    return te.compute((n, oc, oh, ow), body, name=name, tag="conv2d_nchw_bf16", attrs={"weight": weight.name})

@@ -151,7 +151,8 @@ def conv_oracle(x: np.ndarray, w: np.ndarray, s: int, p: int) -> tuple[np.ndarra
     return corr(x, w), corr(np.abs(x), np.abs(w))
 
 
-CONVS = [(3, 9, 11, 16, 3, 1, 1), (8, 10, 7, 32, 3, 2, 1), (16, 6, 9, 16, 1, 1, 0)]  # C H W O k s p
+# C H W O k s p: an odd C (the fp32 template's form), even Cs (channel pairs as the bf16 dot)
+CONVS = [(3, 9, 11, 16, 3, 1, 1), (8, 10, 7, 32, 3, 2, 1), (16, 6, 9, 16, 1, 1, 0), (6, 5, 12, 40, 3, 1, 1)]
 
 
 @pytest.mark.parametrize("width", TARGETS)
@@ -169,4 +170,17 @@ def test_conv_bf16_matches_float64_reference(case, width):
     def check(got, cfg):
         assert (np.abs(got - expect) <= tol).all(), f"config {cfg}: max err {np.abs(got - expect).max()}"
 
-    _run_or_assemble(cdef, target, [None], [xw, ww], check)
+    space = template_for(cdef, target=target).space(cdef, target)
+    configs = [None, space.get(space.size // 2), space.get(space.size - 1)]
+    _run_or_assemble(cdef, target, configs, [xw, ww], check)
+
+
+def test_conv_bf16_assembly_uses_vdpbf16ps_on_channel_pairs():
+    x = te.placeholder((1, 16, 8, 8), "uint16", name="X")
+    wt = te.placeholder((32, 16, 3, 3), "uint16", name="W")
+    cdef = te.make_def([x, wt], conv2d_nchw_bf16(x, wt, 1, 1), "bconv")
+    bf16_t, avx2_t = resolve_target(TARGETS["bf16"]), resolve_target(TARGETS["avx2"])
+    assert template_for(cdef, target=bf16_t).name == "conv2d_nchw_bf16"
+    assert "vdpbf16ps" in assembly(emit_kernel(cdef, None, bf16_t).code.text, bf16_t)
+    avx2 = assembly(emit_kernel(cdef, None, avx2_t).code.text, avx2_t)
+    assert "vdpbf16ps" not in avx2 and "zmm" not in avx2 and "vfmadd" in avx2
