@@ -17,7 +17,8 @@ each lane's group contiguous). Every path is exact (int32 wrap-around, as the re
 A bfloat16 dot (`emit_bf16_dot`: float32 accumulators, uint16 bf16 words, g = 2) is the same loop
 over a pair of channels: with AVX512-BF16 one `vdpbf16ps` per vector (pairs of bf16 products summed
 into float32 lanes; bf16 x bf16 products are exact in float32); elsewhere both words are widened to
-float32 (a shift) and accumulated with two multiply-adds, which the FMA units fuse.
+float32 (a shift for the low word of each 32-bit pair, a mask for the high one: no shuffles) and
+accumulated with two multiply-adds, which the FMA units fuse.
 
 `dot_group(target)` is the group every int8 weight layout uses (4 on every CPU: VNNI consumes it in
 one instruction, vpmaddwd in two, the generic path in four lanes); `native_group(target)` is the
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autorelay.codegen.llvm.calls import bf16_to_f32
 from autorelay.codegen.llvm.values import Val
 from autorelay.target import Target
 from autorelay.te.nn_int8 import DOT_GROUP  # the one definition: the int8 weight layouts' group
@@ -181,15 +181,18 @@ def emit_bf16_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, b: V
         av = em.op(f"bitcast <{n} x i16> {spl.ref} to {vt}", "uint16", n)
         bv = em.op(f"bitcast <{n} x i16> {b.ref} to {vt}", "uint16", n)
         return em.op(f"call {ft} @{name}({ft} {acc.ref}, {vt} {av.ref}, {vt} {bv.ref})", "float32", lanes)
+    # each lane's pair as one i32 (little-endian: word 0 low, word 1 high); a float32 from a bf16 is
+    # its word in the top half, so word 0 is the pair shifted left 16 and word 1 the pair masked
+    spl = _splat_group(em, a, 2, lanes, "i16")
+    it = f"<{lanes} x i32>"
+    pairs = [em.op(f"bitcast <{n} x i16> {v.ref} to {it}", "int32", lanes) for v in (spl, b)]
+    shl = "<" + ", ".join("i32 16" for _ in range(lanes)) + ">"
+    mask = "<" + ", ".join("i32 -65536" for _ in range(lanes)) + ">"
     out = acc
-    for k in (0, 1):
-        ak = em.op(f"extractelement <2 x i16> {a.ref}, i32 {k}", "uint16")
-        ins = em.op(f"insertelement <{lanes} x i16> poison, i16 {ak.ref}, i32 0", "uint16", lanes)
-        av = em.op(f"shufflevector <{lanes} x i16> {ins.ref}, <{lanes} x i16> poison, "
-                   f"<{lanes} x i32> zeroinitializer", "uint16", lanes)
-        bk = _take(em, b, "i16", [2 * lane + k for lane in range(lanes)])
-        prod = em.op(f"fmul contract {ft} {bf16_to_f32(em, av).ref}, {bf16_to_f32(em, bk).ref}", "float32",
-                     lanes)
+    for op, arg in (("shl", shl), ("and", mask)):
+        av, bv = (em.op(f"bitcast {it} {em.op(f'{op} {it} {p.ref}, {arg}', 'int32', lanes).ref} to {ft}",
+                        "float32", lanes) for p in pairs)
+        prod = em.op(f"fmul contract {ft} {av.ref}, {bv.ref}", "float32", lanes)
         out = em.op(f"fadd contract {ft} {out.ref}, {prod.ref}", "float32", lanes)
     return out
 

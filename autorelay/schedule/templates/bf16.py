@@ -16,7 +16,7 @@ padding stage has already interleaved channel pairs, so a pixel's pair is one 32
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.dot import BF16_GROUP
+from autorelay.codegen.llvm.dot import BF16_GROUP, bf16_dot_kind
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
@@ -37,6 +37,24 @@ class DenseBf16Template(DenseInt8Template):
     @staticmethod
     def _group(target: Target) -> int:
         return BF16_GROUP
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        """The tile with the most products per load whose accumulators, weight vectors and broadcast
+        pair fit the registers (twice the weight vectors and the pair on the FMA path, which widens
+        each into its low and high words)."""
+        _, m, n, _ = self._shape(cdef)
+        lanes = target.vector_lanes("float32")
+        widened = 1 if bf16_dot_kind(target, lanes) == "dpbf16ps" else 2
+        best = (0.0, 1, 1)
+        for c in (x for x in (4, 3, 2, 1) if (x - 1) * lanes < n):
+            for r in (x for x in (8, 6, 4, 3, 2, 1) if x <= max(m, 1)):
+                if r * c + widened * (c + 1) > target.vector_registers - 1:
+                    continue
+                score = r * c / (r + c) / (tile_waste(m, r) * tile_waste(n, c * lanes))
+                if score > best[0]:
+                    best = (score, r, c)
+        return Config(self.name, (("tile_m", best[1]), ("tile_n_vectors", best[2]), ("outer", "n"),
+                                  ("unroll_k", 4)))
 
 
 class Conv2dNCHWBf16Template(Template):
@@ -65,10 +83,13 @@ class Conv2dNCHWBf16Template(Template):
         red = pattern(cdef).reduce
         oc, ow = red.shape[1], red.shape[3]  # type: ignore[union-attr]
         lanes, regs = target.vector_lanes(), target.vector_registers
+        # accumulators + weight vectors + the broadcast pair; the FMA path widens each weight vector
+        # and the pair into two float vectors (low and high words), vdpbf16ps reads them as they are
+        widened = 1 if bf16_dot_kind(target, lanes) == "dpbf16ps" else 2
         best = (0.0, 1, 1)
-        for tv in (1, 2, 3, 4):  # accumulators + weight vectors + the broadcast pair
+        for tv in (1, 2, 3, 4):
             for tow in _width_tiles(ow, 14):
-                if tow * tv + tv + 1 > regs - 1 or (tv - 1) * lanes >= oc:
+                if tow * tv + widened * (tv + 1) > regs - 1 or (tv - 1) * lanes >= oc:
                     continue
                 score = tow * tv / (tow + tv) / (tile_waste(ow, tow) * tile_waste(oc, tv * lanes))
                 if score > best[0]:
