@@ -180,6 +180,30 @@ def test_conv_bf16_matches_float64_reference(case, width):
     _run_or_assemble(cdef, target, configs, [xw, ww], check)
 
 
+@pytest.mark.parametrize("width", TARGETS)
+def test_conv_bf16_odd_channels_with_a_constant_weight_take_pairs(width):
+    """3 input channels (an RGB stem): the constant weight gains a zero channel, the pair template
+    runs; the result is the 3-channel convolution's."""
+    target = resolve_target(TARGETS[width])
+    rng = np.random.default_rng(5)
+    xw, ww = to_bf16(rng.standard_normal((1, 3, 12, 12))), to_bf16(rng.standard_normal((16, 3, 7, 7)))
+    x = te.placeholder(xw.shape, "uint16", name="X")
+    out = conv2d_nchw_bf16(x, te.constant(ww, "uint16", "W"), 2, 3)
+    (weight,) = [t for t in te.topo_order([out]) if t.is_placeholder and t is not x]  # W with a zero channel
+    np.testing.assert_array_equal(weight.value[:, :3], ww)
+    assert weight.shape == (16, 4, 7, 7) and not weight.value[:, 3].any()
+    cdef = te.make_def([x, weight], out, "stem")
+    assert template_for(cdef, target=target).name == "conv2d_nchw_bf16"
+    expect, mag = conv_oracle(from_bf16(xw).astype(np.float64), from_bf16(ww).astype(np.float64), 2, 3)
+    tol = 3 * 7 * 7 * EPS32 * mag
+
+    def check(got, cfg):
+        assert (np.abs(got - expect) <= tol).all(), f"config {cfg}: max err {np.abs(got - expect).max()}"
+
+    space = template_for(cdef, target=target).space(cdef, target)
+    _run_or_assemble(cdef, target, [None, space.get(space.size - 1)], [xw, weight.value], check)
+
+
 def test_conv_bf16_assembly_uses_vdpbf16ps_on_channel_pairs():
     x = te.placeholder((1, 16, 8, 8), "uint16", name="X")
     wt = te.placeholder((32, 16, 3, 3), "uint16", name="W")

@@ -104,9 +104,8 @@ def test_mixed_plan_builds_without_fallbacks_and_stays_close(cal, plan):
     qmod, qparams = quantize_model(mod, None, cal, plan)
     exe = autorelay.build(qmod, params=qparams)
     assert exe.report.fallbacks == [], [(r.name, r.detail) for r in exe.report.fallbacks]
-    # each bf16 layer is one kernel on a bf16 template (conv2d_0 has 3 input channels, no pairs:
-    # its bf16 reads take the fp32 NCHW template)
-    templates = {"conv2d_0": "conv2d_nchw", "conv2d_1": "conv2d_nchw_bf16", "dense_0": "dense_bf16",
+    # each bf16 layer is one kernel on a bf16 template (conv2d_0's 3 input channels gain a zero one)
+    templates = {"conv2d_0": "conv2d_nchw_bf16", "conv2d_1": "conv2d_nchw_bf16", "dense_0": "dense_bf16",
                  "dense_1": "dense_bf16"}
     bf16 = [name for name in templates if plan.precision(name) == "bf16"]
     ops = op_histogram(qmod)

@@ -21,7 +21,7 @@ from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles
-from autorelay.schedule.templates.int8 import DenseInt8Template
+from autorelay.schedule.templates.int8 import DenseInt8Template, _weight_of
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
 
@@ -104,7 +104,7 @@ class Conv2dNCHWBf16Template(Template):
         lanes = target.vector_lanes()
         steps, out, acc, red = _prologue(cdef, config["pad"], lanes)
         tv, tow, toh = config["tile_oc_vectors"], config["tile_ow"], config["tile_oh"]
-        weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
+        weight = _weight_of(red, 4)  # the OIHW placeholder the reduction reads (the data: via the pad stage)
         _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
