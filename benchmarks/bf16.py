@@ -3,6 +3,7 @@ the same shapes, default configs, each pair measured in the same run, best of N 
 median / best).
 
     PYTHONPATH=$PWD python benchmarks/bf16.py [--threads 1] [--reps 20] [--target llvm]
+                                              [--model resnet-18 --image-size 224]
 
 fp32 is shown twice for convolutions: `fp32_nchw`, the same NCHW layout and register tile as the
 bf16 kernel (what bf16 changes by itself), and `fp32_nchwc`, the NCHW16c kernel the fp32 model's
@@ -10,6 +11,10 @@ bf16 kernel (what bf16 changes by itself), and `fp32_nchwc`, the NCHW16c kernel 
 which also interleaves channel pairs; the fp32 ones include theirs. With AVX512-BF16 the bf16
 kernels' inner loop is `vdpbf16ps` (see `autorelay.codegen.llvm.dot`); on other hosts it is the
 fp32-convert path and the figures say what that costs.
+
+`--model`: also the whole zoo network, fp32 (`autorelay.build`'s default pipeline, Winograd where it
+picks it) vs every layer bf16 (`quantize_model` with `QuantizePlan.uniform("bf16")`, as
+`--precision bf16` builds it), default schedules, the two executables called alternately.
 """
 
 from __future__ import annotations
@@ -75,11 +80,35 @@ def dense(m: int, k: int, n: int, target, reps: int) -> dict:
             "times": {"bf16": _time(bf, reps), "fp32": _time(f32, reps)}}
 
 
+def model(name: str, image_size: int, target, reps: int) -> dict:
+    import autorelay
+    from autorelay.frontend import zoo
+    from autorelay.transform.quantize import Calibration, QuantizePlan, quantize_model
+
+    mod, params = zoo.get(name, image_size=image_size)
+    inputs = zoo.random_inputs(mod, params, seed=0)
+    qmod, qparams = quantize_model(mod, params, Calibration("max", {}), QuantizePlan.uniform("bf16"))
+    exes = {"fp32": autorelay.build(mod, target, params=params),
+            "bf16": autorelay.build(qmod, target, params=qparams)}
+    assert not exes["bf16"].report.fallbacks
+    ts: dict[str, list[float]] = {k: [] for k in exes}
+    for _ in range(reps + 1):  # alternate, so load from other processes hits both alike
+        for k, exe in exes.items():
+            t = time.perf_counter()
+            exe.run(**inputs)
+            ts[k].append(time.perf_counter() - t)
+    best = {k: (min(v[1:]), float(np.median(v[1:]))) for k, v in ts.items()}
+    err = np.abs(np.asarray(exes["bf16"].run(**inputs)) - np.asarray(exes["fp32"].run(**inputs))).max()
+    return {"name": f"{name} {image_size}x{image_size}", "times": best, "err": float(err)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--model", default=None, help="also time this zoo network end to end (e.g. resnet-18)")
+    ap.add_argument("--image-size", type=int, default=224)
     a = ap.parse_args()
     target = resolve_target(f"{a.target} -threads={a.threads}")
     print(f"target {target}  avx512bf16={target.has('avx512bf16')}  threads={a.threads}", flush=True)
@@ -91,6 +120,12 @@ def main() -> None:
         fp32_best = min(best for name, (best, _) in r["times"].items() if name != "bf16")
         ratio = fp32_best / r["times"]["bf16"][0]
         print(f"{r['shape']:>22}: " + "  ".join(cells) + f"  bf16/best-fp32 {ratio:.2f}", flush=True)
+    if a.model:
+        r = model(a.model, a.image_size, target, a.reps)
+        cells = [f"{k} {best * 1e3:.2f} ms (x{med / best:.2f})" for k, (best, med) in r["times"].items()]
+        speed = r["times"]["fp32"][0] / r["times"]["bf16"][0]
+        print(f"{r['name']}: " + "  ".join(cells) + f"  bf16 speed-up {speed:.2f}  max |bf16 - fp32| "
+              f"{r['err']:.3g}", flush=True)
 
 
 if __name__ == "__main__":
