@@ -16,7 +16,8 @@ each lane's group contiguous). Every path is exact (int32 wrap-around, as the re
 
 A bfloat16 dot (`emit_bf16_dot`: float32 accumulators, uint16 bf16 words, g = 2) is the same loop
 over a pair of channels: with AVX512-BF16 one `vdpbf16ps` per vector (pairs of bf16 products summed
-into float32 lanes; bf16 x bf16 products are exact in float32); elsewhere both words are widened to
+into float32 lanes; bf16 x bf16 products are exact in float32; the instruction treats denormal
+inputs as zero and flushes denormal results, the only way it differs); elsewhere both words are widened to
 float32 (a shift for the low word of each 32-bit pair, a mask for the high one: no shuffles) and
 accumulated with two multiply-adds, which the FMA units fuse.
 
@@ -184,17 +185,22 @@ def emit_bf16_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, b: V
     # each lane's pair as one i32 (little-endian: word 0 low, word 1 high); a float32 from a bf16 is
     # its word in the top half, so word 0 is the pair shifted left 16 and word 1 the pair masked
     spl = _splat_group(em, a, 2, lanes, "i16")
-    it = f"<{lanes} x i32>"
-    pairs = [em.op(f"bitcast <{n} x i16> {v.ref} to {it}", "int32", lanes) for v in (spl, b)]
-    shl = "<" + ", ".join("i32 16" for _ in range(lanes)) + ">"
-    mask = "<" + ", ".join("i32 -65536" for _ in range(lanes)) + ">"
+    pairs = [em.op(f"bitcast <{n} x i16> {v.ref} to <{lanes} x i32>", "int32", lanes) for v in (spl, b)]
     out = acc
-    for op, arg in (("shl", shl), ("and", mask)):
-        av, bv = (em.op(f"bitcast {it} {em.op(f'{op} {it} {p.ref}, {arg}', 'int32', lanes).ref} to {ft}",
-                        "float32", lanes) for p in pairs)
+    for op, arg in (("shl", 16), ("and", -65536)):
+        av, bv = (_pair_word(em, p, op, arg) for p in pairs)
         prod = em.op(f"fmul contract {ft} {av.ref}, {bv.ref}", "float32", lanes)
         out = em.op(f"fadd contract {ft} {out.ref}, {prod.ref}", "float32", lanes)
     return out
+
+
+def _pair_word(em: ExprEmitter, pairs: Val, op: str, arg: int) -> Val:
+    """One word of each 32-bit pair of bf16 words as float32: `op` is "shl" 16 (word 0) or "and"
+    0xFFFF0000 (word 1)."""
+    it = f"<{pairs.lanes} x i32>"
+    splat = "<" + ", ".join(f"i32 {arg}" for _ in range(pairs.lanes)) + ">"
+    bits = em.op(f"{op} {it} {pairs.ref}, {splat}", "int32", pairs.lanes)
+    return em.op(f"bitcast {it} {bits.ref} to <{pairs.lanes} x float>", "float32", pairs.lanes)
 
 
 __all__ = ["BF16_GROUP", "DOT_GROUP", "bf16_dot_kind", "dot_group", "dot_kind", "emit_bf16_dot", "emit_dot",
