@@ -1,5 +1,5 @@
 """The command line of quantization: `autorelay quantize` (search per-layer precisions, store the
-pick) and the `--precision plan|int8|fp32` option `compile` and `run` share.
+pick) and the `--precision plan|int8|bf16|fp32` option `compile`, `run` and `tune` share.
 
     autorelay quantize --model M (--calibration DIR | --calibration-random N) [--validation DIR]
                        [--method max|percentile|kl] --max-drop X --db URL [--trials N] [--plot out.png]
@@ -44,9 +44,10 @@ def add_calibration_args(p: argparse.ArgumentParser, *, required: bool) -> None:
 
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """`--precision` for compile / run, and what int8 and plan need."""
-    p.add_argument("--precision", default="fp32", choices=("fp32", "int8", "plan"),
-                   help="fp32 (default); int8: every quantizable layer; plan: the plan `autorelay quantize` "
-                        "stored in the log for this model and target")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "int8", "bf16", "plan"),
+                   help="fp32 (default); int8: every quantizable layer; bf16: every layer the bf16 kernels "
+                        "run (bf16 weights and activations, fp32 accumulation; no calibration); plan: the "
+                        "plan `autorelay quantize` stored in the log for this model and target")
     p.add_argument("--max-drop", type=_max_drop, default=None, metavar="X",
                    help="with --precision plan: the fastest stored plan losing at most X, instead of "
                         "the last search's pick")
@@ -81,8 +82,21 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
 
     if args.precision == "fp32":
         return model, args.pipeline, ""
-    from autorelay.transform.quantize import Calibration, QuantizePlan, calibrate, quantizable_layers
+    from autorelay.transform.quantize import (
+        Calibration,
+        QuantizePlan,
+        calibrate,
+        quantizable_layers,
+        quantize_model,
+    )
+    from search.models import Model
     from search.quantize_search import quantized
+
+    if args.precision == "bf16":  # bf16 has no ranges to calibrate: rounding is the whole mapping
+        qmod, qparams = quantize_model(model.mod, model.params, Calibration("max", {}),
+                                       QuantizePlan.uniform("bf16"))
+        note = "precision bf16 (every layer the bf16 kernels run; the others stay fp32)"
+        return Model(f"{model.name}[bf16]", qmod, dict(qparams), model.inputs), args.pipeline, note
 
     pipeline = args.pipeline
     own_data = bool(args.calibration or args.calibration_random)

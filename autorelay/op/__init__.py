@@ -1,6 +1,7 @@
 """Operators, one `OpDef` each, grouped by family. Importing this package registers them all."""
 
 from autorelay.op import (  # noqa: F401  (imported for registration)
+    bf16,
     broadcast,
     broadcast_like,
     conv,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
-from autorelay.te.expr import Bin, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
+from autorelay.te.expr import Bin, Call, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
 
@@ -360,4 +360,6 @@ def _product_factors(e: Expr) -> list[Expr]:
         return _product_factors(e.a) + _product_factors(e.b)
     if isinstance(e, Cast):  # a widened zero is still zero (int8 operands summed in int32)
         return _product_factors(e.a)
+    if isinstance(e, Call) and e.name == "bf16_to_f32":  # the bf16 word 0 is +0.0
+        return _product_factors(e.args[0])
     return [e]

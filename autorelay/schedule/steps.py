@@ -141,7 +141,9 @@ class Tensorize:
     axis (extent g, typically an 8-bit weight layout's channel group) sits directly outside the
     stage's vectorized loop, and each vector of int32 accumulators takes `sum_k a[k] * b[lane, k]`
     in one integer dot-product instruction the code generator picks from the target (VNNI
-    `vpdpbusd`, `vpmaddwd`, or exact widening arithmetic; see `autorelay.codegen.llvm.dot`).
+    `vpdpbusd`, `vpmaddwd`, or exact widening arithmetic; see `autorelay.codegen.llvm.dot`). With
+    bf16 operands (`bf16_to_f32` of uint16 words, float32 accumulators, g = 2) it is `vdpbf16ps`
+    where the target has AVX512-BF16, two multiply-adds elsewhere.
     Semantically the loop stays a serial reduction loop: a body the instruction cannot express
     (a guard inside it) is emitted as one."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FLOAT_DTYPES = ("float32", "float64")
-INT_DTYPES = ("int8", "uint8", "int32", "int64")
+INT_DTYPES = ("int8", "uint8", "uint16", "int32", "int64")  # uint16: bfloat16 words (see BF16_FUNCS)
 DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")
 
 
@@ -161,9 +161,16 @@ MATH_FUNCS = ("exp", "log", "sqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "
               "sin", "cos", "tan", "atan")
 
 
+# bfloat16 conversions. The IR and NumPy have no bfloat16 type, so a bf16 tensor is stored as
+# uint16 words (the top half of the float32 bit pattern); these two calls are the only way in and
+# out: `bf16_to_f32` is exact (the word shifted left by 16), `f32_to_bf16` rounds to nearest even
+# and keeps a NaN a (quiet) NaN, as `autorelay.op.bf16.to_bf16` does in NumPy.
+BF16_FUNCS = {"bf16_to_f32": ("uint16", "float32"), "f32_to_bf16": ("float32", "uint16")}
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Expr):
-    """A pure math function (see MATH_FUNCS)."""
+    """A pure math function (see MATH_FUNCS) or a bfloat16 conversion (see BF16_FUNCS)."""
 
     name: str
     args: tuple[Expr, ...]
@@ -322,6 +329,12 @@ def cast(x: Any, dtype: str) -> Expr:
 
 
 def call(name: str, *args: Any) -> Expr:
+    if name in BF16_FUNCS:
+        src, dst = BF16_FUNCS[name]
+        x = as_expr(args[0])
+        if len(args) != 1 or x.dtype != src:
+            raise TypeError(f"{name}: needs one {src} argument, got {x.dtype}")
+        return Call(name, (x,), dst)
     if name not in MATH_FUNCS:
         raise TypeError(f"unknown math function {name!r} (known: {', '.join(MATH_FUNCS)})")
     ex = [as_expr(a) for a in args]

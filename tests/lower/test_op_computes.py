@@ -174,6 +174,8 @@ def test_every_compute_has_a_case():
 # integer ops whose kernels are checked bit for bit against integer oracles in their own files
 TESTED_ELSEWHERE = {op: "tests/op/test_qnn_nn.py" for op in
                     ("qnn.conv2d", "qnn.dense", "qnn.add", "qnn.concatenate")}
+TESTED_ELSEWHERE.update({op: "tests/lower/test_bf16_op_computes.py" for op in
+                         ("bf16.quantize", "bf16.dequantize", "bf16.dense", "bf16.conv2d")})
 
 QNN = [
     ("qnn.quantize", {"out_dtype": "int8"}, [(3, 19), (), ()], False),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type
-from autorelay.te.expr import Call
+from autorelay.te.expr import BF16_FUNCS, Call
 
 if TYPE_CHECKING:
     from autorelay.codegen.llvm.exprs import ExprEmitter
@@ -37,6 +37,8 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
     a libm function called lane by lane (no vector libm is linked)."""
     args = [em.sub(a) for a in e.args]
     lanes = max(a.lanes for a in args)
+    if e.name in BF16_FUNCS:
+        return (bf16_to_f32 if e.name == "bf16_to_f32" else f32_to_bf16)(em, args[0])
     if lanes:
         args = [em.broadcast(a) for a in args]
     t = em.ty(e.dtype, lanes)
@@ -72,3 +74,37 @@ def _intrinsic(em: ExprEmitter, name: str, args: list[Val], dtype: str, lanes: i
     fn = f"@llvm.{name}.{suffix}"
     em.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
     return em.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)
+
+
+def _i32(value: int, lanes: int) -> str:
+    return f"<{', '.join(f'i32 {value}' for _ in range(lanes))}>" if lanes else str(value)
+
+
+def bf16_to_f32(em: ExprEmitter, x: Val) -> Val:
+    """uint16 bfloat16 words -> float32, exactly: the word becomes the top half of the bits."""
+    n = x.lanes
+    t32, tf = em.ty("int32", n), em.ty("float32", n)
+    wide = em.op(f"zext {em.ty('uint16', n)} {x.ref} to {t32}", "int32", n)
+    bits = em.op(f"shl {t32} {wide.ref}, {_i32(16, n)}", "int32", n)
+    return em.op(f"bitcast {t32} {bits.ref} to {tf}", "float32", n)
+
+
+def f32_to_bf16(em: ExprEmitter, x: Val) -> Val:
+    """float32 -> uint16 bfloat16 words, rounding to nearest even; a NaN stays a NaN (quieted).
+
+    Integer arithmetic on the bits rather than LLVM's `fptrunc` to `bfloat`: on hosts without
+    AVX512-BF16 that lowers to a compiler-rt call the JIT may not resolve, and with it
+    `vcvtneps2bf16` flushes denormals to zero, so the result would depend on the host; this is the
+    NumPy oracle's rule bit for bit everywhere (vectorised, no libcall)."""
+    n = x.lanes
+    t32 = em.ty("int32", n)
+    bits = em.op(f"bitcast {em.ty('float32', n)} {x.ref} to {t32}", "int32", n)
+    top = em.op(f"lshr {t32} {bits.ref}, {_i32(16, n)}", "int32", n)
+    lsb = em.op(f"and {t32} {top.ref}, {_i32(1, n)}", "int32", n)
+    bias = em.op(f"add {t32} {lsb.ref}, {_i32(0x7FFF, n)}", "int32", n)
+    rounded = em.op(f"add {t32} {bits.ref}, {bias.ref}", "int32", n)
+    hi = em.op(f"lshr {t32} {rounded.ref}, {_i32(16, n)}", "int32", n)
+    quiet = em.op(f"or {t32} {top.ref}, {_i32(0x40, n)}", "int32", n)
+    nan = em.op(f"fcmp uno {em.ty('float32', n)} {x.ref}, {x.ref}", "bool", n)
+    word = em.op(f"select {em.ty('bool', n)} {nan.ref}, {t32} {quiet.ref}, {t32} {hi.ref}", "int32", n)
+    return em.op(f"trunc {t32} {word.ref} to {em.ty('uint16', n)}", "uint16", n)

@@ -14,6 +14,13 @@ each lane's group contiguous). Every path is exact (int32 wrap-around, as the re
   `vpmaddubsw` would multiply bytes directly but saturates its int16 pair sums, so it is not used.
 * Anything else: operands widened to int32, multiplied, the g products of a lane added.
 
+A bfloat16 dot (`emit_bf16_dot`: float32 accumulators, uint16 bf16 words, g = 2) is the same loop
+over a pair of channels: with AVX512-BF16 one `vdpbf16ps` per vector (pairs of bf16 products summed
+into float32 lanes; bf16 x bf16 products are exact in float32; the instruction treats denormal
+inputs as zero and flushes denormal results, the only way it differs); elsewhere both words are widened to
+float32 (a shift for the low word of each 32-bit pair, a mask for the high one: no shuffles) and
+accumulated with two multiply-adds, which the FMA units fuse.
+
 `dot_group(target)` is the group every int8 weight layout uses (4 on every CPU: VNNI consumes it in
 one instruction, vpmaddwd in two, the generic path in four lanes); `native_group(target)` is the
 group the fastest exact instruction consumes, which templates may re-pack a constant weight to.
@@ -150,4 +157,51 @@ def _generic_dot(em: ExprEmitter, acc: Val, a: Val, a_signed: bool, b: Val, b_si
     return out
 
 
-__all__ = ["DOT_GROUP", "dot_group", "dot_kind", "emit_dot", "native_group"]
+BF16_GROUP = 2  # bf16 words one float32 lane sums per vdpbf16ps
+
+
+def bf16_dot_kind(target: Target | None, lanes: int) -> str:
+    """Which path `emit_bf16_dot` takes for `lanes` float32 accumulators: "dpbf16ps" or "fma"."""
+    if target is None or not target.has("avx512bf16"):
+        return "fma"
+    if lanes == 16 or (lanes in (4, 8) and target.has("avx512vl")):
+        return "dpbf16ps"
+    return "fma"
+
+
+def emit_bf16_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, b: Val, lanes: int) -> Val:
+    """`acc[l] + a[0] * b[2l] + a[1] * b[2l+1]` in float32: acc <lanes x float>, a <2 x i16> (one
+    pair of bf16 words, shared by every lane), b <2*lanes x i16> (each lane's pair contiguous)."""
+    n = 2 * lanes
+    ft = f"<{lanes} x float>"
+    if bf16_dot_kind(target, lanes) == "dpbf16ps":
+        # LLVM >= 17 types the operands as bfloat vectors (older releases took <lanes x i32>)
+        name, vt = f"llvm.x86.avx512bf16.dpbf16ps.{lanes * 32}", f"<{n} x bfloat>"
+        em.declared.add(f"declare {ft} @{name}({ft}, {vt}, {vt})")
+        spl = _splat_group(em, a, 2, lanes, "i16")
+        av = em.op(f"bitcast <{n} x i16> {spl.ref} to {vt}", "uint16", n)
+        bv = em.op(f"bitcast <{n} x i16> {b.ref} to {vt}", "uint16", n)
+        return em.op(f"call {ft} @{name}({ft} {acc.ref}, {vt} {av.ref}, {vt} {bv.ref})", "float32", lanes)
+    # each lane's pair as one i32 (little-endian: word 0 low, word 1 high); a float32 from a bf16 is
+    # its word in the top half, so word 0 is the pair shifted left 16 and word 1 the pair masked
+    spl = _splat_group(em, a, 2, lanes, "i16")
+    pairs = [em.op(f"bitcast <{n} x i16> {v.ref} to <{lanes} x i32>", "int32", lanes) for v in (spl, b)]
+    out = acc
+    for op, arg in (("shl", 16), ("and", -65536)):
+        av, bv = (_pair_word(em, p, op, arg) for p in pairs)
+        prod = em.op(f"fmul contract {ft} {av.ref}, {bv.ref}", "float32", lanes)
+        out = em.op(f"fadd contract {ft} {out.ref}, {prod.ref}", "float32", lanes)
+    return out
+
+
+def _pair_word(em: ExprEmitter, pairs: Val, op: str, arg: int) -> Val:
+    """One word of each 32-bit pair of bf16 words as float32: `op` is "shl" 16 (word 0) or "and"
+    0xFFFF0000 (word 1)."""
+    it = f"<{pairs.lanes} x i32>"
+    splat = "<" + ", ".join(f"i32 {arg}" for _ in range(pairs.lanes)) + ">"
+    bits = em.op(f"{op} {it} {pairs.ref}, {splat}", "int32", pairs.lanes)
+    return em.op(f"bitcast {it} {bits.ref} to <{pairs.lanes} x float>", "float32", pairs.lanes)
+
+
+__all__ = ["BF16_GROUP", "DOT_GROUP", "bf16_dot_kind", "dot_group", "dot_kind", "emit_bf16_dot", "emit_dot",
+           "native_group"]

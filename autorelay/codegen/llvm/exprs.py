@@ -20,6 +20,7 @@ from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type
 from autorelay.te.expr import (
+    BF16_FUNCS,
     Bin,
     Call,
     Cast,
@@ -41,6 +42,7 @@ __all__ = ["ExprEmitter"]
 
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
+_UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
 
@@ -111,6 +113,8 @@ class ExprEmitter:
                 t = self.ty(e.dtype, self.lanes)
                 ramp = "<" + ", ".join(f"{llvm_type(e.dtype)} {coef * k}" for k in range(self.lanes)) + ">"
                 return self.op(f"add {t} {base.ref}, {ramp}", e.dtype, self.lanes)
+        if isinstance(e, Call) and e.name in BF16_FUNCS:  # integer bit arithmetic, lane-parallel
+            return self._expr(e)
         if (not is_float(e.dtype) and e.dtype != "bool") or isinstance(e, Var):
             return self._per_lane(e)
         return self._expr(e)
@@ -230,7 +234,7 @@ class ExprEmitter:
             t = self.ty(e.a.dtype, lanes)
             if is_float(e.a.dtype):
                 return self.op(f"fcmp {_FCMP[e.op]} {t} {a.ref}, {b.ref}", "bool", lanes)
-            table = _UCMP if e.a.dtype in ("uint8", "bool") else _ICMP
+            table = _UCMP if e.a.dtype in _UNSIGNED else _ICMP
             return self.op(f"icmp {table[e.op]} {t} {a.ref}, {b.ref}", "bool", lanes)
         if isinstance(e, Not):
             a = self.sub(e.a)
@@ -284,7 +288,7 @@ class ExprEmitter:
             return self.op(f"{ins[e.op]} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("and", "or"):
             return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
-        unsigned = e.dtype in ("uint8", "bool")  # as i1, true is -1 when read signed
+        unsigned = e.dtype in _UNSIGNED
         if e.op in ("add", "sub", "mul"):
             return self.op(f"{e.op} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("min", "max"):
@@ -333,12 +337,12 @@ class ExprEmitter:
         if is_float(src) and is_float(dst):
             ins = "fpext" if dst == "float64" else "fptrunc"
         elif is_float(dst):
-            ins = "uitofp" if src in ("uint8", "bool") else "sitofp"
+            ins = "uitofp" if src in _UNSIGNED else "sitofp"
         elif is_float(src):
-            ins = "fptoui" if dst == "uint8" else "fptosi"
+            ins = "fptoui" if dst in _UNSIGNED else "fptosi"
         else:
-            bits = {"int8": 8, "uint8": 8, "int32": 32, "int64": 64, "bool": 1}
+            bits = {"int8": 8, "uint8": 8, "uint16": 16, "int32": 32, "int64": 64, "bool": 1}
             if bits[dst] == bits[src]:
                 return Val(a.ref, dst, lanes)
-            ins = "trunc" if bits[dst] < bits[src] else ("zext" if src in ("uint8", "bool") else "sext")
+            ins = "trunc" if bits[dst] < bits[src] else ("zext" if src in _UNSIGNED else "sext")
         return self.op(f"{ins} {ts} {a.ref} to {td}", dst, lanes)

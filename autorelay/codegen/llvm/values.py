@@ -16,6 +16,7 @@ _TYPES = {
     "int32": "i32",
     "int8": "i8",
     "uint8": "i8",
+    "uint16": "i16",  # bfloat16 words (autorelay.te.expr.BF16_FUNCS)
     "bool": "i1",
 }
 
@@ -33,7 +34,7 @@ def mem_type(dtype: str) -> str:
 def mem_align(dtype: str) -> int:
     """Alignment promised on loads/stores: the element size, capped at 4 (buffers are at least
     element-aligned; a byte buffer may start at any address, so promising 4 there would be wrong)."""
-    return 1 if mem_type(dtype) == "i8" else 4
+    return {"i8": 1, "i16": 2}.get(mem_type(dtype), 4)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def templates() -> dict[str, Template]:
 
 def _load() -> None:
     from autorelay.schedule.templates import (  # noqa: F401 - registers templates
+        bf16,
         conv,
         cuda,
         dense,

@@ -50,8 +50,8 @@ def quantizable_layers(mod: IRModule | Function, entry: str = "main") -> list[st
 class QuantizePlan:
     """Which precision each layer runs in: `precisions[layer]`, else `default`.
 
-    Values are "int8" or "fp32" ("bf16" is accepted as data but not realised yet). Unknown layer
-    names are caught when the plan meets a model (`check`, `quantize_model`).
+    Values are "int8", "bf16" or "fp32". Unknown layer names are caught when the plan meets a
+    model (`check`, `quantize_model`).
     """
 
     precisions: Mapping[str, str] = field(default_factory=dict)

@@ -1,8 +1,9 @@
 """`quantize_model`: prepare, annotate, realize, then lift the weights back into parameters.
 
-The result follows the zoo's convention: weights (int8 weights, int32 biases, the float weights
-of fp32 layers) are parameters of `@main` with their values in the returned dict; scales and zero
-points stay inline constants of the qnn calls (they are part of each kernel's identity).
+The result follows the zoo's convention: weights (int8 weights, int32 biases, bf16 weights as
+uint16 words, the float weights of fp32 layers) are parameters of `@main` with their values in the
+returned dict; scales and zero points stay inline constants of the qnn calls (they are part of each
+kernel's identity).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from autorelay.ir.visitor import ExprMutator
 from autorelay.transform.bind import bind_params
 from autorelay.transform.pass_base import ModulePass
 from autorelay.transform.quantize.annotate import annotate, prepare_for_quantize
+from autorelay.transform.quantize.bf16 import realize_bf16
 from autorelay.transform.quantize.calibrate import Calibration
 from autorelay.transform.quantize.layers import QuantizePlan, quantizable_layers
 from autorelay.transform.quantize.realize import realize
@@ -63,7 +65,8 @@ class _Lift(ExprMutator):
 def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calibration: Calibration,
                    plan: QuantizePlan | None = None, scheme: str | QuantizeScheme = "cpu"
                    ) -> tuple[IRModule, dict[str, np.ndarray]]:
-    """The model with the plan's int8 layers as qnn ops (float inputs and outputs), and its weights.
+    """The model with the plan's int8 layers as qnn ops and its bf16 layers as bf16 ops (float
+    inputs and outputs), and its weights.
 
     `scheme`: how the integers represent numbers ("cpu", or "vta" for the accelerator's int8,
     power-of-two scales; `autorelay.transform.quantize.scheme`). Only `@main` is kept (a dataflow
@@ -72,14 +75,12 @@ def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calib
     scheme = scheme_named(scheme)
     layers = quantizable_layers(mod)
     plan.check(layers)
-    bf16 = [name for name in layers if plan.precision(name) == "bf16"]
-    if bf16:
-        raise ValueError(f"quantize_model: bf16 is not supported yet (layers {', '.join(bf16)})")
     if calibration.layers and tuple(calibration.layers) != tuple(layers):
         raise ValueError("quantize_model: the calibration was made for a model with other layers")
     ann = annotate(prepare_for_quantize(mod, params))
     fn, names = realize(ann, calibration, plan, scheme)
-    names = dict(names)
+    fn, bf16_names = realize_bf16(fn, ann, plan)  # the plan's bf16 layers (autorelay...quantize.bf16)
+    names = {**names, **bf16_names}
     for layer in ann.layers.values():
         names.setdefault(id(layer.call.args[1]), f"{layer.name}_weight")
         if layer.bias_call is not None:
