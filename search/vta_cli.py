@@ -52,7 +52,7 @@ def prepare_for_accelerator(args: argparse.Namespace, model: Model) -> Accelerat
 
     if args.precision not in ("fp32", "int8"):
         raise ValueError("--target vta quantizes every layer it can for the accelerator (int8); "
-                         "--precision plan is not supported there")
+                         f"--precision {args.precision} is not supported there")
     hw = hardware_of(parse_target(args.target))
     data = calibration_data(args, model, default_random=8)
     calib = calibrate(model.mod, model.params, data.batches, method=args.method, progress=False)
