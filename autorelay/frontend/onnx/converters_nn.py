@@ -1,8 +1,7 @@
-"""Neural-network layer converters: Conv, ConvTranspose, Gemm, MatMul, BatchNormalization, pooling,
-Dropout.
+"""Neural-network layer converters: Conv, ConvTranspose, Gemm, MatMul, BatchNormalization, Dropout.
 
-Only 1-d and 2-d spatial ops exist in the IR: 1-d pooling is run as 2-d pooling over a height of
-one, and 3-d convolution/pooling is reported as an unsupported variant naming the node.
+Only 1-d and 2-d convolutions exist in the IR: 3-d convolution is reported as an unsupported variant
+naming the node. Pooling (which reuses `auto_pads`) lives in `converters_pool.py`.
 """
 
 from __future__ import annotations
@@ -15,10 +14,6 @@ from autorelay.ir.expr import Expr
 TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
-
-
-
-
 
 
 def auto_pads(
@@ -256,52 +251,3 @@ def _dropout(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
     if node.num_outputs > 1:
         outs.append(g.const(np.ones(g.static_shape(x), dtype=bool)))
     return outs
-
-
-# ---- pooling -------------------------------------------------------------------------------
-
-
-@_reg("MaxPool", "AveragePool")
-def _pool(g: GraphBuilder, node: NodeView) -> Expr:
-    x = _x(node)
-    if node.num_outputs > 1 and any(node.output_names[1:]):
-        raise node.fail("the Indices output of MaxPool is not supported")
-    kernel = list(node.attr("kernel_shape", []))
-    nsp = len(kernel)
-    if nsp not in (1, 2) or g.ndim(x) != nsp + 2:
-        raise node.fail(f"{nsp}-d pooling of rank-{g.ndim(x)} data is not supported (only 1-d and 2-d)")
-    strides = list(node.attr("strides", [1] * nsp))
-    dil = list(node.attr("dilations", [1] * nsp))
-    if node.attr("storage_order", 0):
-        raise node.fail("storage_order=1 is not supported")
-    pads = auto_pads(node, g.shape(x)[2:], kernel, strides, dil)
-    ceil = bool(node.attr("ceil_mode", 0))
-    if nsp == 1:  # pool over (1, L)
-        x = g.call("expand_dims", x, axis=2)
-        kernel, strides, dil = [1] + kernel, [1] + strides, [1] + dil
-        pads = [0, pads[0], 0, pads[1]]
-    common = dict(
-        pool_size=tuple(kernel),
-        strides=tuple(strides),
-        dilation=tuple(dil),
-        padding=tuple(pads),
-        ceil_mode=ceil,
-    )
-    if node.op_type == "MaxPool":
-        y = g.call("nn.max_pool2d", x, **common)
-    else:
-        y = g.call("nn.avg_pool2d", x, count_include_pad=bool(node.attr("count_include_pad", 0)), **common)
-    return g.call("squeeze", y, axis=[2]) if nsp == 1 else y
-
-
-@_reg("GlobalAveragePool", "GlobalMaxPool")
-def _global_pool(g: GraphBuilder, node: NodeView) -> Expr:
-    x = _x(node)
-    nd = g.ndim(x)
-    if nd == 4:
-        op = "nn.global_avg_pool2d" if node.op_type == "GlobalAveragePool" else "nn.global_max_pool2d"
-        return g.call(op, x)
-    if nd < 3:
-        raise node.fail(f"data of rank {nd} has no spatial axes")
-    op = "mean" if node.op_type == "GlobalAveragePool" else "max"
-    return g.call(op, x, axis=list(range(2, nd)), keepdims=True)
