@@ -15,7 +15,10 @@ The IR pools in 2-d only (`nn.max_pool2d`, `nn.avg_pool2d`), so the other ranks 
 
 from __future__ import annotations
 
+import itertools
 import math
+
+import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
 from autorelay.frontend.onnx.converters_nn import auto_pads
@@ -43,6 +46,21 @@ def _window(kernel: list[int], strides: list[int], dil: list[int], pads: list[in
     )
 
 
+def _window_attrs(
+    g: GraphBuilder, node: NodeView, x: Expr, kernel: list[int]
+) -> tuple[list[int], list[int], list[int], bool]:
+    """(strides, dilations, explicit pads, ceil_mode) of a pooling node over data `x`."""
+    nsp = len(kernel)
+    if nsp not in (1, 2, 3) or g.ndim(x) != nsp + 2:
+        raise node.fail(f"{nsp}-d pooling of rank-{g.ndim(x)} data is not supported (only 1-d, 2-d and 3-d)")
+    strides = list(node.attr("strides", [1] * nsp))
+    dil = list(node.attr("dilations", [1] * nsp))
+    if len(strides) != nsp or len(dil) != nsp:
+        raise node.fail(f"strides={strides} and dilations={dil} must have {nsp} entries")
+    pads = auto_pads(node, g.shape(x)[2:], kernel, strides, dil)
+    return strides, dil, pads, bool(node.attr("ceil_mode", 0))
+
+
 def pool_nd(
     g: GraphBuilder,
     node: NodeView,
@@ -53,14 +71,7 @@ def pool_nd(
 ) -> Expr:
     """Max (`kind="max"`) or average pooling of NC + 1..3 spatial axes from the node's window attributes."""
     nsp = len(kernel)
-    if nsp not in (1, 2, 3) or g.ndim(x) != nsp + 2:
-        raise node.fail(f"{nsp}-d pooling of rank-{g.ndim(x)} data is not supported (only 1-d, 2-d and 3-d)")
-    strides = list(node.attr("strides", [1] * nsp))
-    dil = list(node.attr("dilations", [1] * nsp))
-    if len(strides) != nsp or len(dil) != nsp:
-        raise node.fail(f"strides={strides} and dilations={dil} must have {nsp} entries")
-    pads = auto_pads(node, g.shape(x)[2:], kernel, strides, dil)
-    ceil = bool(node.attr("ceil_mode", 0))
+    strides, dil, pads, ceil = _window_attrs(g, node, x, kernel)
     if nsp == 2:
         return _pool2d(g, kind, x, _window(kernel, strides, dil, pads, ceil), count_include_pad)
     if nsp == 1:  # pool over (1, L)
@@ -79,15 +90,58 @@ def pool_nd(
 
 
 @_reg("MaxPool", "AveragePool")
-def _pool(g: GraphBuilder, node: NodeView) -> Expr:
-    if node.num_outputs > 1 and any(node.output_names[1:]):
-        raise node.fail("the Indices output of MaxPool is not supported")
-    if node.attr("storage_order", 0):
-        raise node.fail("storage_order=1 is not supported")
+def _pool(g: GraphBuilder, node: NodeView) -> Expr | list[Expr]:
     kernel = list(node.attr("kernel_shape", []))
-    if node.op_type == "MaxPool":
-        return pool_nd(g, node, "max", _x(node), kernel)
-    return pool_nd(g, node, "avg", _x(node), kernel, bool(node.attr("count_include_pad", 0)))
+    if node.op_type == "AveragePool":
+        return pool_nd(g, node, "avg", _x(node), kernel, bool(node.attr("count_include_pad", 0)))
+    y = pool_nd(g, node, "max", _x(node), kernel)
+    if node.num_outputs > 1 and any(node.output_names[1:]):
+        return [y, _max_pool_indices(g, node, _x(node), kernel, g.static_shape(y)[2:])]
+    return y
+
+
+def _max_pool_indices(
+    g: GraphBuilder, node: NodeView, x: Expr, kernel: list[int], out_sizes: tuple[int, ...]
+) -> Expr:
+    """MaxPool's Indices: where in the flattened input each window's first maximum lies.
+
+    No pooling op returns positions, so the window is unrolled: one strided slice of the -inf-padded
+    input per kernel offset, each paired with a constant of the input positions it reads, kept where
+    its value beats (strictly: the first maximum in row-major window order wins, as in ONNX Runtime)
+    the best so far. That is prod(kernel) slices, which is what a kernel of pooling size costs anyway.
+    `storage_order=1` numbers the spatial positions column-major.
+    """
+    strides, dil, pads, _ = _window_attrs(g, node, x, kernel)
+    shape = g.static_shape(x, "data")
+    nsp, sizes = len(kernel), shape[2:]
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out_sizes, strides, kernel, dil)]
+    after = [max(n - b - z, e) for n, b, z, e in zip(need, pads[:nsp], sizes, pads[nsp:])]
+    fill = g.scalar(float("-inf") if g.dtype(x).startswith("float") else int(np.iinfo(g.dtype(x)).min), x)
+    width = ((0, 0), (0, 0), *zip(pads[:nsp], after))
+    xp = g.call("nn.pad", x, fill, pad_width=width, pad_mode="constant")
+    order = "F" if node.attr("storage_order", 0) else "C"
+    grid = np.meshgrid(*[np.arange(o) * s for o, s in zip(out_sizes, strides)], indexing="ij")
+    image = np.arange(shape[0] * shape[1], dtype=np.int64) * math.prod(sizes)
+    image = image.reshape(shape[:2] + (1,) * nsp)  # (n * C + c) * prod(sizes): the image's first index
+    best_val = best_idx = None
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        starts = [o * d for o, d in zip(offset, dil)]
+        val = g.call(
+            "strided_slice",
+            xp,
+            begin=(0, 0, *starts),
+            end=(shape[0], shape[1], *[b + (o - 1) * s + 1 for b, o, s in zip(starts, out_sizes, strides)]),
+            strides=(1, 1, *strides),
+        )
+        pos = [np.clip(p + b - pad, 0, n - 1) for p, b, pad, n in zip(grid, starts, pads[:nsp], sizes)]
+        idx = g.const(image + np.ravel_multi_index(tuple(pos), sizes, order=order).astype(np.int64))
+        if best_val is None:
+            best_val, best_idx = val, idx
+            continue
+        beats = g.call("greater", val, best_val)
+        best_idx = g.call("where", beats, idx, best_idx)
+        best_val = g.call("where", beats, val, best_val)
+    return best_idx
 
 
 def _abs_pow(g: GraphBuilder, x: Expr, p: float) -> Expr:

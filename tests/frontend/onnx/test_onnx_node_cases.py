@@ -26,7 +26,6 @@ KNOWN_UNSUPPORTED = [
     ),
     (r"blocked", "blocked quantisation (block_size)"),
     (r"quantizelinear_uint16", "uint16 quantisation: qnn ops take int8/uint8/int16/int32"),
-    (r"maxpool_with_argmax", "the Indices output of MaxPool"),
     (r"identity_opt|identity_sequence|if_opt|if_seq|loop13_seq|loop16_seq", "optional and sequence types"),
     (r"test_loop11|range_.*_expanded", "Loop scan outputs (values stacked per iteration: a growing shape)"),
     (

@@ -23,11 +23,11 @@ RNG = np.random.default_rng(0)
 
 
 def _model(node, in_shape, opset=19):
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if len(node.output) > 1:
+        outs.append(helper.make_tensor_value_info("i", TensorProto.INT64, None))
     graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)], outs
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -36,15 +36,18 @@ def _check(model, x, fallback=None):
     """Compiled and interpreted results equal ONNX Runtime's; `fallback` names an op allowed to run
     as its NumPy reference in the compiled module (dilated average pooling has no compute yet)."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    (want,) = sess.run(None, {"x": x})
+    want = sess.run(None, {"x": x})
     mod, params = autorelay.frontend.from_onnx(model)
     exe = autorelay.build(mod, params=params)
-    got = np.asarray(exe(x))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert all(fallback and fallback in row.detail for row in exe.report.fallbacks), exe.report
     interpreted = autorelay.evaluate(autorelay.infer_types(mod), x)
-    np.testing.assert_allclose(np.asarray(interpreted), want, rtol=1e-4, atol=1e-5)
+    for got in (exe(x), interpreted):
+        got = list(got) if isinstance(got, tuple | list) else [got]
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            a = np.asarray(a)
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 WINDOWS_3D = [
@@ -61,6 +64,24 @@ WINDOWS_3D = [
 def test_max_pool_3d(attrs):
     x = RNG.standard_normal((2, 3, 7, 6, 8)).astype("float32")
     _check(_model(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x.shape), x)
+
+
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+        ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ((1, 2, 7, 8), dict(kernel_shape=[2, 3], strides=[2, 1], dilations=[2, 1], pads=[0, 1, 1, 0])),
+        ((1, 2, 7, 8), dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)),
+        ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+        ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], storage_order=1)),
+        ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[2, 2, 1], pads=[1, 1, 0, 0, 1, 1])),
+    ],
+)
+def test_max_pool_indices(shape, attrs):
+    """Indices into the flattened input; the input is rounded so that windows hold ties."""
+    x = np.round(RNG.standard_normal(shape)).astype("float32")
+    _check(_model(helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs), shape, opset=12), x)
 
 
 @pytest.mark.parametrize("count_include_pad", [0, 1])
