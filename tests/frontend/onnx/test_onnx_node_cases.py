@@ -19,7 +19,6 @@ KNOWN_UNSUPPORTED = [
         r"BFLOAT16|FLOAT8|E4M3|E5M2|FLOAT4|_INT4|_UINT4|_INT2|_UINT2|int4|int2|e8m0|e4m3|e5m2|float4|_string",
         "element type the IR cannot hold (bfloat16, float8, 4/2-bit ints, strings)",
     ),
-    (r"convtranspose_3d", "3-d transposed convolution: the IR has 1-d and 2-d convolutions only"),
     (
         r"training_dropout(_default|_mask|_default_mask)?$",
         "training-mode Dropout with a non-zero ratio (random)",
