@@ -8,6 +8,7 @@ from autorelay.frontend.onnx import (
     converters_math,
     converters_nn,
     converters_norm,
+    converters_pool,
     converters_qcontrib,
     converters_qlinear,
     converters_quant,
@@ -21,6 +22,7 @@ CONVERTERS: dict = {}
 for _table in (
     converters_math.TABLE,
     converters_nn.TABLE,
+    converters_pool.TABLE,
     converters_shape.TABLE,
     converters_rnn.TABLE,
     converters_resize.TABLE,

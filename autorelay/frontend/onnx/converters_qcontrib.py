@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autorelay.frontend.onnx import converters_math, converters_nn, converters_quant, converters_shape
+from autorelay.frontend.onnx import (
+    converters_math,
+    converters_nn,
+    converters_pool,
+    converters_quant,
+    converters_shape,
+)
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, required_input
 from autorelay.frontend.onnx.qparams import QParams, check_dtype, dequantize, qparams, quantize
 from autorelay.ir.expr import Expr
@@ -21,7 +27,7 @@ from autorelay.ir.expr import Expr
 TABLE: dict = {}
 _x = required_input
 _MS = "com.microsoft."
-_FLOAT = {**converters_math.TABLE, **converters_nn.TABLE, **converters_shape.TABLE}
+_FLOAT = {**converters_math.TABLE, **converters_nn.TABLE, **converters_pool.TABLE, **converters_shape.TABLE}
 
 
 def _float_op(g: GraphBuilder, node: NodeView, op_type: str, inputs: Sequence[Expr],

@@ -8,6 +8,7 @@ Used by the pytest suite and by `experiments/onnx_node_report.py`.
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Case:
     name: str
     path: Path
     op_types: tuple[str, ...]
+    tests: tuple[str, ...] = ()  # the op(s) the case is about (set by `cases_testing`)
 
 
 def supported_cases() -> list[Case]:
@@ -51,6 +53,29 @@ def supported_cases() -> list[Case]:
             and all(n.domain in ("", "ai.onnx") for n in m.graph.node)
         ):
             out.append(Case(d.name, d, ops))
+    return out
+
+
+def cases_testing(ops: frozenset[str] | set[str]) -> list[Case]:
+    """Every node case that tests one of `ops`, whether or not the importer converts its graph.
+
+    The op a case tests is the op type of its plain model (each plain case is one node type); an
+    `_expanded` case is that op's ONNX function body, so it tests the op of its plain twin even though
+    its graph holds other ops; that op is the case's `tests`, `op_types` stays the graph's own.
+    """
+    import onnx
+
+    graphs: dict[str, tuple[Path, tuple[str, ...]]] = {}
+    for d in sorted(node_dir().iterdir()):
+        if (d / "model.onnx").is_file():
+            m = onnx.load(str(d / "model.onnx"), load_external_data=False)
+            graphs[d.name] = (d, tuple(sorted({n.op_type for n in m.graph.node})))
+    out = []
+    for name, (path, op_types) in graphs.items():
+        plain = re.sub(r"_expanded(_ver\d+)?$", "", name)
+        tested = graphs.get(plain, (path, op_types))[1]
+        if set(tested) & set(ops):
+            out.append(Case(name, path, op_types, tested))
     return out
 
 

@@ -19,14 +19,12 @@ KNOWN_UNSUPPORTED = [
         r"BFLOAT16|FLOAT8|E4M3|E5M2|FLOAT4|_INT4|_UINT4|_INT2|_UINT2|int4|int2|e8m0|e4m3|e5m2|float4|_string",
         "element type the IR cannot hold (bfloat16, float8, 4/2-bit ints, strings)",
     ),
-    (r"(pool|convtranspose)_3d", "3-d convolution/pooling: the IR has 1-d and 2-d spatial ops only"),
     (
         r"training_dropout(_default|_mask|_default_mask)?$",
         "training-mode Dropout with a non-zero ratio (random)",
     ),
     (r"blocked", "blocked quantisation (block_size)"),
     (r"quantizelinear_uint16", "uint16 quantisation: qnn ops take int8/uint8/int16/int32"),
-    (r"maxpool_with_argmax", "the Indices output of MaxPool"),
     (r"identity_opt|identity_sequence|if_opt|if_seq|loop13_seq|loop16_seq", "optional and sequence types"),
     (r"test_loop11|range_.*_expanded", "Loop scan outputs (values stacked per iteration: a growing shape)"),
     (
