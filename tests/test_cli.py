@@ -86,11 +86,11 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, capsys):
             if m and int(m.group(1)) >= 8:  # the event: at least 8 finished trials (any space size)
                 break
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, f"stdout:\n{out[-2000:]}\nstderr:\n{err[-3000:]}"
     assert "interrupted: every finished measurement is in the log" in out
     with tuning_db.open(url) as db:
         (run,) = db.runs()
