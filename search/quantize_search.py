@@ -1,12 +1,13 @@
-"""Which layers of a model to run in int8: a measured search over per-layer precision.
+"""Which layers of a model to run in int8 (or bf16): a measured search over per-layer precision.
 
 Quantizing every layer is fastest but can cost too much accuracy; some layers (often the first and
 the last) lose far more than others. The search answers "the fastest plan that loses at most X":
 
 1. sensitivity: each layer alone in int8 (the rest fp32), built and scored; layers ordered from the
    least to the most damaging;
-2. a multi-objective search (Optuna's NSGA-II) over one precision per layer, minimising the
-   measured end-to-end latency and the accuracy drop, seeded with all-int8, all-fp32 and the
+2. a multi-objective search (Optuna's NSGA-II) over one precision per layer (int8 / fp32, and bf16
+   for layers with a bf16 kernel on targets with AVX512-BF16), minimising the measured end-to-end
+   latency and the accuracy drop, seeded with all-int8, all-fp32, all-bf16 (where offered) and the
    sensitivity-ordered prefixes (the k least sensitive layers in int8);
 3. the Pareto front of every measured point; its fastest point within the bound is the pick.
 
@@ -32,8 +33,17 @@ from typing import Any
 import numpy as np
 
 import autorelay
+from autorelay.codegen import resolve_target
 from autorelay.lower import model_key
-from autorelay.transform.quantize import QuantizePlan, calibrate, quantizable_layers, quantize_model
+from autorelay.transform.quantize import (
+    QuantizePlan,
+    annotate,
+    bf16_support,
+    calibrate,
+    prepare_for_quantize,
+    quantizable_layers,
+    quantize_model,
+)
 from search.models import (
     Model,
     build_model,
@@ -45,7 +55,7 @@ from search.models import (
 from search.quant_data import DataSet
 
 log = logging.getLogger(__name__)
-PRECISIONS = ("int8", "fp32")
+PRECISIONS = ("int8", "fp32")  # bf16 joins where the target has AVX512-BF16 (`default_precisions`)
 Progress = Callable[[str], None]
 
 
@@ -53,7 +63,7 @@ Progress = Callable[[str], None]
 class PlanPoint:
     """One measured plan: the precision of every quantizable layer and what it measured to."""
 
-    plan: Mapping[str, str]  # layer -> "int8" | "fp32", every quantizable layer named
+    plan: Mapping[str, str]  # layer -> "int8" | "bf16" | "fp32", every quantizable layer named
     latency_ms: float  # median of the interleaved timing rounds
     spread_ms: tuple[float, float]  # (10th, 90th) percentile of the rounds
     fp32_latency_ms: float  # the fp32 build in the same rounds
@@ -66,8 +76,13 @@ class PlanPoint:
         return [n for n, p in self.plan.items() if p == "int8"]
 
     def summary(self) -> str:
-        """`int8 all`, `fp32 all`, or the minority precision's layers."""
+        """`int8 all`, `fp32 all`, or the minority precision's layers (with bf16 in the plan: the
+        count of each precision and the bf16 layers)."""
         int8, n = self.int8_layers, len(self.plan)
+        bf16 = [x for x, p in self.plan.items() if p == "bf16"]
+        if bf16:
+            fp32 = n - len(int8) - len(bf16)
+            return f"int8 {len(int8)}/{n}, fp32 {fp32}/{n}, bf16: " + ", ".join(bf16)
         if len(int8) == n:
             return "int8 all"
         if not int8:
@@ -228,15 +243,35 @@ def _seeds(layers: list[str], order: list[str]) -> list[dict[str, str]]:
     return seeds
 
 
+def default_precisions(target: str, threads: int | None = None) -> tuple[str, ...]:
+    """int8 and fp32; bf16 too where the target has AVX512-BF16 (elsewhere its kernels widen to
+    fp32 and only save memory, so it is rarely worth a place in the search)."""
+    return (*PRECISIONS, "bf16") if resolve_target(target, threads).has("avx512bf16") else PRECISIONS
+
+
+def _choices(model: Model, layers: list[str], precisions: Sequence[str]) -> dict[str, list[str]]:
+    unknown = sorted(set(precisions) - {"int8", "bf16", "fp32"})
+    if unknown or "fp32" not in precisions:
+        raise ValueError(f"precisions must include fp32 and be among int8, bf16, fp32; "
+                         f"got {list(precisions)}")
+    bf16_ok: set[str] = set()
+    if "bf16" in precisions:
+        ann = annotate(prepare_for_quantize(model.mod, model.params))
+        bf16_ok = {layer.name for layer in ann.layers.values() if not bf16_support(layer)}
+    return {n: [p for p in precisions if p != "bf16" or n in bf16_ok] for n in layers}
+
+
 def search_precisions(model: Model, calibration_data: DataSet, validation: DataSet, *, max_drop: float,
                       db: Any = None, target: str = "llvm", threads: int | None = None,
                       pipeline: str = "default", method: str = "max", trials: int = 16, seed: int = 0,
                       rounds: int = 7, min_seconds: float = 0.02, store: bool = True,
-                      progress: Progress | None = None) -> SearchResult:
+                      progress: Progress | None = None, precisions: Sequence[str] | None = None
+                      ) -> SearchResult:
     """Search per-layer precisions of `model` (see the module docstring). `trials`: plans the NSGA-II
     stage measures (seeds included; duplicates are not measured again); the sensitivity stage adds one
     build per layer. With `db` (a TuningDB) builds use its schedules and, when `store`, the front is
-    stored in its `quantization_plans` table with the pick marked."""
+    stored in its `quantization_plans` table with the pick marked. `precisions`: the choices per
+    layer (default `default_precisions(target)`); bf16 is offered only to layers with a bf16 kernel."""
     import optuna
 
     if not (max_drop >= 0 and math.isfinite(max_drop)):
@@ -255,6 +290,7 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
     evaluate = _Evaluator(model, calib, validation, layers, db=db, target=target, threads=threads,
                           pipeline=pipeline, rounds=rounds, min_seconds=min_seconds, progress=say)
 
+    choices = _choices(model, layers, precisions or default_precisions(target, threads))
     sensitivity = {n: evaluate({m: "int8" if m == n else "fp32" for m in layers}, "sensitivity").drop
                    for n in layers}
     order = sorted(layers, key=lambda n: (sensitivity[n], layers.index(n)))
@@ -263,15 +299,17 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
     sampler = optuna.samplers.NSGAIISampler(population_size=max(4, min(16, trials // 2)), seed=seed)
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     seeds = _seeds(layers, order)
+    if any("bf16" in c for c in choices.values()):  # everything that can, in bf16
+        seeds.append({n: "bf16" if "bf16" in choices[n] else "fp32" for n in layers})
     for s in seeds:
         study.enqueue_trial(s, skip_if_exists=True)
     searched: set[str] = set()
-    space = 2 ** len(layers)
+    space = math.prod(len(c) for c in choices.values())
     attempts = 0
     while len(searched) < min(trials, space) and attempts < 10 * trials:
         attempts += 1
         trial = study.ask()
-        plan = {n: trial.suggest_categorical(n, list(PRECISIONS)) for n in layers}
+        plan = {n: trial.suggest_categorical(n, choices[n]) for n in layers}
         stage = "seed" if attempts <= len(seeds) else "search"
         point = evaluate(plan, stage)
         searched.add(plan_key(plan))

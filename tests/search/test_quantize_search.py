@@ -62,7 +62,7 @@ def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
     bound = 0.05
     with tuning_db.open(url) as db:
         result = search_precisions(model, calib, valid, max_drop=bound, db=db, threads=1, trials=4,
-                                   rounds=3, min_seconds=0.002)
+                                   rounds=3, min_seconds=0.002, precisions=("int8", "fp32"))
     assert result.metric == "rel_error" and result.fp32_accuracy == 0.0
     # sensitivity: one single-layer plan per layer, ordered from the least damaging
     assert sorted(result.sensitivity) == sorted(layers)
@@ -135,3 +135,25 @@ def test_bad_arguments() -> None:
         search_precisions(model, data, data, max_drop=-0.1)
     with pytest.raises(ValueError, match="trials must be >= 1"):
         search_precisions(model, data, data, max_drop=0.1, trials=0)
+
+
+def test_bf16_is_a_searched_precision_where_a_layer_has_a_kernel() -> None:
+    """With bf16 offered, the all-bf16 seed is measured; each point's drop is re-derived from a
+    fresh build of its plan; a plan naming bf16 builds and runs bf16 kernels."""
+    model = tiny_convnet()
+    calib, valid = random_batches(model, 3, seed=0), random_batches(model, 4, seed=1)
+    result = search_precisions(model, calib, valid, max_drop=0.5, threads=1, trials=6, rounds=2,
+                               min_seconds=0.001, precisions=("int8", "bf16", "fp32"), store=False)
+    bf16_points = [p for p in result.points if "bf16" in p.plan.values()]
+    assert bf16_points and any(set(p.plan.values()) == {"bf16"} for p in bf16_points)
+    point = bf16_points[0]
+    assert "bf16:" in point.summary()
+    q = quantized(model, calibrate(model.mod, model.params, calib.batches, progress=False), point.plan)
+    exe = autorelay.build(q.mod, params=q.params, threads=1)
+    assert any("bf16" in r.detail for r in exe.report.rows) and not exe.report.fallbacks
+    fp32 = autorelay.build(model.mod, params=model.params, threads=1)  # the search's baseline
+    ref = [np.asarray(fp32(b["x"]), np.float64) for b in valid.batches]
+    got = [np.asarray(exe(b["x"]), np.float64) for b in valid.batches]
+    assert relative_error(got, ref) == pytest.approx(point.drop, rel=1e-5, abs=1e-9)
+    with pytest.raises(ValueError, match="precisions"):
+        search_precisions(model, calib, valid, max_drop=0.1, precisions=("int8",))
