@@ -8,7 +8,8 @@ the last) lose far more than others. The search answers "the fastest plan that l
 2. a multi-objective search (Optuna's NSGA-II) over one precision per layer (int8 / fp32, and bf16
    for layers with a bf16 kernel on targets with AVX512-BF16), minimising the measured end-to-end
    latency and the accuracy drop, seeded with all-int8, all-fp32, all-bf16 (where offered) and the
-   sensitivity-ordered prefixes (the k least sensitive layers in int8);
+   sensitivity-ordered prefixes (the k least sensitive layers in int8, k spread over 1..n-1 so a
+   small budget still spans the range);
 3. the Pareto front of every measured point; its fastest point within the bound is the pick.
 
 Every point is a real build (`quantize_model`, then the compiler with the tuning log's schedules —
@@ -234,10 +235,29 @@ class _Evaluator:
         return point
 
 
+def spread_prefixes(n: int) -> list[int]:
+    """1 .. n-1 in an order that covers the range early: the middle first, then the middles of the
+    halves, and so on (n = 9: 4, 2, 6, 1, 3, 5, 7, 8). A budget smaller than n then still tries
+    prefixes from few int8 layers to almost all, not only the first few counted down from n-1."""
+    out: list[int] = []
+    spans = [(1, n - 1)]
+    while spans:
+        nxt = []
+        for lo, hi in spans:
+            if lo > hi:
+                continue
+            mid = (lo + hi) // 2
+            out.append(mid)
+            nxt += [(lo, mid - 1), (mid + 1, hi)]
+        spans = nxt
+    return out
+
+
 def _seeds(layers: list[str], order: list[str]) -> list[dict[str, str]]:
-    """All-int8, all-fp32, then the k least sensitive layers in int8 for k = n-1 down to 1."""
+    """All-int8, all-fp32, then the k least sensitive layers in int8, k from 1 to n-1 in the order of
+    `spread_prefixes` (a small budget samples the whole latency/accuracy range)."""
     seeds = [dict.fromkeys(layers, "int8"), dict.fromkeys(layers, "fp32")]
-    for k in range(len(order) - 1, 0, -1):
+    for k in spread_prefixes(len(order)):
         chosen = set(order[:k])
         seeds.append({n: "int8" if n in chosen else "fp32" for n in layers})
     return seeds
@@ -300,7 +320,7 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
     study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     seeds = _seeds(layers, order)
     if any("bf16" in c for c in choices.values()):  # everything that can, in bf16
-        seeds.append({n: "bf16" if "bf16" in choices[n] else "fp32" for n in layers})
+        seeds.insert(2, {n: "bf16" if "bf16" in choices[n] else "fp32" for n in layers})
     for s in seeds:
         study.enqueue_trial(s, skip_if_exists=True)
     searched: set[str] = set()

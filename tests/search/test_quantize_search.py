@@ -13,7 +13,14 @@ from autorelay.lower import model_key
 from autorelay.transform.quantize import calibrate, quantizable_layers
 from search.models import Model
 from search.quant_data import DataSet, random_batches
-from search.quantize_search import PlanPoint, pareto_front, quantized, relative_error, search_precisions
+from search.quantize_search import (
+    PlanPoint,
+    pareto_front,
+    quantized,
+    relative_error,
+    search_precisions,
+    spread_prefixes,
+)
 
 pytestmark = pytest.mark.cpu
 
@@ -157,3 +164,14 @@ def test_bf16_is_a_searched_precision_where_a_layer_has_a_kernel() -> None:
     assert relative_error(got, ref) == pytest.approx(point.drop, rel=1e-5, abs=1e-9)
     with pytest.raises(ValueError, match="precisions"):
         search_precisions(model, calib, valid, max_drop=0.1, precisions=("int8",))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9, 53])
+def test_prefix_seeds_cover_the_range_early(n: int) -> None:
+    """Every prefix length 1..n-1 once; the first few already span it (a small budget is not spent
+    on n-1, n-2, ... only)."""
+    ks = spread_prefixes(n)
+    assert sorted(ks) == list(range(1, n))
+    if n >= 9:
+        first = ks[:3]
+        assert min(first) <= n // 4 + 1 and max(first) >= 3 * n // 4 - 1
