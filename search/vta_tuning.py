@@ -46,10 +46,20 @@ from search.measure.result import ErrorKind, MeasureInput, MeasureResult
 SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue measured with every candidate (relu)
 
 
+@dataclass(eq=False, kw_only=True)
 class _VTATask:
     """What `tune_task` and the tuners read of a task, shared by the conv and dense tasks."""
 
+    name: str
+    hw: VTAConfig
+    target: Target
     space: Space
+    default: Config
+    key: str
+    workload: dict[str, Any]
+    template: str
+    seed: int = 0
+    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def config(self, index: int) -> Config:
         return self.space.get(index)
@@ -65,19 +75,10 @@ class _VTATask:
         return Config(cfg.template, tuple((k.name, cfg[k.name]) for k in self.space.knobs))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class VTAConvTask(_VTATask):
-    name: str
     shape: ConvShape
-    hw: VTAConfig
-    target: Target
-    space: Space
-    default: Config
-    key: str
-    workload: dict[str, Any]
     template: str = TEMPLATE
-    seed: int = 0
-    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def knobs(self, config: Config) -> ConvKnobs:
         return ConvKnobs(*(int(config[k]) for k in ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")))
@@ -126,28 +127,20 @@ def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | Non
                              Knob("vthreads", (1, 2))))
     best = default_conv_knobs(shape, hw)
     default = Config(TEMPLATE, tuple((k.name, getattr(best, k.name)) for k in space.knobs))
-    return VTAConvTask(name or f"vta_conv{shape.c}x{shape.h}->{shape.o}", shape, hw, vta_target(hw), space,
-                       default, conv_workload_key(shape), conv_workload(shape))
+    return VTAConvTask(name=name or f"vta_conv{shape.c}x{shape.h}->{shape.o}", shape=shape, hw=hw,
+                       target=vta_target(hw), space=space, default=default, key=conv_workload_key(shape),
+                       workload=conv_workload(shape))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class VTADenseTask(_VTATask):
     """An offloaded dense layer [M, K] x [N, K]: knobs tile_m (rows), tile_n / tile_k (blocks of
     output and reduction channels) and virtual threads."""
 
-    name: str
     m: int
     n: int
     k: int
-    hw: VTAConfig
-    target: Target
-    space: Space
-    default: Config
-    key: str
-    workload: dict[str, Any]
     template: str = DENSE_TEMPLATE
-    seed: int = 0
-    _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def knobs(self, config: Config) -> DenseKnobs:
         return DenseKnobs(*(int(config[k]) for k in DENSE_KNOBS))
@@ -188,8 +181,9 @@ def vta_dense_task(m: int, n: int, k: int, hw: VTAConfig | None = None,
                                    Knob("vthreads", (1, 2, 4))))
     best = default_dense_knobs(m, n, k, hw)
     default = Config(DENSE_TEMPLATE, tuple((kn.name, getattr(best, kn.name)) for kn in space.knobs))
-    return VTADenseTask(name or f"vta_dense{m}x{k}->{n}", m, n, k, hw, vta_target(hw), space, default,
-                        dense_workload_key(m, n, k), dense_workload(m, n, k))
+    return VTADenseTask(name=name or f"vta_dense{m}x{k}->{n}", m=m, n=n, k=k, hw=hw, target=vta_target(hw),
+                        space=space, default=default, key=dense_workload_key(m, n, k),
+                        workload=dense_workload(m, n, k))
 
 
 class VTAMeasurer:

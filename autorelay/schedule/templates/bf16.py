@@ -20,7 +20,7 @@ from autorelay.codegen.llvm.dot import BF16_GROUP, bf16_dot_kind
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
-from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles
+from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchw_output_tile
 from autorelay.schedule.templates.int8 import DenseInt8Template, _weight_of
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
@@ -107,21 +107,12 @@ class Conv2dNCHWBf16Template(Template):
         weight = _weight_of(red, 4)  # the OIHW placeholder the reduction reads (the data: via the pad stage)
         _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         # [O, C, KH, KW] -> [O/ob, C, KH, KW, ob] -> [O/ob, C/2, KH, KW, ob, 2]
         steps[:0] = [S.Pack(weight, 0, tv * lanes), S.Pack(weight, 1, BF16_GROUP)]
-        blocks = (f"{ooc}_o", f"{ooh}_o") if config["outer"] == "oc" else (f"{ooh}_o", f"{ooc}_o")
+        tiles, _, pixel_tile = nchw_output_tile(cdef, out, config["outer"], tv * lanes, toh, tow, lanes)
+        steps += tiles
         steps += [
-            S.Split(out, ooc, tv * lanes),
-            S.Split(out, ooh, toh),
-            S.Split(out, oow, tow),
-            S.Reorder(out, (on, *blocks, f"{oow}_o", f"{ooh}_i", f"{oow}_i", f"{ooc}_i")),
-            S.Fuse(out, on, blocks[0]),
-            S.Fuse(out, f"{on}_{blocks[0]}", blocks[1]),
-            S.Parallel(out, f"{on}_{blocks[0]}_{blocks[1]}"),
-            S.Split(out, f"{ooc}_i", lanes, f"{ooc}_v", f"{ooc}_w"),
-            S.Vectorize(out, f"{ooc}_w"),
-            S.ComputeAt(acc, out, f"{oow}_o"),
+            S.ComputeAt(acc, out, pixel_tile),
             S.Split(acc, rc, BF16_GROUP, f"{rc}_o", f"{rc}_p"),
             S.Split(acc, oc, lanes),
         ]

@@ -52,6 +52,27 @@ def _width_tiles(ow: int, limit: int) -> list[int]:
     )
 
 
+def nchw_output_tile(cdef: ComputeDef, out: str, outer: str, oc_tile: int, tile_oh: int, tile_ow: int,
+                     lanes: int) -> tuple[list[S.Step], str, str]:
+    """The output loop nest of an NCHW convolution: tiles of `oc_tile` channels x `tile_oh` rows x
+    `tile_ow` pixels, (batch, the two outer block loops in the `outer` order) fused and parallel,
+    the channels vectorized (the float and the bf16 templates share it). Returns the steps, the
+    parallel loop and the pixel-tile loop (where a per-tile accumulator is computed)."""
+    on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+    blocks = (f"{ooc}_o", f"{ooh}_o") if outer == "oc" else (f"{ooh}_o", f"{ooc}_o")
+    return [
+        S.Split(out, ooc, oc_tile),
+        S.Split(out, ooh, tile_oh),
+        S.Split(out, oow, tile_ow),
+        S.Reorder(out, (on, *blocks, f"{oow}_o", f"{ooh}_i", f"{oow}_i", f"{ooc}_i")),
+        S.Fuse(out, on, blocks[0]),
+        S.Fuse(out, f"{on}_{blocks[0]}", blocks[1]),
+        S.Parallel(out, f"{on}_{blocks[0]}_{blocks[1]}"),
+        S.Split(out, f"{ooc}_i", lanes, f"{ooc}_v", f"{ooc}_w"),
+        S.Vectorize(out, f"{ooc}_w"),
+    ], f"{on}_{blocks[0]}_{blocks[1]}", f"{oow}_o"
+
+
 def nchwc_output_tile(cdef: ComputeDef, out: str, acc: str, oc_blocks: int, tile_ow: int) -> list[S.Step]:
     """The output loop nest of an NCHW[x]c convolution: tiles of `oc_blocks` channel blocks x
     `tile_ow` pixels, (batch, block tile, row) fused and parallel, the accumulator computed per
@@ -222,21 +243,11 @@ class Conv2dNCHWTemplate(Template):
         weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
         _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        on, ooc, ooh, oow = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
         oc_axis = red.op.attrs.get("weight_oc_axis", 0)  # type: ignore[union-attr]  # IOHW weights: 1
         steps.insert(0, S.Pack(weight, oc_axis, tv * lanes))
-        blocks = (f"{ooc}_o", f"{ooh}_o") if config["outer"] == "oc" else (f"{ooh}_o", f"{ooc}_o")
-        steps += [
-            S.Split(out, ooc, tv * lanes),
-            S.Split(out, ooh, toh),
-            S.Split(out, oow, tow),
-            S.Reorder(out, (on, *blocks, f"{oow}_o", f"{ooh}_i", f"{oow}_i", f"{ooc}_i")),
-            S.Fuse(out, on, blocks[0]),
-            S.Fuse(out, f"{on}_{blocks[0]}", blocks[1]),
-            S.Parallel(out, f"{on}_{blocks[0]}_{blocks[1]}"),
-            S.Split(out, f"{ooc}_i", lanes, f"{ooc}_v", f"{ooc}_w"),
-            S.Vectorize(out, f"{ooc}_w"),
-        ]
+        tiles, parallel, pixel_tile = nchw_output_tile(cdef, out, config["outer"], tv * lanes, toh, tow,
+                                                       lanes)
+        steps += tiles
         channels = red.op.reduce_axes[0].extent  # type: ignore[union-attr]
         block = config["tile_ic"] or channels
         blocked = block < channels
@@ -244,13 +255,13 @@ class Conv2dNCHWTemplate(Template):
         c_all = rc
         if blocked:
             steps += [
-                S.ComputeAt(acc, out, f"{on}_{blocks[0]}_{blocks[1]}"),
+                S.ComputeAt(acc, out, parallel),
                 S.Split(acc, rc, block),
                 S.Split(acc, ow, tow),
             ]
             c_all = f"{rc}_i"
         else:
-            steps.append(S.ComputeAt(acc, out, f"{oow}_o"))
+            steps.append(S.ComputeAt(acc, out, pixel_tile))
         c_outer, c_inner = (f"{c_all}_o", f"{c_all}_i") if uc > 1 else (c_all, None)
         cs = (c_outer, c_inner) if c_inner else (c_outer,)
         red_order = {
