@@ -23,6 +23,7 @@ import argparse
 import time
 
 import numpy as np
+from timing import best_and_median
 
 from autorelay.codegen import resolve_target
 from autorelay.kernel import compile_kernel
@@ -34,16 +35,6 @@ from autorelay.te.nn_bf16 import conv2d_nchw_bf16, dense_bf16
 CONVS = [(64, 56, 3), (128, 28, 3), (256, 14, 3), (512, 7, 3), (256, 14, 1)]  # C = O, H = W, k
 DENSES = [(1, 2048, 1000), (16, 1024, 1024), (64, 512, 512)]  # M, K, N
 CB = 16
-
-
-def _time(bound, reps: int) -> tuple[float, float]:
-    bound()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        bound()
-        ts.append(time.perf_counter() - t)
-    return min(ts), float(np.median(ts))
 
 
 def _bind(cdef, target, *arrays):
@@ -64,7 +55,8 @@ def conv(c: int, hw: int, k: int, target, reps: int) -> dict:
     f32c = _bind(te.make_def([xc, wc], nn.conv2d_nchwc(xc, wc, 1, p), "fc"), target,
                  *(rng.standard_normal(t.shape).astype(np.float32) for t in (xc, wc)))
     flops = 2 * c * c * hw * hw * k * k
-    times = {"bf16": _time(bf, reps), "fp32_nchw": _time(f32, reps), "fp32_nchwc": _time(f32c, reps)}
+    times = {"bf16": best_and_median(bf, reps), "fp32_nchw": best_and_median(f32, reps),
+             "fp32_nchwc": best_and_median(f32c, reps)}
     return {"shape": f"conv {c}x{hw}x{hw} k{k}", "flops": flops, "times": times}
 
 
@@ -77,7 +69,7 @@ def dense(m: int, k: int, n: int, target, reps: int) -> dict:
     f32 = _bind(te.make_def([af, bfp], nn.dense(af, bfp), "f"), target, a.astype(np.float32),
                 b.astype(np.float32))
     return {"shape": f"dense {m}x{k}x{n}", "flops": 2 * m * k * n,
-            "times": {"bf16": _time(bf, reps), "fp32": _time(f32, reps)}}
+            "times": {"bf16": best_and_median(bf, reps), "fp32": best_and_median(f32, reps)}}
 
 
 def model(name: str, image_size: int, target, reps: int) -> dict:

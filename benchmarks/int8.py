@@ -7,9 +7,9 @@ configs, same process, best of N calls (spread = median / best).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_and_median
 
 from autorelay.codegen import resolve_target
 from autorelay.kernel import compile_kernel
@@ -19,16 +19,6 @@ from autorelay.te.nn_int8 import conv2d_nchwc_int8
 
 LAYERS = [(64, 56, 3), (128, 28, 3), (256, 14, 3), (512, 7, 3), (128, 28, 1), (256, 14, 1)]
 CB = 16
-
-
-def _time(bound, reps: int) -> tuple[float, float]:
-    bound()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        bound()
-        ts.append(time.perf_counter() - t)
-    return min(ts), float(np.median(ts))
 
 
 def run(c: int, hw: int, k: int, threads: int, reps: int) -> dict:
@@ -46,7 +36,7 @@ def run(c: int, hw: int, k: int, threads: int, reps: int) -> dict:
     kf = compile_kernel(te.make_def([xf, wf], nn.conv2d_nchwc(xf, wf, 1, p), "f"), None, target)
     bf = kf.bind(rng.standard_normal(xf.shape).astype(np.float32),
                  rng.standard_normal(wf.shape).astype(np.float32))
-    q, f = _time(bq, reps), _time(bf, reps)
+    q, f = best_and_median(bq, reps), best_and_median(bf, reps)
     return {"layer": f"{c}x{hw}x{hw} k{k}", "threads": threads, "int8_gops": ops / q[0] / 1e9,
             "int8_spread": q[1] / q[0], "fp32_gops": ops / f[0] / 1e9, "fp32_spread": f[1] / f[0],
             "speedup": f[0] / q[0]}

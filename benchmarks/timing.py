@@ -37,6 +37,18 @@ def median_times(fns: list[Callable[[], object]], rounds: int, min_time: float =
     return [statistics.median(s) for s in samples]
 
 
+def best_and_median(fn: Callable[[], object], reps: int) -> tuple[float, float]:
+    """(best, median) seconds of `reps` calls of `fn` after one warm-up call: the kernel GOP/s tables
+    report the best and use median / best as the spread."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts), statistics.median(ts)
+
+
 def limit_threads(threads: int) -> None:
     """Give NumPy's BLAS and PyTorch the thread count AutoRelay's kernels get (where installed)."""
     try:
