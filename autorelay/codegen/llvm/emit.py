@@ -9,38 +9,34 @@ scalars that are broadcast, anything else lane by lane);
 a guard that depends on the vector lane is tested at the first and last lane (linear guards are
 monotone) to choose between the vector body and a scalar fallback. Unrolled loops are replicated
 with the variable replaced by each constant and re-simplified, so register-tile accumulators end
-up at constant offsets of an entry-block alloca that SROA turns into vector registers.
+up at constant offsets of an entry-block alloca that SROA turns into vector registers. Tensorized
+dot loops become dot-product instructions (`dot_loops.DotLoopEmitter`, which this emitter extends).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from autorelay.codegen.llvm.dot import BF16_GROUP, emit_bf16_dot, emit_dot
-from autorelay.codegen.llvm.exprs import ExprEmitter
-from autorelay.codegen.llvm.lanes import for_all
+from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
+from autorelay.codegen.llvm.lanes import at_lane, for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.values import Val, mem_align, mem_type
 from autorelay.target import Target
 from autorelay.te.expr import (
     Bin,
-    Call,
-    Cast,
     Cmp,
     Const,
     Expr,
     Load,
-    Select,
     Var,
     free_vars,
-    substitute,
     walk,
 )
 from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autorelay.tir.simplify import linear, simplify, simplify_stmt, substitute_stmt
+from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
 
 
-class SegmentEmitter(ExprEmitter):
+class SegmentEmitter(DotLoopEmitter):
     def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt, target: Target | None = None):
         super().__init__()
         self.target = target  # what tensorized loops pick their instructions from
@@ -223,7 +219,7 @@ class SegmentEmitter(ExprEmitter):
         val = self.vexpr(s.value)
         coef = _lane_coef(s.index, v)
         if coef == 1:
-            base = self.scalar(_at_lane(s.index, v, 0))
+            base = self.scalar(at_lane(s.index, v, 0))
             p = self.gep(s.buffer, base.ref)
             val = self.to_memory(self.broadcast(val))
             self.lines.append(f"  store <{self.lanes} x {ty}> {val.ref}, ptr {p}, align {align}")
@@ -237,59 +233,8 @@ class SegmentEmitter(ExprEmitter):
         for lane in range(self.lanes):
             x = self.tmp()
             self.lines.append(f"  {x} = extractelement <{self.lanes} x {ty}> {val.ref}, i32 {lane}")
-            p = self.gep(s.buffer, self.scalar(_at_lane(s.index, v, lane)).ref)
+            p = self.gep(s.buffer, self.scalar(at_lane(s.index, v, lane)).ref)
             self.lines.append(f"  store {ty} {x}, ptr {p}, align {align}")
-
-    # ---- tensorized dot loops ------------------------------------------------------------
-    def _dot_loop(self, s: For) -> None:
-        """A dot loop around a vector loop whose body is `acc[i] += int32(a) * int32(b)` becomes
-        one dot-product instruction per vector (`dot.emit_dot`); any other body (a guard, other
-        stores) is emitted as the serial loop it means."""
-        m = _dot_pattern(s)
-        if m is None:
-            self._loop(For(s.var, s.extent, s.body, "serial"))
-            return
-        vec, store, a, b = m
-        k, v, g, lanes = s.var, vec.var, s.extent, vec.extent
-        bf16 = isinstance(a, Call)
-        if bf16 and g != BF16_GROUP:  # a bf16 dot sums pairs; any other extent is a plain loop
-            self._loop(For(s.var, s.extent, s.body, "serial"))
-            return
-        u = Var(f"{v.name}.{k.name}.dot")
-        self.bounds.update({k: (0, g - 1), v: (0, lanes - 1), u: (0, lanes * g - 1)})
-        try:
-            self.vector_var, self.lanes = k, g
-            av = self._group(_operand(a))
-            gc = Const(g, "int64")
-            wide = {v: Bin("floordiv", u, gc, "int64"), k: Bin("mod", u, gc, "int64")}
-            self.vector_var, self.lanes = u, lanes * g
-            bv = self._group(simplify(substitute(_operand(b), wide), self.bounds))
-            self.vector_var, self.lanes = v, lanes
-            acc = self.vexpr(Load(store.buffer, store.index, store.buffer.dtype))
-            if bf16:
-                out = emit_bf16_dot(self, self.target, acc, av, bv, lanes)
-            else:
-                signed = (_operand(a).dtype == "int8", _operand(b).dtype == "int8")
-                out = emit_dot(self, self.target, acc, av, signed[0], bv, signed[1], lanes, g)
-            p = self.gep(store.buffer, self.scalar(_at_lane(store.index, v, 0)).ref)
-            vt = f"<{lanes} x {mem_type(store.buffer.dtype)}>"
-            self.lines.append(f"  store {vt} {out.ref}, ptr {p}, align 4")
-        finally:
-            self.vector_var, self.lanes = None, 0
-            for x in (k, v, u):
-                self.bounds.pop(x, None)
-
-    def _group(self, e: Expr) -> Val:
-        """A dot operand as one vector over the current vector variable: a select whose condition
-        does not depend on it (an inlined padding border) selects between whole vectors, so the
-        loaded bytes stay one contiguous load (the clamped index keeps it in bounds)."""
-        v = self.vector_var
-        if isinstance(e, Select) and v not in free_vars(e.cond):
-            c = self.scalar(e.cond)
-            t, f = self._group(e.t), self._group(e.f)
-            ty = self.ty(e.dtype, self.lanes)
-            return self.op(f"select i1 {c.ref}, {ty} {t.ref}, {ty} {f.ref}", e.dtype, self.lanes)
-        return self.broadcast(self.vexpr(e))
 
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:
@@ -303,7 +248,7 @@ class SegmentEmitter(ExprEmitter):
         if not lane_conds:
             self._vector_body(s, s.body)
             return
-        checks = [_at_lane(c, s.var, lane) for c in lane_conds for lane in (0, s.extent - 1)]
+        checks = [at_lane(c, s.var, lane) for c in lane_conds for lane in (0, s.extent - 1)]
         ok = self.scalar(simplify(_conj(checks), self.bounds))
         self._fast_or_guarded(ok.ref, ("vec", "tail", "vdone"),
                               lambda: self._vector_body(s, _drop_conds(s.body, set(lane_conds))),
@@ -319,60 +264,6 @@ class SegmentEmitter(ExprEmitter):
             self.bounds.pop(s.var, None)
 
 
-def _dot_pattern(s: For) -> tuple[For, Store, Cast | Call, Cast | Call] | None:
-    """(vector loop, store, lane-invariant operand, per-lane operand) of a dot loop whose body is
-    `for v (vectorized): acc[i] = acc[i] + int32(a) * int32(b)` (a, b bytes) or, in float32,
-    `acc[i] + bf16_to_f32(a) * bf16_to_f32(b)` (a, b bf16 words), with `i` contiguous in the lane
-    and free of the dot variable, `a` free of the lane; None for any other body."""
-    vec = s.body
-    if not (isinstance(vec, For) and vec.kind == "vectorized" and isinstance(vec.body, Store)):
-        return None
-    st, k, v = vec.body, s.var, vec.var
-    val = st.value
-    if st.buffer.dtype not in ("int32", "float32") or not (isinstance(val, Bin) and val.op == "add"):
-        return None
-    if st.buffer.dtype == "float32":  # float sums are not reassociated: acc + prod in either order
-        def is_acc(t: Expr) -> bool:
-            return isinstance(t, Load) and t.buffer is st.buffer and t.index == st.index
-        if not (is_acc(val.a) or is_acc(val.b)) or (is_acc(val.a) and is_acc(val.b)):
-            return None
-        prod = val.b if is_acc(val.a) else val.a
-        kind = (Call, "float32", ("uint16",))
-    else:
-        terms, const = linear(val)  # the simplifier may have put the summands in either order
-        accs = [t for t in terms if isinstance(t, Load) and t.buffer is st.buffer and t.index == st.index]
-        if const != 0 or len(terms) != 2 or len(accs) != 1 or set(terms.values()) != {1}:
-            return None
-        prod = next(t for t in terms if t is not accs[0])
-        kind = (Cast, "int32", ("int8", "uint8"))
-    if not (isinstance(prod, Bin) and prod.op == "mul" and prod.dtype == kind[1]):
-        return None
-    ops = [prod.a, prod.b]
-    if not all(isinstance(o, kind[0]) and _operand(o).dtype in kind[2] for o in ops):
-        return None
-    if kind[0] is Call and not all(o.name == "bf16_to_f32" for o in ops):  # type: ignore[union-attr]
-        return None
-    if k in free_vars(st.index) or _lane_coef(st.index, v) != 1:
-        return None
-    inv = [o for o in ops if v not in free_vars(o)]
-    if not inv:
-        return None
-    a = inv[0]
-    b = ops[1] if a is ops[0] else ops[0]
-    return vec, st, a, b  # type: ignore[return-value]
-
-
-def _operand(o: Expr) -> Expr:
-    """The narrow value a dot operand widens: a Cast's or a bf16 conversion's argument."""
-    if isinstance(o, Cast):
-        return o.a
-    return o.args[0] if isinstance(o, Call) else o
-
-
-def _at_lane(e: Expr, v: Var, lane: int) -> Expr:
-    return simplify(substitute(e, {v: Const(lane, "int64")}))
-
-
 def _conds(s: Stmt) -> list[Expr]:
     return [t.cond for t in walk_stmts(s) if isinstance(t, If)]
 
@@ -385,7 +276,6 @@ def _conj(cs: list[Expr]) -> Expr:
 
 def _monotone(c: Expr, v: Var) -> bool:
     """Every comparison in the and-tree `c` is linear in `v` (so true at both ends => all lanes)."""
-    from autorelay.te.expr import Bin
 
     if isinstance(c, Bin) and c.op == "and":
         return _monotone(c.a, v) and _monotone(c.b, v)

@@ -67,3 +67,8 @@ def for_all(cond: Expr, extents: dict[Var, int]) -> Expr | None:
             return None
         corner[v] = Const(ext - 1 if (k > 0) == upper else 0, "int64")
     return simplify(substitute(cond, corner))
+
+
+def at_lane(e: Expr, v: Var, lane: int) -> Expr:
+    """`e` at one lane of the vector variable `v` (simplified)."""
+    return simplify(substitute(e, {v: Const(lane, "int64")}))
