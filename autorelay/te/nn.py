@@ -127,20 +127,31 @@ def _out_dim(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> int:
     return (size + p0 + p1 - ((k - 1) * d + 1)) // s + 1
 
 
-def conv2d_nchw(
-    data: Tensor, weight: Tensor, strides=1, padding=0, dilation=1, name: str = "conv2d"
-) -> Tensor:
+def conv2d_nchw_window(data: Tensor, weight: Tensor, strides, padding, dilation, name: str, op: str,
+                       pad_value: float = 0.0) -> tuple[Tensor, tuple[int, ...], tuple[int, int],
+                                                         tuple[int, int], tuple[te.IterVar, ...]]:
+    """What an NCHW/OIHW convolution reads, checked (`op` names it in the error): (the padded data,
+    the output shape, the strides, the dilations, the reduction axes rc, rh, rw). Shared by the
+    float and the bf16 computes."""
     n, c, h, w = data.shape
     oc, ic, kh, kw = weight.shape
     if ic != c:
-        raise ValueError(f"conv2d: data has {c} channels, weight expects {ic}")
+        raise ValueError(f"{op}: data has {c} channels, weight expects {ic}")
     (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
     pt, pl, pb, pr = _pad4(padding)
     oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
-    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
-    rc, rh, rw = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=pad_value, name=f"{name}_pad")
+    axes = (te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"))
+    return x, (n, oc, oh, ow), (sh, sw), (dh, dw), axes
+
+
+def conv2d_nchw(
+    data: Tensor, weight: Tensor, strides=1, padding=0, dilation=1, name: str = "conv2d"
+) -> Tensor:
+    x, shape, (sh, sw), (dh, dw), (rc, rh, rw) = conv2d_nchw_window(data, weight, strides, padding,
+                                                                    dilation, name, "conv2d")
     return te.compute(
-        (n, oc, oh, ow),
+        shape,
         lambda b, f, y, xx: te.sum(
             x[b, rc, y * sh + rh * dh, xx * sw + rw * dw] * weight[f, rc, rh, rw], [rc, rh, rw]
         ),

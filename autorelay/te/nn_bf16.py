@@ -17,7 +17,7 @@ import numpy as np
 
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
-from autorelay.te.nn import _out_dim, _pad4, _pair, pad
+from autorelay.te.nn import _out_dim, _pad4, _pair, conv2d_nchw_window
 from autorelay.te.tensor import Tensor
 
 BF16_STORAGE = "uint16"
@@ -68,21 +68,14 @@ def conv2d_nchw_bf16(data: Tensor, weight: Tensor, strides=1, padding=0, dilatio
         return _conv2d_pairs(data, te.constant(even, BF16_STORAGE, f"{weight.name}_even"), strides, padding,
                              dilation, name)
     _check_bf16(name, data, weight)
-    n, c, h, w = data.shape
-    oc, ic, kh, kw = weight.shape
-    if ic != c:
-        raise ValueError(f"{name}: data has {c} channels, weight expects {ic}")
-    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
-    pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
-    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=0, name=f"{name}_pad")
-    rc, rh, rw = te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    x, shape, (sh, sw), (dh, dw), (rc, rh, rw) = conv2d_nchw_window(data, weight, strides, padding,
+                                                                    dilation, name, name, pad_value=0)
 
     def body(b, f, y, xx):
         pixel = widen(x[b, rc, y * sh + rh * dh, xx * sw + rw * dw])
         return te.sum(pixel * widen(weight[f, rc, rh, rw]), [rc, rh, rw])
 
-    return te.compute((n, oc, oh, ow), body, name=name, tag="conv2d_nchw", attrs={"weight": weight.name})
+    return te.compute(shape, body, name=name, tag="conv2d_nchw", attrs={"weight": weight.name})
 
 
 def _conv2d_pairs(data: Tensor, weight: Tensor, strides, padding, dilation, name: str) -> Tensor:
