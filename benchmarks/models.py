@@ -236,8 +236,7 @@ def make_onnxruntime(name: str, options: dict[str, Any], threads: int
 def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any], db_url: str | None,
                    pipeline: str, block_s: float) -> dict[str, Any]:
     """One model, each backend in its own process (see the module docstring)."""
-    from peers import time_isolated
-
+    from reproduce.peers import time_isolated
     from search.models import Model
     from search.pipeline_choice import choose_pipeline
 

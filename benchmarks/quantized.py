@@ -129,7 +129,7 @@ def make_ort_int8(name: str, options: dict[str, Any], threads: int, count: int
 
 
 def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from peers import time_isolated
+    from reproduce.peers import time_isolated
 
     opts = {"image_size": args.image_size} if args.image_size else {}
     peers: dict[str, Any] = {

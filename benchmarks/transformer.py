@@ -158,7 +158,7 @@ def make_torch(model: str, layers: int, feeds: dict[str, np.ndarray],
 
 
 def main() -> None:
-    from peers import time_isolated
+    from reproduce.peers import time_isolated
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("bert", "gpt2", "both"), default="both")

@@ -245,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_quantize_command(sub, _model_args, log_help + "data directory); the front is stored here",
                          _cmd_quantize)
 
+    from reproduce.cli import add_reproduce_command  # published experiments, one command each
+
+    add_reproduce_command(sub, log_help + "data directory); results are stored here")
+
     from tuning_db.cli import add_db_commands  # the `db` group: inspect and maintain the tuning log
 
     add_db_commands(sub)

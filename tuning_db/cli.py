@@ -262,7 +262,7 @@ def _merge(db: TuningDB, args: argparse.Namespace) -> int:
     report = db.merge_from(args.other)
     print(
         f"merged {report.imported} new measurements from {report.source} "
-        f"({report.duplicates} already present)"
+        f"({report.duplicates} already present) and {report.experiment_results} experiment results"
     )
     return 0
 

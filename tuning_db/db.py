@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, update
 
+from . import experiment_results as results_table
 from . import layout_plans as layout_table
 from . import leases, queries, schema
 from . import plans as plan_table
@@ -289,6 +290,22 @@ class TuningDB:
         with read_tx(self.engine) as conn:
             return layout_table.list_layout_plans(conn, model, target)
 
+    # ---- experiment results (see experiment_results.py) ---------------------------------------
+
+    def store_experiment_result(self, experiment: str, mode: str, unit: str, machine: str,
+                                result: dict[str, Any], **fields: Any) -> str:
+        """Store one measured unit of an `autorelay reproduce` experiment (fields: machine_info,
+        code_version); returns its uid."""
+        with write_tx(self.engine) as conn:
+            return results_table.insert_result(conn, experiment=experiment, mode=mode, unit=unit,
+                                               machine=machine, result=result, **fields)
+
+    def experiment_results(self, experiment: str, mode: str,
+                           machine: str | None = None) -> list[results_table.ExperimentResult]:
+        """The latest row of every unit of an experiment in a mode (of one machine, or all)."""
+        with read_tx(self.engine) as conn:
+            return results_table.latest_results(conn, experiment, mode, machine)
+
     # ---- files and other logs -----------------------------------------------------------------
 
     def export_jsonl(self, path: str | os.PathLike[str]) -> int:
@@ -301,7 +318,7 @@ class TuningDB:
         return import_rows(self.engine, read_lines(path), source=os.fspath(path), strict=strict)
 
     def merge_from(self, other: str | os.PathLike[str] | TuningDB) -> ImportReport:
-        """Copy in every measurement of another log that this one lacks (by measurement uid)."""
+        """Copy in every measurement and experiment result of another log that this one lacks (by uid)."""
         if isinstance(other, TuningDB):
             return merge(self.engine, other.engine, source=other.url)
         with open_db(other) as src:

@@ -39,6 +39,7 @@ class ImportReport:
     duplicates: int = 0
     errors: list[tuple[int, str]] = field(default_factory=list)
     strict: bool = False
+    experiment_results: int = 0  # a merge's new `autorelay reproduce` rows
 
     @property
     def ok(self) -> bool:

@@ -1,19 +1,18 @@
-"""Merging logs and pruning them.
-
-Merge streams the other database's measurements through the import pipeline, so it has exactly the
-import's guarantees: a measurement already present (same uid) is skipped, nothing is lost, runs are
-matched by their uid. Prune keeps, for every (workload, target), all measurements of its K fastest
-configs and drops the rest, then the configs left unmeasured. Failed measurements are kept unless
-asked otherwise: they are small, and they are what stops a resumed tuner from building a config
-that crashes or hangs all over again.
+"""Merging logs and pruning them. Merge streams the other database's measurements through the import pipeline,
+so it has exactly the import's guarantees: a measurement already present (same uid) is skipped, nothing is
+lost, runs are matched by their uid. Experiment results (`autorelay reproduce`) are copied by uid the same
+way. Prune keeps, for every (workload, target), all measurements of its K fastest configs and drops the
+rest, then the configs left unmeasured. Failed measurements are kept unless asked otherwise: they are small,
+and they are what stops a resumed tuner from building a config that crashes or hangs all over again.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, text
 
-from .engine import write_tx
+from .engine import read_tx, write_tx
 from .errors import TuningDBError
+from .experiment_results import all_results, copy_missing_results
 from .jsonl import ImportReport, export_rows, import_rows
 
 _KEEP = """
@@ -39,9 +38,14 @@ _ORPHAN_CONFIGS = (
 
 
 def merge(engine: Engine, other: Engine, *, source: str) -> ImportReport:
-    """Copy every measurement of `other` that `engine`'s database lacks."""
+    """Copy every measurement and every experiment result of `other` that `engine`'s database lacks."""
     rows = ((i, row) for i, row in enumerate(export_rows(other), start=1))
-    return import_rows(engine, rows, source=source)
+    report = import_rows(engine, rows, source=source)
+    with read_tx(other) as conn:
+        results = all_results(conn)
+    with write_tx(engine) as conn:
+        report.experiment_results = copy_missing_results(conn, results)
+    return report
 
 
 def prune(engine: Engine, keep_best: int, *, dry_run: bool = False,

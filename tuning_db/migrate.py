@@ -109,6 +109,11 @@ def _upgrade_4_to_5(conn: Connection) -> None:
     schema.metadata_for(5).tables["layout_plans"].create(conn)
 
 
+def _upgrade_5_to_6(conn: Connection) -> None:
+    """Add the experiment_results table (and its index): the rows of `autorelay reproduce`."""
+    schema.metadata_for(6).tables["experiment_results"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
@@ -119,4 +124,5 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     2: _upgrade_2_to_3,
     3: _upgrade_3_to_4,
     4: _upgrade_4_to_5,
+    5: _upgrade_5_to_6,
 }

@@ -14,6 +14,8 @@ Versions:
      (see `plans.py`; written by `search.quantize_search`).
   5. adds `layout_plans`: per-layer layout plans (a channel block per conv) of a model on a target,
      with the plan's measured latency and the per-model pipelines timed beside it (`layout_plans.py`).
+  6. adds `experiment_results`: the measured rows of `autorelay reproduce` experiments, tagged with
+     the experiment, its mode, the machine and the code version (`experiment_results.py`).
 
 `metadata_for(version)` builds the tables as that version had them; the migration code creates a
 version-1 database through the same function, so the upgrade test exercises a real old layout.
@@ -42,10 +44,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-CURRENT_VERSION = 5
+CURRENT_VERSION = 6
 TABLE_NAMES = (
     "schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases", "quantization_plans",
-    "layout_plans",
+    "layout_plans", "experiment_results",
 )
 MAX_KEY_LEN = 512
 
@@ -186,6 +188,23 @@ def metadata_for(version: int) -> MetaData:
             Column("recorded_at", Float, nullable=False),
         )
         Index("ix_layout_plans_model", layout.c.model_key, layout.c.target, layout.c.recorded_at)
+    if version >= 6:
+        results = Table(
+            "experiment_results",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("uid", String(32), nullable=False, unique=True),
+            Column("experiment", String(128), nullable=False),  # `autorelay reproduce` name
+            Column("mode", String(64), nullable=False),  # "quick" | "full", with the thread count
+            Column("unit", String(MAX_KEY_LEN), nullable=False),  # one measured piece of the experiment
+            Column("machine", String(64), nullable=False),  # fingerprint of the measuring machine
+            Column("machine_info", Text),  # JSON: CPU name, LLVM cpu, cores, host
+            Column("code_version", String(64)),
+            Column("result", Text, nullable=False),  # JSON object: the unit's figures
+            Column("recorded_at", Float, nullable=False),
+        )
+        Index("ix_experiment_results_unit", results.c.experiment, results.c.mode, results.c.machine,
+              results.c.unit, results.c.recorded_at)
     return md
 
 
@@ -199,6 +218,7 @@ measurements = METADATA.tables["measurements"]
 leases = METADATA.tables["leases"]
 quantization_plans = METADATA.tables["quantization_plans"]
 layout_plans = METADATA.tables["layout_plans"]
+experiment_results = METADATA.tables["experiment_results"]
 
 
 def canonical_json(value: Any) -> str:

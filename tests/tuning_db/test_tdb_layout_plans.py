@@ -69,7 +69,7 @@ def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:
         assert db.upgraded_from == 4
         db.store_layout_plan("k", "llvm", {"blocks": {}}, latency_ms=1.0)
     con = sqlite3.connect(path)
-    assert con.execute("SELECT version FROM schema_info").fetchall() == [(5,)]
+    assert con.execute("SELECT version FROM schema_info").fetchall() == [(tuning_db.SCHEMA_VERSION,)]
     assert con.execute("SELECT name FROM targets").fetchall() == [("llvm",)]
     assert con.execute("SELECT count(*) FROM layout_plans").fetchall() == [(1,)]
     con.close()

@@ -8,10 +8,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import create_engine, update
 
 import tuning_db
 from tuning_db import SchemaVersionError, TuningDBError, schema
+from tuning_db.migrate import create_schema
 
 V1 = Path(__file__).parent / "data" / "v1.sqlite"
 
@@ -127,3 +128,17 @@ def test_a_new_log_is_switched_to_wal_once_known(tmp_path: Path) -> None:
     con = sqlite3.connect(path)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     con.close()
+
+
+def test_version_5_log_gains_the_experiment_results_table(tmp_path: Path) -> None:
+    path = tmp_path / "v5.sqlite"
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        create_schema(conn, 5)
+    engine.dispose()
+    assert "experiment_results" not in {r[0] for r in _raw(path, "SELECT name FROM sqlite_master")}
+    with tuning_db.open(str(path)) as db:
+        assert db.upgraded_from == 5
+        db.store_experiment_result("rnns", "quick-t1", "lstm", "m-1c-abcd", {"vm_us": 12.5})
+        assert [r.result for r in db.experiment_results("rnns", "quick-t1")] == [{"vm_us": 12.5}]
+    assert _raw(path, "SELECT version FROM schema_info") == [(tuning_db.SCHEMA_VERSION,)]

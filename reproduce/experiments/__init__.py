@@ -1,0 +1,1 @@
+"""One module per reproduced experiment; each defines `EXPERIMENT` (see reproduce.experiment)."""
