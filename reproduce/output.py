@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .experiment import Context, Experiment, Report, Row
+from .papers import section
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -67,6 +68,8 @@ def write_report(exp: Experiment, ctx: Context, report: Report, rows: Sequence[R
     written.append(csv_path)
     pngs = _draw(exp, ctx, report, log)
     md = _header(exp, ctx, rows) + report.markdown.rstrip() + "\n"
+    paper = section(exp.name)
+    md += f"\n{paper}" if paper else ""
     md += "".join(f"\n![{p.stem}]({p.name})\n" for p in pngs)
     md_path = ctx.out_dir / f"{exp.name}.md"
     md_path.write_text(md)

@@ -1,9 +1,12 @@
-"""Merging logs and pruning them. Merge streams the other database's measurements through the import pipeline,
-so it has exactly the import's guarantees: a measurement already present (same uid) is skipped, nothing is
-lost, runs are matched by their uid. Experiment results (`autorelay reproduce`) are copied by uid the same
-way. Prune keeps, for every (workload, target), all measurements of its K fastest configs and drops the
-rest, then the configs left unmeasured. Failed measurements are kept unless asked otherwise: they are small,
-and they are what stops a resumed tuner from building a config that crashes or hangs all over again.
+"""Merging logs and pruning them.
+
+Merge streams the other database's measurements through the import pipeline, so it has exactly the
+import's guarantees: a measurement already present (same uid) is skipped, nothing is lost, runs are
+matched by their uid. Experiment results (`autorelay reproduce`) are copied by uid the same way.
+Prune keeps, for every (workload, target), all measurements of its K fastest configs and drops the
+rest, then the configs left unmeasured. Failed measurements are kept unless asked otherwise: they
+are small, and they are what stops a resumed tuner from building a config that crashes or hangs all
+over again.
 """
 
 from __future__ import annotations
