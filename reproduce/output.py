@@ -49,6 +49,7 @@ def _header(exp: Experiment, ctx: Context, rows: Sequence[Row]) -> str:
         f"Rerun: `autorelay reproduce {exp.name}{' --quick' if ctx.quick else ''} --threads {ctx.threads}` "
         "(add `--replot` to redraw from the log without measuring).",
         "",
+        "",
     ])
 
 
