@@ -34,6 +34,12 @@ class RunSummary:
     files: list[Path] = field(default_factory=list)
 
 
+def bar(done: int, total: int, width: int = 20) -> str:
+    """`[#########...........]`: how much of the run is done."""
+    filled = round(width * done / total) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
 def clock(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "?"
@@ -91,7 +97,8 @@ def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remea
                 raise
             except Exception as e:  # one unit's failure is reported, not the end of the experiment
                 summary.failed[unit.key] = f"{type(e).__name__}: {e}"
-                print(f"[{i}/{len(todo)}] {unit.key}: FAILED ({type(e).__name__}: {e})", file=out, flush=True)
+                print(f"{bar(i, len(todo))} {i}/{len(todo)} {unit.key}: FAILED ({type(e).__name__}: {e})",
+                      file=out, flush=True)
                 traceback.print_exc(limit=3, file=out)
                 continue
             ctx.db.store_experiment_result(exp.name, ctx.mode, unit.key, machine, result,
@@ -99,8 +106,8 @@ def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remea
             summary.measured.append(unit.key)
             took = time.perf_counter() - t0
             left = eta.done(unit, took)
-            print(f"[{i}/{len(todo)}] {unit.key}: {took:.1f} s | {clock(time.perf_counter() - t_start)} "
-                  f"elapsed, ETA {clock(left)}", file=out, flush=True)
+            print(f"{bar(i, len(todo))} {i}/{len(todo)} {unit.key}: {took:.1f} s | "
+                  f"{clock(time.perf_counter() - t_start)} elapsed, ETA {clock(left)}", file=out, flush=True)
     rows = _rows(ctx, exp, None if all_machines else machine, set(summary.measured))
     if not rows:
         raise ReproduceError(f"no stored results of {exp.name} ({ctx.mode}) on this machine in "
