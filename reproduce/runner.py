@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .experiment import Context, Experiment, Row, Unit
+from .experiment import Context, Experiment, Report, Row, Unit
 from .machine import code_version, fingerprint, label, machine_info
 from .output import write_report
 
@@ -118,9 +118,25 @@ def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remea
         if missing:
             print(f"  ({len(missing)} units not in the log yet: {', '.join(missing[:6])}"
                   f"{' ...' if len(missing) > 6 else ''})", file=out)
-    report = exp.report(ctx, rows)
-    summary.files = write_report(exp, ctx, report, rows, out)
+    summary.files = write_report(exp, ctx, _report(exp, ctx, rows), rows, out)
     return summary
+
+
+def _report(exp: Experiment, ctx: Context, rows: list[Row]) -> Report:
+    """The experiment's report; with rows of several machines (a merged log, `--all-machines`), one
+    section per machine, side by side in one file, each CSV row naming its machine."""
+    by_machine: dict[str, list[Row]] = {}
+    for r in rows:
+        by_machine.setdefault(r.machine, []).append(r)
+    if len(by_machine) == 1:
+        return exp.report(ctx, rows)
+    merged = Report([], "")
+    for k, (machine, mine) in enumerate(sorted(by_machine.items())):
+        part = exp.report(ctx, mine)
+        merged.csv_rows += [{"machine": machine, **row} for row in part.csv_rows]
+        merged.markdown += f"## On {mine[0].machine_label} (`{machine}`)\n\n{part.markdown.rstrip()}\n\n"
+        merged.figures.update({f"{stem}-m{k + 1}": draw for stem, draw in part.figures.items()})
+    return merged
 
 
 __all__ = ["ReproduceError", "RunSummary", "run_experiment"]

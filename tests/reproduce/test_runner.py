@@ -91,6 +91,9 @@ def test_modes_and_machines_are_kept_apart(ctx: Context, tmp_path: Path) -> None
     assert not summary.measured
     with (ctx.out_dir / "toy.csv").open() as f:
         assert {r["machine"] for r in csv.DictReader(f)} == {fingerprint(), fingerprint(info)}
+    md = (ctx.out_dir / "toy.md").read_text()
+    assert "## On Some Other CPU (othercpu" in md and md.count("## On ") == 2
+    assert {p.name for p in summary.files} >= {"toy-m1.png", "toy-m2.png"}
 
 
 def test_results_must_be_json_objects_without_nan(ctx: Context) -> None:
