@@ -18,6 +18,7 @@ A factory is a module-level function (it is sent to the worker by name) returnin
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import statistics
@@ -97,7 +98,12 @@ def time_isolated(factories: dict[str, tuple[Factory, tuple]], rounds: int = 10,
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_worker, args=(child, factory, args), daemon=True)
         proc.start()
-        status, payload = parent.recv()
+        child.close()  # the worker holds the only other end: its death is an EOF here
+        try:
+            status, payload = _receive(parent, proc)
+        except PeerDied as e:
+            out[name].error = str(e)
+            continue
         if status == "error":
             out[name].error = payload
             proc.join()
@@ -105,20 +111,39 @@ def time_isolated(factories: dict[str, tuple[Factory, tuple]], rounds: int = 10,
         out[name].output = payload
         peers[name] = (proc, parent)
     try:
-        names = list(peers)
         for r in range(rounds):
+            names = list(peers)
             order = names[r % len(names):] + names[: r % len(names)] if names else []
             for name in order:
-                _, conn = peers[name]
-                conn.send(block_s)
-                times = conn.recv()
+                proc, conn = peers[name]
+                try:
+                    conn.send(block_s)
+                    times = _receive(conn, proc)
+                except (PeerDied, OSError) as e:  # this peer is out; the others go on
+                    out[name].error = f"during timing: {e}"
+                    del peers[name]
+                    continue
                 out[name].calls.extend(times)
                 out[name].block_medians_s.append(statistics.median(times))
     finally:
         for proc, conn in peers.values():
-            conn.send(None)
+            with contextlib.suppress(OSError):
+                conn.send(None)
             proc.join(timeout=10)
     return out
+
+
+class PeerDied(RuntimeError):
+    """A worker process ended without answering (a crash in native code, a kill)."""
+
+
+def _receive(conn: Any, proc: Any) -> Any:
+    """The worker's next message; `PeerDied` (with its exit code) when it died instead of answering."""
+    try:
+        return conn.recv()
+    except EOFError:
+        proc.join(timeout=10)
+        raise PeerDied(f"the worker process died (exit code {proc.exitcode})") from None
 
 
 __all__ = ["PeerTiming", "time_isolated"]
