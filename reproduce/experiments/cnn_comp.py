@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reproduce.experiment import Context, Experiment, Report, Row, Unit
-from reproduce.experiments.cnn_models import CNN, FULL, finite, tune, tuned_pipeline
+from reproduce.experiments.cnn_models import CNN, FULL, SECONDS_PER_TRIAL, finite, tune, tuned_pipeline
 from reproduce.output import md_table
 
 QUICK = (CNN("nature-dqn"), CNN("dcgan"), CNN("resnet-18", 32))
@@ -25,7 +25,6 @@ QUICK = (CNN("nature-dqn"), CNN("dcgan"), CNN("resnet-18", 32))
 # task lists, fewer for the two small networks.
 FULL_TRIALS = {"resnet-18": 600, "mobilenet-v2": 800, "vgg-16": 400, "nature-dqn": 160, "dcgan": 160}
 QUICK_TRIALS = 12
-SECONDS_PER_TRIAL = 1.5  # a candidate's build and timing on a quiet 2-core machine, for the ETA
 ROUNDS = {True: 4, False: 15}
 BLOCK_S = {True: 0.15, False: 0.25}
 BACKENDS = ("untuned", "tuned", "torch", "onnxruntime", "tvm")

@@ -47,6 +47,7 @@ class CNN:
 
 
 # The Relay paper's vision models (Sec. 5, Fig. 12), at their published input sizes.
+SECONDS_PER_TRIAL = 1.5  # a tuning candidate's build and timing on a quiet 2-core machine (for the ETA)
 FULL = (CNN("resnet-18"), CNN("mobilenet-v2"), CNN("vgg-16"), CNN("nature-dqn"), CNN("dcgan"))
 
 
@@ -72,13 +73,13 @@ def tune(ctx: Context, model: Any, trials: int, pipeline: str) -> dict[str, Any]
             ctx.note(f"{model.name}: {text}")
 
     res = tune_model(model, trials=trials, tuner="xgb", db=ctx.db, target="llvm", threads=ctx.threads,
-                     pipeline=pipeline, seed=ctx.seed, progress=_Notes(), compare=True)
+                     pipeline=pipeline, seed=ctx.seed, progress=_Notes(), compare=not ctx.quick)
     if res.interrupted:
         raise KeyboardInterrupt
     return finite({"model": model.name,
                    "trials_budget": trials, "new_trials": res.new_trials,
             "trials_logged": sum(r.trials for r in res.rows), "tasks": len(res.rows),
-            "pipeline": res.pipeline, "tune_s": res.seconds,
+            "pipeline": tuned_pipeline(ctx, model)[0], "pipeline_choice": res.pipeline, "tune_s": res.seconds,
             "e2e_default_ms": res.latency_before_s * 1e3, "e2e_tuned_ms": res.latency_after_s * 1e3,
             "e2e_speedup": res.speedup, "max_abs_diff": res.max_abs_diff,
             "task_speedups": {r.task.name: r.speedup for r in res.rows}})
@@ -95,4 +96,4 @@ def finite(value: Any) -> Any:
     return value
 
 
-__all__ = ["CNN", "FULL", "finite", "tune", "tuned_pipeline"]
+__all__ = ["CNN", "FULL", "SECONDS_PER_TRIAL", "finite", "tune", "tuned_pipeline"]

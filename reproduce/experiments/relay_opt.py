@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from reproduce.experiment import Context, Experiment, Report, Row, Unit
-from reproduce.experiments.cnn_models import CNN, FULL, finite, tune, tuned_pipeline
+from reproduce.experiments.cnn_models import CNN, FULL, SECONDS_PER_TRIAL, finite, tune, tuned_pipeline
 from reproduce.output import md_table
 
 STEPS = ("O0", "+fold", "+fuse", "+fold-scale-axis", "+layout", "+winograd", "tuned")
@@ -51,6 +51,8 @@ def step_passes(step: str, block: int) -> list[Any]:
     from autorelay.transform.simplify_expr import SimplifyExpr
     from autorelay.transform.winograd_conv import WinogradConv
 
+    if step not in STEPS:
+        raise ValueError(f"unknown ablation step {step!r}; known: {', '.join(STEPS)}")
     if step == "O0":
         return pipeline_passes("O0")
     graph = graph_passes() if STEPS.index(step) >= STEPS.index("+fold-scale-axis") else [
@@ -62,9 +64,7 @@ def step_passes(step: str, block: int) -> list[Any]:
     packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr()]
     if step == "+layout":
         return [*graph, *packing, FuseOps()]
-    if step in ("+winograd", "tuned"):
-        return [*graph, WinogradConv(), FoldConstant(), *packing, FuseOps()]
-    raise ValueError(f"unknown ablation step {step!r}; known: {', '.join(STEPS)}")
+    return [*graph, WinogradConv(), FoldConstant(), *packing, FuseOps()]  # +winograd, tuned
 
 
 def make_step(zoo: str, options: dict[str, Any], threads: int, step: str, block: int,
@@ -92,8 +92,10 @@ def tolerance(reference: np.ndarray) -> float:
 
 def _units(ctx: Context) -> list[Unit]:
     models = QUICK if ctx.quick else FULL
-    return [Unit(f"ablation/{m.name}", m.as_params(), expected_s=75.0 if ctx.quick else 600.0)
-            for m in models]
+    # the worst case: the log has no tuning run of the model (cnn_comp did not run), so it tunes here
+    budget = QUICK_TRIALS if ctx.quick else FULL_TRIALS
+    seconds = budget * SECONDS_PER_TRIAL + (40.0 if ctx.quick else 150.0)
+    return [Unit(f"ablation/{m.name}", m.as_params(), expected_s=seconds) for m in models]
 
 
 def _measure(ctx: Context, unit: Unit) -> dict[str, Any]:
@@ -182,7 +184,7 @@ EXPERIMENT = Experiment(
     reference="Roesch et al., Relay (arXiv:1904.08368), Sec. 5.3 optimisation ablation; "
               "Chen et al., TVM (OSDI 2018), Sec. 3 / Fig. 4 operator fusion 1.2-2x",
     quick_minutes=3.0,
-    full_minutes=60.0,
+    full_minutes=round(len(FULL) * (FULL_TRIALS * SECONDS_PER_TRIAL + 150.0) / 60),
     units=_units,
     measure=_measure,
     report=_report,
