@@ -30,6 +30,7 @@ BLOCK_S = {True: 0.15, False: 0.25}
 BACKENDS = ("untuned", "tuned", "torch", "onnxruntime", "tvm")
 LABELS = {"untuned": "AutoRelay untuned", "tuned": "AutoRelay tuned", "torch": "PyTorch eager",
           "onnxruntime": "ONNX Runtime", "tvm": "Apache TVM (untuned)"}
+SHORT = {"untuned": "untuned", "tuned": "tuned", "torch": "torch", "onnxruntime": "ORT", "tvm": "TVM"}
 
 
 def trials(ctx: Context, cnn: CNN) -> int:
@@ -101,9 +102,9 @@ def _report(ctx: Context, rows: Sequence[Row]) -> Report:
                          "trials": tunes.get(model, {}).get("trials_logged")})
         table.append([model, *(ms[b] for b in present), _ratio(ms["untuned"], ms["tuned"]),
                       *(_ratio(ms["tuned"], ms[b]) for b in present if b not in ("untuned", "tuned")),
-                      " ".join(f"{b[:5]} {_spread(res, b)}" for b in present)])
-    heads = ["model", *(f"{b} ms" for b in present), "tuning speedup",
-             *(f"tuned/{b}" for b in present if b not in ("untuned", "tuned")), "p10-p90 ms"]
+                      ", ".join(f"{SHORT[b]} {_spread(res, b)}" for b in present)])
+    heads = ["model", *(f"{SHORT[b]} ms" for b in present), "tuning speedup",
+             *(f"tuned/{SHORT[b]}" for b in present if b not in ("untuned", "tuned")), "p10-p90 ms"]
     tune_table = [[m, t["pipeline"], t["trials_logged"], t["new_trials"], t["tasks"], t["tune_s"]]
                   for m, t in tunes.items()]
     skipped = sorted({why for res, _ in times.values() for why in res.get("skipped", {}).values()})

@@ -175,7 +175,7 @@ def _draw(fig: Any, per_model: dict[str, list[tuple[str, float, float, float]]])
     ax.set_xticks(range(len(per_model)), list(per_model))
     ax.set_ylabel("speedup over O0 (x)")
     ax.set_title("Relay optimisation ablation, batch 1 (cumulative passes)")
-    ax.legend(fontsize=7, ncol=4)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
 
 
 EXPERIMENT = Experiment(
