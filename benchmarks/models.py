@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autorelay
 from autorelay.codegen.llvm.threads import park_all
-from autorelay.frontend import zoo
 from reproduce.baselines import (
     baseline_peers,
     make_autorelay,
@@ -73,7 +72,7 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-# ---- peers built inside their own worker process (see benchmarks/peers.py) ---------------------
+# ---- peers built inside their own worker process (see reproduce/peers.py) ----------------------
 
 
 def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any], db_url: str | None,
@@ -106,8 +105,7 @@ def bench_model(name: str, threads: int, repeat: int, options: dict[str, Any],
     from search.models import Model, schedule_source
     from search.pipeline_choice import choose_pipeline
 
-    mod, params = zoo.get(name, **options)
-    inputs = zoo.random_inputs(mod, params)
+    mod, params, inputs = zoo_model(name, options)
     model = Model(name, mod, params, inputs)
     pipeline = choose_pipeline(pipeline, model, db, "llvm", threads).pipeline  # rebuilt below: timed
     source = None if db is None else schedule_source(db, model, threads=threads, pipeline=pipeline)
