@@ -110,3 +110,22 @@ def test_a_tiny_relay_opt_runs_end_to_end_and_reruns_measuring_nothing(
         assert not again.measured and again.reused == ["ablation/mlp"]
     finally:
         db.close()
+
+
+def test_the_cnn_comp_report_leaves_out_a_skipped_baseline_and_says_why(tmp_path: Path) -> None:
+    from reproduce import Row
+
+    why = "onnxruntime skipped: onnxruntime is not installed (pip install -e '.[onnx-test]' adds it)"
+    timed = {"model": "m", "pipeline": "default", "skipped": {"onnxruntime": why},
+             "untuned_ms": 4.0, "untuned_spread": [3.9, 4.2], "tuned_ms": 2.0, "tuned_spread": [1.9, 2.1],
+             "torch_ms": 8.0, "torch_spread": [7.5, 9.0], "max_abs_diff_torch": 1e-6}
+    tuned = {"model": "m", "pipeline": "default", "trials_logged": 12, "new_trials": 12, "tasks": 3,
+             "tune_s": 9.0}
+    rows = [Row("tune/m", tuned, "x", "x", None), Row("time/m", timed, "x", "x", None)]
+    ctx = Context(quick=True, threads=2, db_url="", db=None, out_dir=tmp_path)
+    report = cnn_comp.EXPERIMENT.report(ctx, rows)
+    assert "ORT ms" not in report.markdown and f"- {why}" in report.markdown
+    line = next(ln for ln in report.markdown.splitlines() if ln.startswith("| m |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:6] == ["4.000", "2.000", "8.000", "2.000", "0.250"]  # ms, tuning speedup, tuned/torch
+    assert report.csv_rows[0]["onnxruntime_ms"] is None and report.csv_rows[0]["trials"] == 12
