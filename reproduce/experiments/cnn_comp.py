@@ -26,6 +26,7 @@ QUICK = (CNN("nature-dqn"), CNN("dcgan"), CNN("resnet-18", 32))
 FULL_TRIALS = {"resnet-18": 600, "mobilenet-v2": 800, "vgg-16": 400, "nature-dqn": 160, "dcgan": 160}
 QUICK_TRIALS = 12
 ROUNDS = {True: 4, False: 15}
+DIFF_WARN = 1e-3  # outputs further apart than this (max abs) are named in the report: not the same network
 BLOCK_S = {True: 0.15, False: 0.25}
 BACKENDS = ("untuned", "tuned", "torch", "onnxruntime", "tvm")
 LABELS = {"untuned": "AutoRelay untuned", "tuned": "AutoRelay tuned", "torch": "PyTorch eager",
@@ -108,6 +109,9 @@ def _report(ctx: Context, rows: Sequence[Row]) -> Report:
     tune_table = [[m, t["pipeline"], t["trials_logged"], t["new_trials"], t["tasks"], t["tune_s"]]
                   for m, t in tunes.items()]
     skipped = sorted({why for res, _ in times.values() for why in res.get("skipped", {}).values()})
+    skipped += [f"warning: {m} under {SHORT[b]} differs from AutoRelay tuned by {d:.2g} (max abs)"
+                for m, (res, _) in times.items() for b in BACKENDS
+                if (d := res.get(f"max_abs_diff_{b}")) is not None and d > DIFF_WARN]
     md = "\n".join([
         f"Batch 1, {ctx.threads} threads, latency in ms (median of all calls; p10-p90 of the block medians). "
         "Each backend runs in its own process, timed in alternated blocks. `untuned`: AutoRelay with the "
