@@ -247,25 +247,45 @@ def make_onnxruntime(name: str, options: dict[str, Any], threads: int) -> Runner
 
 
 def make_tvm(name: str, options: dict[str, Any], threads: int) -> Runner:
-    """Apache TVM (Relay, opt_level 3, target llvm -mcpu=native, untuned) importing the ONNX export.
-    TVM sizes its thread pool from TVM_NUM_THREADS, read when its runtime starts: set first."""
+    """Apache TVM importing the ONNX export, untuned: Relax's default CPU pipeline (TVM >= 0.20),
+    else Relay at opt_level 3, for this host's CPU. TVM sizes its thread pool from TVM_NUM_THREADS
+    when its runtime starts, so that is set first."""
     os.environ["TVM_NUM_THREADS"] = str(threads)
     import onnx
     import tvm
-    from tvm import relay
-    from tvm.contrib import graph_executor
+    from llvmlite import binding as llvm
 
     net, targs, in_names = _torch_net(name, options)
     path = export_onnx(net, targs, in_names)
     if path is None:
         raise RuntimeError("the ONNX export failed")
     shapes = {n: tuple(t.shape) for n, t in zip(in_names, targs)}
-    mod, params = relay.frontend.from_onnx(onnx.load(path), shape=shapes, freeze_params=True)
+    feeds = [t.numpy() for t in targs]
+    cpu = llvm.get_host_cpu_name()
+    try:
+        from tvm import relax
+        from tvm.relax.frontend.onnx import from_onnx
+    except ImportError:  # TVM before 0.20: Relay
+        return _tvm_relay(onnx.load(path), shapes, feeds, cpu)
+    mod = from_onnx(onnx.load(path), shape_dict=shapes, keep_params_in_input=False)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": threads})
+    vm = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())
+    args = [tvm.runtime.tensor(x, tvm.cpu()) for x in feeds]
+    main = vm["main"]
+    return (lambda: main(*args)), main(*args).numpy()
+
+
+def _tvm_relay(model: Any, shapes: dict[str, tuple], feeds: list[np.ndarray], cpu: str) -> Runner:
+    import tvm
+    from tvm import relay
+    from tvm.contrib import graph_executor
+
+    mod, params = relay.frontend.from_onnx(model, shape=shapes, freeze_params=True)
     with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target="llvm -mcpu=native", params=params)
+        lib = relay.build(mod, target=f"llvm -mcpu={cpu}", params=params)
     gm = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-    for n, t in zip(in_names, targs):
-        gm.set_input(n, t.numpy())
+    for n, x in zip(shapes, feeds):
+        gm.set_input(n, x)
 
     def run() -> Any:
         gm.run()
