@@ -21,7 +21,7 @@ from reproduce.experiments.cnn_models import CNN, FULL, SECONDS_PER_TRIAL, finit
 from reproduce.output import md_table
 
 TVM_NOTE = ("Apache TVM untuned, on the ONNX export: Relax's default CPU pipeline (TVM >= 0.20; no "
-            "MetaSchedule tuning, so its convolutions run unscheduled loops), else Relay at opt_level 3")
+            "MetaSchedule tuning), else Relay at opt_level 3")
 
 QUICK = (CNN("nature-dqn"), CNN("dcgan"), CNN("resnet-18", 32))
 # Trials per model (all of its tasks together). Full: ~40 per tuned task of the ResNet/MobileNet/VGG

@@ -64,6 +64,16 @@ def test_the_pytorch_baseline_matches_autorelay() -> None:
     run()
 
 
+def test_the_tvm_baseline_matches_pytorch_when_installed() -> None:
+    pytest.importorskip("tvm")
+    pytest.importorskip("onnx")
+    from reproduce.baselines import make_torch, make_tvm
+
+    _, theirs = make_torch("nature-dqn", {}, 1)
+    _, tvm_out = make_tvm("nature-dqn", {}, 1)
+    np.testing.assert_allclose(tvm_out, theirs, rtol=1e-3, atol=1e-4)
+
+
 def test_a_missing_baseline_is_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     from reproduce import baselines
 
