@@ -5,7 +5,7 @@ quantized ONNX file) and by ONNX Runtime: agreement and latency, next to AutoRel
                                         [--per-channel] [--threads 2] [--pipeline default|nchwc]
                                         [--repeat 10] [--calibration 8]
 
-The float network is the zoo model exported through PyTorch (`benchmarks/models.torch_module`);
+The float network is the zoo model exported through PyTorch (`reproduce/baselines.torch_module`);
 calibration uses seeded random inputs (enough for a latency and agreement check, not for accuracy).
 Agreement is measured on fresh inputs: the largest output difference in quantisation steps of the
 output, and the share of inputs whose arg-max class matches ONNX Runtime's. Latencies are medians
@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import autorelay
 from autorelay.frontend import from_onnx, zoo
-from benchmarks.models import interleaved, torch_module
+from benchmarks.models import interleaved
+from reproduce.baselines import torch_module
 
 
 def export_float(mod: Any, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
