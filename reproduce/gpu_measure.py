@@ -63,7 +63,8 @@ def _buffers(drv: Driver, code: KernelCode, arrays: list[np.ndarray]) -> tuple[l
     return ptrs, host
 
 
-def time_kernel(drv: Driver, code: KernelCode, arrays: list[np.ndarray], ref: np.ndarray, repeat: int) -> float:
+def time_kernel(drv: Driver, code: KernelCode, arrays: list[np.ndarray], ref: np.ndarray,
+                repeat: int) -> float:
     """ms per launch of `code` on `arrays`, after checking its output against `ref`."""
     module = load_kernel(code).module
     ptrs, host = _buffers(drv, code, arrays)
@@ -143,7 +144,8 @@ def mlp(drv: Driver, target: Target, repeat: int, batch: int = 64, seed: int = 1
         xi, wi, bi = (te.placeholder(s, name=n) for n, s in (("X", (batch, w.shape[1])), ("W", w.shape),
                                                               ("B", b.shape)))
         d = nn.dense(xi, wi, bi, name=f"fc{k}")
-        layers.append(emit_kernel(te.make_def([xi, wi, bi], d if k == len(ws) - 1 else nn.relu(d)), None, target))
+        out = d if k == len(ws) - 1 else nn.relu(d)
+        layers.append(emit_kernel(te.make_def([xi, wi, bi], out), None, target))
     sm_in = te.placeholder((batch, dims[-1]), name="X")
     layers.append(emit_kernel(te.make_def([sm_in], nn.softmax(sm_in)), None, target))
     mods = [load_kernel(code).module for code in layers]

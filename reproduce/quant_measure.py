@@ -1,6 +1,7 @@
 """Quantization measured: a model quantized with one calibration method and one bit plan, its top-1
 accuracy on the held-out digits (or its output error on a zoo model, which has no labels here) and
-its latency timed beside the fp32 build (a batch of `LATENCY_BATCH` digits; batch 1 for zoo models). `reproduce/experiments/quantization.py` and
+its latency timed beside the fp32 build (a batch of `LATENCY_BATCH` digits; batch 1 for zoo
+models). `reproduce/experiments/quantization.py` and
 `experiments/quantize_digits.py` call these; there is no other copy.
 
 Plans (layer names from `quantizable_layers`, in execution order):
@@ -150,7 +151,8 @@ def measure_zoo(name: str, method: str, plan: str, *, threads: int, db: Any = No
             "rel_error": relative_error(got, ref), "samples": valid.samples,
             "ms": q["ms"], "ms_p10": q["p10"], "ms_p90": q["p90"],
             "fp32_ms": f["ms"], "fp32_ms_p10": f["p10"], "fp32_ms_p90": f["p90"],
-            "speedup": f["ms"] / q["ms"], "batch": 1, "threads": threads, "rounds": rounds, "build_s": build_s}
+            "speedup": f["ms"] / q["ms"], "batch": 1, "threads": threads, "rounds": rounds,
+            "build_s": build_s}
 
 
 __all__ = ["PLANS", "bf16_available", "latency", "measure_digits", "measure_zoo", "needs_bf16",
