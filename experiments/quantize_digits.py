@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             ok &= r["drop"] <= bar
             lines.append(f"| {model.name} | {method} | {r['fp32_top1']:.2f} | {r['top1']:.2f} | "
                          f"{r['drop']:+.2f} | <= {bar} {'ok' if r['drop'] <= bar else 'FAIL'} | "
-                         f"{r['agree']:.1f} | {r['logit_err']:.2f} | {r['ms']:.3f} | {r['fp32_ms']:.3f} | {exact} |")
+                         f"{r['agree']:.1f} | {r['logit_err']:.2f} | {r['ms']:.3f} | {r['fp32_ms']:.3f} | "
+                         f"{exact} |")
             print(lines[-1], flush=True)
     text = "\n".join(lines)
     total = time.perf_counter() - t0
