@@ -101,7 +101,7 @@ def _report(ctx: Context, rows: Sequence[Row]) -> Report:
     for model, mrows in by_model.items():
         x = mrows[0].result
         parts += [f"## {model}: top-1 on {x['test_images']} held-out digits (trained {x['epochs']} epochs); "
-                  f"latency of a batch of {x['batch']}", "",
+                  f"latency of a batch of {x.get('batch', 1)}", "",
                   _digits_table(mrows), ""]
     if zoo:
         parts += ["## Zoo models (no labels here): relative output error against fp32 on random inputs", "",
@@ -128,7 +128,7 @@ def _draw(fig: Any, model: str, rows: Sequence[Row]) -> None:
         ax.plot([], [], marker=m, color="gray", linestyle="none", label=plan)
     for method, c in (("max", "C0"), ("percentile", "C1"), ("kl", "C2"), ("- (no calibration)", "k")):
         ax.plot([], [], marker="o", color=c, linestyle="none", label=method)
-    ax.set_xlabel(f"latency, batch of {rows[0].result['batch']} (ms)")
+    ax.set_xlabel(f"latency, batch of {rows[0].result.get('batch', 1)} (ms)")
     ax.set_ylabel("top-1 accuracy (%)")
     ax.set_title(f"{model}: accuracy vs latency per calibration method and bit plan")
     ax.legend(fontsize=7, ncol=2)
