@@ -11,6 +11,7 @@ what the overlap alone buys, the first pair what a user gets by flipping the kno
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -22,7 +23,15 @@ from autorelay.vta.config import VTAConfig
 from autorelay.vta.conv import ConvKnobs, ConvShape, conv_program, conv_reference, conv_space, run_conv
 from autorelay.vta.sim import SimResult, simulate
 
-SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue of a conv + relu layer
+LO, HI = 0, 127  # the requantize epilogue of a conv + relu layer: shift, then clip
+
+
+def requantize_shift(s: ConvShape) -> int:
+    """A shift that keeps most outputs of random int8 data inside (LO, HI): the accumulator of
+    `c*kh*kw` products of uniform int8 values has a standard deviation of about 128**2/3 *
+    sqrt(c*kh*kw); shifted to about 64. (A fixed shift saturates the deep layers' outputs, and a
+    saturated output hides a wrong sum from the bit-exact check.)"""
+    return max(0, round(math.log2(128**2 / 3 * math.sqrt(s.c * s.kh * s.kw) / 64)))
 
 
 def largest_knobs(space: list[ConvKnobs], vthreads: int) -> ConvKnobs | None:
@@ -77,12 +86,13 @@ class KnobRun:
 
 def _run(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: ConvShape, knobs: ConvKnobs, hw: VTAConfig,
          want: np.ndarray | None) -> KnobRun:
+    shift = requantize_shift(s)
     if want is None:  # cycle model alone: the same timeline, no data moved
-        prog, _ = conv_program(x, w, b, s.stride, s.pad, SHIFT, LO, HI, knobs, hw)
+        prog, _ = conv_program(x, w, b, s.stride, s.pad, shift, LO, HI, knobs, hw)
         res: SimResult = simulate(prog.insns, prog.dram, hw, functional=False)
         exact = None
     else:
-        got, res = run_conv(x, w, b, s.stride, s.pad, SHIFT, LO, HI, knobs, hw)
+        got, res = run_conv(x, w, b, s.stride, s.pad, shift, LO, HI, knobs, hw)
         exact = bool(np.array_equal(got, want))
     return KnobRun(knobs, res.cycles, res.utilization, dict(res.busy), exact)
 
@@ -96,13 +106,14 @@ def measure_layer(s: ConvShape, hw: VTAConfig, *, seed: int = 0, functional: boo
     w = rng.integers(-128, 128, (s.o, s.c, s.kh, s.kw), dtype=np.int8)
     b = rng.integers(-(1 << 12), 1 << 12, (s.o,), dtype=np.int32)
     t0 = time.perf_counter()
-    want = conv_reference(x, w, b, s.stride, s.pad, SHIFT, LO, HI) if functional else None
+    want = conv_reference(x, w, b, s.stride, s.pad, requantize_shift(s), LO, HI) if functional else None
     space = conv_space(s, hw)
     v1, v2 = largest_knobs(space, 1), largest_knobs(space, 2)
     if v1 is None:
         raise ValueError(f"{layer_name(s)}: no knob setting fits the accelerator's buffers")
     row: dict[str, Any] = {"layer": layer_name(s), "space": len(space), "clock_mhz": hw.clock_mhz,
-                           "macs": s.oh * s.ow * s.o * s.c * s.kh * s.kw, "functional": functional}
+                           "macs": s.oh * s.ow * s.o * s.c * s.kh * s.kw, "functional": functional,
+                           "clipped": None if want is None else float(np.mean((want == LO) | (want == HI)))}
     row.update(_run(x, w, b, s, v1, hw, want).as_dict("v1"))
     if v2 is not None:
         row.update(_run(x, w, b, s, v2, hw, want).as_dict("v2"))
@@ -178,5 +189,5 @@ def measure_resnet18(*, image: int, inputs: int, threads: int, db: Any = None, r
             "build_s": build_s, "sim_s_per_inference": sim_s}
 
 
-__all__ = ["KnobRun", "largest_knobs", "layer_name", "measure_layer", "measure_resnet18", "resnet18_convs",
-           "search_cycles"]
+__all__ = ["KnobRun", "largest_knobs", "layer_name", "measure_layer", "measure_resnet18", "requantize_shift",
+           "resnet18_convs", "search_cycles"]

@@ -74,6 +74,16 @@ def _spread(x: Mapping[str, Any], key: str) -> str:
     return f"{x[key]:.4f} ({x[key + '_p10']:.4f}-{x[key + '_p90']:.4f})"
 
 
+def _noise(rows: Sequence[Row]) -> str:
+    """How far the same fp32 build's median moved between units: the scale below which a latency
+    difference between plans says nothing on this machine."""
+    fp32 = [r.result["fp32_ms"] for r in rows]
+    lo, hi = min(fp32), max(fp32)
+    verdict = ("latency differences smaller than that are noise here (a shared or busy machine; rerun on "
+               "a quiet one, or with --threads 1)") if hi > 1.25 * lo else "the timings were steady"
+    return f"The fp32 build timed beside each unit: {lo:.4f} to {hi:.4f} ms ({hi / lo:.2f}x); {verdict}.\n"
+
+
 def _digits_table(rows: Sequence[Row]) -> str:
     body = [[x["plan"], x["calibration"], x["top1"], x["drop"], x["agree"], _spread(x, "ms"),
              _spread(x, "fp32_ms"), x["speedup"]] for x in (r.result for r in rows)]
@@ -102,7 +112,7 @@ def _report(ctx: Context, rows: Sequence[Row]) -> Report:
         x = mrows[0].result
         parts += [f"## {model}: top-1 on {x['test_images']} held-out digits (trained {x['epochs']} epochs); "
                   f"latency of a batch of {x.get('batch', 1)}", "",
-                  _digits_table(mrows), ""]
+                  _digits_table(mrows), "", _noise(mrows)]
     if zoo:
         parts += ["## Zoo models (no labels here): relative output error against fp32 on random inputs", "",
                   _zoo_table(zoo), ""]
