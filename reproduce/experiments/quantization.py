@@ -79,8 +79,9 @@ def _noise(rows: Sequence[Row]) -> str:
     difference between plans says nothing on this machine."""
     fp32 = [r.result["fp32_ms"] for r in rows]
     lo, hi = min(fp32), max(fp32)
+    hint = ", or with --threads 1" if rows[0].result.get("threads", 1) > 1 else ""
     verdict = ("latency differences smaller than that are noise here (a shared or busy machine; rerun on "
-               "a quiet one, or with --threads 1)") if hi > 1.25 * lo else "the timings were steady"
+               f"a quiet one{hint})") if hi > 1.25 * lo else "the timings were steady"
     return f"The fp32 build timed beside each unit: {lo:.4f} to {hi:.4f} ms ({hi / lo:.2f}x); {verdict}.\n"
 
 
