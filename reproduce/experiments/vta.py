@@ -139,8 +139,8 @@ EXPERIMENT = Experiment(
     title="VTA latency hiding and ResNet-18 offload",
     reference="TVM (Chen et al., OSDI 2018) §4.3 latency hiding (Fig. 10) and §6.4 VTA offload of ResNet-18 "
               "(Fig. 21); VTA (Moreau et al., IEEE Micro 2019)",
-    quick_minutes=2.0,
-    full_minutes=6.0,
+    quick_minutes=1.0,
+    full_minutes=3.0,
     units=_units,
     measure=_measure,
     report=_report,
