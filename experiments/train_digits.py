@@ -9,7 +9,8 @@ plain NumPy in Python.
     python experiments/train_digits.py --epochs 3   # shorter
 
 Model: conv3x3(1->16) + bias + relu -> maxpool 2x2 -> conv3x3(16->32) + bias + relu -> maxpool 2x2
--> flatten (128) -> dense(10) + bias -> softmax cross-entropy against one-hot labels.
+-> flatten (128) -> dense(10) + bias -> softmax cross-entropy against one-hot labels (the network
+and the data split are `reproduce.digits`', which the quantization experiment trains too).
 """
 
 from __future__ import annotations
@@ -23,36 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-try:
-    import autorelay
-except ModuleNotFoundError:  # run from a source checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import autorelay
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages first
+import autorelay
 from autorelay.ir import Function, IRModule, TensorType, Var
 from autorelay.op.registry import call
 from autorelay.runtime.interpreter import Interpreter
+from reproduce.digits import CLASSES, PARAM_SHAPES, load_digits_split, logits_expr
 
-CLASSES = 10
-C1, C2 = 16, 32  # channels of the two convolutions
-PARAM_SHAPES = {
-    "w1": (C1, 1, 3, 3),
-    "b1": (C1,),
-    "w2": (C2, C1, 3, 3),
-    "b2": (C2,),
-    "w3": (CLASSES, C2 * 2 * 2),
-    "b3": (CLASSES,),
-}
-
-
-def logits_expr(data: Var, p: dict[str, Var]):
-    """The network's forward pass in the IR, for a batch of images `data: (N, 1, 8, 8)`."""
-    h = call("nn.conv2d", data, p["w1"], padding=(1, 1), channels=C1, kernel_size=(3, 3))
-    h = call("nn.relu", call("nn.bias_add", h, p["b1"]))
-    h = call("nn.max_pool2d", h, pool_size=(2, 2), strides=(2, 2))
-    h = call("nn.conv2d", h, p["w2"], padding=(1, 1), channels=C2, kernel_size=(3, 3))
-    h = call("nn.relu", call("nn.bias_add", h, p["b2"]))
-    h = call("nn.max_pool2d", h, pool_size=(2, 2), strides=(2, 2))
-    return call("nn.bias_add", call("nn.dense", call("nn.batch_flatten", h), p["w3"]), p["b3"])
+__all__ = ["CLASSES", "PARAM_SHAPES", "DigitsTrainer", "TrainResult", "init_params", "load_digits_split",
+           "logits_expr", "loss_function", "predict_function"]
 
 
 def _params() -> dict[str, Var]:
@@ -74,17 +54,6 @@ def predict_function(batch: int) -> Function:
     data = Var("data", TensorType((batch, 1, 8, 8), "float32"))
     p = _params()
     return Function((data, *p.values()), call("argmax", logits_expr(data, p), axis=(1,)))
-
-
-def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> tuple[np.ndarray, ...]:
-    """Images scaled to [0, 1] as (N, 1, 8, 8) float32, labels as int; a stratified split."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    x = (digits.images / 16.0).astype("float32")[:, None, :, :]
-    y = digits.target.astype("int64")
-    return tuple(train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y))
 
 
 def init_params(seed: int) -> dict[str, np.ndarray]:

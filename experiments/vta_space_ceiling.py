@@ -13,24 +13,12 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autorelay.vta import VTAConfig, simulate
-from autorelay.vta.conv import ConvKnobs, ConvShape, conv_program, conv_space
+from autorelay.vta import VTAConfig
+from autorelay.vta.conv import conv_space
 from autorelay.vta.tasks import default_conv_knobs
-
-# ResNet-18's offloaded convolutions after the stem (batch 1): (C, H, O, kernel, stride)
-LAYERS = [(64, 56, 64, 3, 1), (64, 56, 128, 3, 2), (128, 28, 128, 3, 1), (64, 56, 128, 1, 2),
-          (128, 28, 256, 3, 2), (256, 14, 256, 3, 1), (128, 28, 256, 1, 2), (256, 14, 512, 3, 2),
-          (512, 7, 512, 3, 1), (256, 14, 512, 1, 2)]
-
-
-def cycles(shape: ConvShape, knobs: ConvKnobs, hw: VTAConfig, w: np.ndarray) -> int:
-    x = np.zeros((1, shape.c, shape.h, shape.w), np.int8)
-    prog, _ = conv_program(x, w, None, shape.stride, shape.pad, 6, -128, 127, knobs, hw)
-    return simulate(prog.insns, prog.dram, hw, functional=False).cycles
+from reproduce.vta_measure import layer_name, resnet18_convs, search_cycles
 
 
 def main() -> None:
@@ -38,20 +26,17 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the table (Markdown) here too")
     args = ap.parse_args()
     hw = VTAConfig()
-    rng = np.random.default_rng(0)
     lines = ["| layer | space | default cycles | best cycles | best knobs | best / default |",
              "|---|---:|---:|---:|---|---:|"]
     gains = []
     t0 = time.perf_counter()
-    for c, h, o, k, s in LAYERS:
-        shape = ConvShape(c, h, h, o, k, k, s, k // 2)
-        w = rng.integers(-3, 3, (o, c, k, k)).astype(np.int8)
+    for shape, _ in resnet18_convs(224):  # ResNet-18's offloaded convolutions after the stem
         space = conv_space(shape, hw)
-        default = cycles(shape, default_conv_knobs(shape, hw), hw, w)
-        timed = {kn: cycles(shape, kn, hw, w) for kn in space}
+        default, *rest = search_cycles(shape, [default_conv_knobs(shape, hw), *space], hw)
+        timed = dict(zip(space, rest))
         best = min(timed, key=timed.__getitem__)
         gains.append(default / timed[best])
-        lines.append(f"| {c}x{h}x{h}->{o} k{k}s{s} | {len(space)} | {default} | {timed[best]} | "
+        lines.append(f"| {layer_name(shape)} | {len(space)} | {default} | {timed[best]} | "
                      f"{best} | {gains[-1]:.2f}x |")
         print(lines[-1], flush=True)
     lines.append(f"\nmedian best / default over the layers: {statistics.median(gains):.2f}x "
