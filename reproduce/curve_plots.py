@@ -55,6 +55,7 @@ def draw_trial_bars(fig: Any, results: Sequence[TaskResult], strategies: Sequenc
     fig.set_size_inches(max(6.0, 0.5 * len(results) * max(1, len(strategies)) + 2), 4.2)
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(strategies))
+    hatched = []
     for k, t in enumerate(strategies):
         xs, hs, never = [], [], []
         for i, r in enumerate(results):
@@ -65,15 +66,15 @@ def draw_trial_bars(fig: Any, results: Sequence[TaskResult], strategies: Sequenc
             hs.append(r.budget.get(t, 0) if math.isinf(v) else v)
             never.append(math.isinf(v))
         bars = ax.bar(xs, hs, width, label=t)
-        for b, nv in zip(bars, never):
-            if nv:
-                b.set_hatch("//")
-                b.set_alpha(0.5)
-                ax.annotate(">", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
-                            fontsize=7)
+        hatched += [b for b, nv in zip(bars, never) if nv]
+    ax.legend(fontsize=8)  # before the hatching, so the legend shows plain colours
+    for b in hatched:
+        b.set_hatch("//")
+        b.set_alpha(0.5)
+        ax.annotate(">", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
+                    fontsize=7)
     ax.set_xticks(range(len(results)), [r.name.split()[0] for r in results], fontsize=8)
     ax.set_ylabel(f"trials to {LEVEL:.0%} of best (median over seeds)")
-    ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
 

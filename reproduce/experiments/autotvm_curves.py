@@ -32,14 +32,21 @@ START_S = 3.0  # starting the measurement workers of one unit
 
 @dataclass(frozen=True)
 class Plan:
-    """What one mode measures: the workloads, tuners, seeds 0..seeds-1, trials per run, and the
-    shortest timed repeat (ms). The tests shrink it to a tiny workload through `QUICK`."""
+    """What one mode measures: the workloads, tuners, seeds 0..seeds-1, trials per run, the
+    shortest timed repeat (ms) and how long one candidate's timing may take before it counts as a
+    failure (s). The tests shrink it to a tiny workload through `QUICK`."""
 
     workloads: tuple[ConvWorkload, ...]
     tuners: tuple[str, ...]
     seeds: int
     trials: int
     min_repeat_ms: float
+    timeout_s: float = 10.0
+
+    def timing(self) -> Any:
+        from search.measure import TimingSettings
+
+        return TimingSettings(min_repeat_ms=self.min_repeat_ms, timeout=self.timeout_s)
 
     def expected_s(self, w: ConvWorkload) -> float:
         """One run of workload `w`."""
@@ -51,7 +58,9 @@ class Plan:
         return sum(self.expected_s(w) for w in self.workloads) * len(self.tuners) * self.seeds / 60
 
 
-QUICK = Plan(tuple(workloads(("C5", "C8", "C11"))), TUNERS, 1, 16, 5.0)
+# --quick: the three lightest workloads (13 MFLOP each: a good schedule runs them in well under a
+# millisecond), so a candidate whose timing takes over 3 s is hopeless and scored as failed
+QUICK = Plan(tuple(workloads(("C5", "C8", "C11"))), TUNERS, 1, 16, 5.0, 3.0)
 FULL = Plan(WORKLOADS, TUNERS, 3, 128, 20.0)
 
 
@@ -88,19 +97,20 @@ def units(ctx: Context) -> list[Unit]:
             for w in p.workloads for t in tuners for s in range(p.seeds)]
 
 
-def measure_run(ctx: Context, w: ConvWorkload, tuner: str, seed: int, trials: int, min_repeat_ms: float,
-                tag: str, strategy: str, donors: Sequence[str] | None = None) -> dict[str, Any]:
-    """Tune one run of workload `w` to `trials` trials (resuming from the log) and return its stored
-    result: the per-trial GFLOP/s and what the run was. Shared with the `transfer` experiment."""
+def measure_run(ctx: Context, w: ConvWorkload, tuner: str, seed: int, p: Plan, tag: str, strategy: str,
+                donors: Sequence[str] | None = None) -> dict[str, Any]:
+    """Tune one run of workload `w` to the plan's trials (resuming from the log) with its timing and
+    return its stored result: the per-trial GFLOP/s and what the run was. Shared with the `transfer`
+    experiment."""
     from autorelay.codegen import resolve_target
     from reproduce.conv_workloads import conv_task
     from reproduce.curve_tuning import history_gflops, tune_run
-    from search.measure import Measurer, TimingSettings
+    from search.measure import Measurer
 
     task = conv_task(w, resolve_target("llvm", ctx.threads))
-    with Measurer(settings=TimingSettings(min_repeat_ms=min_repeat_ms)) as m:
-        run = tune_run(task, tuner, seed, trials, ctx.db, m, tag=tag, donors=donors)
-    gflops = history_gflops(ctx.db, run.task, trials)
+    with Measurer(settings=p.timing()) as m:
+        run = tune_run(task, tuner, seed, p.trials, ctx.db, m, tag=tag, donors=donors)
+    gflops = history_gflops(ctx.db, run.task, p.trials)
     if not gflops:
         raise RuntimeError(f"{w.name} {strategy} seed {seed}: no trial in the log after tuning")
     ctx.note(f"{w.name} {strategy} seed {seed}: {run.new} new trials ({len(gflops) - run.new} from the log), "
@@ -117,8 +127,7 @@ def measure(ctx: Context, unit: Unit) -> dict[str, Any]:
     tuner, seed = unit.params["tuner"], int(unit.params["seed"])
     from reproduce.curve_tuning import run_tag
 
-    return measure_run(ctx, w, tuner, seed, p.trials, p.min_repeat_ms, run_tag(tuner, seed, variant(ctx)),
-                       tuner)
+    return measure_run(ctx, w, tuner, seed, p, run_tag(tuner, seed, variant(ctx)), tuner)
 
 
 def titles(p: Plan) -> dict[str, str]:
@@ -137,6 +146,7 @@ def report(ctx: Context, rows: Sequence[Row]) -> Report:
     tuners = [t for t in p.tuners if t in present] + sorted(present - set(p.tuners))
     s = summarise(results)
     lines = [
+        "",  # a blank line after the runner's header
         f"Trials to reach {LEVEL:.0%} of the best-known speed (the best any tuner reached on the workload in "
         "the same seed), median over seeds; `never`: not within the budget. Float32 NCHW convolutions, "
         "batch 1, the direct NCHW template; each (workload, tuner, seed) is its own run from scratch.",

@@ -93,16 +93,14 @@ def measure(ctx: Context, unit: Unit) -> dict[str, Any]:
     c = p.curves
     if role == "pretrain":
         w = {x.name: x for x in p.donors}[unit.params["workload"]]
-        return ac.measure_run(ctx, w, MODEL_TUNER, 0, c.trials, c.min_repeat_ms,
-                              run_tag(MODEL_TUNER, 0, ac.variant(ctx)), "pretrain")
+        return ac.measure_run(ctx, w, MODEL_TUNER, 0, c, run_tag(MODEL_TUNER, 0, ac.variant(ctx)), "pretrain")
     w = {x.name: x for x in p.targets}[unit.params["workload"]]
     seed = int(unit.params["seed"])
     if role == "scratch":
-        return ac.measure_run(ctx, w, MODEL_TUNER, seed, c.trials, c.min_repeat_ms,
-                              run_tag(MODEL_TUNER, seed, ac.variant(ctx)), "scratch")
-    return ac.measure_run(ctx, w, MODEL_TUNER, seed, c.trials, c.min_repeat_ms,
-                          run_tag(MODEL_TUNER, seed, ac.variant(ctx, "transfer")), "transfer",
-                          donors=donor_keys(ctx, p))
+        return ac.measure_run(ctx, w, MODEL_TUNER, seed, c, run_tag(MODEL_TUNER, seed, ac.variant(ctx)),
+                              "scratch")
+    tag = run_tag(MODEL_TUNER, seed, ac.variant(ctx, "transfer"))
+    return ac.measure_run(ctx, w, MODEL_TUNER, seed, c, tag, "transfer", donors=donor_keys(ctx, p))
 
 
 def report(ctx: Context, rows: Sequence[Row]) -> Report:
@@ -119,6 +117,7 @@ def report(ctx: Context, rows: Sequence[Row]) -> Report:
     faster = sum(r.ratio < 1 for r in results)
     learned = sorted({r.result.get("transferred", 0) for r in runs if r.result.get("strategy") == "transfer"})
     lines = [
+        "",  # a blank line after the runner's header
         f"Trials of the model-based tuner ({MODEL_TUNER}) to reach {LEVEL:.0%} of the best-known speed (the "
         "best either arm reached on the workload in the same seed), median over seeds; `never`: not within "
         "the budget. `transfer`: its cost model pre-trained on the measurements of "
