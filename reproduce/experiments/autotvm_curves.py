@@ -27,7 +27,7 @@ TUNERS = (MODEL_TUNER, BASELINE_TUNER, "ga", "optuna-tpe")
 # a heavy workload runs longer than that: it is timed at a fraction of the best speed).
 COMPILE_S = 0.45
 POOR_GFLOPS = 8.0
-START_S = 3.0  # starting the measurement workers of one unit
+START_S = 1.0  # starting the measurement workers of one unit, priming its reference
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,29 @@ def test_tiny_run_end_to_end_then_a_rerun_measures_nothing(ctx: Context) -> None
     again = run_experiment(exp, ctx)
     assert not again.measured and sorted(again.reused) == ["T1/random/s0", "T1/xgb/s0"]
     assert len(history_gflops(ctx.db, tagged(task, run_tag("xgb", 0, "quick")), 100)) == 4
+
+
+def test_tiny_transfer_run_learns_from_exactly_its_donors(ctx: Context,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tiny donors pre-train the model tuning a third conv; its own scratch run, logged just
+    before (the nearest workload the log holds, at distance 0), must not be among the donors."""
+    from reproduce.experiments import transfer
+    from search.tuners.model_based import lower_features
+
+    donors = (ConvWorkload("D1", 8, 8, 16, 3, 1, 1), ConvWorkload("D2", 10, 8, 16, 3, 1, 1))
+    target = ConvWorkload("T2", 12, 8, 16, 3, 1, 1)
+    curves = autotvm_curves.Plan(donors + (target,), ("xgb",), 1, 4, 1.0)
+    monkeypatch.setattr(transfer, "QUICK", transfer.TransferPlan(donors, (target,), 1, curves))
+    summary = run_experiment(transfer.EXPERIMENT, ctx)
+    assert summary.measured == ["pretrain/D1", "pretrain/D2", "T2/scratch/s0", "T2/transfer/s0"]
+    stored = {r.unit: r.result for r in ctx.db.experiment_results("transfer", ctx.mode)}
+    tt = conv_task(target, resolve_target("llvm", 1))
+    lowerable = 0
+    for d in donors:
+        key = tagged(conv_task(d, resolve_target("llvm", 1)), run_tag("xgb", 0, "quick")).key
+        for rec in ctx.db.history(key, str(tt.target)):
+            lowerable += lower_features(tt, tt.config_from_json(rec.config)) is not None
+    assert 0 < stored["T2/transfer/s0"]["transferred"] == lowerable <= 8
+    assert stored["T2/scratch/s0"]["transferred"] == 0
+    assert len(stored["T2/transfer/s0"]["gflops"]) == 4
+    assert "transfer faster on" in (ctx.out_dir / "transfer.md").read_text()
