@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # NumPy and the compiler load when a task is built, not when `--list` reads the table
+    import numpy as np
 
-from autorelay.target import Target
-from search.task import Task
+    from autorelay.target import Target
+    from search.task import Task
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ def workloads(names: list[str] | tuple[str, ...]) -> list[ConvWorkload]:
 def conv_reference(data: np.ndarray, weight: np.ndarray, stride: int, pad: int) -> np.ndarray:
     """NCHW/OIHW convolution in float64: every output pixel is the dot product of its input window
     (a strided sliding-window view of the zero-padded data) with each filter."""
+    import numpy as np
+
     x = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     kh, kw = weight.shape[2], weight.shape[3]
     windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
