@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,12 +109,15 @@ def tune_task(
     transfer: bool = True,
     reuse_pick: bool | None = None,
     shared: SharedLog | None = None,
+    transfer_donors: Sequence[str] | None = None,
 ) -> TuneResult:
     """Tune `task` to `trials` distinct measured configs in total (logged ones included).
 
     `from_log=False` skips reading the log (the tuner already holds it: later rounds of a task
     scheduler); `final=False` skips the interleaved re-measurement (and returns the search figures);
-    `transfer` warms a model-based tuner with similar workloads' logged measurements; `reuse_pick`
+    `transfer` warms a model-based tuner with similar workloads' logged measurements (with
+    `transfer_donors`, exactly those workload keys' measurements: an experiment that pre-trains on
+    a named set of workloads must not pick up whatever else the log holds); `reuse_pick`
     (default: when this call measured nothing new) reports the last logged re-measurement instead
     of timing the top candidates again. `shared`: this task's view of a log other tuners use too
     (made here when not given): configs are claimed before they are measured, and the others'
@@ -129,7 +132,7 @@ def tune_task(
         if from_log:
             done, best = resume(db, task, tuner, shared)
             if transfer and getattr(tuner, "transferred", None) == 0:
-                used = transfer_from_log(db, task, tuner)
+                used = transfer_from_log(db, task, tuner, donors=transfer_donors)
                 if used:
                     log.info("%s: model warmed with %d measurements of similar workloads", task.name, used)
         else:
@@ -259,27 +262,38 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner,
     return best, tuner.best_cost, med[best], med[task.default]
 
 
-def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_donor: int = 400) -> int:
+def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_donor: int = 400,
+                      donors: Sequence[str] | None = None) -> int:
     """Warm a model-based tuner with the logged measurements of the nearest workloads of the same
-    family on this target (nearest by `tuning_db.shape_distance`); returns records used."""
+    family on this target (nearest by `tuning_db.shape_distance`); returns records used.
+
+    `donors`: learn from exactly these workload keys instead (each one's first `per_donor` search
+    trials on this target, however far its shape; `max_donors` does not apply), so a caller can
+    name its pre-training set. The task's own key is never a donor."""
     from tuning_db import shape_distance
 
     if not hasattr(tuner, "transfer"):
         return 0
+    if donors is not None:
+        return sum(tuner.transfer(_donor_records(db, task, key, per_donor))
+                   for key in dict.fromkeys(donors) if key != task.key)
     src = db.schedule_source(str(task.target))
-    donors = []
+    near = []
     for key, wl in src.tuned_of_family(task.workload["family"]):
         if key == task.key:
             continue
         d = shape_distance(task.workload, wl)
         if d is not None:
-            donors.append((d, key))
-    used = 0
-    for _, key in sorted(donors)[:max_donors]:
-        recs = [(r.config, r.mean_cost) for r in db.history(key, str(task.target))
-                if r.mean_cost is not None and r.runner_version != REMEASURE_TAG][:per_donor]
-        used += tuner.transfer(recs)
-    return used
+            near.append((d, key))
+    chosen = [key for _, key in sorted(near)[:max_donors]]
+    return sum(tuner.transfer(_donor_records(db, task, key, per_donor)) for key in chosen)
+
+
+def _donor_records(db: Any, task: Task, key: str, limit: int) -> list[tuple[dict[str, Any], float]]:
+    """(config JSON, mean cost) of a donor workload's first `limit` timed search trials on the task's
+    target (re-timings left out: they repeat configs already counted)."""
+    return [(r.config, r.mean_cost) for r in db.history(key, str(task.target))
+            if r.mean_cost is not None and r.runner_version != REMEASURE_TAG][:limit]
 
 
 def tune_tasks(

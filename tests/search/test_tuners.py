@@ -114,6 +114,48 @@ def test_transfer_from_similar_workload(task, db):
     assert np.corrcoef(np.argsort(np.argsort(scores[ok])), np.argsort(np.argsort(truth[ok])))[0, 1] > 0.5
 
 
+class _Spy:
+    """Stands in for a model-based tuner: records which donor records `transfer` was offered."""
+
+    def __init__(self) -> None:
+        self.offered: list[list[tuple[dict, float]]] = []
+        self.transferred = 0
+
+    def transfer(self, records) -> int:  # type: ignore[no-untyped-def]
+        self.offered.append(list(records))
+        return len(records)
+
+
+def test_transfer_from_named_donors_only(task, db):
+    """`donors` names the pre-training set exactly: a nearer workload in the log is left out, a far
+    one named is used however far, the task's own key is never its donor, each donor's records are
+    capped at `per_donor`."""
+    far = dense_task(8, 24, 16)
+    tune_task(task, make_tuner("random", task, seed=0), 24, db, SyntheticMeasurer(), batch=8, final=False)
+    tune_task(far, make_tuner("random", far, seed=0), 16, db, SyntheticMeasurer(), batch=8, final=False)
+    other = dense_task(16, 32, 32)
+    nearest = _Spy()
+    transfer_from_log(db, other, nearest, max_donors=1)
+    assert [len(r) for r in nearest.offered] == [24]  # the nearest workload only, by default
+    named = _Spy()
+    used = transfer_from_log(db, other, named, donors=[far.key, other.key, far.key], per_donor=10)
+    assert used == 10 and [len(r) for r in named.offered] == [10]
+    far_configs = [r.config for r in db.history(far.key, str(far.target))][:10]
+    assert [c for c, _ in named.offered[0]] == far_configs
+    assert transfer_from_log(db, other, _Spy(), donors=[]) == 0
+
+
+def test_tune_task_passes_its_donors_on(task, db):
+    far = dense_task(8, 24, 16)
+    tune_task(far, make_tuner("random", far, seed=0), 16, db, SyntheticMeasurer(), batch=8, final=False)
+    tune_task(task, make_tuner("random", task, seed=0), 16, db, SyntheticMeasurer(), batch=8, final=False)
+    other = dense_task(16, 32, 32)
+    tuner = ModelBasedTuner(other, seed=0)
+    tune_task(other, tuner, 8, db, SyntheticMeasurer(), batch=8, final=False, transfer_donors=[far.key])
+    assert 0 < tuner.transferred <= 16  # the far donor's configs that lower on `other`, no more
+    assert len(tuner.model._donors) == 1
+
+
 def test_optuna_study_lives_in_the_tuning_log(task, tmp_path):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     log = tuning_db.open(url)
