@@ -79,7 +79,8 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     calib = calibrate(mod, params, _calibration(name, mod, params, inputs, count), method=method,
                       progress=False)
     # the integer scheme whose kernels are fastest on this host (7-bit weights on AVX2 without VNNI)
-    qmod, qparams = quantize_model(mod, params, calib, QuantizePlan(), scheme_for_target(resolve_target("llvm")))
+    scheme = scheme_for_target(resolve_target("llvm"))
+    qmod, qparams = quantize_model(mod, params, calib, QuantizePlan(), scheme)
     pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url)
     source = None
     if db_url is not None:
