@@ -71,12 +71,16 @@ def make_fp32(name: str, options: dict[str, Any], threads: int, db_url: str | No
 def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | None, count: int,
               method: str) -> tuple[Callable[[], Any], np.ndarray]:
     """AutoRelay's all-int8 build of the zoo model."""
+    from autorelay.codegen import resolve_target
     from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
+    from autorelay.transform.quantize.scheme import scheme_for_target
 
     mod, params, inputs = _zoo_model(name, options)
     calib = calibrate(mod, params, _calibration(name, mod, params, inputs, count), method=method,
                       progress=False)
-    qmod, qparams = quantize_model(mod, params, calib, QuantizePlan())
+    # the integer scheme whose kernels are fastest on this host (7-bit weights on AVX2 without VNNI)
+    scheme = scheme_for_target(resolve_target("llvm"))
+    qmod, qparams = quantize_model(mod, params, calib, QuantizePlan(), scheme)
     pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url)
     source = None
     if db_url is not None:

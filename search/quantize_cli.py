@@ -132,7 +132,8 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
                 f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
     if calib is None:
         calib = calibrate(model.mod, model.params, data.batches, method=args.method, progress=False)
-    return quantized(model, calib, plan), pipeline, note  # "auto": chosen for the quantized model
+    # pipeline "auto": chosen for the quantized model
+    return quantized(model, calib, plan, args.target, threads), pipeline, note
 
 
 def _plot(result: Any, path: str) -> None:

@@ -45,6 +45,7 @@ from autorelay.transform.quantize import (
     quantizable_layers,
     quantize_model,
 )
+from autorelay.transform.quantize.scheme import scheme_for_target
 from search.models import (
     Model,
     build_model,
@@ -132,10 +133,13 @@ def relative_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray
     return float(np.linalg.norm(y - ref)) / (norm if norm > 0 else 1.0)
 
 
-def quantized(model: Model, calibration: Any, plan: Mapping[str, str] | Any) -> Model:
-    """The model with `plan` applied (a layer -> precision mapping or a QuantizePlan)."""
+def quantized(model: Model, calibration: Any, plan: Mapping[str, str] | Any, target: str = "llvm",
+              threads: int | None = None) -> Model:
+    """The model with `plan` applied (a layer -> precision mapping or a QuantizePlan), in the
+    integer scheme whose kernels are fastest on `target` (`scheme_for_target`)."""
     qplan = plan if isinstance(plan, QuantizePlan) else QuantizePlan(dict(plan))
-    qmod, qparams = quantize_model(model.mod, model.params, calibration, qplan)
+    scheme = scheme_for_target(resolve_target(target, threads))
+    qmod, qparams = quantize_model(model.mod, model.params, calibration, qplan, scheme)
     return Model(f"{model.name}[quantized]", qmod, dict(qparams), model.inputs)
 
 
@@ -220,7 +224,7 @@ class _Evaluator:
         if all(p == "fp32" for p in plan.values()):
             exe = self.fp32_exe  # the plan that quantizes nothing is the fp32 model itself
         else:
-            exe = self._build(quantized(self.model, self.calibration, plan))
+            exe = self._build(quantized(self.model, self.calibration, plan, self.target, self.threads))
         accuracy = self._score(_outputs(exe, self.valid.batches))
         exes = [exe] if exe is self.fp32_exe else [exe, self.fp32_exe]
         samples = interleaved_samples(exes, self.timing_inputs, rounds=self.rounds,

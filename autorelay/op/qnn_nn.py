@@ -170,8 +170,12 @@ def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         raise tc.Unsupported("qnn.conv2d in a blocked layout: groups (other than depthwise) and "
                              "dilation must be 1")
     zero = int(zd_value.reshape(()))
-    make = nn_int8.depthwise_conv2d_nchwc_int8 if depthwise else nn_int8.conv2d_nchwc_int8
-    raw = make(data, weight, attrs["strides"], attrs["padding"], pad_value=zero)
+    if depthwise:
+        raw = nn_int8.depthwise_conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"],
+                                                  pad_value=zero)
+    else:
+        raw = nn_int8.conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"], pad_value=zero,
+                                        narrow=w_value is not None and nn_int8.narrow_pairs(w_value))
     if tuple(raw.shape) != tc.out_shape(out_type):
         raise tc.Unsupported(f"compute shape {raw.shape} differs from the type's {tc.out_shape(out_type)}")
     if zero == 0:

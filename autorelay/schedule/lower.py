@@ -35,7 +35,7 @@ from autorelay.te.expr import (
     transform,
     walk,
 )
-from autorelay.tir.nodes import Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
+from autorelay.tir.nodes import DOT_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
 from autorelay.tir.simplify import from_linear, interval, linear, simplify, simplify_stmt
 
 MAX_VECTOR = 64
@@ -316,11 +316,11 @@ class Lowerer:
                     raise ScheduleError(
                         f"Vectorize {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_VECTOR} lanes"
                     )
-            if k == "dot" and (p != n - 2 or st.kind[st.leaves[-1]] != "vectorized"):
+            if k in DOT_KINDS and (p != n - 2 or st.kind[st.leaves[-1]] != "vectorized"):
                 raise ScheduleError(
                     f"Tensorize {v.name}: a dot loop must directly enclose the innermost, vectorized loop"
                 )
-            if k in ("unrolled", "dot") and lay.leaf_ext[v] > MAX_UNROLL:
+            if (k == "unrolled" or k in DOT_KINDS) and lay.leaf_ext[v] > MAX_UNROLL:
                 raise ScheduleError(f"Unroll {v.name}: extent {lay.leaf_ext[v]} exceeds {MAX_UNROLL}")
         index, value = self._value(st)
         keep_over = not self._overhang_safe(st, value)

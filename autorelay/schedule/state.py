@@ -13,7 +13,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.te.expr import Bin, Call, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
-from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS
+from autorelay.tir.nodes import BLOCK_TAGS, DOT_KINDS, THREAD_TAGS
 
 
 @dataclass
@@ -208,7 +208,7 @@ def apply_step(state: State, step: S.Step) -> None:
         raise ScheduleError(f"unknown schedule step {step!r}")
 
 
-TENSORIZE_INTRINSICS = ("dot",)
+TENSORIZE_INTRINSICS = DOT_KINDS
 
 
 def _tensorize(st: Stage, step: S.Tensorize) -> None:
@@ -219,7 +219,7 @@ def _tensorize(st: Stage, step: S.Tensorize) -> None:
     _check_free(st, v, "tensorize")
     if v not in st.is_reduce_var or st.combiner != "sum":
         raise ScheduleError(f"Tensorize {st.name}.{step.axis}: a dot needs a reduction axis of a sum")
-    st.kind[v] = "dot"
+    st.kind[v] = step.intrinsic
 
 
 def _bind(st: Stage, step: S.Bind) -> None:

@@ -143,7 +143,10 @@ class Tensorize:
     in one integer dot-product instruction the code generator picks from the target (VNNI
     `vpdpbusd`, `vpmaddwd`, or exact widening arithmetic; see `autorelay.codegen.llvm.dot`). With
     bf16 operands (`bf16_to_f32` of uint16 words, float32 accumulators, g = 2) it is `vdpbf16ps`
-    where the target has AVX512-BF16, two multiply-adds elsewhere.
+    where the target has AVX512-BF16, two multiply-adds elsewhere. "dot_narrow": the same, and the
+    schedule promises unsigned lane-invariant bytes and per-lane signed bytes whose adjacent pairs
+    sum to at most 128 in magnitude (a template checks the constant weight), so on AVX2 without
+    VNNI one `vpmaddubsw` + `vpmaddwd` takes a group of 4 exactly.
     Semantically the loop stays a serial reduction loop: a body the instruction cannot express
     (a guard inside it) is emitted as one."""
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
 from autorelay.te.nn import _out_dim, _pad4, _pair, depthwise_nchwc_window, pad
@@ -29,6 +31,16 @@ def _check_int8(op: str, *tensors: Tensor) -> None:
             raise ValueError(f"{op}: operand {t.name} must be int8 or uint8, got {t.dtype}")
 
 
+def narrow_pairs(weight: np.ndarray) -> bool:
+    """Whether every adjacent pair along the last (group) axis of an int8 weight sums to at most
+    128 in magnitude: then a byte multiply-add of unsigned data (`vpmaddubsw`, int16 pair sums)
+    cannot saturate (255 * 128 < 32768). True of any weight quantized to 7 bits."""
+    w = np.abs(np.asarray(weight).astype(np.int16))
+    if w.shape[-1] % 2:
+        return False
+    return bool(np.all(w[..., 0::2] + w[..., 1::2] <= 128))
+
+
 def conv2d_nchwc_int8(
     data: Tensor,
     weight: Tensor,
@@ -36,10 +48,13 @@ def conv2d_nchwc_int8(
     padding=0,
     pad_value: int = 0,
     name: str = "conv2d_nchwc_int8",
+    narrow: bool = False,
 ) -> Tensor:
     """data [N, C/icb, H, W, icb] (u8 or s8), weight [OC/ocb, C/icb, KH, KW, icb/g, ocb, g] (s8)
     -> int32 [N, OC/ocb, OH, OW, ocb] = sum over (c, kh, kw) of data * weight, the padded border
-    reading `pad_value` (a quantized input's zero point: real zero)."""
+    reading `pad_value` (a quantized input's zero point: real zero). `narrow`: the caller checked
+    the constant weight with `narrow_pairs` (recorded in the attrs; templates may then use a byte
+    multiply-add)."""
     _check_int8(name, data, weight)
     n, co, h, w, icb = data.shape
     oco, ico, kh, kw, groups, ocb, g = weight.shape
@@ -61,7 +76,7 @@ def conv2d_nchwc_int8(
         body,
         name=name,
         tag="conv2d_nchwc_int8",
-        attrs={"ic_bn": icb, "oc_bn": ocb, "group": g},
+        attrs={"ic_bn": icb, "oc_bn": ocb, "group": g, **({"narrow": 1} if narrow else {})},
     )
 
 

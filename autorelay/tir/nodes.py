@@ -20,7 +20,11 @@ from autorelay.te.expr import Expr, Var
 # are guarded). `autorelay.codegen.nvptx.launch` checks how they nest.
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "dot", *BLOCK_TAGS, *THREAD_TAGS)
+# A dot loop (`schedule.steps.Tensorize`): "dot" any int8/bf16 operands; "dot_narrow" also promises
+# that each adjacent pair of the per-lane operand sums to at most 128 in magnitude (see
+# `codegen.llvm.dot`: the byte multiply-add `vpmaddubsw` cannot saturate then).
+DOT_KINDS = ("dot", "dot_narrow")
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", *DOT_KINDS, *BLOCK_TAGS, *THREAD_TAGS)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

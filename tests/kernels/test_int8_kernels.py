@@ -124,3 +124,48 @@ def test_conv_int8_with_fused_requantize_epilogue(width):
     r = conv_oracle(xa, wa, 1, 1, 5).astype(np.int64) + 1000
     expect = np.clip(((r * 1518500250 + (1 << 38)) >> 39) + 7, 0, 255).astype(np.uint8)
     _check(cdef, target, [xa, wa], expect, [None])
+
+
+def _narrow_weight(rng, shape):
+    """7-bit weights with the extremes present: every adjacent pair sums to at most 128."""
+    w = rng.integers(-64, 64, shape).astype(np.int8)
+    w.reshape(-1)[:2] = -64  # |-64| + |-64| = 128, the largest sum the promise allows
+    return w
+
+
+@pytest.mark.parametrize("width", TARGETS)
+@pytest.mark.parametrize("case", CONVS[:2], ids=["conv0", "conv1"])
+def test_narrow_weights_take_vpmaddubsw_on_avx2_bit_exact(case, width):
+    """With a 7-bit weight, AVX2 takes the group of 4 in vpmaddubsw + vpmaddwd; extreme unsigned
+    data (255) times the extreme weights must not saturate. VNNI keeps vpdpbusd."""
+    from autorelay.te.nn_int8 import narrow_pairs
+
+    dt, cb, h, w, icb, ob, ocb, k, s, p, pv, _ = case
+    target = resolve_target(TARGETS[width])
+    rng = np.random.default_rng(7)
+    x = te.placeholder((1, cb, h, w, icb), dt, name="X")
+    wt = te.placeholder((ob, cb, k, k, icb // 4, ocb, 4), "int8", name="W")
+    wa = _narrow_weight(rng, wt.shape)
+    assert narrow_pairs(wa)
+    cdef = te.make_def([x, wt], conv2d_nchwc_int8(x, wt, s, p, pad_value=pv, narrow=True), "qconv")
+    xa = np.full(x.shape, 255, np.uint8)
+    xa.reshape(-1)[1::3] = rng.integers(0, 256, xa.size)[1::3].astype(np.uint8)
+    space = template_for(cdef, target=target).space(cdef, target)
+    assert "pairs" not in [k.name for k in space.knobs]  # a narrow weight needs no re-pack
+    configs = [None, *(space.get(i) for i in random.Random(width).sample(range(space.size), 2))]
+    _check(cdef, target, [xa, wa], conv_oracle(xa, wa, s, p, pv), configs)
+    asm = assembly(emit_kernel(cdef, None, target).code.text, target)
+    if width == "avx2":
+        assert "vpmaddubsw" in asm and "zmm" not in asm
+    else:
+        assert "vpdpbusd" in asm and "vpmaddubsw" not in asm
+
+
+def test_narrow_pairs_is_the_saturation_bound() -> None:
+    from autorelay.te.nn_int8 import narrow_pairs
+
+    assert narrow_pairs(np.array([[-64, -64, 63, 63]], np.int8))
+    assert not narrow_pairs(np.array([[-64, -65, 0, 0]], np.int8))  # 255 * 129 > 32767
+    assert narrow_pairs(np.array([[-128, 0, 0, 0]], np.int8))  # 255 * -128 still fits int16
+    assert not narrow_pairs(np.array([[-128, -1, 0, 0]], np.int8))  # int8 abs must not wrap
+    assert not narrow_pairs(np.zeros((2, 3), np.int8))  # an odd group has no pairs

@@ -147,3 +147,31 @@ def test_quantize_pass_in_a_pipeline_matches_quantize_model(cal):
     x = images(BATCH, seed=3)
     np.testing.assert_array_equal(np.asarray(evaluate(piped, x)),
                                   np.asarray(evaluate(bind_params(qmod, qparams), x)))
+
+
+def test_narrow_scheme_on_avx2_is_bit_identical_and_takes_vpmaddubsw():
+    """`cpu-narrow` (7-bit weights), chosen for an AVX2 target without VNNI: the compiled model equals
+    the interpreter bit for bit, and its convolutions use the byte multiply-add."""
+    from autorelay.codegen import resolve_target
+    from autorelay.codegen.llvm.host import host_supports
+    from autorelay.transform.quantize.scheme import scheme_for_target
+
+    avx2, vnni = resolve_target("llvm -mcpu=znver3"), resolve_target("llvm -mcpu=znver5")
+    assert scheme_for_target(avx2).name == "cpu-narrow" and scheme_for_target(avx2).weight_qmax == 63
+    assert scheme_for_target(vnni).name == "cpu"
+    mod = small_net(BATCH, channels=16, head=False)
+    batches = [{"data": images(BATCH, seed=s)} for s in range(4)]
+    cal = calibrate(mod, None, batches, method="max", progress=False)
+    qmod, qparams = quantize_model(mod, None, cal, scheme=scheme_for_target(avx2))
+    weights = [np.asarray(qparams[c.args[1].name_hint]) if hasattr(c.args[1], "name_hint")
+               else np.asarray(c.args[1].data) for c in _calls(qmod, "qnn.conv2d")]
+    assert weights and max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == 63
+    exe = autorelay.build(qmod, target=avx2, params=qparams, pipeline="nchwc")
+    assert "llvm.x86.avx2.pmadd.ub.sw" in "\n".join(k.llvm_ir for k in exe.kernels)
+    wide, wide_params = quantize_model(mod, None, cal)  # 8-bit weights: vpmaddubsw could saturate
+    wide_exe = autorelay.build(wide, target=avx2, params=wide_params, pipeline="nchwc")
+    assert "pmadd.ub.sw" not in "\n".join(k.llvm_ir for k in wide_exe.kernels)
+    if host_supports(avx2):
+        x = images(BATCH, seed=51)
+        want = evaluate(bind_params(qmod, qparams), x)
+        np.testing.assert_array_equal(np.asarray(exe(x)), np.asarray(want))

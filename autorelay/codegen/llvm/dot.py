@@ -9,9 +9,13 @@ each lane's group contiguous). Every path is exact (int32 wrap-around, as the re
   bytes x signed bytes, 4 products per lane). Signed x signed takes the vpmaddwd path: the
   sign-flip rewrite (`(a + 128) * b - 128 * b`, a second `vpdpbusd` with a constant operand) made
   LLVM 22's X86 instruction selection hang, measured on a 3x3 convolution.
+* AVX2 / AVX-512BW, g = 4, unsigned x signed, and a *narrow* dot (the schedule promises every
+  adjacent pair of the signed operand sums to at most 128 in magnitude: a constant weight
+  quantized to 7 bits): one `vpmaddubsw` (bytes multiplied, adjacent products summed into int16:
+  at most 255 * 128 = 32640, so it never saturates) and one `vpmaddwd` by ones (the two int16
+  sums of a lane into int32). Without the promise `vpmaddubsw` could saturate, so it is not used.
 * AVX2 / AVX-512BW, g even: per pair of k, both operands widened to int16 and one `vpmaddwd`
   (pairs of int16 products summed into int32; a byte product fits int16 x int16 -> int32 exactly).
-  `vpmaddubsw` would multiply bytes directly but saturates its int16 pair sums, so it is not used.
 * Anything else: operands widened to int32, multiplied, the g products of a lane added.
 
 A bfloat16 dot (`emit_bf16_dot`: float32 accumulators, uint16 bf16 words, g = 2) is the same loop
@@ -68,29 +72,56 @@ def _pmaddwd(target: Target | None, lanes: int) -> str | None:
     return None
 
 
+def _pmaddubsw(target: Target | None, lanes: int) -> str | None:
+    """The `vpmaddubsw` intrinsic taking `lanes` x 4 bytes on `target`, or None."""
+    if target is None:
+        return None
+    if lanes == 16 and target.has("avx512bw"):
+        return "llvm.x86.avx512.pmaddubs.w.512"
+    if lanes == 8 and target.has("avx2"):
+        return "llvm.x86.avx2.pmadd.ub.sw"
+    if lanes == 4 and (target.has("avx2") or target.has("sse4.2")):
+        return "llvm.x86.ssse3.pmadd.ub.sw.128"
+    return None
+
+
 def native_group(target: Target | None, lanes: int) -> int:
     """The group the fastest exact instruction for `lanes` int32 consumes: 4 (vpdpbusd), 2
-    (vpmaddwd) or 1 (no dot-product instruction: plain widening multiply-adds)."""
+    (vpmaddwd) or 1 (no dot-product instruction: plain widening multiply-adds). A narrow dot takes
+    4 with `vpmaddubsw` as well (`narrow_dot_available`)."""
     if _vnni(target, lanes):
         return 4
     return 2 if _pmaddwd(target, lanes) else 1
 
 
-def dot_kind(target: Target | None, lanes: int, g: int, a_signed: bool, b_signed: bool) -> str:
-    """Which path `emit_dot` takes: "vnni", "pmaddwd" or "generic"."""
+def narrow_dot_available(target: Target | None, lanes: int) -> bool:
+    """Whether a narrow dot (see the module docstring) has a faster path than a plain one here:
+    `vpmaddubsw` exists and `vpdpbusd` does not."""
+    return not _vnni(target, lanes) and _pmaddubsw(target, lanes) is not None \
+        and _pmaddwd(target, lanes) is not None
+
+
+def dot_kind(target: Target | None, lanes: int, g: int, a_signed: bool, b_signed: bool,
+             narrow: bool = False) -> str:
+    """Which path `emit_dot` takes: "vnni", "pmaddubsw", "pmaddwd" or "generic"."""
     if g == 4 and _vnni(target, lanes) and a_signed != b_signed:
         return "vnni"
+    if narrow and g == 4 and not a_signed and b_signed and narrow_dot_available(target, lanes):
+        return "pmaddubsw"
     if g % 2 == 0 and _pmaddwd(target, lanes):
         return "pmaddwd"
     return "generic"
 
 
 def emit_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, a_signed: bool, b: Val,
-             b_signed: bool, lanes: int, g: int) -> Val:
-    """`acc + dot(a, b)` (see the module docstring): acc <lanes x i32>, a <g x i8>, b <lanes*g x i8>."""
-    kind = dot_kind(target, lanes, g, a_signed, b_signed)
+             b_signed: bool, lanes: int, g: int, narrow: bool = False) -> Val:
+    """`acc + dot(a, b)` (see the module docstring): acc <lanes x i32>, a <g x i8>, b <lanes*g x i8>.
+    `narrow`: the schedule's promise that `b`'s adjacent pairs sum to at most 128 in magnitude."""
+    kind = dot_kind(target, lanes, g, a_signed, b_signed, narrow)
     if kind == "vnni":
         return _vnni_dot(em, acc, a, a_signed, b, lanes)
+    if kind == "pmaddubsw":
+        return _ubsw_dot(em, target, acc, a, b, lanes)
     if kind == "pmaddwd":
         return _madd_dot(em, target, acc, a, a_signed, b, b_signed, lanes, g)
     return _generic_dot(em, acc, a, a_signed, b, b_signed, lanes, g)
@@ -117,6 +148,20 @@ def _vnni_dot(em: ExprEmitter, acc: Val, a: Val, a_signed: bool, b: Val, lanes: 
     else:
         u, s = b, _splat_group(em, a, 4, lanes)
     return em.op(f"call {at} @{name}({at} {acc.ref}, {vt} {u.ref}, {vt} {s.ref})", "int32", lanes)
+
+
+def _ubsw_dot(em: ExprEmitter, target: Target | None, acc: Val, a: Val, b: Val, lanes: int) -> Val:
+    """Unsigned group `a` (4 bytes, broadcast) x signed per-lane groups `b`: int16 pair sums by
+    `vpmaddubsw` (exact under the narrow promise), the two of a lane summed by `vpmaddwd` with ones."""
+    ubsw, madd = _pmaddubsw(target, lanes), _pmaddwd(target, lanes)
+    n, wt, at = 4 * lanes, f"<{2 * lanes} x i16>", f"<{lanes} x i32>"
+    em.declared.add(f"declare {wt} @{ubsw}(<{n} x i8>, <{n} x i8>)")
+    em.declared.add(f"declare {at} @{madd}({wt}, {wt})")
+    u = _splat_group(em, a, 4, lanes)
+    pairs = em.op(f"call {wt} @{ubsw}(<{n} x i8> {u.ref}, <{n} x i8> {b.ref})", "int16", 2 * lanes)
+    ones = "<" + ", ".join(["i16 1"] * (2 * lanes)) + ">"
+    sums = em.op(f"call {at} @{madd}({wt} {pairs.ref}, {wt} {ones})", "int32", lanes)
+    return em.op(f"add {at} {acc.ref}, {sums.ref}", "int32", lanes)
 
 
 def _take(em: ExprEmitter, v: Val, elem: str, idx: list[int]) -> Val:

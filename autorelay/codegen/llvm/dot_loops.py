@@ -53,7 +53,8 @@ class DotLoopEmitter(ExprEmitter):
                 out = emit_bf16_dot(self, self.target, acc, av, bv, lanes)
             else:
                 signed = (_operand(a).dtype == "int8", _operand(b).dtype == "int8")
-                out = emit_dot(self, self.target, acc, av, signed[0], bv, signed[1], lanes, g)
+                out = emit_dot(self, self.target, acc, av, signed[0], bv, signed[1], lanes, g,
+                               narrow=s.kind == "dot_narrow")
             p = self.gep(store.buffer, self.scalar(at_lane(store.index, v, 0)).ref)
             vt = f"<{lanes} x {mem_type(store.buffer.dtype)}>"
             self.lines.append(f"  store {vt} {out.ref}, ptr {p}, align 4")

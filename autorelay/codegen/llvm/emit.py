@@ -32,7 +32,7 @@ from autorelay.te.expr import (
     free_vars,
     walk,
 )
-from autorelay.tir.nodes import Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
+from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
 
 
@@ -81,7 +81,7 @@ class SegmentEmitter(DotLoopEmitter):
                 self._unroll(s)
             elif s.kind == "vectorized" and self.vector_var is None:
                 self._vector_loop(s)
-            elif s.kind == "dot" and self.vector_var is None:
+            elif s.kind in DOT_KINDS and self.vector_var is None:
                 self._dot_loop(s)
             elif s.kind == "serial" and s.extent > 1 and self._unswitch(s):
                 pass

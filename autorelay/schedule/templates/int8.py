@@ -4,16 +4,19 @@ Both are the fp32 register tiles (`conv.Conv2dNCHWcTemplate`, `dense.DenseTempla
 innermost reduction loop over a weight's channel group tensorized as an integer dot product
 (`steps.Tensorize(stage, axis, "dot")`): per vector of int32 accumulators, one `vpdpbusd` with
 AVX-512 VNNI, two `vpmaddwd` per group of 4 with AVX2, exact widening arithmetic elsewhere (the
-code generator picks; see `autorelay.codegen.llvm.dot`). An input pixel's group of 4 bytes is
-broadcast once and serves every output block of the tile, a weight vector of lanes x 4 bytes is
-loaded once and serves every pixel. Vector widths and register counts come from the target.
+code generator picks; see `autorelay.codegen.llvm.dot`). A convolution whose constant weight is
+*narrow* (7-bit: the compute's `narrow` attribute, from `te.nn_int8.narrow_pairs`) takes the group
+of 4 in one `vpmaddubsw` + `vpmaddwd` on AVX2 without VNNI (`Tensorize(..., "dot_narrow")`).
+An input pixel's group of 4 bytes is broadcast once and serves every output block of the tile, a
+weight vector of lanes x 4 bytes is loaded once and serves every pixel. Vector widths and register
+counts come from the target.
 
 `dot_group(target)` (re-exported here) is the group `g` an int8 weight layout must use.
 """
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.dot import dot_group, native_group
+from autorelay.codegen.llvm.dot import dot_group, narrow_dot_available, native_group
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
@@ -69,9 +72,17 @@ class Conv2dNCHWcInt8Template(Template):
         return [t for t in (1, 2, 3, 4) if red.shape[1] % t == 0]
 
     @staticmethod
-    def _can_pair(red: Tensor, target: Target) -> bool:
+    def _narrow(red: Tensor, target: Target) -> bool:
+        """A 7-bit weight on a target where that has a faster dot (`vpmaddubsw`, no VNNI)."""
+        a = red.op.attrs  # type: ignore[union-attr]
+        lanes = _lanes(target, a["oc_bn"])
+        return bool(a.get("narrow")) and a["group"] == 4 and narrow_dot_available(target, lanes)
+
+    @classmethod
+    def _can_pair(cls, red: Tensor, target: Target) -> bool:
         g, ocb = red.op.attrs["group"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        return native_group(target, _lanes(target, ocb)) == 2 and g > 2 and g % 2 == 0
+        return native_group(target, _lanes(target, ocb)) == 2 and g > 2 and g % 2 == 0 \
+            and not cls._narrow(red, target)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
@@ -135,7 +146,7 @@ class Conv2dNCHWcInt8Template(Template):
             S.Unroll(acc, ow),
             S.Unroll(acc, oc),
             S.Unroll(acc, f"{oci}_o"),
-            S.Tensorize(acc, k, "dot"),
+            S.Tensorize(acc, k, "dot_narrow" if self._narrow(red, target) else "dot"),
             S.Vectorize(acc, f"{oci}_i"),
         ]
         if dot < g:

@@ -5,7 +5,8 @@ Each int8 layer becomes one fused epilogue (the spec's kernel):
     qnn.requantize(nn.bias_add(qnn.conv2d(x_u8, w_s8, zp_x, 0, s_x, s_w), b_i32),
                    s_x * s_w, 0, s_out, zp_out, axis=1, out_dtype="uint8")   [then clip for relu6]
 
-Weights are symmetric int8 per output channel (`s_w[c] = max|w[c]| / 127`, zero point 0), the
+Weights are symmetric int8 per output channel (`s_w[c] = max|w[c]| / qmax`, zero point 0; qmax 127,
+or 63 in the `cpu-narrow` scheme), the
 bias int32 at the accumulator's scale `s_x * s_w[c]`, activations asymmetric uint8 with a zero
 point, so a ReLU is the requantize's saturation at `zp_out = 0` and a ReLU6 a clip at the upper
 level. Values stay int8 between int8 ops: a layer's output feeds the next int8 layer, a qnn.add /

@@ -5,6 +5,12 @@ zero point (`vpdpbusd` multiplies unsigned by signed bytes), weights symmetric i
 channel, so each channel keeps its own scale and the requantize multiplier is a general fixed-point
 number.
 
+`cpu-narrow` is `cpu` with 7-bit weights (|w| <= 63), for CPUs with AVX2 but no VNNI: there a
+convolution takes a group of 4 bytes in `vpmaddubsw` + `vpmaddwd`, whose int16 pair sums are exact
+only when each pair of weights sums to at most 128 in magnitude (see `codegen.llvm.dot`). It
+costs one bit of weight precision, as ONNX Runtime's `reduce_range` does for the same reason.
+`scheme_for_target` picks between the two.
+
 `vta` suits the accelerator (`autorelay.vta`): its GEMM core multiplies int8 by int8 with no zero
 points, and its ALU can only add, shift, clip and multiply by a 16-bit immediate, the same for every
 lane of a tile. So activations are symmetric int8, weights symmetric int8 per tensor, and every
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +36,7 @@ class QuantizeScheme:
     activation_dtype: str  # "uint8" (asymmetric) or "int8" (symmetric, zero point 0)
     per_channel_weights: bool
     power_of_two: bool
+    weight_qmax: int = WEIGHT_QMAX  # weights in [-weight_qmax, weight_qmax]
 
     @property
     def qmin(self) -> int:
@@ -55,10 +63,11 @@ class QuantizeScheme:
         amax = np.abs(w64.reshape(w64.shape[0], -1)).max(axis=1)
         if not self.per_channel_weights:
             amax = np.full_like(amax, amax.max(initial=0.0))
-        scale = np.array([self._snap(float(a) / WEIGHT_QMAX) if a > 0 else self._snap(1.0 / WEIGHT_QMAX)
+        qmax = self.weight_qmax
+        scale = np.array([self._snap(float(a) / qmax) if a > 0 else self._snap(1.0 / qmax)
                           for a in amax], np.float32)
         shape = (-1,) + (1,) * (w64.ndim - 1)
-        q = np.clip(np.round(w64 / scale.astype(np.float64).reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX)
+        q = np.clip(np.round(w64 / scale.astype(np.float64).reshape(shape)), -qmax, qmax)
         return q.astype(np.int8), scale
 
     def _snap(self, scale: float) -> np.float32:
@@ -69,8 +78,20 @@ class QuantizeScheme:
 
 
 CPU_SCHEME = QuantizeScheme("cpu", "uint8", per_channel_weights=True, power_of_two=False)
+CPU_NARROW_SCHEME = QuantizeScheme("cpu-narrow", "uint8", per_channel_weights=True, power_of_two=False,
+                                   weight_qmax=63)
 VTA_SCHEME = QuantizeScheme("vta", "int8", per_channel_weights=False, power_of_two=True)
-SCHEMES = {s.name: s for s in (CPU_SCHEME, VTA_SCHEME)}
+SCHEMES = {s.name: s for s in (CPU_SCHEME, CPU_NARROW_SCHEME, VTA_SCHEME)}
+
+
+def scheme_for_target(target: Any) -> QuantizeScheme:
+    """The CPU scheme whose int8 convolutions run fastest on `target` (an `autorelay.Target`):
+    `cpu-narrow` where 7-bit weights unlock `vpmaddubsw` (AVX2 without VNNI), else `cpu`."""
+    from autorelay.codegen.llvm.dot import narrow_dot_available
+
+    if getattr(target, "kind", "cpu") != "cpu":
+        return CPU_SCHEME
+    return CPU_NARROW_SCHEME if narrow_dot_available(target, target.vector_lanes("int32")) else CPU_SCHEME
 
 
 def scheme_named(name: str | QuantizeScheme) -> QuantizeScheme:
@@ -81,4 +102,5 @@ def scheme_named(name: str | QuantizeScheme) -> QuantizeScheme:
     return SCHEMES[name]
 
 
-__all__ = ["CPU_SCHEME", "SCHEMES", "VTA_SCHEME", "QuantizeScheme", "scheme_named"]
+__all__ = ["CPU_NARROW_SCHEME", "CPU_SCHEME", "SCHEMES", "VTA_SCHEME", "QuantizeScheme", "scheme_for_target",
+           "scheme_named"]
