@@ -35,9 +35,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from models import _zoo_model, make_autorelay, make_onnxruntime, torch_module
-
 import autorelay
+from reproduce.baselines import make_autorelay, make_onnxruntime, torch_module
+from reproduce.baselines import zoo_model as _zoo_model
 
 
 def _calibration(name: str, mod: Any, params: dict, inputs: dict, count: int) -> list[dict[str, np.ndarray]]:

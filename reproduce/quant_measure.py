@@ -81,7 +81,11 @@ def quantize_digits_model(model: Model, params: dict[str, np.ndarray], data: Dig
         batches = [{"data": data.x_cal[i:i + CALIBRATION_BATCH]}
                    for i in range(0, len(data.x_cal) - CALIBRATION_BATCH + 1, CALIBRATION_BATCH)]
         cal = calibrate(cal_mod, params, batches, method=method, progress=False)
-    qmod, qparams = quantize_model(mod, params, cal, plan_for(plan, quantizable_layers(mod)))
+    from autorelay.codegen import resolve_target
+    from autorelay.transform.quantize.scheme import scheme_for_target
+
+    scheme = scheme_for_target(resolve_target("llvm"))  # 7-bit weights where that is faster (AVX2)
+    qmod, qparams = quantize_model(mod, params, cal, plan_for(plan, quantizable_layers(mod)), scheme)
     return qmod, dict(qparams)
 
 
