@@ -1,4 +1,4 @@
-"""AutoTVM (Chen et al., NeurIPS 2018), Sec. 6.1: best-so-far curves of the tuners on ResNet-18's
+"""AutoTVM (Chen et al., NeurIPS 2018): best-so-far curves of the tuners on ResNet-18's
 conv workloads C1-C12, and the number of trials each needs to reach 95% of the best-known speed.
 
 One unit is one (workload, tuner, seed) run: its trials go into the tuning log under the workload's
@@ -180,8 +180,8 @@ def report(ctx: Context, rows: Sequence[Row]) -> Report:
 EXPERIMENT = Experiment(
     name="autotvm_curves",
     title="AutoTVM search efficiency: tuners' best-so-far curves on ResNet-18's C1-C12",
-    reference="Chen et al., Learning to Optimize Tensor Programs (NeurIPS 2018), Sec. 6.1: the search "
-              "strategies compared on ResNet-18's conv2d workloads C1-C12",
+    reference="Chen et al., Learning to Optimize Tensor Programs (NeurIPS 2018): search strategies "
+              "compared on ResNet-18's conv2d workloads C1-C12; TVM (OSDI 2018) Sec. 5.2, Fig. 12",
     quick_minutes=round(QUICK.minutes(), 1),
     full_minutes=round(FULL.minutes()),
     units=units,

@@ -145,7 +145,7 @@ def _draw(fig: Any, times: dict[str, Any], present: list[str]) -> None:
 EXPERIMENT = Experiment(
     name="cnn_comp",
     title="Vision inference: AutoRelay vs PyTorch vs ONNX Runtime",
-    reference="Roesch et al., Relay (arXiv:1904.08368), Sec. 5.1 vision inference, Fig. 12",
+    reference="Roesch et al., Relay (arXiv:1904.08368v2), Sec. 5.2 vision inference, Fig. 6",
     quick_minutes=3.0,
     full_minutes=round(sum(FULL_TRIALS.values()) * SECONDS_PER_TRIAL / 60 + len(FULL) * 2.5),
     units=_units,

@@ -46,7 +46,7 @@ class CNN:
         return CNN(params["zoo"], params["image_size"])
 
 
-# The Relay paper's vision models (Sec. 5, Fig. 12), at their published input sizes.
+# The Relay paper's vision models (Sec. 5.2, Fig. 6), at their published input sizes.
 SECONDS_PER_TRIAL = 1.5  # a tuning candidate's build and timing on a quiet 2-core machine (for the ETA)
 FULL = (CNN("resnet-18"), CNN("mobilenet-v2"), CNN("vgg-16"), CNN("nature-dqn"), CNN("dcgan"))
 

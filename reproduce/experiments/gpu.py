@@ -117,8 +117,8 @@ def _draw(fig: Any, sgemm: Sequence[Mapping[str, Any]]) -> None:
 EXPERIMENT = Experiment(
     name="gpu",
     title="GPU results (CUDA backend)",
-    reference="TVM (Chen et al., OSDI 2018) §6.1 GPU evaluation (Fig. 14); Relay (Roesch et al., "
-              "arXiv:1904.08368) vision inference",
+    reference="TVM (Chen et al., OSDI 2018) Sec. 6.1 GPU evaluation, Fig. 14; Relay (Roesch et al., "
+              "arXiv:1904.08368v2) Sec. 5.2 vision inference, Fig. 6",
     quick_minutes=1.0,
     full_minutes=10.0,
     units=_units,

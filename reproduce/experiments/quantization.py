@@ -148,8 +148,8 @@ def _draw(fig: Any, model: str, rows: Sequence[Row]) -> None:
 EXPERIMENT = Experiment(
     name="quantization",
     title="Automatic quantization: accuracy vs latency",
-    reference="Relay (Roesch et al., arXiv:1904.08368), automatic quantization (calibration schemes, "
-              "bit plans) and its accuracy/latency evaluation",
+    reference="Relay (Roesch et al., arXiv:1904.08368v2), Sec. 5.4 automatic quantization: accuracy "
+              "table and Fig. 3 (left), latency per bit plan",
     quick_minutes=1.5,
     full_minutes=12.0,
     units=_units,

@@ -181,7 +181,7 @@ def _draw(fig: Any, per_model: dict[str, list[tuple[str, float, float, float]]])
 EXPERIMENT = Experiment(
     name="relay_opt",
     title="Optimisation ablation: O0 to tuned, pass by pass",
-    reference="Roesch et al., Relay (arXiv:1904.08368), Sec. 5.3 optimisation ablation; "
+    reference="Roesch et al., Relay (arXiv:1904.08368v2), Sec. 5.3 optimisation ablation, Fig. 5; "
               "Chen et al., TVM (OSDI 2018), Sec. 3 / Fig. 4 operator fusion 1.2-2x",
     quick_minutes=3.0,
     full_minutes=round(len(FULL) * (FULL_TRIALS * SECONDS_PER_TRIAL + 150.0) / 60),

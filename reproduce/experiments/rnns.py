@@ -156,6 +156,6 @@ def _plot(fig: Any, speedups: dict[str, dict[str, float]]) -> None:
 
 EXPERIMENT = Experiment(
     name="rnns", title="Recurrent models: VM and AoT vs PyTorch eager",
-    reference="Relay (Roesch et al. 2019), NLP evaluation: RNN/GRU/LSTM, char-RNN, TreeLSTM vs PyTorch",
+    reference="Relay (Roesch et al., arXiv:1904.08368v2), Sec. 5.2 NLP evaluation, Fig. 6",
     quick_minutes=1.5, full_minutes=4.0, units=units, measure=measure, report=report,
 )

@@ -1,4 +1,4 @@
-"""AutoTVM's transfer learning (Chen et al., NeurIPS 2018, Sec. 4 and 6.2): a cost model pre-trained
+"""AutoTVM's transfer learning (Chen et al., NeurIPS 2018): a cost model pre-trained
 on the measurements of C1-C6 tunes C7-C12, against the same tuner with a model from scratch.
 
 Pre-training data: the model-based tuner's run (xgb, seed 0) of each of C1-C6, the same run
@@ -157,8 +157,8 @@ def _available() -> str | None:
 EXPERIMENT = Experiment(
     name="transfer",
     title="AutoTVM transfer learning: a cost model pre-trained on C1-C6 tuning C7-C12",
-    reference="Chen et al., Learning to Optimize Tensor Programs (NeurIPS 2018), Sec. 4 (transfer learning), "
-              "evaluated in Sec. 6.2",
+    reference="Chen et al., Learning to Optimize Tensor Programs (NeurIPS 2018): transfer learning of "
+              "the cost model across workloads",
     quick_minutes=round(QUICK.minutes(), 1),
     full_minutes=round(FULL.minutes()),
     units=units,

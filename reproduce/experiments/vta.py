@@ -137,8 +137,8 @@ def _draw(fig: Any, layers: Sequence[Row]) -> None:
 EXPERIMENT = Experiment(
     name="vta",
     title="VTA latency hiding and ResNet-18 offload",
-    reference="TVM (Chen et al., OSDI 2018) §4.3 latency hiding (Fig. 10) and §6.4 VTA offload of ResNet-18 "
-              "(Fig. 21); VTA (Moreau et al., IEEE Micro 2019)",
+    reference="TVM (Chen et al., OSDI 2018) Sec. 4.4 latency hiding, Fig. 10, and Sec. 6.4 VTA offload, "
+              "Fig. 21; VTA (Moreau et al., IEEE Micro 2019) Sec. 5, Fig. 8",
     quick_minutes=1.0,
     full_minutes=3.0,
     units=_units,
