@@ -120,6 +120,14 @@ def test_pass_leaves_narrow_and_non_constant_convolutions():
     assert "nn.conv2d_winograd" not in _ops(WinogradConv()(runtime_weight))
 
 
+def test_small_feature_maps_stay_direct():
+    """Outputs under 7x7 pixels (ResNet-18's deep layers on small images) keep the direct conv."""
+    for size, rewritten in ((6, False), (7, True)):
+        block = infer_types(_resnet_block(32, size=size))
+        assert ("nn.conv2d_winograd" in _ops(WinogradConv()(block))) == rewritten, size
+    assert "nn.conv2d_winograd" in _ops(WinogradConv(min_size=6)(infer_types(_resnet_block(32, size=6))))
+
+
 def test_built_model_matches_the_interpreter_and_runs_winograd_kernels():
     mod = _resnet_block(32, size=10)
     exe = autorelay.build(mod, threads=2)
