@@ -55,7 +55,7 @@ def _w(name: str, size: int, cin: int, cout: int, kernel: int, pad: int, stride:
     return ConvWorkload(name, size, cin, cout, kernel, pad, stride)
 
 
-# AutoTVM, Table 2 (the convolutions of ResNet-18, batch 1)
+# ResNet-18's convolutions at batch 1, C1-C12 as the TVM and AutoTVM papers number them
 WORKLOADS: tuple[ConvWorkload, ...] = (
     _w("C1", 224, 3, 64, 7, 3, 2),
     _w("C2", 56, 64, 64, 3, 1, 1),

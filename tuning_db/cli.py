@@ -58,7 +58,8 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
     imp = add("import", "read measurements from JSON lines", _import)
     imp.add_argument("file", help="input .jsonl file")
     imp.add_argument("--strict", action="store_true", help="import nothing if any line is bad")
-    mer = add("merge", "copy in every measurement of another log that this one lacks", _merge)
+    mer = add("merge", "copy in every measurement and experiment result of another log that this one lacks",
+              _merge)
     mer.add_argument("other", metavar="OTHER_URL", help="the other log (path or URL)")
     pr = add("prune", "keep only the K fastest configs per workload and target", _prune)
     pr.add_argument("--keep-best", type=int, required=True, metavar="K")

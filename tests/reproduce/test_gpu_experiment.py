@@ -3,12 +3,10 @@ is drawn from stored rows alone."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
-import tuning_db
 from autorelay.codegen.nvptx import driver
 from reproduce import Context, ReproduceError, run_experiment
 from reproduce.experiments import gpu
@@ -21,13 +19,6 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
         raise driver.CudaDriverError(f"{driver.NO_DRIVER} (libcuda.so.1 could not be loaded: test)")
 
     monkeypatch.setattr(driver, "_load_library", missing)
-
-
-@pytest.fixture
-def ctx(tmp_path: Path):
-    db = tuning_db.open(tmp_path / "log.db")
-    yield Context(quick=True, threads=1, db_url=db.url, db=db, out_dir=tmp_path / "out", log=io.StringIO())
-    db.close()
 
 
 def test_without_a_driver_it_says_why_and_does_not_run(no_driver: None, ctx: Context) -> None:

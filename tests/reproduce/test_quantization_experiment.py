@@ -4,24 +4,14 @@ plans name the right layers, and a tiny run writes CSV, Markdown and a figure an
 from __future__ import annotations
 
 import csv
-import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import tuning_db
 from reproduce import Context, run_experiment
 from reproduce.digits import CNN, RESNET, digits, trained
 from reproduce.experiments import quantization
 from reproduce.quant_measure import measure_digits, plan_for, quantize_digits_model
-
-
-@pytest.fixture
-def ctx(tmp_path: Path):
-    db = tuning_db.open(tmp_path / "log.db")
-    yield Context(quick=True, threads=1, db_url=db.url, db=db, out_dir=tmp_path / "out", log=io.StringIO())
-    db.close()
 
 
 def test_stored_top1_matches_the_interpreter_on_the_held_out_set() -> None:

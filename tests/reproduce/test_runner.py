@@ -31,13 +31,6 @@ def _toy(calls: list[str], fail: set[str] | None = None) -> Experiment:
     return Experiment("toy", "A toy", "nobody, Fig. 0", 0.1, 0.2, units, measure, report)
 
 
-@pytest.fixture
-def ctx(tmp_path: Path):
-    db = tuning_db.open(tmp_path / "log.db")
-    yield Context(quick=True, threads=1, db_url=db.url, db=db, out_dir=tmp_path / "out", log=io.StringIO())
-    db.close()
-
-
 def test_units_are_stored_reused_and_replotted_without_measuring(ctx: Context) -> None:
     calls: list[str] = []
     first = run_experiment(_toy(calls), ctx)

@@ -4,13 +4,10 @@ the layer units writes its report and reruns without measuring."""
 
 from __future__ import annotations
 
-import io
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-import tuning_db
 from autorelay.vta import VTAConfig
 from autorelay.vta.conv import ConvShape, conv_space
 from reproduce import Context, run_experiment
@@ -18,13 +15,6 @@ from reproduce.experiments import vta
 from reproduce.vta_measure import largest_knobs, measure_layer, resnet18_convs
 
 pytestmark = pytest.mark.vta
-
-
-@pytest.fixture
-def ctx(tmp_path: Path):
-    db = tuning_db.open(tmp_path / "log.db")
-    yield Context(quick=True, threads=1, db_url=db.url, db=db, out_dir=tmp_path / "out", log=io.StringIO())
-    db.close()
 
 
 def test_two_virtual_threads_take_fewer_cycles_and_stay_bit_exact() -> None:
