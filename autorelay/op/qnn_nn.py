@@ -234,7 +234,10 @@ def _dense_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         and int(zw_value.reshape(())) == 0  # type: ignore[union-attr]
     if not fast:
         return nn_int8.dense_q(data, weight, _qparam(zd, (), 0), lambda j: _qparam(zw, (j,), 0))
-    raw = nn_int8.dense_int8(data, weight)  # u8 x s8 products: the dot-product instructions' form
+    narrow = False
+    if w_value is not None:  # K padded to even with a zero (as the template pads it): pairs along K
+        narrow = nn_int8.narrow_pairs(np.pad(w_value, ((0, 0), (0, w_value.shape[1] % 2))))
+    raw = nn_int8.dense_int8(data, weight, narrow=narrow)  # u8 x s8: the dot-product instructions' form
     zero = int(zd_value.reshape(()))
     if zero == 0:
         return raw

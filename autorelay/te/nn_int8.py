@@ -37,7 +37,7 @@ def narrow_pairs(weight: np.ndarray) -> bool:
     cannot saturate (255 * 128 < 32768). True of any weight quantized to 7 bits."""
     w = np.abs(np.asarray(weight).astype(np.int16))
     if w.shape[-1] % 2:
-        return False
+        return False  # a group is never odd; a dense's odd K is padded with a zero by its caller
     return bool(np.all(w[..., 0::2] + w[..., 1::2] <= 128))
 
 
@@ -96,8 +96,9 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     return te.compute(shape, body, name=name, tag="depthwise_nchwc")
 
 
-def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8") -> Tensor:
-    """data [M, K] (u8 or s8), weight [N, K] (s8) -> int32 [M, N] = sum_k data[m, k] * weight[n, k]."""
+def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8", narrow: bool = False) -> Tensor:
+    """data [M, K] (u8 or s8), weight [N, K] (s8) -> int32 [M, N] = sum_k data[m, k] * weight[n, k].
+    `narrow`: the caller checked the constant weight's pairs along K (`narrow_pairs`)."""
     _check_int8(name, data, weight)
     if data.ndim != 2 or weight.ndim != 2 or data.shape[1] != weight.shape[1]:
         raise ValueError(f"{name}: data {data.shape} and weight {weight.shape} disagree on K")
@@ -109,7 +110,7 @@ def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8") -> Tensor
         lambda i, j: te.sum(E.cast(data[i, rk], "int32") * E.cast(weight[j, rk], "int32"), [rk]),
         name=name,
         tag="dense_int8",
-        attrs={"weight": weight.name, "data": data.name},
+        attrs={"weight": weight.name, "data": data.name, **({"narrow": 1} if narrow else {})},
     )
 
 

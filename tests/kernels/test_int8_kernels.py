@@ -169,3 +169,22 @@ def test_narrow_pairs_is_the_saturation_bound() -> None:
     assert narrow_pairs(np.array([[-128, 0, 0, 0]], np.int8))  # 255 * -128 still fits int16
     assert not narrow_pairs(np.array([[-128, -1, 0, 0]], np.int8))  # int8 abs must not wrap
     assert not narrow_pairs(np.zeros((2, 3), np.int8))  # an odd group has no pairs
+
+
+@pytest.mark.parametrize("width", TARGETS)
+@pytest.mark.parametrize("shape", [(5, 37, 29), (16, 64, 48)])
+def test_narrow_dense_takes_vpmaddubsw_on_avx2_bit_exact(shape, width):
+    """A 7-bit dense weight (odd K padded with zeros) with saturating-edge data: bit-exact, and the
+    byte multiply-add on AVX2 only."""
+    m, k, n = shape
+    target = resolve_target(TARGETS[width])
+    a, b = te.placeholder((m, k), "uint8", name="A"), te.placeholder((n, k), "int8", name="B")
+    cdef = te.make_def([a, b], dense_int8(a, b, narrow=True), "qdense")
+    rng = np.random.default_rng(k)
+    aa = np.full(a.shape, 255, np.uint8)
+    aa[:, 1::2] = rng.integers(0, 256, aa[:, 1::2].shape).astype(np.uint8)
+    ba = _narrow_weight(rng, b.shape)
+    expect = (aa.astype(np.int64) @ ba.astype(np.int64).T).astype(np.int32)
+    _check(cdef, target, [aa, ba], expect, [None])
+    asm = assembly(emit_kernel(cdef, None, target).code.text, target)
+    assert ("vpmaddubsw" in asm) == (width == "avx2")
