@@ -23,7 +23,7 @@ from autorelay.schedule.templates.base import Template, pattern, register, tile_
 from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchw_output_tile
 from autorelay.schedule.templates.int8 import DenseInt8Template, _weight_of
 from autorelay.target import Target
-from autorelay.te.tensor import ComputeDef
+from autorelay.te.tensor import ComputeDef, Tensor
 
 __all__ = ["Conv2dNCHWBf16Template", "DenseBf16Template"]
 
@@ -34,8 +34,8 @@ class DenseBf16Template(DenseInt8Template):
     name = "dense_bf16"
     tags = ("dense_bf16",)
 
-    @staticmethod
-    def _group(target: Target) -> int:
+    @classmethod
+    def _group(cls, red: Tensor, target: Target) -> int:
         return BF16_GROUP
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
