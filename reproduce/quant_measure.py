@@ -102,9 +102,21 @@ def latency(exes: Sequence[Any], x: np.ndarray, rounds: int) -> list[dict[str, f
     return out
 
 
+def fastest_build(name: str, mod: IRModule, params: dict[str, np.ndarray], x: np.ndarray,
+                  threads: int) -> Any:
+    """The build `autorelay compile --pipeline auto` makes without a log: each candidate pipeline
+    with default schedules, the fastest kept. An int8 graph needs the channel-blocked pipeline for
+    its dot-product kernels and a float one may not, so each side is measured in its own best form."""
+    from search.models import Model as ZooModel
+    from search.pipeline_choice import measure_pipelines
+
+    return measure_pipelines(ZooModel(name, mod, params, {"data": x}), "llvm", threads, keep_build=True).exe
+
+
 def measure_digits(model: Model, params: dict[str, np.ndarray], data: Digits, method: str, plan: str, *,
                    threads: int, rounds: int = 15) -> dict[str, Any]:
-    """Top-1 on `data.x_test`, agreement with fp32, latency of a `LATENCY_BATCH` batch beside fp32."""
+    """Top-1 on `data.x_test`, agreement with fp32, latency of a `LATENCY_BATCH` batch beside fp32,
+    each built with its fastest pipeline (`fastest_build`)."""
     t0 = time.perf_counter()
     build = {"target": "llvm", "threads": threads}
     f_mod = model.inference(len(data.x_test))
@@ -112,9 +124,10 @@ def measure_digits(model: Model, params: dict[str, np.ndarray], data: Digits, me
     qmod, qparams = quantize_digits_model(model, params, data, method, plan, len(data.x_test))
     logits = np.asarray(autorelay.build(qmod, params=qparams, **build)(data.x_test))
     q1, p1 = quantize_digits_model(model, params, data, method, plan, LATENCY_BATCH)
-    exes = [autorelay.build(q1, params=p1, **build)]
+    x = data.x_test[:LATENCY_BATCH]
+    exes = [fastest_build(f"{model.name}[{plan}]", q1, p1, x, threads)]
     if plan != "fp32":
-        exes.append(autorelay.build(model.inference(LATENCY_BATCH), params=params, **build))
+        exes.append(fastest_build(model.name, model.inference(LATENCY_BATCH), params, x, threads))
     build_s = time.perf_counter() - t0
     times = latency(exes, data.x_test[:LATENCY_BATCH], rounds)
     q, f = times[0], times[-1]
@@ -134,6 +147,7 @@ def measure_zoo(name: str, method: str, plan: str, *, threads: int, db: Any = No
     """A zoo model (MobileNet-v2) without labels: the relative output error against fp32 on seeded
     random inputs (calibrated on other random inputs), and the batch-1 latency beside fp32."""
     from search.models import build_model, load_model, schedule_source
+    from search.pipeline_choice import choose_pipeline
     from search.quant_data import random_batches
     from search.quantize_search import quantized, relative_error
 
@@ -144,8 +158,12 @@ def measure_zoo(name: str, method: str, plan: str, *, threads: int, db: Any = No
     if needs_calibration(plan):
         cal = calibrate(model.mod, model.params, cal_data.batches, method=method, progress=False)
     qmodel = quantized(model, cal, plan_for(plan, quantizable_layers(model.mod)))
-    f_exe = build_model(model, schedule_source(db, model, threads=threads) if db else None, threads=threads)
-    q_exe = build_model(qmodel, schedule_source(db, qmodel, threads=threads) if db else None, threads=threads)
+    # each in the pipeline `autorelay compile --pipeline auto` picks (the log's, else the measured fastest)
+    fp, qp = (choose_pipeline("auto", m, db, "llvm", threads).pipeline for m in (model, qmodel))
+    f_exe = build_model(model, schedule_source(db, model, threads=threads, pipeline=fp) if db else None,
+                        threads=threads, pipeline=fp)
+    q_exe = build_model(qmodel, schedule_source(db, qmodel, threads=threads, pipeline=qp) if db else None,
+                        threads=threads, pipeline=qp)
     ref = [np.array(f_exe(*b.values()), np.float64) for b in valid.batches]
     got = [np.array(q_exe(*b.values()), np.float64) for b in valid.batches]
     build_s = time.perf_counter() - t0
