@@ -44,13 +44,13 @@ def _units(ctx: Context) -> list[Unit]:
         for plan in _plans(ctx):
             for method in METHODS if needs_calibration(plan) else ("-",):
                 params = {"model": model, "plan": plan, "method": method, "epochs": epochs}
-                units.append(Unit(f"{model} {plan} {method}", params, expected_s=4.0))
+                units.append(Unit(f"{model} {plan} {method}", params, expected_s=7.0))
     if not ctx.quick:
         for model in ZOO_MODELS:
             for plan in ("int8", "int8-ends-fp32"):
                 for method in METHODS:
                     params = {"model": model, "plan": plan, "method": method, "zoo": True}
-                    units.append(Unit(f"{model} {plan} {method}", params, expected_s=60.0))
+                    units.append(Unit(f"{model} {plan} {method}", params, expected_s=120.0))
     return units
 
 
@@ -151,7 +151,7 @@ EXPERIMENT = Experiment(
     reference="Relay (Roesch et al., arXiv:1904.08368v2), Sec. 5.4 automatic quantization: accuracy "
               "table and Fig. 3 (left), latency per bit plan",
     quick_minutes=1.5,
-    full_minutes=12.0,
+    full_minutes=16.0,
     units=_units,
     measure=_measure,
     report=_report,
