@@ -1,7 +1,7 @@
 """Int8 end to end: AutoRelay int8 vs AutoRelay fp32 vs ONNX Runtime fp32 and ONNX Runtime int8.
 
     python benchmarks/quantized.py [--models resnet-18] [--threads 2] [--rounds 10] [--db URL]
-                                   [--calibration 16] [--method percentile]
+                                   [--calibration 16] [--method percentile] [--target 'llvm -mcpu=znver3']
 
 The same zoo network and weights four ways, each in its own worker process, timed in alternating
 blocks (`benchmarks/peers.py`):
@@ -48,7 +48,8 @@ def _calibration(name: str, mod: Any, params: dict, inputs: dict, count: int) ->
     return random_batches(Model(name, mod, params, inputs), count, seed=0).batches
 
 
-def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int, db_url: str | None) -> str:
+def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int, db_url: str | None,
+                  target: str = "llvm") -> str:
     """As `autorelay compile --pipeline auto` picks: the log's choice, else the measured fastest."""
     from search.models import Model
     from search.pipeline_choice import choose_pipeline
@@ -58,18 +59,18 @@ def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int,
         import tuning_db
 
         db = tuning_db.open(db_url)
-    return choose_pipeline("auto", Model(name, mod, params, inputs), db, "llvm", threads).pipeline
+    return choose_pipeline("auto", Model(name, mod, params, inputs), db, target, threads).pipeline
 
 
-def make_fp32(name: str, options: dict[str, Any], threads: int, db_url: str | None
+def make_fp32(name: str, options: dict[str, Any], threads: int, db_url: str | None, target: str = "llvm"
               ) -> tuple[Callable[[], Any], np.ndarray]:
     mod, params, inputs = _zoo_model(name, options)
-    return make_autorelay(name, options, threads, pick_pipeline(name, mod, params, inputs, threads, db_url),
-                          db_url)
+    pipeline = pick_pipeline(name, mod, params, inputs, threads, db_url, target)
+    return make_autorelay(name, options, threads, pipeline, db_url, target=target)
 
 
 def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | None, count: int,
-              method: str) -> tuple[Callable[[], Any], np.ndarray]:
+              method: str, target: str = "llvm") -> tuple[Callable[[], Any], np.ndarray]:
     """AutoRelay's all-int8 build of the zoo model."""
     from autorelay.codegen import resolve_target
     from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
@@ -79,17 +80,18 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     calib = calibrate(mod, params, _calibration(name, mod, params, inputs, count), method=method,
                       progress=False)
     # the integer scheme whose kernels are fastest on this host (7-bit weights on AVX2 without VNNI)
-    scheme = scheme_for_target(resolve_target("llvm"))
+    scheme = scheme_for_target(resolve_target(target))
     qmod, qparams = quantize_model(mod, params, calib, QuantizePlan(), scheme)
-    pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url)
+    pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url, target)
     source = None
     if db_url is not None:
         import tuning_db
         from search.models import Model, schedule_source
 
         source = schedule_source(tuning_db.open(db_url), Model(f"{name}[quantized]", qmod, qparams, inputs),
-                                 threads=threads, pipeline=pipeline)
-    exe = autorelay.build(qmod, params=qparams, threads=threads, schedules=source, pipeline=pipeline)
+                                 target, threads=threads, pipeline=pipeline)
+    exe = autorelay.build(qmod, target=target, params=qparams, threads=threads, schedules=source,
+                          pipeline=pipeline)
     if exe.report.fallbacks:
         print(f"  int8 build of {name}: {len(exe.report.fallbacks)} kernels fell back to NumPy",
               file=sys.stderr)
@@ -137,8 +139,8 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     opts = {"image_size": args.image_size} if args.image_size else {}
     peers: dict[str, Any] = {
-        "fp32": (make_fp32, (name, opts, args.threads, args.db)),
-        "int8": (make_int8, (name, opts, args.threads, args.db, args.calibration, args.method)),
+        "fp32": (make_fp32, (name, opts, args.threads, args.db, args.target)),
+        "int8": (make_int8, (name, opts, args.threads, args.db, args.calibration, args.method, args.target)),
     }
     try:
         import onnxruntime  # noqa: F401
@@ -170,12 +172,16 @@ def main() -> None:
     ap.add_argument("--block-ms", type=float, default=250.0)
     ap.add_argument("--image-size", type=int, default=None)
     ap.add_argument("--db", default=None, help="tuning log whose schedules both AutoRelay builds use")
+    ap.add_argument("--target", default="llvm",
+                    help="AutoRelay's target: the host (llvm), or a named CPU whose code runs here, e.g. "
+                         "'llvm -mcpu=znver3' for the AVX2 kernels (int8 then uses 7-bit weights)")
     ap.add_argument("--calibration", type=int, default=8,
                     help="random calibration inputs (as `--calibration-random N`; the CLI's default 8)")
     ap.add_argument("--method", default="max", choices=("max", "percentile", "kl"),
                     help="range calibration (the CLI's default: max)")
     args = ap.parse_args()
-    print(f"batch 1, {args.threads} threads, {args.rounds} rounds; each peer in its own process, "
+    print(f"target {args.target}, batch 1, {args.threads} threads, {args.rounds} rounds; each peer in its "
+          f"own process, "
           f"alternating blocks of {args.block_ms:.0f} ms; median ms [p10-p90 of block medians]")
     cols = ("fp32", "int8", "ort_fp32", "ort_int8")
     print(f"{'model':<14}" + "".join(f"{c:>22}" for c in cols) + f"{'fp32/int8':>11}{'ort_int8/int8':>15}")

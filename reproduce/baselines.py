@@ -154,9 +154,10 @@ def zoo_model(name: str, options: dict[str, Any]) -> tuple[Any, Arrays, Arrays]:
 
 
 def make_autorelay(name: str, options: dict[str, Any], threads: int, pipeline: str,
-                   db_url: str | None, plan_json: str | None = None) -> Runner:
+                   db_url: str | None, plan_json: str | None = None, target: str = "llvm") -> Runner:
     """AutoRelay built with the log's schedules (`db_url`) or the heuristic defaults (None); with
-    `plan_json`, the per-layer layout plan the log chose (`tune --pipeline plan`)."""
+    `plan_json`, the per-layer layout plan the log chose (`tune --pipeline plan`). `target`: the host
+    by default, or a named CPU (`llvm -mcpu=znver3`: the AVX2 kernels, run here)."""
     from search.models import Model, schedule_source
 
     mod, params, inputs = zoo_model(name, options)
@@ -170,13 +171,14 @@ def make_autorelay(name: str, options: dict[str, Any], threads: int, pipeline: s
         if db_url is not None:
             import tuning_db
 
-            source = tuning_db.open(db_url).schedule_source(str(resolve_target("llvm", threads)))
+            source = tuning_db.open(db_url).schedule_source(str(resolve_target(target, threads)))
     elif db_url is not None:
         import tuning_db
 
-        source = schedule_source(tuning_db.open(db_url), Model(name, mod, params, inputs), threads=threads,
-                                 pipeline=pipeline)
-    exe = autorelay.build(mod, params=params, threads=threads, schedules=source, pipeline=built_with)
+        source = schedule_source(tuning_db.open(db_url), Model(name, mod, params, inputs), target,
+                                 threads=threads, pipeline=pipeline)
+    exe = autorelay.build(mod, target=target, params=params, threads=threads, schedules=source,
+                          pipeline=built_with)
     args = [inputs[n] for n in exe.input_names]
     return (lambda: exe(*args)), np.asarray(exe(*args))
 
