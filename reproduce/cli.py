@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from search.durations import clock
 from tuning_db.cli_args import nonneg_int, positive_int
 
 from .registry import experiments, get
-from .runner import ReproduceError, clock, run_experiment
+from .runner import ReproduceError, run_experiment
 
 
 def add_reproduce_command(sub: Any, db_help: str) -> None:

@@ -9,13 +9,14 @@ retries it; the others are kept.
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+from search.durations import clock
 
 from .experiment import Context, Experiment, Report, Row, Unit
 from .machine import code_version, fingerprint, label, machine_info
@@ -38,13 +39,6 @@ def bar(done: int, total: int, width: int = 20) -> str:
     """`[#########...........]`: how much of the run is done."""
     filled = round(width * done / total) if total else width
     return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-def clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    s = round(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class _Eta:

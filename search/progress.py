@@ -12,16 +12,10 @@ import sys
 import time
 from typing import TextIO
 
+from search.durations import clock
 from search.extract import ModelTask, Skipped
 from search.model_tuning import Progress
 from search.tune import TuneResult
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def gflops(task: ModelTask, seconds: float) -> float:
@@ -70,14 +64,14 @@ class ConsoleProgress(Progress):
         g = gflops(t, best_s)
         best = f"{g:.2f} GFLOP/s" if math.isfinite(g) else "no valid config yet"
         self._emit(f"[tasks {len(self.started)}/{len(self.tasks_)}] trials {self.logged + spent}/"
-                   f"{self.budget} | {t.name}: {trials} trials, best {best} | {_clock(elapsed)} elapsed, "
-                   f"ETA {_clock(eta)}")
+                   f"{self.budget} | {t.name}: {trials} trials, best {best} | {clock(elapsed)} elapsed, "
+                   f"ETA {clock(eta)}")
 
     def stage(self, text: str) -> None:
         if self.tty and self._width:
             self.out.write("\n")
             self._width = 0
-        self._emit(f"{text} ({_clock(time.perf_counter() - self.t0)} elapsed)", final=True)
+        self._emit(f"{text} ({clock(time.perf_counter() - self.t0)} elapsed)", final=True)
 
     def final(self, task: int, result: TuneResult) -> None:
         self.settled += 1
