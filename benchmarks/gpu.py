@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_target("cuda" + (f" -arch={args.arch}" if args.arch else ""))
     print(f"target: {target}")
     for n in (int(s) for s in args.sizes.split(",")):
-        r = sgemm(drv, target, n, args.sweep, args.repeat)
+        r = sgemm(target, n, args.sweep, args.repeat)
         cublas = f"  cuBLAS {r['cublas_gflops']:8.1f} GFLOP/s" if r["cublas_gflops"] else ""
         print(f"sgemm {n:5d}  default {r['default_gflops']:8.1f} GFLOP/s  best {r['best_gflops']:8.1f} "
               f"GFLOP/s{cublas}  ({r['best_config']})")

@@ -53,31 +53,15 @@ def cuda_models_unsupported() -> str | None:
     return None
 
 
-def _buffers(drv: Driver, code: KernelCode, arrays: list[np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
-    """Device buffers for every parameter and workspace (inputs copied in), and host outputs."""
+def time_kernel(code: KernelCode, arrays: list[np.ndarray], ref: np.ndarray, repeat: int) -> float:
+    """ms per launch of `code` on `arrays`, after checking its output against `ref`
+    (`GPUModule.run`: device buffers for every parameter and workspace, copied in and back)."""
+    module = load_kernel(code).module
     bufs = list(code.func.params) + list(code.func.workspaces)
     host = list(arrays) + [np.zeros(b.shape, b.dtype) for b in bufs[len(arrays):]]
-    ptrs = [drv.alloc(h.nbytes) for h in host]
-    for p, h in zip(ptrs, host):
-        drv.to_device(p, h.ctypes.data, h.nbytes)
-    return ptrs, host
-
-
-def time_kernel(drv: Driver, code: KernelCode, arrays: list[np.ndarray], ref: np.ndarray,
-                repeat: int) -> float:
-    """ms per launch of `code` on `arrays`, after checking its output against `ref`."""
-    module = load_kernel(code).module
-    ptrs, host = _buffers(drv, code, arrays)
-    try:
-        module.launch_all(ptrs)
-        drv.synchronize()
-        out = host[len(arrays)]
-        drv.to_host(out.ctypes.data, ptrs[len(arrays)], out.nbytes)
-        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
-        return drv.time_ms(lambda: module.launch_all(ptrs), repeat)
-    finally:
-        for p in ptrs:
-            drv.free(p)
+    module.run(host)
+    np.testing.assert_allclose(host[len(arrays)], ref, rtol=1e-3, atol=1e-3)
+    return module.run(host, repeat)
 
 
 def torch_cuda() -> Any:
@@ -101,7 +85,7 @@ def torch_ms(torch: Any, fn: Callable[[], Any], repeat: int) -> float:
     return start.elapsed_time(stop) / repeat
 
 
-def sgemm(drv: Driver, target: Target, n: int, sweep: int, repeat: int, seed: int = 0) -> dict[str, Any]:
+def sgemm(target: Target, n: int, sweep: int, repeat: int, seed: int = 0) -> dict[str, Any]:
     """C = A W^T for n x n float32: GFLOP/s of the template's default, of the best of `sweep`
     random configs, and of cuBLAS through PyTorch (None without it)."""
     a, w = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="W")
@@ -110,7 +94,7 @@ def sgemm(drv: Driver, target: Target, n: int, sweep: int, repeat: int, seed: in
     A, W = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
     ref = A @ W.T
     gflop = 2 * n**3 / 1e9
-    ms = time_kernel(drv, emit_kernel(cdef, None, target), [A, W], ref, repeat)
+    ms = time_kernel(emit_kernel(cdef, None, target), [A, W], ref, repeat)
     best, best_cfg = ms, "default"
     space, r = template_for(cdef, target=target).space(cdef, target), random.Random(seed)
     for _ in range(sweep):
@@ -119,7 +103,7 @@ def sgemm(drv: Driver, target: Target, n: int, sweep: int, repeat: int, seed: in
             code = emit_kernel(cdef, cfg, target)
         except ScheduleError:
             continue
-        t = time_kernel(drv, code, [A, W], ref, repeat)
+        t = time_kernel(code, [A, W], ref, repeat)
         if t < best:
             best, best_cfg = t, str(cfg.as_dict())
     row: dict[str, Any] = {"n": n, "default_gflops": gflop / ms * 1e3, "best_gflops": gflop / best * 1e3,

@@ -53,7 +53,7 @@ def _measure(ctx: Context, unit: Unit) -> Mapping[str, Any]:
         row = model_ms(p["model"], target, REPEAT, seed=ctx.seed)
     else:
         drv = open_driver()
-        row = sgemm(drv, target, p["n"], p["sweep"], REPEAT, ctx.seed) if p["kind"] == "sgemm" else \
+        row = sgemm(target, p["n"], p["sweep"], REPEAT, ctx.seed) if p["kind"] == "sgemm" else \
             mlp(drv, target, REPEAT, p["batch"])
     return {"kind": p["kind"], "target": str(target), **row}
 
