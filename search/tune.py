@@ -275,17 +275,14 @@ def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_
     if not hasattr(tuner, "transfer"):
         return 0
     if donors is not None:
-        return sum(tuner.transfer(_donor_records(db, task, key, per_donor))
-                   for key in dict.fromkeys(donors) if key != task.key)
-    src = db.schedule_source(str(task.target))
-    near = []
-    for key, wl in src.tuned_of_family(task.workload["family"]):
-        if key == task.key:
-            continue
-        d = shape_distance(task.workload, wl)
-        if d is not None:
-            near.append((d, key))
-    chosen = [key for _, key in sorted(near)[:max_donors]]
+        chosen = [key for key in dict.fromkeys(donors) if key != task.key]
+    else:
+        near = []
+        for key, wl in db.schedule_source(str(task.target)).tuned_of_family(task.workload["family"]):
+            d = shape_distance(task.workload, wl) if key != task.key else None
+            if d is not None:
+                near.append((d, key))
+        chosen = [key for _, key in sorted(near)[:max_donors]]
     return sum(tuner.transfer(_donor_records(db, task, key, per_donor)) for key in chosen)
 
 

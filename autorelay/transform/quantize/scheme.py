@@ -89,7 +89,7 @@ def scheme_for_target(target: Any) -> QuantizeScheme:
     `cpu-narrow` where 7-bit weights unlock `vpmaddubsw` (AVX2 without VNNI), else `cpu`."""
     from autorelay.codegen.llvm.dot import narrow_dot_available
 
-    if getattr(target, "kind", "cpu") != "cpu":
+    if target.kind != "cpu":
         return CPU_SCHEME
     return CPU_NARROW_SCHEME if narrow_dot_available(target, target.vector_lanes("int32")) else CPU_SCHEME
 
