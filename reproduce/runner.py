@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from search.durations import clock
 
@@ -64,10 +63,10 @@ def _rows(ctx: Context, exp: Experiment, machine: str | None, fresh: set[str]) -
 
 
 def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remeasure: bool = False,
-                   all_machines: bool = False, progress: TextIO | None = None) -> RunSummary:
+                   all_machines: bool = False) -> RunSummary:
     """Measure what `exp` lacks in the log (nothing with `replot`; everything with `remeasure`),
-    then write its report into `ctx.out_dir`."""
-    out = progress or ctx.log
+    then write its report into `ctx.out_dir`; progress goes to `ctx.log`."""
+    out = ctx.log
     info = machine_info()
     machine = fingerprint(info)
     summary = RunSummary()
@@ -76,9 +75,10 @@ def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remea
         if why:
             raise ReproduceError(f"{exp.name} cannot run here: {why}")
         units = list(exp.units(ctx))
-        have = {r.unit for r in ctx.db.experiment_results(exp.name, ctx.mode, machine)}
-        todo = units if remeasure else [u for u in units if u.key not in have]
-        summary.reused = [u.key for u in units if u not in todo]
+        stored = [] if remeasure else ctx.db.experiment_results(exp.name, ctx.mode, machine)
+        have = {r.unit for r in stored}
+        todo = [u for u in units if u.key not in have]
+        summary.reused = [u.key for u in units if u.key in have]
         expected = sum(u.expected_s for u in todo)
         print(f"{exp.name} ({ctx.mode}) on {label(info)}: {len(units)} units, {len(summary.reused)} already "
               f"in the log; expected about {clock(expected)} for the rest", file=out, flush=True)
