@@ -34,8 +34,8 @@ class DenseBf16Template(DenseInt8Template):
     name = "dense_bf16"
     tags = ("dense_bf16",)
 
-    @classmethod
-    def _group(cls, red: Tensor, target: Target) -> int:
+    @staticmethod
+    def _group(red: Tensor, target: Target) -> int:
         return BF16_GROUP
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:

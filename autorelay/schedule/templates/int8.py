@@ -34,6 +34,12 @@ def _lanes(target: Target, width: int) -> int:
     return min(target.vector_lanes("int32"), width)
 
 
+def _narrow(red: Tensor, target: Target, lanes: int) -> bool:
+    """A weight the compute found 7-bit (`narrow` attr) on a target where that has a faster dot
+    for `lanes` int32 (`vpmaddubsw`, no VNNI)."""
+    return bool(red.op.attrs.get("narrow")) and narrow_dot_available(target, lanes)  # type: ignore[union-attr]
+
+
 def _best_tile(rows: list[int], cols: list[int], per_col: int, regs: int, waste) -> tuple[int, int]:
     """(rows, cols) of the register tile with the most dot products per load that fits `regs`
     vector registers: rows x cols x per_col accumulators, cols x per_col weight vectors and one
@@ -72,17 +78,15 @@ class Conv2dNCHWcInt8Template(Template):
         return [t for t in (1, 2, 3, 4) if red.shape[1] % t == 0]
 
     @staticmethod
-    def _narrow(red: Tensor, target: Target) -> bool:
-        """A 7-bit weight on a target where that has a faster dot (`vpmaddubsw`, no VNNI)."""
+    def _narrow_dot(red: Tensor, target: Target) -> bool:
         a = red.op.attrs  # type: ignore[union-attr]
-        lanes = _lanes(target, a["oc_bn"])
-        return bool(a.get("narrow")) and a["group"] == 4 and narrow_dot_available(target, lanes)
+        return a["group"] == 4 and _narrow(red, target, _lanes(target, a["oc_bn"]))
 
     @classmethod
     def _can_pair(cls, red: Tensor, target: Target) -> bool:
         g, ocb = red.op.attrs["group"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
         return native_group(target, _lanes(target, ocb)) == 2 and g > 2 and g % 2 == 0 \
-            and not cls._narrow(red, target)
+            and not cls._narrow_dot(red, target)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
@@ -146,7 +150,7 @@ class Conv2dNCHWcInt8Template(Template):
             S.Unroll(acc, ow),
             S.Unroll(acc, oc),
             S.Unroll(acc, f"{oci}_o"),
-            S.Tensorize(acc, k, "dot_narrow" if self._narrow(red, target) else "dot"),
+            S.Tensorize(acc, k, "dot_narrow" if self._narrow_dot(red, target) else "dot"),
             S.Vectorize(acc, f"{oci}_i"),
         ]
         if dot < g:
@@ -178,14 +182,8 @@ class DenseInt8Template(Template):
         return red, red.shape[0], red.shape[1], red.op.reduce_axes[0].extent
 
     @staticmethod
-    def _narrow(red: Tensor, target: Target) -> bool:
-        """A 7-bit weight on a target where that has a faster dot (`vpmaddubsw`, no VNNI)."""
-        attrs = red.op.attrs  # type: ignore[union-attr]
-        return bool(attrs.get("narrow")) and narrow_dot_available(target, target.vector_lanes("int32"))
-
-    @classmethod
-    def _group(cls, red: Tensor, target: Target) -> int:
-        if cls._narrow(red, target):
+    def _group(red: Tensor, target: Target) -> int:
+        if _narrow(red, target, target.vector_lanes("int32")):
             return 4  # one vpmaddubsw + vpmaddwd per group of 4
         lanes = target.vector_lanes("int32")
         g = native_group(target, lanes)
@@ -250,7 +248,7 @@ class DenseInt8Template(Template):
         steps += [
             S.Unroll(acc, ai),
             S.Unroll(acc, f"{aj}_o"),
-            S.Tensorize(acc, f"{k}_g", "dot_narrow" if self._narrow(red, target) and g == 4 else "dot"),
+            S.Tensorize(acc, f"{k}_g", "dot_narrow" if _narrow(red, target, lanes) else "dot"),
             S.Vectorize(acc, f"{aj}_i"),
             S.Split(out, f"{j}_i", lanes, f"{j}_v", f"{j}_w"),
             S.Vectorize(out, f"{j}_w"),
