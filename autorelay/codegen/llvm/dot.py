@@ -59,30 +59,28 @@ def _vnni(target: Target | None, lanes: int) -> bool:
     return False
 
 
+# The integer multiply-add intrinsics per vector of `lanes` int32, and the features that have them
+# (both exist wherever the vector width does: vpmaddwd since SSE2, vpmaddubsw since SSSE3).
+_MADD_FEATURES = {16: ("avx512bw",), 8: ("avx2",), 4: ("avx2", "sse4.2")}
+_PMADDWD = {16: "llvm.x86.avx512.pmaddw.d.512", 8: "llvm.x86.avx2.pmadd.wd", 4: "llvm.x86.sse2.pmadd.wd"}
+_PMADDUBSW = {16: "llvm.x86.avx512.pmaddubs.w.512", 8: "llvm.x86.avx2.pmadd.ub.sw",
+              4: "llvm.x86.ssse3.pmadd.ub.sw.128"}
+
+
+def _madd(target: Target | None, lanes: int, names: dict[int, str]) -> str | None:
+    if target is None or not any(target.has(f) for f in _MADD_FEATURES.get(lanes, ())):
+        return None
+    return names[lanes]
+
+
 def _pmaddwd(target: Target | None, lanes: int) -> str | None:
     """The `vpmaddwd` intrinsic producing `lanes` int32 on `target`, or None."""
-    if target is None:
-        return None
-    if lanes == 16 and target.has("avx512bw"):
-        return "llvm.x86.avx512.pmaddw.d.512"
-    if lanes == 8 and target.has("avx2"):
-        return "llvm.x86.avx2.pmadd.wd"
-    if lanes == 4 and (target.has("avx2") or target.has("sse4.2")):
-        return "llvm.x86.sse2.pmadd.wd"
-    return None
+    return _madd(target, lanes, _PMADDWD)
 
 
 def _pmaddubsw(target: Target | None, lanes: int) -> str | None:
     """The `vpmaddubsw` intrinsic taking `lanes` x 4 bytes on `target`, or None."""
-    if target is None:
-        return None
-    if lanes == 16 and target.has("avx512bw"):
-        return "llvm.x86.avx512.pmaddubs.w.512"
-    if lanes == 8 and target.has("avx2"):
-        return "llvm.x86.avx2.pmadd.ub.sw"
-    if lanes == 4 and (target.has("avx2") or target.has("sse4.2")):
-        return "llvm.x86.ssse3.pmadd.ub.sw.128"
-    return None
+    return _madd(target, lanes, _PMADDUBSW)
 
 
 def native_group(target: Target | None, lanes: int) -> int:
