@@ -31,14 +31,15 @@ def _cpu_model() -> str:
 
 @lru_cache(maxsize=1)
 def machine_info() -> dict[str, Any]:
-    """What the fingerprint is made of, plus the host name (JSON-able)."""
-    import llvmlite.binding as llvm
+    """What the fingerprint is made of, plus the host name (JSON-able). The features digest is the
+    host target's (`-mattr-hash` of its tuning-log name)."""
+    from autorelay.codegen.llvm.host import host_target
 
-    features = llvm.get_host_cpu_features().flatten()
+    host = host_target()
     return {
         "cpu": _cpu_model(),
-        "llvm_cpu": llvm.get_host_cpu_name(),
-        "features_sha": hashlib.sha256(features.encode()).hexdigest()[:10],
+        "llvm_cpu": host.cpu,
+        "features_sha": host.features_hash(),
         "cores": os.cpu_count() or 1,
         "host": socket.gethostname(),
     }
