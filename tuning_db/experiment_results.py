@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Row, select
 
 from . import schema
 from .errors import TuningDBError
+from .records import _json
 
 t = schema.experiment_results
 
@@ -65,8 +66,8 @@ def insert_result(conn: Connection, *, experiment: str, mode: str, unit: str, ma
     _check_json_numbers(dict(result), "result")
     row = {
         "uid": uid or uuid.uuid4().hex, "experiment": experiment, "mode": mode, "unit": unit,
-        "machine": machine, "machine_info": schema.canonical_json(dict(machine_info or {})),
-        "code_version": code_version, "result": schema.canonical_json(dict(result)),
+        "machine": machine, "machine_info": _json("machine_info", dict(machine_info or {})),
+        "code_version": code_version, "result": _json("result", dict(result)),
         "recorded_at": time.time() if recorded_at is None else float(recorded_at),
     }
     conn.execute(t.insert().values(**row))
