@@ -79,11 +79,16 @@ def units(ctx: Context) -> list[Unit]:
 
 
 def measure(ctx: Context, unit: Unit) -> dict[str, Any]:
+    from reproduce.baselines import missing
     from reproduce.peers import time_isolated
 
     name, scale = unit.params["model"], SCALE[ctx.quick]
     steps = scale["levels"] if name == "tree-lstm" else scale["steps"]
     backends = ["vm", "torch"] if name == "tree-lstm" else ["vm", "aot", "torch"]
+    why = missing("torch")
+    if why:
+        ctx.note(why)
+        backends.remove("torch")
     peers = {b: (make_executor, (b, name, steps, ctx.threads, ctx.seed)) for b in backends}
     timed = time_isolated(peers, rounds=scale["rounds"], block_s=scale["block_s"])
     if timed["vm"].error:
@@ -94,8 +99,7 @@ def measure(ctx: Context, unit: Unit) -> dict[str, Any]:
         result["nodes"] = 2 ** steps - 1
     for b, t in timed.items():
         if t.error:
-            hint = " (pip install -e '.[onnx-test]' adds it)" if "torch" in t.error else ""
-            ctx.note(f"{b} skipped on {name}: {t.error[:160]}{hint}")
+            ctx.note(f"{b} skipped on {name}: {t.error[:160]}")
             continue
         if name == "char-rnn":
             ok = np.array_equal(t.output, want)
