@@ -102,15 +102,20 @@ def latency(exes: Sequence[Any], x: np.ndarray, rounds: int) -> list[dict[str, f
     return out
 
 
-def fastest_build(name: str, mod: IRModule, params: dict[str, np.ndarray], x: np.ndarray,
-                  threads: int) -> Any:
-    """The build `autorelay compile --pipeline auto` makes without a log: each candidate pipeline
-    with default schedules, the fastest kept. An int8 graph needs the channel-blocked pipeline for
-    its dot-product kernels and a float one may not, so each side is measured in its own best form."""
-    from search.models import Model as ZooModel
-    from search.pipeline_choice import measure_pipelines
+def fastest_build(model: Any, threads: int, db: Any = None) -> Any:
+    """`model` (a `search.models.Model`) built as `autorelay compile --pipeline auto` builds it: the
+    log's pipeline and schedules, else each candidate pipeline with default schedules and the
+    fastest kept (that build itself, not a second one). An int8 graph needs the channel-blocked
+    pipeline for its dot-product kernels and a float one may not, so each side is measured in its own
+    best form."""
+    from search.models import build_model, schedule_source
+    from search.pipeline_choice import choose_pipeline
 
-    return measure_pipelines(ZooModel(name, mod, params, {"data": x}), "llvm", threads, keep_build=True).exe
+    choice = choose_pipeline("auto", model, db, "llvm", threads, keep_build=db is None)
+    if choice.exe is not None:
+        return choice.exe
+    source = schedule_source(db, model, threads=threads, pipeline=choice.pipeline) if db else None
+    return build_model(model, source, threads=threads, pipeline=choice.pipeline)
 
 
 def measure_digits(model: Model, params: dict[str, np.ndarray], data: Digits, method: str, plan: str, *,
@@ -124,10 +129,13 @@ def measure_digits(model: Model, params: dict[str, np.ndarray], data: Digits, me
     qmod, qparams = quantize_digits_model(model, params, data, method, plan, len(data.x_test))
     logits = np.asarray(autorelay.build(qmod, params=qparams, **build)(data.x_test))
     q1, p1 = quantize_digits_model(model, params, data, method, plan, LATENCY_BATCH)
-    x = data.x_test[:LATENCY_BATCH]
-    exes = [fastest_build(f"{model.name}[{plan}]", q1, p1, x, threads)]
+    from search.models import Model as ZooModel
+
+    feed = {"data": data.x_test[:LATENCY_BATCH]}
+    exes = [fastest_build(ZooModel(f"{model.name}[{plan}]", q1, p1, feed), threads)]
     if plan != "fp32":
-        exes.append(fastest_build(model.name, model.inference(LATENCY_BATCH), params, x, threads))
+        fp32 = ZooModel(model.name, model.inference(LATENCY_BATCH), params, feed)
+        exes.append(fastest_build(fp32, threads))
     build_s = time.perf_counter() - t0
     times = latency(exes, data.x_test[:LATENCY_BATCH], rounds)
     q, f = times[0], times[-1]
@@ -146,8 +154,7 @@ def measure_zoo(name: str, method: str, plan: str, *, threads: int, db: Any = No
                 rounds: int = 10, seed: int = 0) -> dict[str, Any]:
     """A zoo model (MobileNet-v2) without labels: the relative output error against fp32 on seeded
     random inputs (calibrated on other random inputs), and the batch-1 latency beside fp32."""
-    from search.models import build_model, load_model, schedule_source
-    from search.pipeline_choice import choose_pipeline
+    from search.models import load_model
     from search.quant_data import random_batches
     from search.quantize_search import quantized, relative_error
 
@@ -158,12 +165,7 @@ def measure_zoo(name: str, method: str, plan: str, *, threads: int, db: Any = No
     if needs_calibration(plan):
         cal = calibrate(model.mod, model.params, cal_data.batches, method=method, progress=False)
     qmodel = quantized(model, cal, plan_for(plan, quantizable_layers(model.mod)))
-    # each in the pipeline `autorelay compile --pipeline auto` picks (the log's, else the measured fastest)
-    fp, qp = (choose_pipeline("auto", m, db, "llvm", threads).pipeline for m in (model, qmodel))
-    f_exe = build_model(model, schedule_source(db, model, threads=threads, pipeline=fp) if db else None,
-                        threads=threads, pipeline=fp)
-    q_exe = build_model(qmodel, schedule_source(db, qmodel, threads=threads, pipeline=qp) if db else None,
-                        threads=threads, pipeline=qp)
+    f_exe, q_exe = fastest_build(model, threads, db), fastest_build(qmodel, threads, db)
     ref = [np.array(f_exe(*b.values()), np.float64) for b in valid.batches]
     got = [np.array(q_exe(*b.values()), np.float64) for b in valid.batches]
     build_s = time.perf_counter() - t0
