@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autorelay.codegen.llvm.fastmath import FAST_FUNCS, emit_fast, fast_exp
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type
 from autorelay.te.expr import BF16_FUNCS, Call
 
@@ -33,8 +34,9 @@ _LIBM = {
 
 
 def emit_call(em: ExprEmitter, e: Call) -> Val:
-    """A math function call: an LLVM intrinsic (vector forms included), sigmoid spelled out, or
-    a libm function called lane by lane (no vector libm is linked)."""
+    """A math function call: float32 `exp`/`erf`/`tanh` as vectorised polynomials (`fastmath`), an
+    LLVM intrinsic (vector forms included), sigmoid spelled out, or a libm function called lane by
+    lane (no vector libm is linked)."""
     args = [em.sub(a) for a in e.args]
     lanes = max(a.lanes for a in args)
     if e.name in BF16_FUNCS:
@@ -42,11 +44,15 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
     if lanes:
         args = [em.broadcast(a) for a in args]
     t = em.ty(e.dtype, lanes)
+    if e.dtype == "float32" and e.name in FAST_FUNCS:
+        return emit_fast(em, e.name, args[0])
     if e.name == "sigmoid":
         one = float_hex(1.0, e.dtype)
         ones = f"<{', '.join(f'{llvm_type(e.dtype)} {one}' for _ in range(lanes))}>" if lanes else one
         neg = em.op(f"fneg {t} {args[0].ref}", e.dtype, lanes)
-        ex = _intrinsic(em, "exp", [Val(neg.ref, e.dtype, lanes)], e.dtype, lanes)
+        neg_val = Val(neg.ref, e.dtype, lanes)
+        f32 = e.dtype == "float32"
+        ex = fast_exp(em, neg_val) if f32 else _intrinsic(em, "exp", [neg_val], e.dtype, lanes)
         den = em.op(f"fadd {t} {ones}, {ex.ref}", e.dtype, lanes)
         return em.op(f"fdiv {t} {ones}, {den.ref}", e.dtype, lanes)
     if e.name in _LIBM:

@@ -212,7 +212,8 @@ class SegmentEmitter(DotLoopEmitter):
         v = self.vector_var
         ty, align = mem_type(s.buffer.dtype), mem_align(s.buffer.dtype)
         if v is None:
-            val = self.to_memory(self.scalar(s.value))
+            update = reduction_update(s)
+            val = self.to_memory(self._accumulate(*update) if update else self.scalar(s.value))
             p = self.gep(s.buffer, self.scalar(s.index).ref)
             self.lines.append(f"  store {ty} {val.ref}, ptr {p}, align {align}")
             return
@@ -235,6 +236,20 @@ class SegmentEmitter(DotLoopEmitter):
             self.lines.append(f"  {x} = extractelement <{self.lanes} x {ty}> {val.ref}, i32 {lane}")
             p = self.gep(s.buffer, self.scalar(at_lane(s.index, v, lane)).ref)
             self.lines.append(f"  store {ty} {x}, ptr {p}, align {align}")
+
+    def _accumulate(self, op: str, acc: Expr, value: Expr) -> Val:
+        """`acc ⊕ value` of a scalar reduction, marked reassociable so that LLVM's loop vectorizer
+        may keep partial results in vector lanes (a row statistic such as softmax's sum of
+        exponentials, a mean over the last axis). The same kernel still gives the same bits on every
+        run; they may differ from a strictly sequential sum by float rounding."""
+        a, b = self.scalar(acc), self.scalar(value)
+        t = self.ty(a.dtype, 0)
+        if op in ("add", "mul"):
+            return self.op(f"f{op} reassoc contract {t} {a.ref}, {b.ref}", a.dtype)
+        name = {"max": "maximum", "min": "minimum"}[op]
+        suffix = "f32" if a.dtype == "float32" else "f64"
+        self.declared.add(f"declare {t} @llvm.{name}.{suffix}({t}, {t})")
+        return self.op(f"call {t} @llvm.{name}.{suffix}({t} {a.ref}, {t} {b.ref})", a.dtype)
 
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:
@@ -451,3 +466,16 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
         attrs += "\n\nattributes #1 = { noinline }"
     text = "\n\n".join([*decls, *funcs, attrs, meta]) + "\n"
     return text, info
+
+
+def reduction_update(s: Store) -> tuple[str, Expr, Expr] | None:
+    """(combiner, accumulator load, value) when `s` is a float reduction update
+    `buf[i] = buf[i] ⊕ value` (as `schedule.lower` writes them), else None."""
+    e = s.value
+    float_combine = isinstance(e, Bin) and e.op in ("add", "mul", "max", "min")
+    if not (float_combine and e.dtype in ("float32", "float64")):
+        return None
+    for acc, value in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(acc, Load) and acc.buffer is s.buffer and acc.index == s.index:
+            return e.op, acc, value
+    return None
