@@ -95,10 +95,13 @@ def available_tuners(ctx: Context, tuners: Sequence[str]) -> list[str]:
 def units(ctx: Context) -> list[Unit]:
     p = plan(ctx)
     tuners = available_tuners(ctx, p.tuners)
-    # tuner-major: the bar's two tuners (and the runs `transfer` reuses) land first, so a full run
-    # stopped part-way has already answered the bar
+    # the bar's two tuners first, so a long run stopped part-way has answered the bar; each of
+    # their runs next to its peer (same workload and seed), so both meet the same machine load
+    bar = [t for t in tuners if t in (MODEL_TUNER, BASELINE_TUNER)]
+    order = [(w, s, t) for w in p.workloads for s in range(p.seeds) for t in bar]
+    order += [(w, s, t) for t in tuners if t not in bar for w in p.workloads for s in range(p.seeds)]
     return [Unit(f"{w.name}/{t}/s{s}", {"workload": w.name, "tuner": t, "seed": s}, p.expected_s(w))
-            for t in tuners for w in p.workloads for s in range(p.seeds)]
+            for w, s, t in order]
 
 
 def measure_run(ctx: Context, w: ConvWorkload, tuner: str, seed: int, p: Plan, tag: str, strategy: str,
