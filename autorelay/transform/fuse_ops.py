@@ -7,9 +7,11 @@ outside inputs (constants stay inside, as weights the kernel can pack at build t
 Grouping is greedy over a dependency order: for each op call `c` and each argument `a` that is an
 op call with `c` as its *only* user, `a`'s group joins `c`'s when the `FusionPlan` allows the pair
 (group pattern, pattern of `c`), the edge is not disabled, the merged group keeps at most one
-anchor and at most `max_depth` ops. Because only single-user producers join, every group is a
-tree whose one output is its last op, so no merge can create a cycle through outside nodes.
-A tuple that feeds an injective op (concatenate's input) joins that op's group.
+anchor and at most `max_depth` ops. Then an argument with several users joins too when every one
+of its users is already in `c`'s group: a diamond that closes inside the group, as GELU's
+`x * (1 + erf(x / √2)) / 2` reads the dense output `x` twice. So every group has one output, its
+last op, and every other member's users are members: no merge can create a cycle through outside
+nodes. A tuple that feeds an injective op (concatenate's input) joins that op's group.
 
 `let`, `if`, `match`, calls of functions and nested functions are boundaries; nested non-primitive
 functions are fused on their own. Existing primitive functions are left as they are.
@@ -83,6 +85,12 @@ class _Grouping:
                 for k, _ in scoped_children(n):
                     uses[id(k)] += 1
         self.index = {id(n): i for i, n in enumerate(x for x in order if _pattern(x) is not None)}
+        self.position = {id(n): i for i, n in enumerate(order)}
+        self.users: dict[int, list[Expr]] = {}
+        for n in order:
+            if not isinstance(n, Function):
+                for k, _ in scoped_children(n):
+                    self.users.setdefault(id(k), []).append(n)
         self.group: dict[int, _Group] = {}
         self.edges: list[tuple[int, int]] = []
         for n in order:
@@ -91,8 +99,12 @@ class _Grouping:
                 continue
             g = _Group(n, [n], p, int(p in ANCHORS), 1)
             self.group[id(n)] = g
-            for a in self._producers(n):
+            producers = self._producers(n)
+            for a in producers:
                 if uses[id(a)] == 1:
+                    self._try_merge(a, n)
+            for a in producers:  # a diamond closing at n: every user of `a` is in n's group by now
+                if uses[id(a)] > 1 and not isinstance(a, Tuple) and self._users_in(a, g):
                     self._try_merge(a, n)
 
     def _producers(self, n: Call) -> list[Expr]:
@@ -102,6 +114,9 @@ class _Grouping:
             if feeds_injective or _pattern(a) is not None:
                 out.append(a)
         return out
+
+    def _users_in(self, a: Expr, g: _Group) -> bool:
+        return all(self.group.get(id(u)) is g for u in self.users.get(id(a), []))
 
     def _try_merge(self, a: Expr, c: Call) -> None:
         gc = self.group[id(c)]
@@ -120,7 +135,7 @@ class _Grouping:
             return
         if ga.anchors + gc.anchors > 1 or ga.ops + gc.ops > self.plan.max_depth:
             return
-        gc.members = ga.members + gc.members
+        gc.members = sorted(ga.members + gc.members, key=lambda m: self.position[id(m)])
         gc.pattern = max(gc.pattern, ga.pattern)
         gc.anchors += ga.anchors
         gc.ops += ga.ops

@@ -59,6 +59,28 @@ def test_a_value_with_two_users_is_not_duplicated_into_both():
     assert _fuse(body) == [["exp"], ["negative"], ["tanh"]]
 
 
+def _gelu(x):
+    """ONNX's exported GELU: x * (1 + erf(x / √2)) * 0.5 reads x twice."""
+    inner = call("add", call("erf", call("divide", x, const(2.0 ** 0.5))), const(1.0))
+    return call("multiply", call("multiply", x, inner), const(0.5))
+
+
+def test_a_diamond_closing_inside_a_group_fuses_whole():
+    """The conv's output feeds two ops of the GELU; both end up in one group, so does the conv."""
+    assert _fuse(lambda x: _gelu(conv(x))) == [["add", "divide", "erf", "multiply", "multiply", "nn.conv2d"]]
+    # a diamond of injective ops alone, after a reduction-free chain
+    assert _fuse(lambda x: _gelu(call("exp", x))) == [["add", "divide", "erf", "exp", "multiply", "multiply"]]
+
+
+def test_a_diamond_value_also_read_outside_stays_its_own_kernel():
+    def body(x):
+        c = conv(x)
+        return Tuple((_gelu(c), call("nn.relu", c)))
+    groups = _fuse(body)
+    assert ["nn.conv2d"] in groups and ["nn.relu"] in groups
+    assert ["add", "divide", "erf", "multiply", "multiply"] in groups
+
+
 def test_tuple_fuses_into_concatenate_with_its_injective_consumers():
     body = lambda x: call("nn.relu", call("concatenate", Tuple((x, call("exp", x))), axis=1))
     groups = _fuse(body)
