@@ -111,12 +111,56 @@ def unflatten(flat: E.Expr, shape: Sequence[int]) -> list[E.Expr]:
     return list(reversed(out))
 
 
+def reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """The shortest runs of `src` and `dst` axes (positions) with equal element counts, in order;
+    axes of extent 1 belong to no run. None when the counts differ (not a reshape)."""
+    a = [d for d, n in enumerate(src) if n != 1]
+    b = [d for d, n in enumerate(dst) if n != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        ga, gb = [a[i]], [b[j]]
+        pa, pb = src[a[i]], dst[b[j]]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                ga.append(a[i])
+                pa, i = pa * src[a[i]], i + 1
+            elif pb < pa and j < len(b):
+                gb.append(b[j])
+                pb, j = pb * dst[b[j]], j + 1
+            else:
+                return None
+        groups.append((ga, gb))
+    return groups if i == len(a) and j == len(b) else None
+
+
 def reshape(x: Tensor, out_type: Type, name: str = "reshape") -> Tensor:
-    """Same elements, new shape (reshape, squeeze, expand_dims, batch_flatten …)."""
+    """Same elements, new shape (reshape, squeeze, expand_dims, batch_flatten …).
+
+    Each output axis is mapped through the smallest run of axes it shares with the input, not
+    through one flat offset: an axis both shapes keep (the 64 of (1, 12, 129, 64) → (12, 129, 64))
+    reads the input along that axis directly, so a vectorized loop over it stays one contiguous
+    load instead of per-lane divisions."""
     shape = out_shape(out_type)
     if tuple(shape) == tuple(x.shape):
         return compute0(shape, lambda *i: x[i], name, tag="injective")
-    return index_map(x, out_type, lambda *i: unflatten(row_major(i, shape), x.shape), name)
+    groups = reshape_groups(x.shape, shape)
+    if groups is None:
+        return index_map(x, out_type, lambda *i: unflatten(row_major(i, shape), x.shape), name)
+
+    def source(*i: E.Expr) -> list[E.Expr]:
+        out: list[E.Expr] = [E.const(0)] * len(x.shape)
+        for src_axes, dst_axes in groups:
+            if len(src_axes) == 1 and len(dst_axes) == 1:
+                out[src_axes[0]] = i[dst_axes[0]]
+                continue
+            flat = row_major([i[d] for d in dst_axes], [shape[d] for d in dst_axes])
+            for d, v in zip(src_axes, unflatten(flat, [x.shape[d] for d in src_axes])):
+                out[d] = v
+        return out
+
+    return index_map(x, out_type, source, name)
 
 
 def reduction(
