@@ -6,7 +6,10 @@
   model, so FoldConstant turns them into two constant vectors and FoldScaleAxis can then push the
   scale into the preceding convolution's weights.
 * `nn.dropout(x).0` → `x` (dropout is the identity at inference).
-* `nn.layer_norm(x, gamma, beta)` → `(x - mean) / sqrt(var + eps) * gamma + beta` over `axis`.
+* `nn.layer_norm(x, gamma, beta)` → `(x - mean) / sqrt(var + eps) * gamma + beta` over `axis`, only
+  with `decompose_layer_norm=True`: by default it stays one op, whose compute is one kernel (row
+  statistics computed once per row, then the normalised row), where the arithmetic form takes four
+  kernels and passes over the data.
 
 Only field 0 of the tuple-valued ops is rewritten; the call is looked up through `let`-bound
 variables too, so the pass works on graph form and A-normal form alike.
@@ -69,9 +72,10 @@ def layer_norm_inference(ln: Call) -> Expr | None:
 
 
 class _Inference(ExprMutator):
-    def __init__(self, let_values: dict[int, Expr]) -> None:
+    def __init__(self, let_values: dict[int, Expr], decompose_layer_norm: bool) -> None:
         super().__init__()
         self.let_values = let_values
+        self.decompose_layer_norm = decompose_layer_norm
         self.rewrites = 0
 
     def _resolve(self, e: Expr) -> Expr:
@@ -99,7 +103,7 @@ class _Inference(ExprMutator):
         return super().visit_tuple_getitem(t)
 
     def visit_call(self, c: Call) -> Expr:
-        if op_name(c) == "nn.layer_norm":
+        if self.decompose_layer_norm and op_name(c) == "nn.layer_norm":
             new = super().visit_call(c)
             out = layer_norm_inference(new if new is c else _typed_args(new, c))  # type: ignore[arg-type]
             if out is not None:
@@ -119,13 +123,14 @@ def _typed_args(new: Call, old: Call) -> Call:
 
 @dataclass(frozen=True)
 class SimplifyInference(FunctionPass):
-    """Lower batch_norm / layer_norm to arithmetic and drop dropout, for inference."""
+    """Lower batch_norm (and, when asked, layer_norm) to arithmetic and drop dropout, for inference."""
 
     name: ClassVar[str] = "SimplifyInference"
     requires_types: ClassVar[bool] = True
+    decompose_layer_norm: bool = False
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
         lets = {id(n.var): n.value for n in post_order(fn) if isinstance(n, Let)}
-        out = _Inference(lets).visit(fn)
+        out = _Inference(lets, self.decompose_layer_norm).visit(fn)
         assert isinstance(out, Function)
         return out

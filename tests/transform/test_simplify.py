@@ -76,12 +76,15 @@ def test_layer_norm_and_dropout():
     g, b = const(rng.standard_normal(8).astype("float32")), const(rng.standard_normal(8).astype("float32"))
     y = TupleGetItem(call("nn.dropout", call("nn.layer_norm", x, g, b, epsilon=1e-5), rate=0.3), 0)
     mod = IRModule.from_expr(Function((x,), y))
-    out = SimplifyInference()(typed(mod))
+    kept = SimplifyInference()(typed(mod))  # layer_norm stays one op (one kernel), dropout goes
+    assert "nn.layer_norm" in ops(kept) and "nn.dropout" not in ops(kept)
+    out = SimplifyInference(decompose_layer_norm=True)(typed(mod))
     assert "nn.layer_norm" not in ops(out) and "nn.dropout" not in ops(out)
     xv = rng.standard_normal((3, 8)).astype("float32")
     mu, var = xv.mean(-1, keepdims=True), xv.var(-1, keepdims=True)
-    np.testing.assert_allclose(evaluate(out, xv), (xv - mu) / np.sqrt(var + 1e-5) * g.data + b.data,
-                               rtol=1e-4, atol=1e-5)
+    for m in (kept, out):
+        np.testing.assert_allclose(evaluate(m, xv), (xv - mu) / np.sqrt(var + 1e-5) * g.data + b.data,
+                                   rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("net", sorted(NETS))
