@@ -132,6 +132,34 @@ def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op
     return lambda x, idx: F.rescale_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(st, idx), rounding)
 
 
+def int32_rescaler(num_scale: object, den_scale: object, rounding: str, axis: int = 0, ndim: int = 0):
+    """`f(x_int32, output_index) -> rescaled int32 expr`, equal to `fixed_point_rescaler`'s result
+    for every int32 `x` (`qnn_fixed.rescale32_expr`), or None where that is not exact (rounding
+    other than UPWARD, a ratio of 1/4 or more) or a scale is not a constant."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    values = [constant_value(t) for t in (num_scale, den_scale)]
+    if any(v is None for v in values):
+        return None
+    nd = max(ndim, 1)
+    num, den = (_along(v, axis, nd) for v in values)  # type: ignore[arg-type]
+    try:
+        m, shift = F.multiplier_shift(num / den)
+    except F.QuantizationError:
+        return None
+    if not F.int32_exact(shift, rounding):
+        return None
+    ops = F.int32_operands(m, shift)
+    if m.size == 1:
+        mc, ac, sc = (E.const(int(v.reshape(-1)[0]), "int32") for v in ops)
+        return lambda x, idx: F.rescale32_expr(x, mc, ac, sc)
+    mt, at, st = (te.constant(v, "int32", n) for v, n in zip(ops, ("multiplier", "addend", "rshift")))
+    return lambda x, idx: F.rescale32_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(at, idx),
+                                           tc.bcast_read(st, idx))
+
+
 def _q_compute(kind: str):
     def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
         from autorelay.op import te_compute as tc
@@ -158,6 +186,8 @@ def _q_compute(kind: str):
                 real = v / E.cast(_qparam(inputs[1], i, axis), x.dtype)
                 return saturate(f64(E.call("round", real)) + f64(_qparam(inputs[2], i, axis)))
             in_zp, out_zp = _qparam(inputs[2], i, axis), _qparam(inputs[4], i, axis)
+            if fast is not None:  # an int32 accumulator, no input zero point: int32 all the way
+                return F.saturate_expr(fast(v, i) + E.cast(out_zp, "int32"), dtype)
             diff = E.cast(v, "int64") - E.cast(in_zp, "int64")
             scaled = rescaler(diff, i)
             return F.saturate_expr(scaled + E.cast(out_zp, "int64"), dtype)
@@ -166,6 +196,9 @@ def _q_compute(kind: str):
             rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
             rescaler = fixed_point_rescaler(inputs[1], inputs[3], rounding, "qnn.requantize", axis=axis,
                                             ndim=x.ndim)
+            zp = constant_value(inputs[2])
+            int32_input = x.dtype == "int32" and zp is not None and not np.any(zp)
+            fast = int32_rescaler(inputs[1], inputs[3], rounding, axis, x.ndim) if int32_input else None
 
         return tc.compute0(tc.out_shape(out_type), body, kind, tag="elemwise")
 

@@ -14,6 +14,13 @@ references bit for bit (hardware accelerators and gemmlowp-style libraries do th
 
 A ratio below 2**-31 or at least 2**29 is refused: no sensible pair of scales gives one, and
 outside that range `m` and `shift` would not fit the int64 arithmetic above.
+
+Kernels compute the same rule in int32 lanes where it is exact (`rescale32_expr`): for an int32
+`x`, UPWARD rounding and `shift >= 33` (ratios below 1/4, as after every convolution), the high
+word `hi = (x * m) >> 32` already decides the result, `(hi + 2**(shift - 33)) >> (shift - 32)`:
+the low word adds less than one unit of `hi`, which the remaining shift of at least one drops. A
+vector of int32 products' high words is one instruction pair (`vpmuldq`), where the int64 form
+doubles every vector and emulates the 64-bit multiply.
 """
 
 from __future__ import annotations
@@ -71,6 +78,29 @@ def rescale_expr(x: E.Expr, m: E.Expr, shift: E.Expr, rounding: str = "UPWARD") 
     if rounding != "UPWARD":
         raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
     return E.shr(x * m + half, shift)
+
+
+INT32_MIN_SHIFT = 33
+
+
+def int32_exact(shift: np.ndarray, rounding: str) -> bool:
+    """Whether `rescale32_expr` equals `rescale` for every int32 input under these shifts."""
+    return rounding == "UPWARD" and int(np.min(shift)) >= INT32_MIN_SHIFT
+
+
+def int32_operands(m: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The int32 constants of `rescale32_expr`: multiplier, rounding addend 2**(shift - 33) and the
+    remaining shift (shift - 32)."""
+    s = np.asarray(shift, np.int64)
+    return (np.asarray(m, np.int64).astype(np.int32), np.left_shift(1, s - 33).astype(np.int32),
+            (s - 32).astype(np.int32))
+
+
+def rescale32_expr(x: E.Expr, m: E.Expr, addend: E.Expr, rshift: E.Expr) -> E.Expr:
+    """`rescale` (UPWARD, shift >= 33) of an int32 `x` in int32 (see the module docstring)."""
+    wide = E.cast(x, "int64") * E.cast(m, "int64")
+    hi = E.cast(E.shr(wide, E.const(32, "int64")), "int32")  # a multiply-high to LLVM
+    return E.shr(hi + addend, rshift)
 
 
 def saturate(v: np.ndarray, dtype: str) -> np.ndarray:

@@ -148,7 +148,9 @@ def conv2d_nchw_q(
         return te.sum(pixel * tap, [rc, rh, rw])
 
     plain = groups == 1 and (dh, dw) == (1, 1)
-    return te.compute((n, o, oh, ow), body, name=name, tag="conv2d_nchw" if plain else "reduce")
+    # the conv template packs the weight it names (the group's inputs come in any order)
+    return te.compute((n, o, oh, ow), body, name=name, tag="conv2d_nchw" if plain else "reduce",
+                      attrs={"weight": weight.name})
 
 
 def dense_q(data: Tensor, weight: Tensor, data_zero: E.Expr, weight_zero: Callable[[E.Expr], E.Expr],

@@ -85,7 +85,6 @@ class _Grouping:
                 for k, _ in scoped_children(n):
                     uses[id(k)] += 1
         self.index = {id(n): i for i, n in enumerate(x for x in order if _pattern(x) is not None)}
-        self.position = {id(n): i for i, n in enumerate(order)}
         self.users: dict[int, list[Expr]] = {}
         for n in order:
             if not isinstance(n, Function):
@@ -135,7 +134,9 @@ class _Grouping:
             return
         if ga.anchors + gc.anchors > 1 or ga.ops + gc.ops > self.plan.max_depth:
             return
-        gc.members = sorted(ga.members + gc.members, key=lambda m: self.position[id(m)])
+        # still a dependency order: no member of `a`'s group reads one of c's (every user of c's
+        # members is in c's group, and `a`'s group is not yet)
+        gc.members = ga.members + gc.members
         gc.pattern = max(gc.pattern, ga.pattern)
         gc.anchors += ga.anchors
         gc.ops += ga.ops

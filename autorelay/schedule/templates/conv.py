@@ -240,7 +240,7 @@ class Conv2dNCHWTemplate(Template):
         steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
         lanes = target.vector_lanes()
         tv, tow, toh, uc = config["tile_oc_vectors"], config["tile_ow"], config["tile_oh"], config["unroll_c"]
-        weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
+        weight = red.op.attrs["weight"]  # type: ignore[union-attr]
         _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         oc_axis = red.op.attrs.get("weight_oc_axis", 0)  # type: ignore[union-attr]  # IOHW weights: 1

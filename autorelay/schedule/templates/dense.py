@@ -37,7 +37,7 @@ def _gemm_shape(cdef: ComputeDef) -> tuple[int, int, int, int, str]:
         raise ScheduleError(f"{cdef.name}: the dense template needs a reduction stage")
     shape = red.shape
     k = red.op.reduce_axes[0].extent
-    weight = red.op.attrs.get("weight", cdef.inputs[1].name)
+    weight = red.op.attrs["weight"]
     batch = 1
     for s in shape[:-2]:
         batch *= s

@@ -215,7 +215,7 @@ class DenseInt8Template(Template):
         lanes = target.vector_lanes("int32")
         g = self._group(red, target)
         mr, nr, uk = config["tile_m"], config["tile_n_vectors"] * lanes, config["unroll_k"]
-        weight = red.op.attrs.get("weight", cdef.inputs[1].name)  # type: ignore[union-attr]
+        weight = red.op.attrs["weight"]  # type: ignore[union-attr]
         out = pat.output.name
         k = red.op.reduce_axes[0].name  # type: ignore[union-attr]
         i, j = (a.name for a in pat.output.op.axes)  # type: ignore[union-attr]
