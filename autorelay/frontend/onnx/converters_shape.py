@@ -2,7 +2,11 @@
 Slice, Gather, Pad, Expand, Shape, Constant, ConstantOfShape, Range.
 
 Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes, pads, starts…)
-must be known at import time: constants, integer initializers, or values folded from `Shape`.
+become attributes when they are known at import time: constants, integer initializers, or values
+folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
+`steps` and Pad's `pads` become the inputs of the dynamic ops `dyn.reshape`, `dyn.strided_slice`
+and `dyn.pad` (`converters_dynamic`; the VM compiles them per concrete shape); the other such
+inputs (axes, Expand's shape, Split's sizes…) must still be known at import time.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
+from autorelay.frontend.onnx.converters_dynamic import dyn_pad, dyn_reshape, dyn_slice
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -33,11 +38,13 @@ def _axes(g: GraphBuilder, node: NodeView, since: int, index: int = 1) -> list[i
 @_reg("Reshape")
 def _reshape(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    allowzero = bool(node.attr("allowzero", 0))
     if node.opset < 5:
         target = list(node.attr("shape", []))
+    elif g.value_or_none(_x(node, 1)) is None:
+        return dyn_reshape(g, node, x, _x(node, 1), allowzero)
     else:
         target = g.ints(_x(node, 1), "shape")
-    allowzero = bool(node.attr("allowzero", 0))
     if allowzero and 0 in target and -1 in target:
         raise node.fail(f"shape {target} has both 0 (with allowzero=1) and -1")
     shape = g.shape(x)
@@ -153,6 +160,8 @@ def _slice(g: GraphBuilder, node: NodeView) -> Expr:
         starts, ends = list(node.attr("starts")), list(node.attr("ends"))
         axes = node.attr("axes")
         steps = None
+    elif any(node.input(i) is not None and g.value_or_none(node.input(i)) is None for i in (1, 2, 4)):
+        return dyn_slice(g, node, x)
     else:
         starts, ends = g.ints(_x(node, 1), "starts"), g.ints(_x(node, 2), "ends")
         axes = g.ints(node.input(3), "axes") if node.input(3) is not None else None
@@ -254,6 +263,8 @@ def _pad(g: GraphBuilder, node: NodeView) -> Expr:
         pads = list(node.attr("pads", node.attr("paddings", [])))
         value = float(node.attr("value", 0.0))
         fill = g.scalar(value, x)
+    elif g.value_or_none(_x(node, 1)) is None:
+        return dyn_pad(g, node, x, mode)
     else:
         pads = g.ints(_x(node, 1), "pads")
         cv = node.input(2)
