@@ -91,8 +91,8 @@ def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
         elif isinstance(node, Function) and not node.is_primitive:
             bad = "a closure (nested function)"
         elif isinstance(node, Op) and node.name in DYNAMIC_OPS:
-            bad = (f"the dynamic op {node.name} (its output shape is a run-time value, so its kernels are "
-                   "compiled per shape)")
+            bad = (f"the dynamic op {node.name} (its output shape or value depends on run-time shapes, so "
+                   "its kernels are compiled per shape)")
         if bad is not None:
             extra = f"; module also defines {', '.join('@' + o for o in others)}" if others else ""
             return f"@{entry} uses {bad}{extra}"

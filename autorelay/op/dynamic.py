@@ -1,4 +1,5 @@
-"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, whose shape-like inputs are tensors.
+"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, whose shape-like inputs are tensors,
+and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents.
 
 Why: an ONNX model may compute a Reshape's shape, a Slice's bounds or a Pad's widths at run time
 (from a graph input, or from data). The static ops take those as attributes; these take them as
@@ -15,6 +16,8 @@ static counterpart (`static_form`), then compiles that. The semantics are ONNX's
   count from the end, bounds clamp, negative strides walk backwards.
 * `dyn.pad(data, pads, pad_value)`: `pads` is `[b_0, …, b_{n-1}, e_0, …, e_{n-1}]`; negative
   widths crop.
+* `shape_of(data)`: data's extents as a 1-D int64 tensor (ONNX `Shape` of a dynamic input); a
+  specialisation knows them, so it becomes a constant there.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from autorelay.errors import AutoRelayError
 from autorelay.ir.attrs import Attrs
-from autorelay.ir.expr import Expr
+from autorelay.ir.expr import Constant, Expr
 from autorelay.ir.types import TensorType, Type
 from autorelay.op.elemwise import INT
 from autorelay.op.nn_spatial import MODES
@@ -42,6 +45,7 @@ VALUE_ARGS: dict[str, tuple[int, ...]] = {
     "dyn.reshape": (1,),
     "dyn.strided_slice": (1, 2, 3),
     "dyn.pad": (1,),
+    "shape_of": (),
 }
 
 
@@ -164,6 +168,17 @@ def _pad_ref(attrs: Attrs, x: np.ndarray, pads: np.ndarray, value: np.ndarray) -
     return np.asarray(out)[crop].copy()
 
 
+# ---- shape_of ---------------------------------------------------------------------------------
+
+
+def _shape_of_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    return TensorType((tensor_arg("shape_of", arg_types, 0, "data").ndim,), "int64")
+
+
+def _shape_of_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
+    return np.array(np.shape(x), dtype="int64")
+
+
 # ---- the static counterparts -----------------------------------------------------------------
 
 
@@ -192,6 +207,8 @@ def static_form(name: str, attrs: Attrs, args: Sequence[Expr], data_shape: Seque
         if x is args[0]:  # nothing to pad: still a call, so the primitive function has a body op
             x = call("reshape", x, newshape=tuple(data_shape), allowzero=True)
         return x
+    if name == "shape_of":
+        return Constant(np.array(data_shape, dtype="int64"))
     raise KeyError(f"{name} is not a dynamic op")
 
 
@@ -210,6 +227,10 @@ register(OpDef(
     name="dyn.pad", arg_names=("data", "pads", "pad_value"), type_rel=_pad_rel, pattern=OpPattern.OPAQUE,
     attrs={"pad_mode": "constant"}, reference=_pad_ref,
     doc="pad with runtime ONNX pads ([befores, afters]; negative widths crop)",
+))
+register(OpDef(
+    name="shape_of", arg_names=("data",), type_rel=_shape_of_rel, pattern=OpPattern.OPAQUE,
+    reference=_shape_of_ref, doc="the extents of data as a 1-D int64 tensor (run-time for ? extents)",
 ))
 
 

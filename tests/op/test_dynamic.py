@@ -9,7 +9,7 @@ import pytest
 
 import autorelay
 from autorelay.errors import TypeCheckError
-from autorelay.ir.expr import Function, Var
+from autorelay.ir.expr import Function, Tuple, Var, const
 from autorelay.ir.types import AnyDim, SymDim, TensorType
 from autorelay.op.check import infer_op_type, run_op
 from autorelay.op.dynamic import DynamicValueError
@@ -179,4 +179,24 @@ def test_vm_compiles_each_shape_once():
         np.testing.assert_allclose(got, np.exp(_onnx_slice(x, b, e, s)), rtol=1e-6)
     # the slice for two value sets, exp for its two result shapes (4, 5) and (4, 3); the repeat: none
     assert sum(k.compiled for k in exe.provider.specializing) == 4
+    assert not exe.report.fallbacks
+
+
+def test_shape_of():
+    x = np.zeros((3, 0, 2), "float32")
+    np.testing.assert_array_equal(run_op("shape_of", x), np.array(x.shape))
+    assert run_op("shape_of", x).dtype == np.int64
+    assert infer_op_type("shape_of", [tt(SymDim("n"), Q, 4)]) == tt(3, dtype="int64")
+
+
+def test_vm_shape_of_and_symbolic_inputs():
+    # (n, 4) -> reshape to (2n, 2) through shape_of arithmetic; the kernels specialise per n
+    x = Var("x", tt(SymDim("n"), 4))
+    n2 = call("multiply", call("strided_slice", call("shape_of", x), begin=(0,), end=(1,)), const(i64(2)))
+    target = call("concatenate", Tuple((n2, const(i64(2)))), axis=0)
+    y = call("exp", call("dyn.reshape", x, target))
+    exe = autorelay.build(Function((x,), y))
+    for n in (1, 3, 1):
+        a = rng.standard_normal((n, 4)).astype("float32")
+        np.testing.assert_allclose(exe(a), np.exp(a.reshape(2 * n, 2)), rtol=1e-6)
     assert not exe.report.fallbacks

@@ -69,11 +69,8 @@ def dyn_slice(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:
     rank = g.ndim(x)
     starts, ends, steps = node.input(1), node.input(2), node.input(4)
     n = _length(g, node, starts, "starts")
-    axes_in = node.input(3)
-    if axes_in is not None and g.value_or_none(axes_in) is None:
-        raise node.fail("axes is a run-time value; run-time starts/ends/steps need axes known at import "
-                        "time (a constant or initializer)")
-    axes = list(range(n)) if axes_in is None else g.ints(axes_in, "axes")
+    axes_in = node.input(3)  # a run-time axes raises OnnxStaticValueError (bindable with constants=)
+    axes = list(range(n)) if axes_in is None else g.ints(axes_in, "axes (with run-time starts/ends/steps)")
     axes = [a + rank if a < 0 else a for a in axes]
     if len(axes) != n or any(not 0 <= a < rank for a in axes) or len(set(axes)) != n:
         raise node.fail(f"axes {axes} must be {n} distinct axes of the rank-{rank} input")
@@ -86,12 +83,10 @@ def dyn_slice(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:
 def dyn_pad(g: GraphBuilder, node: NodeView, x: Expr, mode: str) -> Expr:
     """Pad (opset >= 11) with run-time pads (negative entries crop); `axes` must be static."""
     rank = g.ndim(x)
-    if mode not in ("constant", "reflect", "edge"):
-        raise node.fail(f"mode={mode!r} with run-time pads is not supported (constant, reflect, edge)")
+    if mode not in ("constant", "reflect", "edge"):  # wrap is a gather per axis: pads must be static
+        g.ints(node.input(1), f"pads (mode={mode!r})")
     axes_in = node.input(3) if node.opset >= 18 else None
-    if axes_in is not None and g.value_or_none(axes_in) is None:
-        raise node.fail("axes is a run-time value; run-time pads need axes known at import time")
-    given = list(range(rank)) if axes_in is None else g.ints(axes_in, "axes")
+    given = list(range(rank)) if axes_in is None else g.ints(axes_in, "axes (with run-time pads)")
     axes = [a + rank if a < 0 else a for a in given]
     pads = node.input(1)
     n = _length(g, node, pads, "pads")

@@ -6,7 +6,8 @@ become attributes when they are known at import time: constants, integer initial
 folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
 `steps` and Pad's `pads` become the inputs of the dynamic ops `dyn.reshape`, `dyn.strided_slice`
 and `dyn.pad` (`converters_dynamic`; the VM compiles them per concrete shape); the other such
-inputs (axes, Expand's shape, Split's sizes…) must still be known at import time.
+inputs (axes, Expand's shape, Split's sizes…) must still be known at import time. `Shape` of a
+tensor with dynamic extents is the run-time op `shape_of`, so shapes computed from data feed them.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
 
@@ -217,10 +218,14 @@ def _expand(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("Shape")
 def _shape(g: GraphBuilder, node: NodeView) -> Expr:
-    s = g.static_shape(_x(node), "the input of Shape")
-    n = len(s)
-    start, end = node.attr("start", 0), node.attr("end", n)
-    return g.const(np.array(s[slice(start, end)], dtype="int64"))
+    x = _x(node)
+    s = g.shape(x)
+    start, end = node.attr("start", 0), node.attr("end", len(s))
+    if all(isinstance(d, int) for d in s):
+        return g.const(np.array(s[slice(start, end)], dtype="int64"))
+    b, e, _ = slice(start, end).indices(len(s))
+    out = g.call("shape_of", x)  # `?` or symbolic extents: known at run time (the VM specialises)
+    return out if (b, e) == (0, len(s)) else g.call("strided_slice", out, begin=(b,), end=(max(e, b),))
 
 
 @_reg("Constant")

@@ -126,7 +126,20 @@ class _Empty:
         return np.empty(self.shape, self.dtype)
 
 
-def _empty_result(fn: Function) -> _Empty | None:
+class _Const:
+    """A specialisation that folded to a constant (`shape_of` of known extents): no kernel needed."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def __call__(self, *args: Any) -> np.ndarray:
+        return self.value.copy()
+
+
+def _trivial(fn: Function) -> _Empty | _Const | None:
+    """A runner for a specialisation with nothing to compute (an empty result, a constant)."""
+    if isinstance(fn.body, Constant):
+        return _Const(np.asarray(fn.body.data))
     t = fn.body.checked_type
     if isinstance(t, TensorType) and 0 in t.concrete_shape:
         return _Empty(t)
@@ -157,8 +170,8 @@ class SpecializingKernel:
         run = self.cache.get(key)
         if run is None:
             static = specialize(self.fn, arrs)
-            empty = _empty_result(static)
-            run, source = (empty, "empty") if empty is not None else self._compile(static)
+            trivial = _trivial(static)
+            run, source = (trivial, "no kernel") if trivial is not None else self._compile(static)
             self.compiled += 1
             self.sources.add(source)
             self.cache[key] = run
