@@ -216,3 +216,32 @@ def test_center_crop_pad_expanded_compiles_its_dyn_ops(case):
     dyn_rows = [r for r in exe.provider.report() if r.source in ("specialized", "fallback", "reference")
                 and r.name in ("strided_slice", "pad", "reshape")]
     assert dyn_rows and all(r.source == "specialized" for r in dyn_rows), exe.report
+
+
+def test_dense_and_conv_after_dyn_ops():
+    # ? extents flow into MatMul+Add and into Conv: their kernels specialise per shape too
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((4, 3)).astype("float32")
+    k = rng.standard_normal((2, 1, 3, 3)).astype("float32")
+    nodes = [
+        helper.make_node("Reshape", ["x", "s"], ["r"]),
+        helper.make_node("MatMul", ["r", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+        helper.make_node("Pad", ["img", "p"], ["padded"], mode="constant"),
+        helper.make_node("Conv", ["padded", "k"], ["z"]),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.ones(3, "float32"), "b"),
+             numpy_helper.from_array(k, "k")]
+    model = _model(nodes, [_vi("x", [2, 6]), _vi("s", [2], TensorProto.INT64), _vi("img", [1, 1, 5, 5]),
+                           _vi("p", [8], TensorProto.INT64)], [_vi("y", None), _vi("z", None)], inits)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    exe = _build(model)
+    x = rng.standard_normal((2, 6)).astype("float32")
+    img = rng.standard_normal((1, 1, 5, 5)).astype("float32")
+    for p in ([0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 0, 2, 0, 0, 3, 0]):
+        feeds = {"x": x, "s": np.array([-1, 4], "int64"), "img": img, "p": np.array(p, "int64")}
+        want = sess.run(None, feeds)
+        got = exe(*feeds.values())
+        for g_, w_ in zip(got, want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-5)
+    _no_fallback(exe)
