@@ -42,7 +42,10 @@ def _dynamic(t: Type | None) -> bool:
 
 
 def needs_specializing(fn: Function) -> bool:
-    """Whether `fn` calls a dyn op or has non-static extents in its parameter or result types."""
+    """Whether `fn` calls a dyn op or has non-static extents in its parameter or result types
+    (only functions of tensors: a tuple-typed parameter keeps the provider's static path)."""
+    if not all(isinstance(p.type_annotation, TensorType) for p in fn.params):
+        return False
     if any(_dynamic(p.type_annotation) for p in fn.params):
         return True
     ret = fn.ret_type
