@@ -133,9 +133,12 @@ def test_slice_runtime_axes_is_refused():
         autorelay.frontend.from_onnx(model)
 
 
-@pytest.mark.parametrize("pads", [[1, 0, 2, 3], [0, 2, 1, 0], [-1, 1, 0, -2]])
-def test_pad_runtime_pads(pads):
-    node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode="constant")
+@pytest.mark.parametrize("pads, mode", [
+    ([1, 0, 2, 3], "constant"), ([0, 2, 1, 0], "constant"), ([-1, 1, 0, -2], "constant"),
+    ([1, 0, 2, 3], "edge"), ([2, 1, 0, 3], "reflect"),
+])
+def test_pad_runtime_pads(pads, mode):
+    node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)
     model = _model([node], [_vi("x", [3, 4]), _vi("p", [4], TensorProto.INT64)], [_vi("y", None)],
                    [numpy_helper.from_array(np.array(1.5, "float32"), "v")])
     exe = _build(model)
