@@ -1,4 +1,5 @@
-"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, whose shape-like inputs are tensors,
+"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to`, whose shape-like
+inputs are tensors,
 and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents.
 
 Why: an ONNX model may compute a Reshape's shape, a Slice's bounds or a Pad's widths at run time
@@ -16,6 +17,7 @@ static counterpart (`static_form`), then compiles that. The semantics are ONNX's
   count from the end, bounds clamp, negative strides walk backwards.
 * `dyn.pad(data, pads, pad_value)`: `pads` is `[b_0, …, b_{n-1}, e_0, …, e_{n-1}]`; negative
   widths crop.
+* `dyn.broadcast_to(data, shape)`: ONNX Expand, a two-way broadcast of data's shape with `shape`.
 * `shape_of(data)`: data's extents as a 1-D int64 tensor (ONNX `Shape` of a dynamic input); a
   specialisation knows them, so it becomes a constant there.
 """
@@ -45,6 +47,7 @@ VALUE_ARGS: dict[str, tuple[int, ...]] = {
     "dyn.reshape": (1,),
     "dyn.strided_slice": (1, 2, 3),
     "dyn.pad": (1,),
+    "dyn.broadcast_to": (1,),
     "shape_of": (),
 }
 
@@ -168,6 +171,31 @@ def _pad_ref(attrs: Attrs, x: np.ndarray, pads: np.ndarray, value: np.ndarray) -
     return np.asarray(out)[crop].copy()
 
 
+# ---- dyn.broadcast_to ---------------------------------------------------------------------------
+
+
+def expand_target(data_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
+    """ONNX Expand's output shape: data's shape and the run-time `shape` broadcast both ways."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(tuple(data_shape), tuple(int(v) for v in shape)))
+    except ValueError:
+        raise DynamicValueError(f"dyn.broadcast_to: shape {[int(v) for v in shape]} does not broadcast "
+                                f"with data {tuple(data_shape)}") from None
+
+
+def _expand_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    data = tensor_arg("dyn.broadcast_to", arg_types, 0, "data")
+    n = _int_vector("dyn.broadcast_to", arg_types, 1, "shape", None)
+    rank = max(n, data.ndim)
+    dims = (1,) * (rank - data.ndim) + tuple(data.shape)
+    # an extent of data other than 1 is the output's (the value must be 1 or equal to it)
+    return TensorType(tuple(d if isinstance(d, int) and d != 1 else ANY for d in dims), data.dtype)
+
+
+def _expand_ref(attrs: Attrs, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    return np.broadcast_to(x, expand_target(np.shape(x), shape.tolist())).copy()
+
+
 # ---- shape_of ---------------------------------------------------------------------------------
 
 
@@ -207,6 +235,11 @@ def static_form(name: str, attrs: Attrs, args: Sequence[Expr], data_shape: Seque
         if x is args[0]:  # nothing to pad: still a call, so the primitive function has a body op
             x = call("reshape", x, newshape=tuple(data_shape), allowzero=True)
         return x
+    if name == "dyn.broadcast_to":
+        target = expand_target(data_shape, values[0].tolist())
+        if target == tuple(data_shape):
+            return call("reshape", args[0], newshape=target, allowzero=True)  # a copy: still one op
+        return call("broadcast_to", args[0], shape=target)
     if name == "shape_of":
         return Constant(np.array(data_shape, dtype="int64"))
     raise KeyError(f"{name} is not a dynamic op")
@@ -229,9 +262,14 @@ register(OpDef(
     doc="pad with runtime ONNX pads ([befores, afters]; negative widths crop)",
 ))
 register(OpDef(
+    name="dyn.broadcast_to", arg_names=("data", "shape"), type_rel=_expand_rel, pattern=OpPattern.OPAQUE,
+    reference=_expand_ref, doc="ONNX Expand to a run-time 1-D int shape (broadcast both ways)",
+))
+register(OpDef(
     name="shape_of", arg_names=("data",), type_rel=_shape_of_rel, pattern=OpPattern.OPAQUE,
     reference=_shape_of_ref, doc="the extents of data as a 1-D int64 tensor (run-time for ? extents)",
 ))
 
 
-__all__ = ["VALUE_ARGS", "DynamicValueError", "pad_widths", "reshape_target", "slice_bounds", "static_form"]
+__all__ = ["VALUE_ARGS", "DynamicValueError", "expand_target", "pad_widths", "reshape_target", "slice_bounds",
+           "static_form"]

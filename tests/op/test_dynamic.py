@@ -200,3 +200,12 @@ def test_vm_shape_of_and_symbolic_inputs():
         a = rng.standard_normal((n, 4)).astype("float32")
         np.testing.assert_allclose(exe(a), np.exp(a.reshape(2 * n, 2)), rtol=1e-6)
     assert not exe.report.fallbacks
+
+
+def test_broadcast_to_reference_and_type():
+    x = rng.standard_normal((3, 1)).astype("float32")
+    np.testing.assert_array_equal(run_op("dyn.broadcast_to", x, i64(2, 1, 4)), np.broadcast_to(x, (2, 3, 4)))
+    with pytest.raises(DynamicValueError, match=r"dyn\.broadcast_to: shape \[2\] does not broadcast"):
+        run_op("dyn.broadcast_to", np.zeros((3,)), i64(2))
+    # extents of data other than 1 stay static; 1s and new leading axes become ?
+    assert infer_op_type("dyn.broadcast_to", [tt(3, 1), tt(3, dtype="int64")]) == tt(Q, 3, Q)

@@ -4,9 +4,10 @@ Slice, Gather, Pad, Expand, Shape, Constant, ConstantOfShape, Range.
 Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes, pads, starts…)
 become attributes when they are known at import time: constants, integer initializers, or values
 folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
-`steps` and Pad's `pads` become the inputs of the dynamic ops `dyn.reshape`, `dyn.strided_slice`
-and `dyn.pad` (`converters_dynamic`; the VM compiles them per concrete shape); the other such
-inputs (axes, Expand's shape, Split's sizes…) must still be known at import time. `Shape` of a
+`steps`, Pad's `pads` and Expand's `shape` become the inputs of the dynamic ops `dyn.reshape`,
+`dyn.strided_slice`, `dyn.pad` and `dyn.broadcast_to` (`converters_dynamic`; the VM compiles them
+per concrete shape); the other such inputs (axes, Split's sizes…) must still be known at import
+time. `Shape` of a
 tensor with dynamic extents is the run-time op `shape_of`, so shapes computed from data feed them.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
-from autorelay.frontend.onnx.converters_dynamic import dyn_pad, dyn_reshape, dyn_slice
+from autorelay.frontend.onnx.converters_dynamic import dyn_expand, dyn_pad, dyn_reshape, dyn_slice
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -207,6 +208,8 @@ def _gather(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("Expand")
 def _expand(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    if g.value_or_none(_x(node, 1)) is None:
+        return dyn_expand(g, node, x, _x(node, 1))
     target = g.ints(_x(node, 1), "shape")
     s = g.static_shape(x)
     try:

@@ -248,3 +248,17 @@ def test_dense_and_conv_after_dyn_ops():
         for g_, w_ in zip(got, want):
             np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-5)
     _no_fallback(exe)
+
+
+@pytest.mark.parametrize("xshape, target", [((3, 1), [2, 3, 4]), ((1, 4), [5, 1]), ((2, 3), [1])])
+def test_expand_runtime_shape(xshape, target):
+    nodes = [helper.make_node("Expand", ["x", "s"], ["e"]), helper.make_node("Neg", ["e"], ["y"])]
+    model = _model(nodes, [_vi("x", list(xshape)), _vi("s", [len(target)], TensorProto.INT64)],
+                   [_vi("y", None)])
+    exe = _build(model)
+    x = np.random.default_rng(7).standard_normal(xshape).astype("float32")
+    _check(exe, model, {"x": x, "s": np.array(target, "int64")})
+    first = _compiled(exe)  # 2, or 1 where the result type is provably static (then Neg is static)
+    _check(exe, model, {"x": x, "s": np.array(target, "int64")})
+    assert _compiled(exe) == first
+    _no_fallback(exe)
