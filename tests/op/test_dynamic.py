@@ -209,3 +209,11 @@ def test_broadcast_to_reference_and_type():
         run_op("dyn.broadcast_to", np.zeros((3,)), i64(2))
     # extents of data other than 1 stay static; 1s and new leading axes become ?
     assert infer_op_type("dyn.broadcast_to", [tt(3, 1), tt(3, dtype="int64")]) == tt(Q, 3, Q)
+
+
+def test_vm_bad_runtime_value_names_the_op():
+    x, s = Var("x", tt(2, 3)), Var("s", tt(2, dtype="int64"))
+    exe = autorelay.build(Function((x, s), call("dyn.reshape", x, s)))
+    with pytest.raises(DynamicValueError, match=r"dyn\.reshape: reshape of data \(2, 3\) to \[4, 4\]"):
+        exe(np.zeros((2, 3), "float32"), i64(4, 4))
+    np.testing.assert_array_equal(exe(np.ones((2, 3), "float32"), i64(3, 2)), np.ones((3, 2)))

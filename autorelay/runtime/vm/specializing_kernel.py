@@ -164,11 +164,12 @@ class SpecializingKernel:
         self.sources: set[str] = set()  # what ran them: default / tuned / fallback …
 
     def key(self, args: Sequence[np.ndarray]) -> tuple:
-        shapes = tuple((a.shape, a.dtype.str) for a in args)
-        return shapes, tuple(args[i].tobytes() for i in self.values)
+        """What a specialisation depends on: every argument's shape and dtype, and the bytes of the
+        arguments whose values a dyn op reads."""
+        return tuple([(a.shape, a.dtype) for a in args]), tuple([args[i].tobytes() for i in self.values])
 
     def __call__(self, *args: Any) -> Any:
-        arrs = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        arrs = args if all(type(a) is np.ndarray for a in args) else [np.asarray(a) for a in args]
         key = self.key(arrs)
         run = self.cache.get(key)
         if run is None:

@@ -216,9 +216,8 @@ def test_center_crop_pad_expanded_compiles_its_dyn_ops(case):
     assert "dyn." in mod.astext()
     exe = autorelay.build(mod, params=params)
     np.testing.assert_array_equal(exe(*ins), want)
-    dyn_rows = [r for r in exe.provider.report() if r.source in ("specialized", "fallback", "reference")
-                and r.name in ("strided_slice", "pad", "reshape")]
-    assert dyn_rows and all(r.source == "specialized" for r in dyn_rows), exe.report
+    assert any(r.source == "specialized" for r in exe.provider.report())
+    _no_fallback(exe)  # the shape arithmetic (int64 Div, Sub, Max) compiles too
 
 
 def test_dense_and_conv_after_dyn_ops():

@@ -281,15 +281,15 @@ def test_shape_contradiction_names_the_node():
 
 
 def test_static_input_requirement_is_named_and_bindable():
-    # Expand's shape must be known at import time (a run-time Reshape target becomes dyn.reshape:
-    # tests/frontend/onnx/test_onnx_dynamic_values.py)
-    nodes = [helper.make_node("Expand", ["x", "target"], ["y"], name="ex")]
-    m = _model(nodes, [_vi("x", [2, 1]), _vi("target", [2], TensorProto.INT64)], [_vi("y", [2, 3])])
-    with pytest.raises(OnnxNodeError, match=r"'ex'.*'target'.*constants="):
+    # Unsqueeze's axes must be known at import time (run-time Reshape/Slice/Pad/Expand shapes become
+    # dyn ops instead: tests/frontend/onnx/test_onnx_dynamic_values.py)
+    nodes = [helper.make_node("Unsqueeze", ["x", "target"], ["y"], name="us")]
+    m = _model(nodes, [_vi("x", [2, 3]), _vi("target", [1], TensorProto.INT64)], [_vi("y", [2, 1, 3])])
+    with pytest.raises(OnnxNodeError, match=r"'us'.*'target'.*constants="):
         from_onnx(m)
-    x = RNG.standard_normal((2, 1)).astype("float32")
-    got = _run(m, x, constants={"target": np.array([2, 3], "int64")})
-    np.testing.assert_array_equal(got, np.broadcast_to(x, (2, 3)))
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    got = _run(m, x, constants={"target": np.array([1], "int64")})
+    np.testing.assert_array_equal(got, x[:, None, :])
 
 
 def test_runtime_reshape_target_with_declared_output_shape():
