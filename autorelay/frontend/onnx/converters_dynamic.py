@@ -38,19 +38,22 @@ def _length(g: GraphBuilder, node: NodeView, e: Expr | None, what: str) -> int:
 
 
 def _full_rank(g: GraphBuilder, node: NodeView, e: Expr | None, positions: Sequence[int], rank: int,
-               default: int, what: str, offset: int = 0) -> Expr:
+               default: int, what: str, offset: int = 0, size: int | None = None) -> Expr:
     """A rank-long int64 tensor whose entry `positions[k]` is entry `offset + k` of `e` and whose
-    other entries are `default` (a constant when `e` is known, IR ops when it is a run-time value)."""
-    value = g.value_or_none(e) if e is not None else np.full(len(positions), default)
+    other entries are `default` (a constant when `e` is known, IR ops when it is a run-time value).
+    `e` must have `size` entries (default: one per position)."""
+    size = len(positions) if size is None else size
+    value = g.value_or_none(e) if e is not None else np.full(size, default)
+    n = np.asarray(value).size if value is not None else _int64_vector(g, node, e, what)[1]
+    if n != size:
+        raise node.fail(f"{what} has {n} entries, expected {size}")
     if value is not None:
         full = np.full(rank, default, dtype="int64")
         flat = np.asarray(value).reshape(-1)
         for k, a in enumerate(positions):
             full[a] = flat[offset + k]
         return g.const(full)
-    vec, n = _int64_vector(g, node, e, what)
-    if n < offset + len(positions):
-        raise node.fail(f"{what} has {n} entries, expected {offset + len(positions)}")
+    vec, _ = _int64_vector(g, node, e, what)
     if list(positions) == list(range(rank)) and n == rank:
         return vec
     where = {a: k for k, a in enumerate(positions)}
@@ -102,8 +105,8 @@ def dyn_pad(g: GraphBuilder, node: NodeView, x: Expr, mode: str) -> Expr:
     if axes == list(range(rank)):
         full = _int64_vector(g, node, pads, "pads")[0]
     else:
-        befores = _full_rank(g, node, pads, axes, rank, 0, "pads")
-        afters = _full_rank(g, node, pads, axes, rank, 0, "pads", offset=len(axes))
+        befores = _full_rank(g, node, pads, axes, rank, 0, "pads", size=n)
+        afters = _full_rank(g, node, pads, axes, rank, 0, "pads", offset=len(axes), size=n)
         full = g.call("concatenate", g.tuple([befores, afters]), axis=0)
     cv = node.input(2)
     known = g.value_or_none(cv)

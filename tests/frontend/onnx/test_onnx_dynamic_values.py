@@ -261,3 +261,11 @@ def test_expand_runtime_shape(xshape, target):
     _check(exe, model, {"x": x, "s": np.array(target, "int64")})
     assert _compiled(exe) == first
     _no_fallback(exe)
+
+
+def test_slice_mismatched_lengths_is_a_clear_error():
+    node = helper.make_node("Slice", ["x", "b", "e"], ["y"])
+    model = _model([node], [_vi("x", [4, 5]), _vi("b", [2], TensorProto.INT64)], [_vi("y", None)],
+                   [numpy_helper.from_array(np.array([3], "int64"), "e")])
+    with pytest.raises(OnnxImportError, match="ends has 1 entries, expected 2"):
+        autorelay.frontend.from_onnx(model)
