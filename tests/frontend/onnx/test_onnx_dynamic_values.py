@@ -6,6 +6,8 @@ shape (no NumPy fallback for the data); a second call with the same values reuse
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -269,3 +271,29 @@ def test_slice_mismatched_lengths_is_a_clear_error():
                    [numpy_helper.from_array(np.array([3], "int64"), "e")])
     with pytest.raises(OnnxImportError, match="ends has 1 entries, expected 2"):
         autorelay.frontend.from_onnx(model)
+
+
+def test_torch_export_with_dynamic_batch(tmp_path):
+    # the TorchScript exporter writes x.reshape(x.shape[0], -1) and y[:, :x.shape[1]] as
+    # Shape -> Gather -> Unsqueeze -> Concat -> Reshape and a Slice with a run-time end
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 5)
+
+        def forward(self, x):
+            return self.fc(x.reshape(x.shape[0], -1))[:, : x.shape[1]]
+
+    path = tmp_path / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.randn(2, 3, 4),), str(path), dynamo=False, input_names=["x"],
+                          opset_version=17, dynamic_axes={"x": {0: "batch", 1: "c"}})
+    model = onnx.load(str(path))
+    exe = _build(model)
+    rng = np.random.default_rng(8)
+    for batch in (2, 5, 2):
+        _check(exe, model, {"x": rng.standard_normal((batch, 3, 4)).astype("float32")})
+    _no_fallback(exe)
