@@ -1,5 +1,5 @@
-"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to`, whose shape-like
-inputs are tensors,
+"""Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to`, `dyn.full`, whose
+shape-like inputs are tensors,
 and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents.
 
 Why: an ONNX model may compute a Reshape's shape, a Slice's bounds or a Pad's widths at run time
@@ -18,6 +18,7 @@ static counterpart (`static_form`), then compiles that. The semantics are ONNX's
 * `dyn.pad(data, pads, pad_value)`: `pads` is `[b_0, …, b_{n-1}, e_0, …, e_{n-1}]`; negative
   widths crop.
 * `dyn.broadcast_to(data, shape)`: ONNX Expand, a two-way broadcast of data's shape with `shape`.
+* `dyn.full(fill_value, shape)`: ONNX ConstantOfShape, a scalar repeated to a run-time shape.
 * `shape_of(data)`: data's extents as a 1-D int64 tensor (ONNX `Shape` of a dynamic input); a
   specialisation knows them, so it becomes a constant there.
 """
@@ -48,6 +49,7 @@ VALUE_ARGS: dict[str, tuple[int, ...]] = {
     "dyn.strided_slice": (1, 2, 3),
     "dyn.pad": (1,),
     "dyn.broadcast_to": (1,),
+    "dyn.full": (1,),
     "shape_of": (),
 }
 
@@ -196,6 +198,28 @@ def _expand_ref(attrs: Attrs, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.broadcast_to(x, expand_target(np.shape(x), shape.tolist())).copy()
 
 
+# ---- dyn.full ----------------------------------------------------------------------------------
+
+
+def _full_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    fill = tensor_arg("dyn.full", arg_types, 0, "fill_value")
+    if fill.ndim != 0:
+        raise rel_error("dyn.full", f"fill_value must be a scalar, got {fill}")
+    n = _int_vector("dyn.full", arg_types, 1, "shape", None)
+    return TensorType((ANY,) * n, fill.dtype)
+
+
+def _full_target(shape: Sequence[int]) -> tuple[int, ...]:
+    vals = tuple(int(v) for v in shape)
+    if any(v < 0 for v in vals):
+        raise DynamicValueError(f"dyn.full: shape {list(vals)} has a negative extent")
+    return vals
+
+
+def _full_ref(attrs: Attrs, fill: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    return np.full(_full_target(shape.tolist()), fill, dtype=np.asarray(fill).dtype)
+
+
 # ---- shape_of ---------------------------------------------------------------------------------
 
 
@@ -240,6 +264,8 @@ def static_form(name: str, attrs: Attrs, args: Sequence[Expr], data_shape: Seque
         if target == tuple(data_shape):
             return call("reshape", args[0], newshape=target, allowzero=True)  # a copy: still one op
         return call("broadcast_to", args[0], shape=target)
+    if name == "dyn.full":
+        return call("full", args[0], shape=_full_target(values[0].tolist()))
     if name == "shape_of":
         return Constant(np.array(data_shape, dtype="int64"))
     raise KeyError(f"{name} is not a dynamic op")
@@ -264,6 +290,10 @@ register(OpDef(
 register(OpDef(
     name="dyn.broadcast_to", arg_names=("data", "shape"), type_rel=_expand_rel, pattern=OpPattern.OPAQUE,
     reference=_expand_ref, doc="ONNX Expand to a run-time 1-D int shape (broadcast both ways)",
+))
+register(OpDef(
+    name="dyn.full", arg_names=("fill_value", "shape"), type_rel=_full_rel, pattern=OpPattern.OPAQUE,
+    reference=_full_ref, doc="ONNX ConstantOfShape: a scalar repeated to a run-time 1-D int shape",
 ))
 register(OpDef(
     name="shape_of", arg_names=("data",), type_rel=_shape_of_rel, pattern=OpPattern.OPAQUE,

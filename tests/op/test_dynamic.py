@@ -217,3 +217,14 @@ def test_vm_bad_runtime_value_names_the_op():
     with pytest.raises(DynamicValueError, match=r"dyn\.reshape: reshape of data \(2, 3\) to \[4, 4\]"):
         exe(np.zeros((2, 3), "float32"), i64(4, 4))
     np.testing.assert_array_equal(exe(np.ones((2, 3), "float32"), i64(3, 2)), np.ones((3, 2)))
+
+
+def test_full_reference_and_type():
+    got = run_op("dyn.full", np.array(7, "int32"), i64(2, 0, 3))
+    assert got.shape == (2, 0, 3) and got.dtype == np.int32
+    np.testing.assert_array_equal(run_op("dyn.full", np.array(1.5, "float32"), i64(2)), [1.5, 1.5])
+    with pytest.raises(DynamicValueError, match="negative extent"):
+        run_op("dyn.full", np.array(0.0), i64(-1))
+    assert infer_op_type("dyn.full", [tt(dtype="int32"), tt(2, dtype="int64")]) == tt(Q, Q, dtype="int32")
+    with pytest.raises(TypeCheckError, match=r"dyn\.full: fill_value must be a scalar"):
+        infer_op_type("dyn.full", [tt(1), tt(2, dtype="int64")])

@@ -1,12 +1,12 @@
-"""Reshape, Slice, Pad and Expand whose shape-like inputs are run-time values: the `dyn.*` ops.
+"""Reshape, Slice, Pad, Expand, ConstantOfShape with run-time shape-like inputs: the `dyn.*` ops.
 
 Why a separate path: the static converters (`converters_shape`) turn a known shape, bounds or pads
 into attributes, which keeps those models exactly as fast as before. When the value is computed at
 run time (a graph input, or arithmetic on data), these helpers emit `dyn.reshape`,
-`dyn.strided_slice`, `dyn.pad` or `dyn.broadcast_to` (`autorelay.op.dynamic`) instead; the VM
-compiles a kernel per concrete shape for them. `axes` inputs must still be known at import time:
-they are scattered into full-rank int64 tensors here, with the ONNX defaults for the axes not
-listed.
+`dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` or `dyn.full` (`autorelay.op.dynamic`)
+instead; the VM compiles a kernel per concrete shape for them. `axes` inputs must still be known at
+import time: they are scattered into full-rank int64 tensors here, with the ONNX defaults for the
+axes not listed.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def dyn_expand(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr) -> Expr:
     """Expand to a run-time shape: the output rank is max(data's rank, the shape's length)."""
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.broadcast_to", x, vec)
+
+
+def dyn_full(g: GraphBuilder, node: NodeView, fill: Expr, shape: Expr) -> Expr:
+    """ConstantOfShape of a run-time shape: the output rank is the shape's (static) length."""
+    vec, _ = _int64_vector(g, node, shape, "shape")
+    return g.call("dyn.full", fill, vec)
 
 
 def dyn_slice(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:

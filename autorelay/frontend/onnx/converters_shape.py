@@ -4,11 +4,11 @@ Slice, Gather, Pad, Expand, Shape, Constant, ConstantOfShape, Range.
 Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes, pads, starts…)
 become attributes when they are known at import time: constants, integer initializers, or values
 folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
-`steps`, Pad's `pads` and Expand's `shape` become the inputs of the dynamic ops `dyn.reshape`,
-`dyn.strided_slice`, `dyn.pad` and `dyn.broadcast_to` (`converters_dynamic`; the VM compiles them
-per concrete shape); the other such inputs (axes, Split's sizes…) must still be known at import
-time. `Shape` of a
-tensor with dynamic extents is the run-time op `shape_of`, so shapes computed from data feed them.
+`steps`, Pad's `pads`, Expand's and ConstantOfShape's `shape` become the inputs of the dynamic ops
+`dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` and `dyn.full`
+(`converters_dynamic`; the VM compiles them per concrete shape); the other such inputs (axes,
+Split's sizes…) must still be known at import time. `Shape` of a tensor with dynamic extents is
+the run-time op `shape_of`, so shapes computed from data feed them.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
-from autorelay.frontend.onnx.converters_dynamic import dyn_expand, dyn_pad, dyn_reshape, dyn_slice
+from autorelay.frontend.onnx.converters_dynamic import dyn_expand, dyn_full, dyn_pad, dyn_reshape, dyn_slice
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -248,9 +248,11 @@ def _constant(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("ConstantOfShape")
 def _constant_of_shape(g: GraphBuilder, node: NodeView) -> Expr:
-    shape = g.ints(_x(node), "shape")
     fill = node.attr("value")
     fill = np.zeros(1, dtype="float32") if fill is None else np.asarray(fill).reshape(-1)
+    if g.value_or_none(_x(node)) is None:
+        return dyn_full(g, node, g.const(fill[0], str(fill.dtype)), _x(node))
+    shape = g.ints(_x(node), "shape")
     return g.const(np.full(shape, fill[0], dtype=fill.dtype))
 
 

@@ -297,3 +297,16 @@ def test_torch_export_with_dynamic_batch(tmp_path):
     for batch in (2, 5, 2):
         _check(exe, model, {"x": rng.standard_normal((batch, 3, 4)).astype("float32")})
     _no_fallback(exe)
+
+
+def test_constant_of_runtime_shape():
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"],
+                              value=numpy_helper.from_array(np.array([2.5], "float32"))),
+             helper.make_node("Add", ["c", "x"], ["y"])]
+    model = _model(nodes, [_vi("s", [2], TensorProto.INT64), _vi("x", [1, 3])], [_vi("y", None)])
+    exe = _build(model)
+    x = np.arange(3, dtype="float32").reshape(1, 3)
+    for s in ([4, 3], [2, 3], [4, 3]):
+        _check(exe, model, {"s": np.array(s, "int64"), "x": x})
+    assert _compiled(exe) == 4  # full and add, for two shapes
+    _no_fallback(exe)
