@@ -51,6 +51,7 @@ from autorelay.kernel import Kernel, compile_kernel
 from autorelay.lower import model_key, workload_key
 from autorelay.lower.lower import lower
 from autorelay.lower.relayout import relayout_compute
+from autorelay.op.dynamic import VALUE_ARGS as DYNAMIC_OPS
 from autorelay.primitive import PrimitiveKernels, compile_primitive
 from autorelay.runtime import aot, vm
 from autorelay.runtime.executable import Executable, KernelArtifact
@@ -73,7 +74,8 @@ class BuildError(AutoRelayError):
 
 
 def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
-    """Why @entry needs the VM (control flow, recursion, closures, ADTs, refs), or None for dataflow."""
+    """Why @entry needs the VM (control flow, recursion, closures, ADTs, refs, dynamic ops whose output
+    shapes are run-time values), or None for dataflow the graph executor can plan statically."""
     others = sorted(g.name_hint for g in mod.functions if g.name_hint != entry)
     fn = mod[entry]
     for node in post_order(fn.body):
@@ -88,6 +90,9 @@ def control_flow_reason(mod: IRModule, entry: str = "main") -> str | None:
             bad = f"a call of the global function @{node.name_hint}"
         elif isinstance(node, Function) and not node.is_primitive:
             bad = "a closure (nested function)"
+        elif isinstance(node, Op) and node.name in DYNAMIC_OPS:
+            bad = (f"the dynamic op {node.name} (its output shape or value depends on run-time shapes, so "
+                   "its kernels are compiled per shape)")
         if bad is not None:
             extra = f"; module also defines {', '.join('@' + o for o in others)}" if others else ""
             return f"@{entry} uses {bad}{extra}"

@@ -6,6 +6,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     broadcast_like,
     conv,
     conv_transpose,
+    dynamic,
     elemwise,
     elemwise_binary,
     image,

@@ -157,6 +157,23 @@ def _float_bin(fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Ex
     return wrapped
 
 
+def _divide(a: E.Expr, b: E.Expr) -> E.Expr:
+    """Floats divide; integers truncate toward zero and give 0 for a zero divisor (the reference's
+    rule, TVM's `truncdiv`), built from floor division of a never-zero divisor. Shape arithmetic
+    (ONNX `Div` on int64 extents) runs through this."""
+    if E.is_float(a.dtype):
+        return a / b
+    zero, one = E.const(0, b.dtype), E.const(1, b.dtype)
+    is_zero = E.compare("eq", b, zero)
+    safe = E.select(is_zero, one, b)
+    q = a // safe
+    if a.dtype.startswith("u"):
+        return E.select(is_zero, zero, q)
+    inexact = E.compare("ne", a - q * safe, zero)
+    signs = E.compare("ne", a < zero, safe < zero)
+    return E.select(is_zero, zero, q + E.cast(inexact & signs, a.dtype))
+
+
 def _ftrunc(x: E.Expr) -> E.Expr:
     return E.select(x < E.const(0, x.dtype), E.call("ceil", x), E.call("floor", x))
 
@@ -165,7 +182,7 @@ _BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
-    "divide": _float_bin(lambda a, b: a / b),
+    "divide": _divide,
     "power": _float_bin(lambda a, b: E.call("pow", a, b)),
     "maximum": E.maximum,
     "minimum": E.minimum,

@@ -106,14 +106,18 @@ def _pad_gradient(c: Call, g: Expr) -> list[Expr]:
 
 def _pad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """Constant padding: the input at clamped indices where inside, else the pad value (both arms
-    of the select are evaluated, so the read must stay in bounds)."""
+    of the select are evaluated, so the read must stay in bounds). Edge and reflect padding only
+    move the read index (`_mirror_index`), as `_source_index` does for the gradient."""
     from autorelay.op import te_compute as tc
     from autorelay.te import expr as E
 
     x, value = inputs
-    if attrs["pad_mode"] != "constant":
-        raise tc.Unsupported(f"pad_mode {attrs['pad_mode']!r} has no compute")
     widths = [tuple(w) for w in attrs["pad_width"]]
+    mode = attrs["pad_mode"]
+    if mode != "constant":
+        return tc.compute0(tc.out_shape(out_type), lambda *i: x[tuple(
+            _mirror_index(E, v - b, n, mode) for v, n, (b, _) in zip(i, x.shape, widths))], "pad",
+            tag="injective")
 
     def body(*i: E.Expr) -> E.Expr:
         conds, src = [], []
@@ -126,6 +130,16 @@ def _pad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         return E.select(E.all_of(*conds), x[tuple(src)], fill)
 
     return tc.compute0(tc.out_shape(out_type), body, "pad", tag="injective")
+
+
+def _mirror_index(E: Any, j: Any, n: int, mode: str) -> Any:
+    """The input index read at offset `j` (may be outside [0, n)) by edge / reflect padding; reflect
+    widths are below n (the type relation checks), so one reflection at each end suffices."""
+    if mode == "edge" or n == 1:
+        return E.maximum(E.minimum(j, n - 1), 0)
+    j = E.select(j < 0, 0 - j, j)
+    j = E.select(j > n - 1, 2 * (n - 1) - j, j)
+    return E.maximum(E.minimum(j, n - 1), 0)  # a no-op that lets the bounds check prove the read
 
 
 register(OpDef(

@@ -50,6 +50,9 @@ CASES = [
     *[case(op, [A, tensor((19,))]) for op in BINARY],
     *[case(op, [tensor((3, 1, 5)), tensor((4, 1))], ident=f"{op}-bcast") for op in ("add", "multiply")],
     case("add", [tensor((6, 5), "int32"), tensor((6, 5), "int32")], ident="add-int32"),
+    # truncating integer division, zero divisors included (shape arithmetic: ONNX Div on int64)
+    *[case("divide", [tensor((6, 5), dt), tensor((6, 5), dt)], rng=(-7, 7), ident=f"divide-{dt}")
+      for dt in ("int32", "int64", "uint8")],
     *[case(op, [A, A], rng=POS) for op in BINARY_POS],
     *[case(op, [tensor((4, 7), "bool"), tensor((4, 7), "bool")]) for op in
       ("logical_and", "logical_or", "logical_xor")],
@@ -93,6 +96,8 @@ CASES = [
     case("nn.log_softmax", [A]),
     case("nn.layer_norm", [tensor((4, 19)), tensor((19,)), tensor((19,))], rtol=1e-4),
     case("nn.pad", [tensor((2, 3, 5)), tensor(())], {"pad_width": ((0, 0), (1, 2), (3, 0))}),
+    *[case("nn.pad", [tensor((2, 3, 5)), tensor(())], {"pad_width": ((1, 0), (2, 2), (0, 4)), "pad_mode": m},
+           ident=f"pad-{m}") for m in ("edge", "reflect")],
     case("nn.dense", [tensor((3, 21)), tensor((19, 21))], rtol=1e-4),
     case("nn.matmul", [tensor((3, 21)), tensor((19, 21))], {"transpose_b": True}, rtol=1e-4),
     case("nn.matmul", [tensor((3, 21)), tensor((21, 19))], rtol=1e-4, ident="matmul-nn"),

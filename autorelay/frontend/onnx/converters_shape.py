@@ -2,7 +2,13 @@
 Slice, Gather, Pad, Expand, Shape, Constant, ConstantOfShape, Range.
 
 Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes, pads, starts…)
-must be known at import time: constants, integer initializers, or values folded from `Shape`.
+become attributes when they are known at import time: constants, integer initializers, or values
+folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
+`steps`, Pad's `pads`, Expand's and ConstantOfShape's `shape` become the inputs of the dynamic ops
+`dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` and `dyn.full`
+(`converters_dynamic`; the VM compiles them per concrete shape); the other such inputs (axes,
+Split's sizes…) must still be known at import time. `Shape` of a tensor with dynamic extents is
+the run-time op `shape_of`, so shapes computed from data feed them.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
 
@@ -11,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
+from autorelay.frontend.onnx.converters_dynamic import dyn_expand, dyn_full, dyn_pad, dyn_reshape, dyn_slice
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -33,11 +40,13 @@ def _axes(g: GraphBuilder, node: NodeView, since: int, index: int = 1) -> list[i
 @_reg("Reshape")
 def _reshape(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    allowzero = bool(node.attr("allowzero", 0))
     if node.opset < 5:
         target = list(node.attr("shape", []))
+    elif g.value_or_none(_x(node, 1)) is None:
+        return dyn_reshape(g, node, x, _x(node, 1), allowzero)
     else:
         target = g.ints(_x(node, 1), "shape")
-    allowzero = bool(node.attr("allowzero", 0))
     if allowzero and 0 in target and -1 in target:
         raise node.fail(f"shape {target} has both 0 (with allowzero=1) and -1")
     shape = g.shape(x)
@@ -153,6 +162,8 @@ def _slice(g: GraphBuilder, node: NodeView) -> Expr:
         starts, ends = list(node.attr("starts")), list(node.attr("ends"))
         axes = node.attr("axes")
         steps = None
+    elif any(node.input(i) is not None and g.value_or_none(node.input(i)) is None for i in (1, 2, 4)):
+        return dyn_slice(g, node, x)
     else:
         starts, ends = g.ints(_x(node, 1), "starts"), g.ints(_x(node, 2), "ends")
         axes = g.ints(node.input(3), "axes") if node.input(3) is not None else None
@@ -197,6 +208,8 @@ def _gather(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("Expand")
 def _expand(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    if g.value_or_none(_x(node, 1)) is None:
+        return dyn_expand(g, node, x, _x(node, 1))
     target = g.ints(_x(node, 1), "shape")
     s = g.static_shape(x)
     try:
@@ -208,10 +221,14 @@ def _expand(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("Shape")
 def _shape(g: GraphBuilder, node: NodeView) -> Expr:
-    s = g.static_shape(_x(node), "the input of Shape")
-    n = len(s)
-    start, end = node.attr("start", 0), node.attr("end", n)
-    return g.const(np.array(s[slice(start, end)], dtype="int64"))
+    x = _x(node)
+    s = g.shape(x)
+    start, end = node.attr("start", 0), node.attr("end", len(s))
+    if all(isinstance(d, int) for d in s):
+        return g.const(np.array(s[slice(start, end)], dtype="int64"))
+    b, e, _ = slice(start, end).indices(len(s))
+    out = g.call("shape_of", x)  # `?` or symbolic extents: known at run time (the VM specialises)
+    return out if (b, e) == (0, len(s)) else g.call("strided_slice", out, begin=(b,), end=(max(e, b),))
 
 
 @_reg("Constant")
@@ -231,9 +248,11 @@ def _constant(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("ConstantOfShape")
 def _constant_of_shape(g: GraphBuilder, node: NodeView) -> Expr:
-    shape = g.ints(_x(node), "shape")
     fill = node.attr("value")
     fill = np.zeros(1, dtype="float32") if fill is None else np.asarray(fill).reshape(-1)
+    if g.value_or_none(_x(node)) is None:
+        return dyn_full(g, node, g.const(fill[0], str(fill.dtype)), _x(node))
+    shape = g.ints(_x(node), "shape")
     return g.const(np.full(shape, fill[0], dtype=fill.dtype))
 
 
@@ -254,6 +273,8 @@ def _pad(g: GraphBuilder, node: NodeView) -> Expr:
         pads = list(node.attr("pads", node.attr("paddings", [])))
         value = float(node.attr("value", 0.0))
         fill = g.scalar(value, x)
+    elif g.value_or_none(_x(node, 1)) is None:
+        return dyn_pad(g, node, x, mode)
     else:
         pads = g.ints(_x(node, 1), "pads")
         cv = node.input(2)

@@ -10,7 +10,8 @@ The VM does not care how a primitive function is computed. Two providers:
   one_hot) and otherwise falls back to the reference; `report()` says which, per kernel.
 
 Compiled calls go through `autorelay.runtime.vm.call_stub.CompiledCall` (preallocated outputs,
-cached addresses).
+cached addresses). A primitive function with a dynamic op or `?` extents gets a
+`specializing_kernel.SpecializingKernel`: compiled through the same seam once per concrete shape.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from autorelay.primitive import compile_primitive, kernel_name
 from autorelay.runtime.fallback import ReferenceFunction
 from autorelay.runtime.report import BuildReport, KernelRow
 from autorelay.runtime.vm.call_stub import AddressBook, CompiledCall
+from autorelay.runtime.vm.specializing_kernel import (
+    DEFAULT_MAX_ENTRIES,
+    SpecializingKernel,
+    needs_specializing,
+)
 from autorelay.schedule.source import ScheduleSource
 from autorelay.target import Target
 
@@ -63,20 +69,37 @@ class ReferenceProvider:
 class CompiledProvider:
     """Primitive functions lowered and compiled with LLVM; unlowerable ones run their references."""
 
-    def __init__(self, target: Target, schedules: ScheduleSource | None = None) -> None:
+    def __init__(self, target: Target, schedules: ScheduleSource | None = None,
+                 max_specializations: int = DEFAULT_MAX_ENTRIES) -> None:
         self.target, self.schedules, self.threads = target, schedules, target.threads
+        self.max_specializations = max_specializations
         self.book = AddressBook()
-        self._rows: list[KernelInfo] = []
+        self._rows: list[KernelInfo | tuple[str, SpecializingKernel]] = []
         self.calls: list[CompiledCall] = []
+        self.specializing: list[SpecializingKernel] = []
 
     def kernel(self, fn: Function) -> Callable[..., Any]:
-        prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
+        if needs_specializing(fn):
+            spec = SpecializingKernel(fn, self._compile_static, self.max_specializations)
+            self.specializing.append(spec)
+            self._rows.append((kernel_name(fn), spec))
+            return spec
+        call, prim = self._compile(fn)
         self._rows.append(KernelInfo(prim.name, prim.source, prim.key, prim.detail))
+        if call is not None:
+            self.calls.append(call)
+        return call if call is not None else ReferenceFunction(fn)
+
+    def _compile(self, fn: Function) -> tuple[CompiledCall | None, Any]:
+        prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
         if prim.lowered is None:
-            return ReferenceFunction(fn)
-        call = CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads)
-        self.calls.append(call)
-        return call
+            return None, prim
+        return CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads), prim
+
+    def _compile_static(self, fn: Function) -> tuple[Callable[..., Any], str]:
+        """One specialisation of a `SpecializingKernel`, with the provider's current threads."""
+        call, prim = self._compile(fn)
+        return (ReferenceFunction(fn) if call is None else call), prim.source
 
     def set_threads(self, threads: int) -> None:
         self.threads = threads
@@ -84,7 +107,8 @@ class CompiledProvider:
             c.threads = threads
 
     def report(self) -> list[KernelInfo]:
-        return list(self._rows)
+        return [r if isinstance(r, KernelInfo) else KernelInfo(r[0], r[1].source, "", r[1].detail)
+                for r in self._rows]
 
 
 def build_report(rows: list[KernelInfo], const_bytes: int = 0) -> Any:

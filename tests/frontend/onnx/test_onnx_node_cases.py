@@ -28,8 +28,8 @@ KNOWN_UNSUPPORTED = [
     (r"identity_opt|identity_sequence|if_opt|if_seq|loop13_seq|loop16_seq", "optional and sequence types"),
     (r"test_loop11|range_.*_expanded", "Loop scan outputs (values stacked per iteration: a growing shape)"),
     (
-        r"(blackman|hamming|hann)window.*_expanded|center_crop_pad_.*_expanded",
-        "a shape (window size, crop size) that is a runtime graph input: the IR needs static shapes",
+        r"(blackman|hamming|hann)window.*_expanded",
+        "a window size that is a runtime graph input (Range of a run-time length: a data-dependent shape)",
     ),
     (r"test_not_[234]d$", "opset 1 (older than 7)"),
     (r"affine_grid_.*_expanded", "an Expand shape computed at run time from the size input (inside If)"),

@@ -1,0 +1,125 @@
+"""Reshape, Slice, Pad, Expand, ConstantOfShape with run-time shape-like inputs: the `dyn.*` ops.
+
+Why a separate path: the static converters (`converters_shape`) turn a known shape, bounds or pads
+into attributes, which keeps those models exactly as fast as before. When the value is computed at
+run time (a graph input, or arithmetic on data), these helpers emit `dyn.reshape`,
+`dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` or `dyn.full` (`autorelay.op.dynamic`)
+instead; the VM compiles a kernel per concrete shape for them. `axes` inputs must still be known at
+import time: they are scattered into full-rank int64 tensors here, with the ONNX defaults for the
+axes not listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView
+from autorelay.ir.expr import Expr
+
+_INT64_MAX = 2**63 - 1
+
+
+def _int64_vector(g: GraphBuilder, node: NodeView, e: Expr, what: str) -> tuple[Expr, int]:
+    """`e` as a 1-D int64 tensor of static length, and that length."""
+    t = g.tensor_type(e)
+    if t.dtype not in ("int32", "int64") or t.ndim != 1 or not isinstance(t.shape[0], int):
+        raise node.fail(f"{what} must be a 1-D int32/int64 tensor of known length, got {t}")
+    return (e if t.dtype == "int64" else g.call("cast", e, dtype="int64")), t.shape[0]
+
+
+def _length(g: GraphBuilder, node: NodeView, e: Expr | None, what: str) -> int:
+    """The number of entries of a 1-D input, known or run-time."""
+    if e is None:
+        raise node.fail(f"{what} is required")
+    value = g.value_or_none(e)
+    return np.asarray(value).size if value is not None else _int64_vector(g, node, e, what)[1]
+
+
+def _full_rank(g: GraphBuilder, node: NodeView, e: Expr | None, positions: Sequence[int], rank: int,
+               default: int, what: str, offset: int = 0, size: int | None = None) -> Expr:
+    """A rank-long int64 tensor whose entry `positions[k]` is entry `offset + k` of `e` and whose
+    other entries are `default` (a constant when `e` is known, IR ops when it is a run-time value).
+    `e` must have `size` entries (default: one per position)."""
+    size = len(positions) if size is None else size
+    value = g.value_or_none(e) if e is not None else np.full(size, default)
+    n = np.asarray(value).size if value is not None else _int64_vector(g, node, e, what)[1]
+    if n != size:
+        raise node.fail(f"{what} has {n} entries, expected {size}")
+    if value is not None:
+        full = np.full(rank, default, dtype="int64")
+        flat = np.asarray(value).reshape(-1)
+        for k, a in enumerate(positions):
+            full[a] = flat[offset + k]
+        return g.const(full)
+    vec, _ = _int64_vector(g, node, e, what)
+    if list(positions) == list(range(rank)) and n == rank:
+        return vec
+    where = {a: k for k, a in enumerate(positions)}
+    parts = [g.call("strided_slice", vec, begin=(offset + where[a],), end=(offset + where[a] + 1,))
+             if a in where else g.const(np.array([default], dtype="int64")) for a in range(rank)]
+    return g.call("concatenate", g.tuple(parts), axis=0)
+
+
+def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero: bool) -> Expr:
+    """Reshape to a run-time shape: the output rank is the shape tensor's (static) length."""
+    vec, _ = _int64_vector(g, node, shape, "shape")
+    return g.call("dyn.reshape", x, vec, allowzero=allowzero)
+
+
+def dyn_expand(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr) -> Expr:
+    """Expand to a run-time shape: the output rank is max(data's rank, the shape's length)."""
+    vec, _ = _int64_vector(g, node, shape, "shape")
+    return g.call("dyn.broadcast_to", x, vec)
+
+
+def dyn_full(g: GraphBuilder, node: NodeView, fill: Expr, shape: Expr) -> Expr:
+    """ConstantOfShape of a run-time shape: the output rank is the shape's (static) length."""
+    vec, _ = _int64_vector(g, node, shape, "shape")
+    return g.call("dyn.full", fill, vec)
+
+
+def dyn_slice(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:
+    """Slice (opset >= 10) with run-time starts/ends/steps; `axes` must be known at import time."""
+    rank = g.ndim(x)
+    starts, ends, steps = node.input(1), node.input(2), node.input(4)
+    n = _length(g, node, starts, "starts")
+    axes_in = node.input(3)  # a run-time axes raises OnnxStaticValueError (bindable with constants=)
+    axes = list(range(n)) if axes_in is None else g.ints(axes_in, "axes (with run-time starts/ends/steps)")
+    axes = [a + rank if a < 0 else a for a in axes]
+    if len(axes) != n or any(not 0 <= a < rank for a in axes) or len(set(axes)) != n:
+        raise node.fail(f"axes {axes} must be {n} distinct axes of the rank-{rank} input")
+    begin = _full_rank(g, node, starts, axes, rank, 0, "starts")
+    end = _full_rank(g, node, ends, axes, rank, _INT64_MAX, "ends")
+    stride = _full_rank(g, node, steps, axes, rank, 1, "steps")
+    return g.call("dyn.strided_slice", x, begin, end, stride)
+
+
+def dyn_pad(g: GraphBuilder, node: NodeView, x: Expr, mode: str) -> Expr:
+    """Pad (opset >= 11) with run-time pads (negative entries crop); `axes` must be static."""
+    rank = g.ndim(x)
+    if mode not in ("constant", "reflect", "edge"):  # wrap is a gather per axis: pads must be static
+        g.ints(node.input(1), f"pads (mode={mode!r})")
+    axes_in = node.input(3) if node.opset >= 18 else None
+    given = list(range(rank)) if axes_in is None else g.ints(axes_in, "axes (with run-time pads)")
+    axes = [a + rank if a < 0 else a for a in given]
+    pads = node.input(1)
+    n = _length(g, node, pads, "pads")
+    if n != 2 * len(axes):
+        raise node.fail(f"pads has {n} entries, expected 2 per padded axis ({len(axes)} axes)")
+    if axes == list(range(rank)):
+        full = _int64_vector(g, node, pads, "pads")[0]
+    else:
+        befores = _full_rank(g, node, pads, axes, rank, 0, "pads", size=n)
+        afters = _full_rank(g, node, pads, axes, rank, 0, "pads", offset=len(axes), size=n)
+        full = g.call("concatenate", g.tuple([befores, afters]), axis=0)
+    cv = node.input(2)
+    known = g.value_or_none(cv)
+    if cv is None:
+        fill: Expr = g.scalar(0, x)
+    elif known is not None:
+        fill = g.const(np.asarray(known).reshape(()), g.dtype(x))
+    else:
+        fill = g.call("reshape", cv, newshape=())
+    return g.call("dyn.pad", x, full, fill, pad_mode=mode)

@@ -1,0 +1,201 @@
+"""Specialising kernels: a compiled kernel per concrete shape for primitive functions with `?` extents.
+
+A primitive function that calls a dynamic op (`autorelay.op.dynamic`: `dyn.reshape`,
+`dyn.strided_slice`, `dyn.pad`) or whose parameter/result types have non-static extents cannot be
+lowered once: loop bounds are unknown. Rather than running NumPy references on the data, the VM
+gives it a `SpecializingKernel`. At each call it reads the concrete input shapes (and, for a dyn
+op, the runtime values of its small shape-like inputs), rebuilds the function with static types
+(`specialize`: each dyn op becomes its static counterpart with attributes from those values),
+re-infers types and compiles it through the same seam as static kernels
+(`autorelay.primitive.compile_primitive`, via the provider's `compile` callback). Compiled kernels
+are cached by (shapes, dtypes, values), least recently used first out, so a loop over the same
+shapes compiles once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
+from autorelay.ir.types import TensorType, TupleType, Type
+from autorelay.ir.visitor import ExprMutator, post_order
+from autorelay.op.dynamic import VALUE_ARGS, static_form
+from autorelay.typing.module import infer_expr
+
+DEFAULT_MAX_ENTRIES = 16
+
+
+class SpecializationError(ValueError):
+    """A primitive function the specialising kernel cannot rebuild with static shapes."""
+
+
+def _dynamic(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return not t.is_static
+    if isinstance(t, TupleType):
+        return any(_dynamic(f) for f in t.fields)
+    return False
+
+
+def needs_specializing(fn: Function) -> bool:
+    """Whether `fn` calls a dyn op or has non-static extents in its parameter or result types
+    (only functions of tensors: a tuple-typed parameter keeps the provider's static path)."""
+    if not all(isinstance(p.type_annotation, TensorType) for p in fn.params):
+        return False
+    if any(_dynamic(p.type_annotation) for p in fn.params):
+        return True
+    ret = fn.ret_type
+    if ret is None and fn.body.has_checked_type:
+        ret = fn.body.checked_type
+    if _dynamic(ret):
+        return True
+    return any(isinstance(n, Call) and isinstance(n.op, Op) and n.op.name in VALUE_ARGS
+               for n in post_order(fn.body))
+
+
+def value_params(fn: Function) -> tuple[int, ...]:
+    """Indices of the parameters whose runtime values a dyn op in `fn` reads (its shape-like
+    arguments); each such argument must be a parameter or a constant."""
+    index = {id(p): i for i, p in enumerate(fn.params)}
+    out: set[int] = set()
+    for n in post_order(fn.body):
+        if not (isinstance(n, Call) and isinstance(n.op, Op) and n.op.name in VALUE_ARGS):
+            continue
+        for k in (0, *VALUE_ARGS[n.op.name]):
+            a = n.args[k]
+            if id(a) in index:
+                if k:
+                    out.add(index[id(a)])
+            elif not isinstance(a, Constant):
+                what = "data" if k == 0 else f"argument {k}"
+                raise SpecializationError(f"{n.op.name}: {what} must be a parameter of its primitive "
+                                          "function or a constant (dyn ops are never fused)")
+    return tuple(sorted(out))
+
+
+class _Specialize(ExprMutator):
+    """Rebuilds a primitive function's body over static parameters, dyn ops made static."""
+
+    def __init__(self, params: dict[int, tuple[Var, np.ndarray]]) -> None:
+        super().__init__()
+        self.params = params  # id(old param) -> (new param, runtime value)
+
+    def visit_var(self, v: Var) -> Expr:
+        hit = self.params.get(id(v))
+        return v if hit is None else hit[0]
+
+    def visit_call(self, c: Call) -> Expr:
+        if not (isinstance(c.op, Op) and c.op.name in VALUE_ARGS):
+            return super().visit_call(c)
+        args = [self.visit(a) for a in c.args]
+        values = [self._value(c.args[k]) for k in VALUE_ARGS[c.op.name]]
+        data = self._value(c.args[0])
+        return static_form(c.op.name, c.attrs, args, data.shape, values)
+
+    def _value(self, e: Expr) -> np.ndarray:
+        if isinstance(e, Constant):
+            return e.data
+        return self.params[id(e)][1]
+
+
+def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
+    """`fn` rebuilt for these concrete arguments: static parameter types, dyn ops made static,
+    types re-inferred (a value that contradicts the data raises `DynamicValueError`)."""
+    params: dict[int, tuple[Var, np.ndarray]] = {}
+    new_params = []
+    for p, a in zip(fn.params, args):
+        ann = p.type_annotation
+        dtype = ann.dtype if isinstance(ann, TensorType) else str(a.dtype)
+        v = Var(p.name_hint, TensorType(tuple(int(d) for d in a.shape), dtype))
+        params[id(p)] = (v, a)
+        new_params.append(v)
+    body = _Specialize(params).visit(fn.body)
+    out = Function(tuple(new_params), body, None, (), fn.attrs)
+    infer_expr(out)
+    return out
+
+
+class _Empty:
+    """The result of a specialisation with no elements: nothing to compute, so no kernel."""
+
+    def __init__(self, t: TensorType) -> None:
+        self.shape, self.dtype = t.concrete_shape, np.dtype(t.dtype)
+
+    def __call__(self, *args: Any) -> np.ndarray:
+        return np.empty(self.shape, self.dtype)
+
+
+class _Const:
+    """A specialisation that folded to a constant (`shape_of` of known extents): no kernel needed."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+
+    def __call__(self, *args: Any) -> np.ndarray:
+        return self.value.copy()
+
+
+def _trivial(fn: Function) -> _Empty | _Const | None:
+    """A runner for a specialisation with nothing to compute (an empty result, a constant)."""
+    if isinstance(fn.body, Constant):
+        return _Const(np.asarray(fn.body.data))
+    t = fn.body.checked_type
+    if isinstance(t, TensorType) and 0 in t.concrete_shape:
+        return _Empty(t)
+    return None
+
+
+class SpecializingKernel:
+    """A primitive function with `?` extents, compiled once per concrete (shapes, values) key.
+
+    `compile(fn) -> (callable, source)` compiles a static primitive function (the provider's
+    path); at most `max_entries` specialisations are kept, least recently used evicted first."""
+
+    def __init__(self, fn: Function, compile: Callable[[Function], tuple[Callable[..., Any], str]],
+                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.fn, self._compile, self.max_entries = fn, compile, max_entries
+        self.values = value_params(fn)
+        self.cache: OrderedDict[tuple, Callable[..., Any]] = OrderedDict()
+        self.compiled = 0  # specialisations ever compiled (evictions recompile)
+        self.sources: set[str] = set()  # what ran them: default / tuned / fallback …
+
+    def key(self, args: Sequence[np.ndarray]) -> tuple:
+        """What a specialisation depends on: every argument's shape and dtype, and the bytes of the
+        arguments whose values a dyn op reads."""
+        return tuple([(a.shape, a.dtype) for a in args]), tuple([args[i].tobytes() for i in self.values])
+
+    def __call__(self, *args: Any) -> Any:
+        arrs = args if all(type(a) is np.ndarray for a in args) else [np.asarray(a) for a in args]
+        key = self.key(arrs)
+        run = self.cache.get(key)
+        if run is None:
+            static = specialize(self.fn, arrs)
+            trivial = _trivial(static)
+            run, source = (trivial, "no kernel") if trivial is not None else self._compile(static)
+            self.compiled += 1
+            self.sources.add(source)
+            self.cache[key] = run
+            if len(self.cache) > self.max_entries:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(key)
+        return run(*arrs)
+
+    @property
+    def source(self) -> str:
+        """The report's source: fallback if any specialisation ran NumPy references."""
+        return "fallback" if {"fallback", "reference"} & self.sources else "specialized"
+
+    @property
+    def detail(self) -> str:
+        got = ", ".join(sorted(self.sources)) or "none yet"
+        return f"specialises per input shape/value: {self.compiled} compiled ({got}), " \
+               f"{len(self.cache)} cached (max {self.max_entries})"
+
+
+__all__ = ["DEFAULT_MAX_ENTRIES", "SpecializationError", "SpecializingKernel", "needs_specializing",
+           "specialize", "value_params"]
