@@ -31,7 +31,8 @@ def leaves(t: Type | None, what: str) -> list[TensorType]:
     """The static tensor types of a tensor or (nested) tuple type."""
     if isinstance(t, TensorType):
         if not t.is_static:
-            raise AotError(f"AoT: {what} has a dynamic shape {t}")
+            raise AotError(f"AoT: {what} has a dynamic shape {t}; AoT code needs static shapes: build with "
+                           "executor=\"vm\" (it compiles a kernel per concrete shape)")
         return [t]
     if isinstance(t, TupleType):
         return [x for f in t.fields for x in leaves(f, what)]

@@ -18,6 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from autorelay.build_module import BuildError  # noqa: E402
+from autorelay.errors import AutoRelayError  # noqa: E402
 from autorelay.frontend.onnx import OnnxImportError  # noqa: E402
 from autorelay.runtime.vm import VMExecutable  # noqa: E402
 
@@ -178,6 +179,8 @@ def test_graph_executor_refuses_dyn_ops():
     mod, params = autorelay.frontend.from_onnx(model)
     with pytest.raises(BuildError, match=r"dynamic op dyn\.reshape"):
         autorelay.build(mod, params=params, executor="graph")
+    with pytest.raises(AutoRelayError, match=r"AoT code needs static shapes: build with executor=\"vm\""):
+        autorelay.build(mod, params=params, executor="aot")
 
 
 def test_reshape_to_a_shape_computed_from_a_dynamic_input():
