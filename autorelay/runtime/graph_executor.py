@@ -64,6 +64,8 @@ class GraphExecutor:
                 self.arrays.append(view(aligned_empty(max(s.nbytes, 1)), s.shape, s.dtype))
             elif s.kind == "const":
                 self.arrays.append(consts[s.index])
+            elif s.kind == "alias":  # a view: the slot it views comes first
+                self.arrays.append(self.arrays[s.index].reshape(s.shape))
             else:
                 self.arrays.append(view(self._storage[s.index], s.shape, s.dtype))
         self.inputs = [self.arrays[i] for i in plan.input_slots]

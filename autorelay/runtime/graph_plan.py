@@ -5,7 +5,9 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
 
 * ``input``  — a model input, copied into its own buffer by each call;
 * ``const``  — a constant (weights, possibly pre-packed for a kernel), owned by the executable;
-* ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`.
+* ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`;
+* ``alias``  — the result of a shape-only op (`autorelay.runtime.views`): a view of the slot
+  `index` (an input, constant or temp; never another alias), with no storage or step of its own.
 
 Steps are ``kernel`` (a compiled kernel — including the packing kernels that re-lay-out a
 non-constant input for a kernel reading it blocked), ``fallback`` (a primitive function run
@@ -14,7 +16,8 @@ that is directly an input).
 
 The memory plan gives every temp slot a storage block: walking the steps in order, a step's
 outputs take free blocks (best fit, grown when needed) and the blocks of slots whose last reader
-was this step are freed *after* the outputs are placed, so no step writes over its inputs.
+was this step are freed *after* the outputs are placed, so no step writes over its inputs. A slot
+viewed by an alias counts as read wherever the alias is read.
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     end = len(steps)
     for o in outputs:
         last_use[o] = end  # model outputs stay alive to the end
+    for k, s in enumerate(slots):  # a view keeps the slot it views alive
+        if s.kind == "alias" and k in last_use:
+            last_use[s.index] = max(last_use.get(s.index, -1), last_use[k])
     blocks: list[int] = []
     free: list[int] = []
     for i, st in enumerate(steps):
