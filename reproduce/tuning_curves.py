@@ -141,6 +141,7 @@ class Summary:
     median: float
     counted: int  # tasks with a ratio (neither inf/inf)
     bounded: bool  # some ratio is only an upper bound (the baseline never reached the target)
+    least: float = math.nan  # the median were every bounded ratio as small as it can be (0)
 
     def text(self, pair: tuple[str, str]) -> str:
         m = "-" if math.isnan(self.median) else f"{self.median:.3g}"
@@ -150,17 +151,28 @@ class Summary:
 
 
 def summarise(results: Sequence[TaskResult]) -> Summary:
+    least = median_finite([0.0 if r.ratio_bounded else r.ratio for r in results])
     return Summary(median_finite([r.ratio for r in results]), sum(not math.isnan(r.ratio) for r in results),
-                   any(r.ratio_bounded for r in results))
+                   any(r.ratio_bounded for r in results), least)
 
 
 def verdict(median_ratio: float, bar: float = BAR, pair: tuple[str, str] = (MODEL_TUNER, BASELINE_TUNER),
-            strict: bool = False) -> str:
-    """PASS when the median ratio is at most `bar` (below it, with `strict`)."""
+            strict: bool = False, least: float = math.nan) -> str:
+    """PASS when the median ratio is at most `bar` (below it, with `strict`). The median may hold
+    upper bounds (the baseline never reached the target within its budget); `least` is the median
+    were those as small as they can be, so a median over the bar with `least` under it is
+    undetermined, not a FAIL: only a larger budget decides."""
     cand, base = pair
     if math.isnan(median_ratio):
         return f"VERDICT: undetermined (no task gives a {cand}/{base} ratio)"
-    ok = median_ratio < bar if strict else median_ratio <= bar
+
+    def within(v: float) -> bool:
+        return v < bar if strict else v <= bar
+
+    ok = within(median_ratio)
+    if not ok and not math.isnan(least) and within(least):
+        return (f"VERDICT: undetermined - median trials {cand}/{base} <= {median_ratio:.3g}, an upper bound "
+                f"over the bar {bar}: {base} never reached the target within its budget on some task")
     rel = ("<" if strict else "<=") if ok else (">=" if strict else ">")
     return (f"VERDICT: {'PASS' if ok else 'FAIL'} - median trials {cand}/{base} = {median_ratio:.3g} "
             f"{rel} {bar}")
@@ -189,7 +201,7 @@ def format_report(results: Sequence[TaskResult], tuners: Sequence[str]) -> str:
                      + f" {ratio_text(r):>12}")
     lines.append("-" * len(head))
     s = summarise(results)
-    lines += [s.text(pair), verdict(s.median, BAR, pair)]
+    lines += [s.text(pair), verdict(s.median, BAR, pair, least=s.least)]
     search_only = [r for r in results if not r.default_reaches]
     if len(search_only) < len(results):
         s2 = summarise(search_only)

@@ -165,7 +165,7 @@ def report(ctx: Context, rows: Sequence[Row]) -> Report:
         f"{p.trials} trials per run).",
         "",
         f"- {s.text((MODEL_TUNER, BASELINE_TUNER))}",
-        f"- **{verdict(s.median, BAR)}**",
+        f"- **{verdict(s.median, BAR, least=s.least)}**",
     ]
     if ctx.quick:
         lines.append("- `--quick` measures three small workloads with one seed and a budget of "

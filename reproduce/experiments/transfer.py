@@ -135,7 +135,7 @@ def report(ctx: Context, rows: Sequence[Row]) -> Report:
         "trials per run)?",
         "",
         f"- {s.text(PAIR)}; transfer faster on {faster} of {len(results)} workloads",
-        f"- **{verdict(s.median, 1.0, PAIR, strict=True)}**",
+        f"- **{verdict(s.median, 1.0, PAIR, strict=True, least=s.least)}**",
     ]
     if ctx.quick:
         lines.append(f"- `--quick` pre-trains on {p.curves.trials} trials per donor and tunes "

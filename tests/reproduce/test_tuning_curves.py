@@ -91,10 +91,26 @@ def test_analyse_task_with_another_pair_and_a_strict_verdict() -> None:
     r = tc.analyse_task("C7", {"xgb-transfer": [[5, 9.6, 1]], "xgb": [[1, 2, 3, 10]]},
                         pair=("xgb-transfer", "xgb"))
     assert r.trials == {"xgb-transfer": 2.0, "xgb": 4.0} and r.ratio == pytest.approx(0.5)
-    assert tc.summarise([r]) == tc.Summary(0.5, 1, False)
+    assert tc.summarise([r]) == tc.Summary(0.5, 1, False, 0.5)
     assert "PASS" in tc.verdict(0.5, 1.0, r.pair, strict=True)
     assert "FAIL" in tc.verdict(1.0, 1.0, r.pair, strict=True)  # as fast is not faster
     assert "PASS" in tc.verdict(1.0, 1.0, r.pair)
+
+
+def test_a_median_of_upper_bounds_over_the_bar_is_undetermined_not_a_fail() -> None:
+    # random never reaches the target within its 4 trials on a and b: xgb/random < 3/4 there
+    a = tc.analyse_task("a", {"xgb": [[1, 1, 10, 10]], "random": [[1, 1, 1, 1]]})
+    b = tc.analyse_task("b", {"xgb": [[1, 1, 10, 10]], "random": [[1, 1, 1, 1]]})
+    c = tc.analyse_task("c", {"xgb": [[1, 1, 1, 10]], "random": [[10]]})  # a real 4x
+    assert a.ratio_bounded and a.ratio == pytest.approx(0.75) and not c.ratio_bounded
+    s = tc.summarise([a, b, c])
+    assert s.median == pytest.approx(0.75) and s.bounded and s.least == 0.0
+    assert "VERDICT: undetermined" in tc.verdict(s.median, 0.5, least=s.least)
+    assert "undetermined" in tc.format_report([a, b, c], ["xgb", "random"])
+    s = tc.summarise([a, c, c])  # the bound cannot move the median (4) under the bar: a FAIL
+    assert "VERDICT: FAIL" in tc.verdict(s.median, 0.5, least=s.least)
+    s = tc.summarise([a, b])  # upper bounds at or under the bar are a PASS
+    assert "VERDICT: PASS" in tc.verdict(s.median, 0.75, least=s.least)
 
 
 def test_a_missing_seed_is_skipped_not_zero() -> None:
