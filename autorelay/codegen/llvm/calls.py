@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autorelay.codegen.llvm.fastmath import FAST_FUNCS, emit_fast, fast_exp
-from autorelay.codegen.llvm.values import Val, float_hex, llvm_type
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, splat
 from autorelay.te.expr import BF16_FUNCS, Call
 
 if TYPE_CHECKING:
@@ -48,11 +48,11 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
         return emit_fast(em, e.name, args[0])
     if e.name == "sigmoid":
         one = float_hex(1.0, e.dtype)
-        ones = f"<{', '.join(f'{llvm_type(e.dtype)} {one}' for _ in range(lanes))}>" if lanes else one
+        ones = splat(one, llvm_type(e.dtype), lanes)
         neg = em.op(f"fneg {t} {args[0].ref}", e.dtype, lanes)
         neg_val = Val(neg.ref, e.dtype, lanes)
         f32 = e.dtype == "float32"
-        ex = fast_exp(em, neg_val) if f32 else _intrinsic(em, "exp", [neg_val], e.dtype, lanes)
+        ex = fast_exp(em, neg_val) if f32 else em.intrinsic("exp", [neg_val], e.dtype, lanes)
         den = em.op(f"fadd {t} {ones}, {ex.ref}", e.dtype, lanes)
         return em.op(f"fdiv {t} {ones}, {den.ref}", e.dtype, lanes)
     if e.name in _LIBM:
@@ -67,23 +67,11 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
             y = em.op(f"call {st} @{fn}({st} {x.ref})", e.dtype)
             vec = em.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", e.dtype, lanes).ref
         return Val(vec, e.dtype, lanes)
-    return _intrinsic(em, _INTRINSIC[e.name], args, e.dtype, lanes)
-
-
-def _intrinsic(em: ExprEmitter, name: str, args: list[Val], dtype: str, lanes: int) -> Val:
-    t = em.ty(dtype, lanes)
-    suffix = (
-        f"v{lanes}f{32 if dtype == 'float32' else 64}"
-        if lanes
-        else ("f32" if dtype == "float32" else "f64")
-    )
-    fn = f"@llvm.{name}.{suffix}"
-    em.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
-    return em.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)
+    return em.intrinsic(_INTRINSIC[e.name], args, e.dtype, lanes)
 
 
 def _i32(value: int, lanes: int) -> str:
-    return f"<{', '.join(f'i32 {value}' for _ in range(lanes))}>" if lanes else str(value)
+    return splat(str(value), "i32", lanes)
 
 
 def bf16_to_f32(em: ExprEmitter, x: Val) -> Val:

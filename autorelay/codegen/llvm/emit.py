@@ -246,10 +246,7 @@ class SegmentEmitter(DotLoopEmitter):
         t = self.ty(a.dtype, 0)
         if op in ("add", "mul"):
             return self.op(f"f{op} reassoc contract {t} {a.ref}, {b.ref}", a.dtype)
-        name = {"max": "maximum", "min": "minimum"}[op]
-        suffix = "f32" if a.dtype == "float32" else "f64"
-        self.declared.add(f"declare {t} @llvm.{name}.{suffix}({t}, {t})")
-        return self.op(f"call {t} @llvm.{name}.{suffix}({t} {a.ref}, {t} {b.ref})", a.dtype)
+        return self.intrinsic({"max": "maximum", "min": "minimum"}[op], [a, b], a.dtype, 0)
 
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:

@@ -18,7 +18,7 @@ from autorelay.codegen.llvm.lanes import all_of_conds as _all
 from autorelay.codegen.llvm.lanes import clamp_of as _clamp
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
-from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
 from autorelay.te.expr import (
     BF16_FUNCS,
     Bin,
@@ -262,9 +262,15 @@ class ExprEmitter:
         return emit_call(self, e)
 
     def _splat(self, scalar: str, lanes: int) -> str:
-        if not lanes:
-            return scalar
-        return "<" + ", ".join(f"i1 {scalar}" for _ in range(lanes)) + ">"
+        return splat(scalar, "i1", lanes)
+
+    def intrinsic(self, name: str, args: list[Val], dtype: str, lanes: int) -> Val:
+        """A call of the float intrinsic `llvm.<name>` on `args` (all `dtype` x `lanes`), declared once."""
+        t = self.ty(dtype, lanes)
+        width = 32 if dtype == "float32" else 64
+        fn = f"@llvm.{name}.{f'v{lanes}f{width}' if lanes else f'f{width}'}"
+        self.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
+        return self.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)
 
     def _const(self, c: Const) -> str:
         if c.dtype == "bool":

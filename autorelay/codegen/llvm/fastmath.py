@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autorelay.codegen.llvm.values import Val, float_hex
+from autorelay.codegen.llvm.values import Val, float_hex, splat
 
 if TYPE_CHECKING:
     from autorelay.codegen.llvm.exprs import ExprEmitter
@@ -54,14 +54,11 @@ class _Vec:
         self.em, self.lanes = em, lanes
         self.f, self.i = em.ty("float32", lanes), em.ty("int32", lanes)
 
-    def splat(self, text: str, scalar_type: str) -> str:
-        return f"<{', '.join(f'{scalar_type} {text}' for _ in range(self.lanes))}>" if self.lanes else text
-
     def c(self, value: float) -> str:
-        return self.splat(float_hex(value, "float32"), "float")
+        return splat(float_hex(value, "float32"), "float", self.lanes)
 
     def ci(self, value: int) -> str:
-        return self.splat(str(value), "i32")
+        return splat(str(value), "i32", self.lanes)
 
     def f_op(self, text: str) -> str:
         return self.em.op(text, "float32", self.lanes).ref
@@ -97,9 +94,7 @@ class _Vec:
         return acc
 
     def intrinsic(self, name: str, x: str) -> str:
-        suffix = f"v{self.lanes}f32" if self.lanes else "f32"
-        self.em.declared.add(f"declare {self.f} @llvm.{name}.{suffix}({self.f})")
-        return self.f_op(f"call {self.f} @llvm.{name}.{suffix}({self.f} {x})")
+        return self.em.intrinsic(name, [Val(x, "float32", self.lanes)], "float32", self.lanes).ref
 
     def pow2(self, n: str) -> str:
         """2^n as a float from int32 `n` in [-126, 127]: n + 127 in the exponent field."""

@@ -46,6 +46,12 @@ class Val:
     lanes: int = 0  # 0: scalar
 
 
+def splat(literal: str, scalar_type: str, lanes: int) -> str:
+    """A vector constant of `lanes` copies of `literal` (`scalar_type`), or `literal` itself when
+    `lanes` is 0 (a scalar)."""
+    return f"<{', '.join(f'{scalar_type} {literal}' for _ in range(lanes))}>" if lanes else literal
+
+
 def float_hex(value: float, dtype: str) -> str:
     """LLVM's hex float literal (always 64-bit; a float32 value must be exactly representable)."""
     if dtype == "float32":
