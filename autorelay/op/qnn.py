@@ -19,6 +19,8 @@ time the compute is `Unsupported` and the build reports a NumPy fallback for tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from autorelay.ir.attrs import Attrs
@@ -103,16 +105,12 @@ def constant_value(t: object) -> np.ndarray | None:
     return None
 
 
-def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op: str,
-                         extra_scale: object = None, axis: int = 0, ndim: int = 0):
-    """`f(x_int64, output_index) -> rescaled int64 expr` multiplying by `num/den` (times
-    `extra_scale`) by the rule of `qnn_fixed`; each scale is per tensor, per channel along `axis`
-    of an `ndim`-d output, or shaped to broadcast. The multipliers are precomputed from the
-    constant scales (per tensor: inline; otherwise a constant input). Raises `Unsupported` when a
-    scale is not a constant."""
+def scale_multiplier(num_scale: object, den_scale: object, op: str, extra_scale: object = None,
+                     axis: int = 0, ndim: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`qnn_fixed.multiplier_shift` of the constant ratio `num/den` (times `extra_scale`); each
+    scale is per tensor, per channel along `axis` of an `ndim`-d output, or shaped to broadcast.
+    Raises `Unsupported` when a scale is not a constant."""
     from autorelay.op import te_compute as tc
-    from autorelay.te import expr as E
-    from autorelay.te import tensor as te
 
     values = [constant_value(t) for t in (num_scale, den_scale, extra_scale) if t is not None]
     if any(v is None for v in values):
@@ -121,43 +119,47 @@ def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op
     shaped = [_along(v, axis, nd) for v in values]  # type: ignore[arg-type]
     ratio = shaped[0] * shaped[2] / shaped[1] if len(shaped) == 3 else shaped[0] / shaped[1]
     try:
-        m, shift = F.multiplier_shift(ratio)
+        return F.multiplier_shift(ratio)
     except F.QuantizationError as e:
         raise rel_error(op, str(e)) from None
-    if m.size == 1:
-        mc, sc = E.const(int(m.reshape(-1)[0]), "int64"), E.const(int(shift.reshape(-1)[0]), "int64")
-        return lambda x, idx: F.rescale_expr(x, mc, sc, rounding)
-    mt = te.constant(m, "int32", "multiplier")
-    st = te.constant(shift, "int32", "shift")
-    return lambda x, idx: F.rescale_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(st, idx), rounding)
 
 
-def int32_rescaler(num_scale: object, den_scale: object, rounding: str, axis: int = 0, ndim: int = 0):
-    """`f(x_int32, output_index) -> rescaled int32 expr`, equal to `fixed_point_rescaler`'s result
-    for every int32 `x` (`qnn_fixed.rescale32_expr`), or None where that is not exact (rounding
-    other than UPWARD, a ratio of 1/4 or more) or a scale is not a constant."""
+def _readers(arrays: Sequence[np.ndarray], const_dtype: str, names: Sequence[str]):
+    """`f(output_index) -> [expr per array]` for the precomputed rescaling constants: per tensor
+    they are inlined (as `const_dtype`); per channel they become int32 constant inputs."""
     from autorelay.op import te_compute as tc
     from autorelay.te import expr as E
     from autorelay.te import tensor as te
 
-    values = [constant_value(t) for t in (num_scale, den_scale)]
-    if any(v is None for v in values):
-        return None
-    nd = max(ndim, 1)
-    num, den = (_along(v, axis, nd) for v in values)  # type: ignore[arg-type]
-    try:
-        m, shift = F.multiplier_shift(num / den)
-    except F.QuantizationError:
-        return None
+    if arrays[0].size == 1:
+        consts = [E.const(int(a.reshape(-1)[0]), const_dtype) for a in arrays]
+        return lambda idx: consts
+    tensors = [te.constant(a, "int32", n) for a, n in zip(arrays, names)]
+    return lambda idx: [tc.bcast_read(t, idx) for t in tensors]
+
+
+def fixed_point_rescaler(num_scale: object, den_scale: object, rounding: str, op: str,
+                         extra_scale: object = None, axis: int = 0, ndim: int = 0):
+    """`f(x_int64, output_index) -> rescaled int64 expr` multiplying by `num/den` (times
+    `extra_scale`) by the rule of `qnn_fixed` (see `scale_multiplier`)."""
+    m, shift = scale_multiplier(num_scale, den_scale, op, extra_scale, axis, ndim)
+    return rescaler_of(m, shift, rounding)
+
+
+def rescaler_of(m: np.ndarray, shift: np.ndarray, rounding: str):
+    """`f(x_int64, output_index) -> rescaled int64 expr` for a precomputed multiplier and shift."""
+    read = _readers((m, shift), "int64", ("multiplier", "shift"))
+    return lambda x, idx: F.rescale_expr(x, *read(idx), rounding)
+
+
+def int32_rescaler(m: np.ndarray, shift: np.ndarray, rounding: str):
+    """`f(x_int32, output_index) -> rescaled int32 expr`, equal to `rescaler_of`'s result for every
+    int32 `x` (`qnn_fixed.rescale32_expr`), or None where that is not exact (rounding other than
+    UPWARD, a ratio of 1/4 or more)."""
     if not F.int32_exact(shift, rounding):
         return None
-    ops = F.int32_operands(m, shift)
-    if m.size == 1:
-        mc, ac, sc = (E.const(int(v.reshape(-1)[0]), "int32") for v in ops)
-        return lambda x, idx: F.rescale32_expr(x, mc, ac, sc)
-    mt, at, st = (te.constant(v, "int32", n) for v, n in zip(ops, ("multiplier", "addend", "rshift")))
-    return lambda x, idx: F.rescale32_expr(x, tc.bcast_read(mt, idx), tc.bcast_read(at, idx),
-                                           tc.bcast_read(st, idx))
+    read = _readers(F.int32_operands(m, shift), "int32", ("multiplier", "addend", "rshift"))
+    return lambda x, idx: F.rescale32_expr(x, *read(idx))
 
 
 def _q_compute(kind: str):
@@ -194,11 +196,11 @@ def _q_compute(kind: str):
 
         if kind == "requantize":
             rounding = "TONEAREST" if attrs["rounding"] == "TONEAREST" else "UPWARD"
-            rescaler = fixed_point_rescaler(inputs[1], inputs[3], rounding, "qnn.requantize", axis=axis,
-                                            ndim=x.ndim)
+            m, shift = scale_multiplier(inputs[1], inputs[3], "qnn.requantize", axis=axis, ndim=x.ndim)
+            rescaler = rescaler_of(m, shift, rounding)
             zp = constant_value(inputs[2])
             int32_input = x.dtype == "int32" and zp is not None and not np.any(zp)
-            fast = int32_rescaler(inputs[1], inputs[3], rounding, axis, x.ndim) if int32_input else None
+            fast = int32_rescaler(m, shift, rounding) if int32_input else None
 
         return tc.compute0(tc.out_shape(out_type), body, kind, tag="elemwise")
 
