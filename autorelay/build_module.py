@@ -172,7 +172,7 @@ class _GraphBuilder:
         out = self.values[id(fn.body)]
         outs = _flatten(out)
         for k, o in enumerate(outs):  # an output that is an input or a constant gets its own buffer
-            if self.slots[o].kind != "temp" and self.root(o).kind != "temp":
+            if self.slots[self.storage_of(o)].kind != "temp":
                 s = self.slots[o]
                 t = self.slot(s.shape, s.dtype, "temp")
                 self.steps.append(Step("relayout", f"copy_output{k}", [o], [t], relayout=[], source="copy"))
@@ -203,9 +203,9 @@ class _GraphBuilder:
         else:
             raise BuildError(f"build: cannot run {type(node).__name__} nodes in the graph executor")
 
-    def root(self, s: int) -> Slot:
+    def storage_of(self, s: int) -> int:
         """The slot whose storage `s` uses (itself unless `s` is an alias)."""
-        return self.slots[self.slots[s].index] if self.slots[s].kind == "alias" else self.slots[s]
+        return self.slots[s].index if self.slots[s].kind == "alias" else s
 
     def call(self, fn: Function, args: list[Expr], site: Call) -> Any:
         arg_slots = [self.values[id(a)] for a in args]
@@ -213,8 +213,7 @@ class _GraphBuilder:
         out_types = _tensor_types(ret, f"the result of {'+'.join(op_names(fn)) or 'a function'}")
         if isinstance(ret, TensorType) and len(arg_slots) == 1 and isinstance(arg_slots[0], int) \
                 and is_view_function(fn):
-            src = arg_slots[0]  # a reshape: a view of its input, no step (`autorelay.runtime.views`)
-            base = self.slots[src].index if self.slots[src].kind == "alias" else src
+            base = self.storage_of(arg_slots[0])  # a reshape: a view, no step (`autorelay.runtime.views`)
             return self.slot(out_types[0].concrete_shape, out_types[0].dtype, "alias", base)
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
         device = self.offload(fn) if self.offload is not None else None
