@@ -66,6 +66,7 @@ from autorelay.target import Target, TargetError, parse_target
 from autorelay.transform.bind_shapes import bind_shapes, dynamic_inputs
 from autorelay.transform.layout_plan import logged_plan_pipeline
 from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import default_pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 
@@ -321,7 +322,8 @@ def _ws_bytes(k: Kernel) -> int:
 def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Target,
                     pipeline: str | Pipeline | None) -> str | Pipeline:
     """The pipeline to build with: the one given, else the one the schedule source logged for this
-    model on this target (what `autorelay tune --pipeline auto` picked), else `default`."""
+    model on this target (what `autorelay tune --pipeline auto` picked), else the target kind's
+    default (`default`; `gpu` for cuda)."""
     if pipeline is not None:
         return pipeline
     if isinstance(schedules, PipelineSource):
@@ -330,7 +332,7 @@ def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Tar
             return logged_plan_pipeline(mod, schedules, str(target))
         if logged is not None:
             return logged
-    return "default"
+    return default_pipeline(target.kind)
 
 
 @deep
@@ -403,9 +405,13 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here.
     `offload`: see `_GraphBuilder` (graph executor only)."""
-    if target.kind != "cpu":  # the executors run host-memory kernels; GPU kernels: compile_kernel
+    if target.kind == "cuda" and executor != "graph":  # the VM and AoT call host-memory kernels
+        raise TargetError(f"build: on cuda targets models run on the graph executor (dataflow, static "
+                          f"shapes); executor={executor!r} is not supported there"
+                          + (f": {control_flow_reason(prepared)}" if control_flow_reason(prepared) else ""))
+    if target.kind not in ("cpu", "cuda"):
         raise TargetError(f"build: models for {str(target).split()[0]} targets are not supported yet "
-                         "(single kernels are: autorelay.kernel.compile_kernel)")
+                          "(single kernels are: autorelay.kernel.compile_kernel)")
     if executor == "vm":
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":

@@ -17,6 +17,7 @@ and returns a `BoundKernel` whose `__call__` costs one ctypes call per segment.
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,14 @@ class BoundKernel:
                 run_job(job, argv, par, threads)
             else:
                 fn(*args, 0, par)
+
+    def time(self, number: int) -> float:
+        """Seconds per call over `number` back-to-back calls (wall clock; a GPU kernel's bound
+        form times device launches instead)."""
+        t0 = time.perf_counter()
+        for _ in range(number):
+            self()
+        return (time.perf_counter() - t0) / number
 
 
 def as_compute_def(compute: Any) -> ComputeDef:

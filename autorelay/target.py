@@ -94,6 +94,11 @@ class Target:
         """The CUDA compute capability as an LLVM CPU name (`sm_90`); cuda targets only."""
         return self.option("arch") or ""
 
+    @property
+    def emulated(self) -> bool:
+        """A cuda target whose kernels run as their CPU emulation (`-device=emulated`)."""
+        return self.option("device") == "emulated"
+
     def limit(self, name: str) -> int:
         """A device limit of a cuda target (see `CUDA_LIMITS`), as resolved into its options."""
         if name not in CUDA_LIMITS:

@@ -1,14 +1,18 @@
-"""GPU benchmark: SGEMM and a small model (a 3-layer MLP with softmax) through the NVPTX backend,
-timed with CUDA events, each result checked against NumPy before its time counts.
+"""GPU benchmark: SGEMM, a small MLP and whole zoo models through the NVPTX backend, timed with
+CUDA events, each result checked (against NumPy, or the CPU build for models) before its time
+counts, beside PyTorch on the same GPU (FP32: TF32 off on both sides).
 
-    python benchmarks/gpu.py [--arch sm_90] [--sizes 512,1024,2048] [--sweep 12] [--repeat 50]
+    python benchmarks/gpu.py [--arch sm_90] [--sizes 1024,4096] [--sweep 12] [--repeat 50]
+                             [--models resnet-18] [--batches 1,32] [--db URL]
 
 SGEMM rows: the heuristic default of the `cuda_dense` template and the best of `--sweep` random
-configs, in GFLOP/s, plus PyTorch's cuBLAS when torch with CUDA is installed. The model row: the
-MLP's kernels launched back to back on device buffers (no host copies between layers), in ms per
-forward, and PyTorch CUDA's. The measurements are `reproduce.gpu_measure`'s (the same as
-`autorelay reproduce gpu`). Without a GPU the script prints the driver's one-line reason
-("no CUDA driver found …") and exits 0.
+configs, in GFLOP/s, beside cuBLAS (`torch.matmul`). The MLP row: its kernels launched back to back
+on device buffers. Model rows: `autorelay.build(..., target="cuda")` with the templates' defaults,
+or the best schedules of the tuning log `--db` (what `autorelay tune --target cuda` wrote); device
+ms per forward with the input on the device, as PyTorch eager is timed, and ms per call with the
+host copies. The measurements are `reproduce.gpu_measure`'s (the same as `autorelay reproduce
+gpu`). Without a GPU the script prints the driver's one-line reason ("no CUDA driver found …")
+and exits 0.
 """
 
 from __future__ import annotations
@@ -21,15 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.driver import CudaDriverError, open_driver
-from reproduce.gpu_measure import mlp, sgemm
+from reproduce.gpu_measure import mlp, model_ms, sgemm, tune_sgemm
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default=None, help="e.g. sm_90 (default: the GPU's)")
-    ap.add_argument("--sizes", default="512,1024,2048")
+    ap.add_argument("--sizes", default="1024,4096", help="SGEMM sizes ('' for none)")
     ap.add_argument("--sweep", type=int, default=12)
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--models", default="resnet-18", help="zoo models ('' for none)")
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--db", default=None, help="tuning log whose best schedules the models use")
+    ap.add_argument("--tune-trials", type=int, default=0,
+                    help="also tune the largest SGEMM with XGBoost for this many measurements")
     args = ap.parse_args(argv)
     try:
         drv = open_driver()
@@ -38,14 +47,39 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     target = resolve_target("cuda" + (f" -arch={args.arch}" if args.arch else ""))
     print(f"target: {target}")
-    for n in (int(s) for s in args.sizes.split(",")):
+    for n in (int(s) for s in args.sizes.split(",") if s):
         r = sgemm(target, n, args.sweep, args.repeat)
-        cublas = f"  cuBLAS {r['cublas_gflops']:8.1f} GFLOP/s" if r["cublas_gflops"] else ""
+        cublas = ""
+        if r["cublas_gflops"]:
+            cublas = (f"  cuBLAS {r['cublas_gflops']:8.1f} GFLOP/s  "
+                      f"best/cuBLAS {r['best_gflops'] / r['cublas_gflops']:.2f}")
         print(f"sgemm {n:5d}  default {r['default_gflops']:8.1f} GFLOP/s  best {r['best_gflops']:8.1f} "
-              f"GFLOP/s{cublas}  ({r['best_config']})")
+              f"GFLOP/s{cublas}  ({r['best_config']})", flush=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.tune_trials and sizes:
+        t = tune_sgemm(target, max(sizes), args.tune_trials)
+        print(f"sgemm {t['n']} tuned ({t['trials']} trials, {t['seconds']:.0f} s, "
+              f"{t['candidates_per_s']:.2f} candidates/s measured): best {t['best_gflops']:.1f} GFLOP/s, "
+              f"default {t['default_gflops']:.1f} ({t['best_config']}; errors {t['errors'] or '-'})",
+              flush=True)
     m = mlp(drv, target, args.repeat)
     torch = f"; PyTorch CUDA {m['torch_ms']:.4f} ms" if m["torch_ms"] else ""
-    print(f"mlp batch {m['batch']}: {m['ms']:.4f} ms per forward ({m['kernels']} kernels){torch}")
+    print(f"mlp batch {m['batch']}: {m['ms']:.4f} ms per forward ({m['kernels']} kernels){torch}", flush=True)
+    source = None
+    if args.db:
+        import tuning_db
+
+        source = tuning_db.open(args.db).schedule_source(str(target))
+    for name in (s for s in args.models.split(",") if s):
+        for batch in (int(b) for b in args.batches.split(",")):
+            r = model_ms(name, target, args.repeat, batch=batch, schedules=source)
+            torch = ""
+            if r["torch_ms"]:
+                ratio = r["torch_ms"] / r["ms"]
+                torch = f"  PyTorch eager {r['torch_ms']:.3f} ms  PyTorch/AutoRelay {ratio:.2f}x"
+            print(f"{name} batch {batch}: {r['ms']:.3f} ms device ({r['call_ms']:.3f} ms per call with "
+                  f"copies; {r['kernels']} kernels, {r['host_steps']} host steps; max rel err "
+                  f"{r['max_rel_err']:.1e}; built in {r['build_s']:.1f} s){torch}", flush=True)
     return 0
 
 

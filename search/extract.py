@@ -126,9 +126,9 @@ def extract_all(
 
 def extract_prepared(fused: IRModule, target: Target) -> Extraction:
     """`extract_all` of a module that is already prepared (weights bound, pipeline run)."""
-    if target.kind != "cpu":  # GPU kernels compile (compile_kernel), but nothing measures them yet
+    if target.kind not in ("cpu", "cuda"):
         raise TargetError(f"tuning models for {str(target).split()[0]} targets is not supported yet; "
-                          "tune with an llvm target")
+                          "tune with an llvm or cuda target")
     order: list[str] = []
     first: dict[str, Function] = {}
     counts: dict[str, int] = {}

@@ -6,6 +6,11 @@ their extents, how each buffer is strided at each loop level, how much each buff
 how many bytes the hot loop nest touches — so the model learns from structure, not from knob
 names alone, and the features of one workload mean the same thing for a similar one (transfer).
 The vector has a fixed length whatever the template, so one model can mix workloads.
+
+GPU schedules add what decides a kernel's speed there and is visible before compiling
+(`gpu_features`, zeros for CPU code): threads per block, blocks, shared memory, each thread's
+private (register) bytes, the occupancy those allow, and how many launches the kernel takes.
+Registers as ptxas counts them would need each candidate assembled; the private bytes stand in.
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "
 PER_LEVEL = 1 + len(KINDS)
 PER_BUFFER = 8
 GLOBAL = 11
-LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + 2 * KNOBS
+GPU = 7
+LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + GPU + 2 * KNOBS
+# per multiprocessor, sm_80 and sm_90 alike (CUDA C Programming Guide, "Compute Capabilities"):
+SM_THREADS, SM_BLOCKS, SM_SHARED = 2048, 32, 164 * 1024
 
 
 def _lg(x: float) -> float:
@@ -180,9 +188,38 @@ def extract(func: PrimFunc, config: Config | None = None) -> tuple[float, ...]:
         float(len(uniq)), float(len(par)), _lg(sum(f.extent for f in par)),
         _lg(_trip(vec)), _lg(_trip(unr)), float(len(nests)), _lg(local), float(len(func.workspaces)),
     ]
+    feats += gpu_features(func)
     feats += knob_features(config)
     assert len(feats) == LENGTH, (len(feats), LENGTH)
     return tuple(feats)
+
+
+def gpu_features(func: PrimFunc) -> list[float]:
+    """The GPU block of the vector (see the module docstring), for the kernel's largest launch;
+    zeros when no loop is bound to a block or thread index."""
+    from autorelay.codegen.nvptx.launch import launch_of, shared_bytes
+    from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS, walk_stmts
+
+    tags = BLOCK_TAGS + THREAD_TAGS
+    segs = [s for s in (func.body.stmts if isinstance(func.body, Seq) else (func.body,))
+            if any(isinstance(t, For) and t.kind in tags for t in walk_stmts(s))]
+    if not segs:
+        return [0.0] * GPU
+    try:
+        launches = [(launch_of(s), s) for s in segs]
+    except Exception:  # an illegal launch: the builder reports it; describe it as nothing
+        return [0.0] * GPU
+    launch, seg = max(launches, key=lambda ls: ls[0].threads * ls[0].grid[0] * ls[0].grid[1] * ls[0].grid[2])
+    threads = launch.threads
+    blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
+    smem = shared_bytes(seg)
+    private = sum(t.buffer.size * _DTYPE_BYTES.get(t.buffer.dtype, 4) for t in walk_stmts(seg)
+                  if isinstance(t, Allocate) and t.buffer.scope == "local")
+    warps = -(-threads // 32)
+    resident = min(SM_BLOCKS, SM_THREADS // (warps * 32), SM_SHARED // smem if smem else SM_BLOCKS)
+    occupancy = resident * warps * 32 / SM_THREADS
+    return [_lg(threads), _lg(blocks), float(warps % 4 == 0), _lg(smem), _lg(private), occupancy,
+            float(len(segs))]
 
 
 def _allocs(s: Stmt) -> list:

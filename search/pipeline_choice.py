@@ -25,6 +25,7 @@ from typing import Any
 from autorelay.codegen import resolve_target
 from autorelay.lower import model_key
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
+from autorelay.transform.pipelines import default_pipeline
 from search.extract import optimize
 from search.models import (
     Model,
@@ -44,8 +45,12 @@ CANDIDATES = ("default", "nchwc")
 
 def candidates(target: str, threads: int | None) -> tuple[str, ...]:
     """The pipelines `auto` measures on `target`: NCHW, NCHW8c, and NCHW16c where a vector holds 16
-    floats (AVX-512), since the channel block that fills one vector is not known to win in advance."""
-    wide = resolve_target(target, threads).vector_lanes() >= 16
+    floats (AVX-512), since the channel block that fills one vector is not known to win in advance.
+    GPU targets have one: `gpu` (direct NCHW convolutions, which the GPU templates tile)."""
+    tgt = resolve_target(target, threads)
+    if tgt.kind == "cuda":
+        return (default_pipeline(tgt.kind),)
+    wide = tgt.vector_lanes() >= 16
     return (*CANDIDATES, "nchwc16") if wide else CANDIDATES
 
 
@@ -87,7 +92,8 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
     from autorelay.errors import AutoRelayError
 
     built, prepared, errors = [], {}, []
-    for p in pipelines or candidates(target, threads):
+    asked = pipelines or candidates(target, threads)
+    for p in asked:
         try:
             prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
             built.append((p, build_model(model, None, target, threads=threads, pipeline=p,
@@ -96,6 +102,9 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
             errors.append(e)
     if not built:
         raise errors[0]
+    if len(asked) == 1:  # nothing to compare (a GPU target's one pipeline)
+        only, exe = built[0]
+        return PipelineChoice(only, "the only candidate", {}, exe if keep_build else None, prepared[only])
     times = time_interleaved([exe for _, exe in built], run_inputs(built[0][1], model), rounds=9)
     latencies = {p: t for (p, _), t in zip(built, times)}
     best = min(latencies, key=latencies.__getitem__)

@@ -62,9 +62,13 @@ class KernelArtifact:
 
     @staticmethod
     def from_kernel(k: Any) -> KernelArtifact:
+        ws = [(tuple(b.shape), b.dtype) for b in k.func.workspaces]
+        if k.target.kind == "cuda":  # the text is the PTX the module was loaded from
+            code = k.code.code
+            return KernelArtifact(k.code.key, code.ptx, list(code.segments), len(k.func.params) + len(ws), ws,
+                                  k.module)
         symbol = f"k_{k.module.key[:16]}"  # compile_kernel's symbol naming (emit_module appends _sK)
         segs = [(f"{symbol}_s{i}", par) for i, (_, par) in enumerate(k.module.functions)]
-        ws = [(tuple(b.shape), b.dtype) for b in k.func.workspaces]
         nbuf = len(k.func.params) + len(ws)
         return KernelArtifact(k.module.key, k.module.llvm_ir, segs, nbuf, ws, k.module)
 
@@ -80,8 +84,17 @@ class Executable:
                  functions: Sequence[Function], references: Sequence[Any], target: Target) -> None:
         self.plan, self.kernels, self.consts = plan, list(kernels), list(consts)
         self.functions, self.target = list(functions), target
-        self._executor = GraphExecutor(plan, [k.spec() for k in self.kernels], self.consts, references,
-                                       target.threads)
+        self._executor: Any
+        if target.kind == "cuda":
+            from autorelay.codegen.nvptx.backend import open_device
+            from autorelay.runtime.gpu_executor import GPUGraphExecutor
+
+            self._executor = GPUGraphExecutor(plan, [k.module for k in self.kernels],
+                                              [k.workspaces for k in self.kernels], self.consts, references,
+                                              open_device(target))
+        else:
+            self._executor = GraphExecutor(plan, [k.spec() for k in self.kernels], self.consts, references,
+                                           target.threads)
         self.report = BuildReport.from_plan(plan, self.const_bytes)
 
     # ---- running ---------------------------------------------------------------------------
@@ -140,6 +153,13 @@ class Executable:
         self.report.set_times(times)
         return self.report
 
+    def device_ms(self, *inputs: Any, repeat: int = 20) -> float:
+        """GPU executables: milliseconds of device time per forward pass, the inputs already on the
+        device (what PyTorch's CUDA timings measure); `exe(x)` adds the copies in and out."""
+        if self.target.kind != "cuda":
+            raise TypeError("device_ms: only GPU (cuda) executables have device time; time exe(x) instead")
+        return self._executor.time_ms(self._check(inputs), repeat)
+
     # ---- memory ------------------------------------------------------------------------------
 
     @property
@@ -154,6 +174,9 @@ class Executable:
 
     def save(self, path: str | os.PathLike) -> None:
         plan = self.plan
+        if self.target.kind != "cpu":
+            raise ValueError(f"save: executables for {str(self.target).split()[0]} targets cannot be saved "
+                             "yet; build them again from the model (its kernels come from the kernel cache)")
         offloaded = [st.name for st in plan.steps if st.kind == "external"]
         if offloaded:  # a device layer's program lives in its simulator object, not in the archive
             raise ValueError(f"save: executables with offloaded layers ({offloaded[0]}, …) cannot be saved "

@@ -25,17 +25,43 @@ from autorelay.transform.pass_base import (
     Pipeline,
     PipelineResult,
 )
-from autorelay.transform.pipelines import PIPELINES, describe, pipeline, pipeline_passes
+from autorelay.transform.pipelines import PIPELINES, default_pipeline, describe, pipeline, pipeline_passes
 from autorelay.transform.simplify_expr import SimplifyExpr
 from autorelay.transform.simplify_inference import SimplifyInference
 from autorelay.transform.util import count_ops, op_histogram, primitive_functions
 
 __all__ = [
-    "PIPELINES", "ConvertLayout", "DeadCodeElimination", "DynamicToStatic", "EliminateCommonSubexpr",
-    "FoldConstant", "FoldScaleAxis", "FunctionPass", "FuseOps", "FusionPlan", "InlineGlobals",
-    "MatmulToDense", "ModulePass", "PartialEvaluate", "Pass", "PassError", "PassRecord", "Pipeline",
+    "PIPELINES",
+    "ConvertLayout",
+    "DeadCodeElimination",
+    "DynamicToStatic",
+    "EliminateCommonSubexpr",
+    "FoldConstant",
+    "FoldScaleAxis",
+    "FunctionPass",
+    "FuseOps",
+    "FusionPlan",
+    "InlineGlobals",
+    "MatmulToDense",
+    "ModulePass",
+    "PartialEvaluate",
+    "Pass",
+    "PassError",
+    "PassRecord",
+    "Pipeline",
     "PipelineResult",
-    "SimplifyExpr", "SimplifyInference", "ToANormalForm", "ToBasicBlockNormalForm", "ToGraphNormalForm",
-    "bind_params", "candidate_edges", "count_ops", "describe", "op_histogram", "pipeline", "pipeline_passes",
+    "SimplifyExpr",
+    "SimplifyInference",
+    "ToANormalForm",
+    "ToBasicBlockNormalForm",
+    "ToGraphNormalForm",
+    "bind_params",
+    "candidate_edges",
+    "count_ops",
+    "default_pipeline",
+    "describe",
+    "op_histogram",
+    "pipeline",
+    "pipeline_passes",
     "primitive_functions",
 ]

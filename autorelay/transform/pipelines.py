@@ -13,6 +13,10 @@ passes listed below, in order.
 * `nchwc16`: the same with blocks of 16, one AVX-512 float32 vector (`--pipeline auto` measures it
   on targets with 16 lanes).
 * `tune`: the graph optimisations and channel packing in blocks of 16 (no Winograd) before fusion.
+* `gpu`: the graph optimisations, then fusion, convolutions left direct in NCHW — the form the GPU
+  templates schedule (a GPU block tiles channels and pixels itself; the CPU's channel packing and
+  its Winograd split into several kernels only add launches and traffic there). The default for
+  `cuda` targets (`default_pipeline`).
 """
 
 from __future__ import annotations
@@ -64,10 +68,17 @@ def pipeline_passes(name: str) -> list[Pass]:
     if name == "tune":
         packing = [ConvertLayout(dst="NCHWc", block=16), FoldConstant(), SimplifyExpr()]
         return [*_graph_opts(), *packing, FuseOps()]
+    if name == "gpu":
+        return [*_graph_opts(), FuseOps()]
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
-PIPELINES = ("O0", "default", "nchwc", "nchwc16", "tune")
+PIPELINES = ("O0", "default", "nchwc", "nchwc16", "tune", "gpu")
+
+
+def default_pipeline(target_kind: str) -> str:
+    """The pipeline a build or a tune uses when none is named or logged: `gpu` for cuda targets."""
+    return "gpu" if target_kind == "cuda" else "default"
 
 
 def pipeline(name: str, **options) -> Pipeline:

@@ -296,8 +296,8 @@ def test_unknown_target_is_an_error():
     mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) { exp(%x) }')
     with pytest.raises(TargetError, match="unknown kind 'opencl'; known: llvm, cuda, vta"):
         autorelay.build(mod, target="opencl")
-    with pytest.raises(TargetError, match="models for cuda targets are not supported yet"):
-        autorelay.build(mod, target="cuda")
+    with pytest.raises(TargetError, match="unknown device"):
+        autorelay.build(mod, target="cuda -device=opencl")
     with pytest.raises(TargetError, match="unknown kind 'opencl'"):
         autorelay.build(mod, target="opencl")
 

@@ -90,6 +90,9 @@ class _EmulatingDriver:
     def synchronize(self):
         pass
 
+    def bind_launch(self, fn, launch, pointers):
+        return lambda: self.launch(fn, launch.grid, launch.block, list(pointers))
+
     def launch(self, fn, grid, block, pointers, shared=0):
         from autorelay.codegen.llvm.backend import CPU_BACKEND
         from autorelay.codegen.llvm.host import host_target

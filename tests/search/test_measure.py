@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from search_helpers import Faults, dense_task
 
-from autorelay.kernel import compile_kernel
+from autorelay.kernel import BoundKernel, compile_kernel
 from autorelay.schedule.space import Config
 from search.measure import ErrorKind, MeasureInput, Measurer, TimingSettings
 
@@ -52,11 +52,15 @@ def test_calibration_makes_one_timing_last_min_repeat(monkeypatch, call_us):
     now = [0.0]
     monkeypatch.setattr(jobs.time, "perf_counter", lambda: now[0])
 
-    def call() -> None:
-        now[0] += call_us * 1e-6
+    class Call(BoundKernel):  # a bound kernel whose every call advances the fake clock
+        def __init__(self) -> None:
+            pass
+
+        def __call__(self) -> None:
+            now[0] += call_us * 1e-6
 
     settings = TimingSettings(number=1, repeat=3, min_repeat_ms=2.0, warmup=1)
-    number = jobs._calibrate(call, settings)  # type: ignore[arg-type]
+    number = jobs._calibrate(Call(), settings)
     lasted = number * call_us * 1e-6
     assert lasted >= 2e-3 or number == 1
     assert number == 1 or lasted <= 2e-3 * 2.5

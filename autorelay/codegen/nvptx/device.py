@@ -4,6 +4,11 @@ With a GPU present (and no `-arch` given, or the same one) the limits come from 
 otherwise from the documented defaults of the architecture (CUDA C Programming Guide, "Compute
 Capabilities"): 1024 threads per block, 48 KiB of static shared memory per block (more needs a
 dynamic opt-in this backend does not use), warps of 32, 64 Ki 32-bit registers per block.
+
+`-device=emulated` makes a target whose kernels are still emitted as PTX (and checked by ptxas)
+but run as their CPU emulation on host memory (`autorelay.codegen.nvptx.host_device`): whole
+GPU-scheduled models then run, and are checked, where no GPU exists. Its limits are the arch's
+defaults, never a present GPU's.
 """
 
 from __future__ import annotations
@@ -37,15 +42,19 @@ def resolve_cuda(spec: TargetSpec) -> Target:
     """The concrete cuda target of `spec`: its arch (given, the GPU's, or DEFAULT_ARCH) and every
     limit in CUDA_LIMITS (given as an option, the GPU's, or the arch's default)."""
     opts = dict(spec.options)
-    unknown = set(opts) - {"arch", *CUDA_LIMITS}
+    unknown = set(opts) - {"arch", "device", *CUDA_LIMITS}
     if unknown:
         raise TargetError(f"unknown option(s) for cuda: {', '.join('-' + u for u in sorted(unknown))} "
-                          f"(known: -arch, {', '.join('-' + n for n in CUDA_LIMITS)}, -threads)")
+                          f"(known: -arch, -device, {', '.join('-' + n for n in CUDA_LIMITS)}, -threads)")
+    device = opts.pop("device", None)
+    if device not in (None, "emulated"):
+        raise TargetError(f"cuda -device={device}: unknown device (known: emulated; leave it out for "
+                          "the GPU)")
     arch = opts.get("arch")
     if arch is not None and arch not in ARCH_LIMITS:
         raise TargetError(f"cuda -arch={arch}: unknown architecture (known: {', '.join(ARCHES)})")
     have = all(n in opts for n in CUDA_LIMITS)
-    probed = None if have else driver_limits(arch)
+    probed = None if have or device else driver_limits(arch)
     if probed is not None:
         arch, limits = probed[0], dict(probed[1])
         if arch not in ARCH_LIMITS:
@@ -59,7 +68,8 @@ def resolve_cuda(spec: TargetSpec) -> Target:
             if not opts[n].isdigit() or int(opts[n]) < 1:
                 raise TargetError(f"cuda -{n} must be a positive integer, got {opts[n]!r}")
             limits[n] = int(opts[n])
-    options = tuple(sorted({"arch": arch, **{n: str(v) for n, v in limits.items()}}.items()))
+    named = {"arch": arch, **{n: str(v) for n, v in limits.items()}, **({"device": device} if device else {})}
+    options = tuple(sorted(named.items()))
     # host threads do not change GPU code or timing: one unless the text asks otherwise
     return Target(cpu=arch, kind="cuda", threads=spec.threads or 1, triple="nvptx64-nvidia-cuda",
                   options=options)

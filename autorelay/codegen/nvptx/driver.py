@@ -10,8 +10,10 @@ primary context of the chosen device is retained once and made current before ea
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autorelay.codegen.nvptx.launch import Launch
 from autorelay.errors import AutoRelayError
 
 NO_DRIVER = "no CUDA driver found"
@@ -45,6 +47,8 @@ def _load_library() -> ctypes.CDLL:
 @dataclass
 class Driver:
     """An initialised driver with the primary context of one device current."""
+
+    emulated = False
 
     lib: ctypes.CDLL
     device: int
@@ -96,6 +100,23 @@ class Driver:
         self.call("cuLaunchKernel", fn, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
                   ctypes.c_uint(shared), None, params, None)
 
+    def bind_launch(self, fn: ctypes.c_void_p, launch: Launch, pointers: Sequence[int]) -> Callable[[], None]:
+        """A call that launches `fn` on `pointers` with everything converted once: what an executor
+        replays each run (one ctypes call per kernel, no per-call argument building)."""
+        vals = (ctypes.c_uint64 * len(pointers))(*[int(p) for p in pointers])
+        base, size = ctypes.addressof(vals), ctypes.sizeof(ctypes.c_uint64)
+        params = (ctypes.c_void_p * len(pointers))(*[base + size * i for i in range(len(pointers))])
+        cu = self.lib.cuLaunchKernel
+        args = (fn, *map(ctypes.c_uint, launch.grid), *map(ctypes.c_uint, launch.block),
+                ctypes.c_uint(0), None, params, None)
+
+        def run(keep: tuple = (vals, params)) -> None:  # `keep`: the argument arrays outlive the call
+            rc = cu(*args)
+            if rc:
+                self.check(rc, "cuLaunchKernel")
+
+        return run
+
     def synchronize(self) -> None:
         self.call("cuCtxSynchronize")
 
@@ -116,6 +137,10 @@ class Driver:
     def to_host(self, host_addr: int, ptr: int, nbytes: int) -> None:
         self.call("cuMemcpyDtoH_v2", ctypes.c_void_p(host_addr), ctypes.c_uint64(ptr),
                   ctypes.c_size_t(nbytes))
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device to device."""
+        self.call("cuMemcpyDtoD_v2", ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(nbytes))
 
     # ---- timing ------------------------------------------------------------------------------
     def time_ms(self, run, repeat: int) -> float:

@@ -4,6 +4,7 @@ copy NumPy arrays to the device, launch the segments in order and copy the outpu
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,13 +16,17 @@ from autorelay.codegen.nvptx.launch import Launch
 @dataclass(eq=False)
 class GPUModule:
     key: str
-    driver: Driver
+    driver: Driver  # or a `HostDevice` for emulated targets
     functions: list[tuple[object, Launch]]
     ptx: str
 
     def launch_all(self, pointers: list[int]) -> None:
         for fn, launch in self.functions:
             self.driver.launch(fn, launch.grid, launch.block, pointers)
+
+    def bind_launches(self, pointers: list[int]) -> list[Callable[[], None]]:
+        """One prepared call per segment, launching it on `pointers` (see `Driver.bind_launch`)."""
+        return [self.driver.bind_launch(fn, launch, pointers) for fn, launch in self.functions]
 
     def bind(self, ins: list[np.ndarray], outs: list[np.ndarray], ws: list[np.ndarray]) -> GPUBoundKernel:
         return GPUBoundKernel(self, ins, outs, ws)
@@ -58,12 +63,23 @@ class GPUBoundKernel:
         self.module, self.inputs, self.outputs, self.workspaces = module, ins, outs, ws
         drv = module.driver
         self.pointers = [drv.alloc(a.nbytes) for a in (*ins, *outs, *ws)]
+        self._launches = module.bind_launches(self.pointers)
+
+    def launch(self) -> None:
+        """Launch every segment on the bound device buffers (no copies, no synchronisation)."""
+        for call in self._launches:
+            call()
+
+    def time(self, number: int) -> float:
+        """Seconds per launch of the kernel on the device, over `number` back-to-back launches
+        (CUDA events: the copies in and out that `__call__` adds are not counted)."""
+        return self.module.driver.time_ms(self.launch, number) / 1e3
 
     def __call__(self) -> None:
         drv = self.module.driver
         for p, a in zip(self.pointers, self.inputs):
             drv.to_device(p, a.ctypes.data, a.nbytes)
-        self.module.launch_all(self.pointers)
+        self.launch()
         drv.synchronize()
         for p, a in zip(self.pointers[len(self.inputs):], self.outputs):
             drv.to_host(a.ctypes.data, p, a.nbytes)
