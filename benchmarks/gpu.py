@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="resnet-18", help="zoo models ('' for none)")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--db", default=None, help="tuning log whose best schedules the models use")
+    ap.add_argument("--profile", action="store_true", help="print each model's per-kernel device times")
     ap.add_argument("--tune-trials", type=int, default=0,
                     help="also tune the largest SGEMM with XGBoost for this many measurements")
     args = ap.parse_args(argv)
@@ -72,14 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         source = tuning_db.open(args.db).schedule_source(str(target))
     for name in (s for s in args.models.split(",") if s):
         for batch in (int(b) for b in args.batches.split(",")):
-            r = model_ms(name, target, args.repeat, batch=batch, schedules=source)
+            r = model_ms(name, target, args.repeat, batch=batch, schedules=source, profile=args.profile)
             torch = ""
             if r["torch_ms"]:
                 ratio = r["torch_ms"] / r["ms"]
                 torch = f"  PyTorch eager {r['torch_ms']:.3f} ms  PyTorch/AutoRelay {ratio:.2f}x"
             print(f"{name} batch {batch}: {r['ms']:.3f} ms device ({r['call_ms']:.3f} ms per call with "
                   f"copies; {r['kernels']} kernels, {r['host_steps']} host steps; max rel err "
-                  f"{r['max_rel_err']:.1e}; built in {r['build_s']:.1f} s){torch}", flush=True)
+                  f"{r['max_rel_err']:.1e} vs {r['checked_against']}; built in {r['build_s']:.1f} s){torch}",
+                  flush=True)
+            if args.profile:
+                print(r["report"], flush=True)
     return 0
 
 

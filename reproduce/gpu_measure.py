@@ -205,12 +205,14 @@ def mlp(drv: Driver, target: Target, repeat: int, batch: int = 64, seed: int = 1
 
 
 def model_ms(name: str, target: Target, repeat: int, seed: int = 0, batch: int = 1,
-             schedules: Any = None) -> dict[str, Any]:
+             schedules: Any = None, profile: bool = False) -> dict[str, Any]:
     """A zoo model at `batch` built for the GPU by `autorelay.build` (`schedules`: a tuning log's
-    source, or None for the templates' defaults), checked against the CPU build: device ms per
-    forward with the input on the device (`ms`, what PyTorch's CUDA timing measures) and ms per
-    call as a user calls it, host copies in and out included (`call_ms`); beside the same graph in
-    PyTorch eager on the GPU (cuDNN, TF32 off: both sides compute in FP32) when installed."""
+    source, or None for the templates' defaults), checked against PyTorch's output where torch with
+    CUDA is installed, else against the CPU build: device ms per forward with the input on the
+    device (`ms`, what PyTorch's CUDA timing measures) and ms per call as a user calls it, host
+    copies in and out included (`call_ms`); beside the same graph in PyTorch eager on the GPU
+    (cuDNN, TF32 off: both sides compute in FP32). `profile`: the build report with each kernel's
+    device time (`report`)."""
     import time
 
     import autorelay
@@ -222,16 +224,14 @@ def model_ms(name: str, target: Target, repeat: int, seed: int = 0, batch: int =
     t0 = time.perf_counter()
     exe = autorelay.build(model.mod, target=target, params=model.params, schedules=schedules)
     build_s = time.perf_counter() - t0
-    want = np.asarray(autorelay.build(model.mod, target="llvm", params=model.params)(x))
     got = np.asarray(exe(x))
-    err = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
     exe(x)
     t0 = time.perf_counter()
     for _ in range(repeat):
         exe(x)
     call_ms = (time.perf_counter() - t0) / repeat * 1e3
     row: dict[str, Any] = {"model": name, "batch": batch, "ms": exe.device_ms(x, repeat=repeat),
-                           "call_ms": call_ms, "build_s": build_s, "max_rel_err": err,
+                           "call_ms": call_ms, "build_s": build_s,
                            "kernels": sum(1 for r in exe.report.rows if r.kind == "kernel"),
                            "host_steps": sum(1 for r in exe.report.rows if r.kind != "kernel"),
                            "torch_ms": None}
@@ -245,7 +245,15 @@ def model_ms(name: str, target: Target, repeat: int, seed: int = 0, batch: int =
         net.weights = {k: v.cuda() for k, v in net.weights.items()}
         tx = torch.from_numpy(x).cuda()
         with torch.no_grad():
+            want = net(tx).cpu().numpy()
             row["torch_ms"] = torch_ms(torch, lambda: net(tx), repeat)
+        row["checked_against"] = "PyTorch CUDA"
+    else:
+        want = np.asarray(autorelay.build(model.mod, target="llvm", params=model.params)(x))
+        row["checked_against"] = "the CPU build"
+    row["max_rel_err"] = float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
+    if profile:
+        row["report"] = str(exe.profile(x, repeat=5))
     return row
 
 
