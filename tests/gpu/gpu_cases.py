@@ -69,9 +69,50 @@ def _conv():
     return te.make_def([x, w], nn.conv2d_nchw(x, w, padding=1)), ref
 
 
+def conv_ref(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0) -> np.ndarray:
+    """NCHW/OIHW convolution in NumPy (windows + einsum), float64 accumulation."""
+    kh, kw = w.shape[2:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("nchwij,kcij->nkhw", win, w.astype(np.float64)).astype(np.float32)
+
+
+def _conv_case(n, c, h, w, k, ks, stride, pad, epilogue=""):
+    """A conv2d_nchw (the `cuda_conv2d` template's compute), optionally with a fused bias + relu
+    or bias + residual add + relu epilogue as in ResNet's fused kernels."""
+
+    def build():
+        x, wt = te.placeholder((n, c, h, w), name="X"), te.placeholder((k, c, ks, ks), name="W")
+        conv = nn.conv2d_nchw(x, wt, stride, pad)
+        if not epilogue:
+            return te.make_def([x, wt], conv), lambda x, wt: conv_ref(x, wt, stride, pad)
+        b = te.placeholder((k, 1, 1), name="B")
+        if epilogue == "bias_relu":
+            out = nn.elemwise(lambda a, bb: E.maximum(a + bb, 0.0), conv, b, name="out")
+            return te.make_def([x, wt, b], out), \
+                lambda x, wt, b: np.maximum(conv_ref(x, wt, stride, pad) + b, 0)
+        r = te.placeholder(conv.shape, name="R")
+        out = nn.elemwise(lambda a, bb, rr: E.maximum(a + bb + rr, 0.0), conv, b, r, name="out")
+        return te.make_def([x, wt, b, r], out), \
+            lambda x, wt, b, r: np.maximum(conv_ref(x, wt, stride, pad) + b + r, 0)
+
+    return build
+
+
+CONV_CASES = {
+    "conv3x3_s1_odd": _conv_case(1, 5, 11, 13, 12, 3, 1, 1),
+    "conv3x3_s2_batch2": _conv_case(2, 6, 9, 10, 10, 3, 2, 1),
+    "conv1x1_s2": _conv_case(1, 8, 9, 9, 12, 1, 2, 0),
+    "conv1x1_s1": _conv_case(2, 16, 7, 5, 9, 1, 1, 0),
+    "conv7x7_s2_stem": _conv_case(1, 3, 15, 15, 8, 7, 2, 3),
+    "conv_bias_relu": _conv_case(1, 8, 10, 7, 16, 3, 1, 1, "bias_relu"),
+    "conv_bias_residual_relu": _conv_case(2, 16, 6, 6, 16, 3, 1, 1, "residual"),
+}
+
+
 CASES = {"softmax": _softmax, "conv2d": _conv, "elemwise_math": _ew, "transpose_relu": _transpose_relu,
          "dense_bias_relu": _dense_bias_relu, "sgemm": _sgemm, "batch_matmul": _batch_matmul,
-         "attention_scores": _attention_scores}
+         "attention_scores": _attention_scores, **CONV_CASES}
 
 
 def inputs(cdef, seed: int = 0) -> list[np.ndarray]:

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from gpu_cases import CASES, inputs
+from gpu_cases import CASES, CONV_CASES, inputs
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.emulate import emulate_func, run_both_orders
@@ -15,6 +15,7 @@ from autorelay.errors import ScheduleError
 from autorelay.kernel import emit_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.templates import template_for
+from autorelay.te import expr as E
 from autorelay.te import nn
 from autorelay.te import tensor as te
 from autorelay.tir.nodes import For, walk_stmts
@@ -37,7 +38,7 @@ def test_default_gpu_schedule_matches_numpy(case):
     _check(emit_kernel(cdef, None, TARGET), cdef, ref)
 
 
-@pytest.mark.parametrize("case", ["sgemm", "dense_bias_relu", "elemwise_math"])
+@pytest.mark.parametrize("case", ["sgemm", "dense_bias_relu", "elemwise_math", *sorted(CONV_CASES)])
 def test_random_gpu_configs_match_numpy(case):
     cdef, ref = CASES[case]()
     tmpl = template_for(cdef, target=TARGET)
@@ -129,3 +130,92 @@ def test_cache_read_is_legal_only_for_inputs_read_by_its_readers():
     with pytest.raises(ScheduleError, match="must be computed at a loop"):
         emit_kernel(cdef, [S.CacheRead("A", ("C",))], TARGET)
     assert S.from_json(S.to_json(S.CacheRead("A", ("C",)))) == S.CacheRead("A", ("C",))
+
+
+@pytest.mark.parametrize("case", ["conv2d", *sorted(CONV_CASES)])
+def test_nchw_convolutions_take_the_cuda_conv2d_template(case):
+    """Padding and the epilogue are inlined; one kernel, the register tile at the thread loop."""
+    cdef, _ = CASES[case]()
+    assert template_for(cdef, target=TARGET).name == "cuda_conv2d"
+    code = emit_kernel(cdef, None, TARGET)
+    assert len(code.code.launches) == 1
+    assert any(isinstance(s, S.ComputeAt) and s.axis == "q.t" for s in code.steps)
+
+
+def test_cuda_conv2d_shares_the_weight_tile_and_keeps_its_barriers():
+    """A config with shared_ic stages the block's weight slab through shared memory between
+    barriers, and still matches NumPy (both thread orders)."""
+    from autorelay.schedule.space import Config
+
+    cdef, ref = CONV_CASES["conv_bias_residual_relu"]()
+    cfg = Config("cuda_conv2d", (("threads_x", 8), ("threads_y", 4), ("tile_oc", 4), ("tile_p", 3),
+                                 ("shared_ic", 8), ("unroll_kw", 1)))
+    code = emit_kernel(cdef, cfg, TARGET)
+    assert any(isinstance(s, S.CacheRead) for s in code.steps) and "bar.sync" in code.code.ptx
+    _check(code, cdef, ref)
+
+
+def test_cuda_conv2d_default_fills_a_big_gpu_for_resnet18_layers():
+    """Batch 1 and batch 32 ResNet-18 layers: at least one block per SM of an H100, at most 32
+    accumulators per thread, no more threads than a block may have."""
+    from autorelay.schedule.templates.cuda_conv import SMS
+
+    tmpl = template_for(CASES["conv2d"]()[0], target=TARGET)
+    for n in (1, 32):
+        for c, h, k, ks, st, p in [(3, 224, 64, 7, 2, 3), (64, 56, 64, 3, 1, 1), (256, 14, 512, 1, 2, 0),
+                                   (512, 7, 512, 3, 1, 1)]:
+            x, w = te.placeholder((n, c, h, h), name="X"), te.placeholder((k, c, ks, ks), name="W")
+            cdef = te.make_def([x, w], nn.conv2d_nchw(x, w, st, p))
+            cfg = tmpl.default(cdef, TARGET)
+            tx, ty, toc, tp = (cfg[k] for k in ("threads_x", "threads_y", "tile_oc", "tile_p"))
+            oh = (h + 2 * p - ks) // st + 1
+            blocks = n * -(-k // (ty * toc)) * -(-(oh * -(-oh // tp)) // tx)
+            assert blocks >= SMS and toc * tp <= 32 and tx * ty <= 1024, (n, c, h, k, cfg)
+
+
+def test_depthwise_and_grouped_convolutions_stay_on_cuda_reduction():
+    """cuda_conv2d schedules groups == 1 only: depthwise and grouped computes carry other tags."""
+    from autorelay.te import nn_int8
+
+    x, w = te.placeholder((1, 8, 10, 10), name="X"), te.placeholder((8, 1, 3, 3), name="W")
+    dw = te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, 1, 1))
+    assert template_for(dw, target=TARGET).name == "cuda_reduction"
+    xq, wq = te.placeholder((1, 8, 10, 10), "uint8", name="X"), te.placeholder((8, 4, 3, 3), "int8", name="W")
+    grouped = nn_int8.conv2d_nchw_q(xq, wq, E.const(3, "int32"), lambda f: E.const(0, "int32"), 1, 1,
+                                    groups=2)
+    assert template_for(te.make_def([xq, wq], grouped), target=TARGET).name == "cuda_reduction"
+
+
+def _conv2d_transpose(groups: int):
+    from autorelay.ir.types import TensorType
+    from autorelay.op.check import infer_op_type, run_op
+    from autorelay.op.conv_transpose import _conv2d_transpose_compute
+    from autorelay.op.registry import get
+
+    xs, ws = (1, 4, 5, 6), (4, 6 // groups, 3, 3)
+    kw = dict(strides=(2, 2), padding=(1, 1, 1, 1), groups=groups, kernel_layout="IOHW")
+    out_type = infer_op_type("nn.conv2d_transpose", [TensorType(xs), TensorType(ws)], **kw)
+    x, w = te.placeholder(xs, name="X"), te.placeholder(ws, name="W")
+    out = _conv2d_transpose_compute([x, w], get("nn.conv2d_transpose").make_attrs(kw), out_type)
+    return te.make_def([x, w], out), lambda x, w: run_op("nn.conv2d_transpose", x, w, **kw)
+
+
+def test_transposed_convolutions_share_the_tag_but_only_ungrouped_ones_take_cuda_conv2d():
+    """conv2d_transpose is tagged `conv2d_nchw` (IOHW weights): with groups == 1 cuda_conv2d
+    schedules it (no shared weight slab: its taps depend on the output phase); grouped, it does
+    not claim it."""
+    cdef, ref = _conv2d_transpose(1)
+    assert template_for(cdef, target=TARGET).name == "cuda_conv2d"
+    tmpl, rng, done = template_for(cdef, target=TARGET), random.Random(5), 0
+    assert tmpl.space(cdef, TARGET).knob("shared_ic").values == (0,)
+    _check(emit_kernel(cdef, None, TARGET), cdef, ref)
+    while done < 2:
+        try:
+            code = emit_kernel(cdef, tmpl.space(cdef, TARGET).sample(rng), TARGET)
+        except ScheduleError:
+            continue
+        _check(code, cdef, ref)
+        done += 1
+    grouped, ref = _conv2d_transpose(2)
+    assert template_for(grouped, target=TARGET).name == "cuda_reduction"
+    _check(emit_kernel(grouped, None, TARGET), grouped, ref)

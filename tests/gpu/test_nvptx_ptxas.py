@@ -57,3 +57,17 @@ def test_gpu_templates_assemble_with_ptxas(case, arch):
         for name, k in report.kernels.items():
             assert 0 < k["registers"] <= 255, (cfg, name, k)
             assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (cfg, name, k)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("case", ["conv3x3_s1_odd", "conv7x7_s2_stem", "conv_bias_residual_relu"])
+def test_cuda_conv2d_blocks_fit_the_register_file(case):
+    """ptxas is not told the block size, so a config must leave registers x threads within the
+    block's register file, or the launch fails: the template refuses configs that might not."""
+    cdef, _ = CASES[case]()
+    target = resolve_target("cuda -arch=sm_90")
+    assert template_for(cdef, target=target).name == "cuda_conv2d"
+    for cfg, code in _codes(cdef, target, 6):
+        (_name, k), = run_ptxas(code.code.ptx, "sm_90").kernels.items()
+        block = code.code.launches[0].block
+        assert k["registers"] * block[0] * block[1] * block[2] <= target.registers_per_block, (cfg, k)

@@ -31,6 +31,11 @@ class Template:
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[Step, ...]:
         raise NotImplementedError
 
+    def claims(self, cdef: ComputeDef) -> bool:
+        """Whether the template schedules `cdef`, whose tag it lists (a tag can cover variants that
+        one template handles and another does not, e.g. grouped convolutions)."""
+        return True
+
     def check(self, config: Config) -> None:
         if config.template != self.name:
             raise ScheduleError(f"config for template {config.template!r} given to {self.name!r}")
@@ -54,6 +59,7 @@ def _load() -> None:
         bf16,
         conv,
         cuda,
+        cuda_conv,
         dense,
         depthwise,
         generic,
@@ -112,7 +118,7 @@ def template_for(cdef: ComputeDef, name: str | None = None, target: Target | Non
         return _TEMPLATES[f"{prefix}injective"]
     for tag in (pat.reduce.op.tag, pat.output.op.tag):
         for t in _TEMPLATES.values():
-            if tag and tag in t.tags and t.kind == kind and t.name != f"{prefix}injective":
+            if tag and tag in t.tags and t.kind == kind and t.name != f"{prefix}injective" and t.claims(cdef):
                 return t
     if f"{prefix}reduction" not in _TEMPLATES:
         raise ScheduleError(f"{cdef.name}: no {kind} template schedules this reduction yet")
