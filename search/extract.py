@@ -30,6 +30,7 @@ from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.lower import NoCompute, describe_workload, lower, workload_key
 from autorelay.primitive import kernel_name
+from autorelay.runtime.views import is_view_function
 from autorelay.schedule.space import Config
 from autorelay.target import Target, TargetError
 from autorelay.transform.prepare import prepare
@@ -89,6 +90,8 @@ def _primitive_calls(mod: IRModule) -> list[Function]:
 
 def _model_task(fn: Function, key: str, count: int, target: Target, name: str) -> ModelTask | str:
     """The task for one distinct primitive function, or the reason it has none."""
+    if is_view_function(fn):
+        return "a view of its input (reshape-like): the executor runs no kernel for it"
     try:
         lowered = lower(fn)
     except NoCompute as e:
