@@ -155,7 +155,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from search.models import open_db, run_model
+    from search.models import open_db, run_inputs, run_model
     from search.quantize_cli import apply_precision
 
     try:
@@ -179,8 +179,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _warn_fallbacks("run", res.compile.exe.report)
     if res.compile.note:
         print(f"autorelay run: warning: {res.compile.note}", file=sys.stderr)
+    exe = res.compile.exe
+    where = f"{threads} threads"
+    if exe.target.kind == "cuda":
+        device = exe.device_ms(*run_inputs(exe, model))
+        where = f"on the GPU, host copies included; device time {device:.3f} ms"
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
-          f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({threads} threads)")
+          f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({where})")
     return 0
 
 
