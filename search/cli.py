@@ -183,7 +183,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     where = f"{threads} threads"
     if exe.target.kind == "cuda":
         device = exe.device_ms(*run_inputs(exe, model))
-        where = f"on the GPU, host copies included; device time {device:.3f} ms"
+        gpu = "the emulated GPU (the CPU)" if exe.target.emulated else "the GPU"
+        where = f"on {gpu}, host copies included; device time {device:.3f} ms"
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
           f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({where})")
     return 0
