@@ -59,7 +59,7 @@ from autorelay.runtime.fallback import ReferenceFunction, op_names
 from autorelay.runtime.graph_executor import GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.runtime.specializing import SpecializingExecutable
-from autorelay.runtime.views import is_view_function
+from autorelay.runtime.views import view_offset
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import PipelineSource, ScheduleSource
 from autorelay.target import Target, TargetError, parse_target
@@ -149,8 +149,8 @@ class _GraphBuilder:
         self.functions: list[Function] = []
         self.values: dict[int, Any] = {}  # expr id -> slot id | list (tuple value)
 
-    def slot(self, shape: tuple[int, ...], dtype: str, kind: str, index: int = -1) -> int:
-        self.slots.append(Slot(tuple(int(d) for d in shape), dtype, kind, index))
+    def slot(self, shape: tuple[int, ...], dtype: str, kind: str, index: int = -1, offset: int = 0) -> int:
+        self.slots.append(Slot(tuple(int(d) for d in shape), dtype, kind, index, offset))
         return len(self.slots) - 1
 
     def const_slot(self, arr: np.ndarray) -> int:
@@ -212,10 +212,13 @@ class _GraphBuilder:
         arg_slots = [self.values[id(a)] for a in args]
         ret = site.checked_type if site.has_checked_type else fn.ret_type
         out_types = _tensor_types(ret, f"the result of {'+'.join(op_names(fn)) or 'a function'}")
-        if isinstance(ret, TensorType) and len(arg_slots) == 1 and isinstance(arg_slots[0], int) \
-                and is_view_function(fn):
-            base = self.storage_of(arg_slots[0])  # a reshape: a view, no step (`autorelay.runtime.views`)
-            return self.slot(out_types[0].concrete_shape, out_types[0].dtype, "alias", base)
+        single = isinstance(ret, TensorType) and len(arg_slots) == 1 and isinstance(arg_slots[0], int)
+        offset = view_offset(fn) if single else None
+        if offset is not None:  # a contiguous piece of its input: a view, no step (`runtime.views`)
+            src = self.slots[arg_slots[0]]
+            start = src.offset if src.kind == "alias" else 0
+            return self.slot(out_types[0].concrete_shape, out_types[0].dtype, "alias",
+                             self.storage_of(arg_slots[0]), start + offset)
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
         device = self.offload(fn) if self.offload is not None else None
         if device is not None:

@@ -56,8 +56,8 @@ class GPUGraphExecutor:
                 p = self._alloc(c.nbytes)
                 device.to_device(p, c.ctypes.data, c.nbytes)
                 self.pointers.append(p)
-            elif s.kind == "alias":  # a view: the slot it views comes first
-                self.pointers.append(self.pointers[s.index])
+            elif s.kind == "alias":  # a view at an element offset: the slot it views comes first
+                self.pointers.append(self.pointers[s.index] + s.offset * np.dtype(s.dtype).itemsize)
             else:
                 self.pointers.append(storage[s.index])
         self.calls: list[Callable[[], None]] = []

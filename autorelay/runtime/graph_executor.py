@@ -65,7 +65,8 @@ class GraphExecutor:
             elif s.kind == "const":
                 self.arrays.append(consts[s.index])
             elif s.kind == "alias":  # a view: the slot it views comes first
-                self.arrays.append(self.arrays[s.index].reshape(s.shape))
+                n = int(np.prod(s.shape, dtype=np.int64))
+                self.arrays.append(self.arrays[s.index].reshape(-1)[s.offset:s.offset + n].reshape(s.shape))
             else:
                 self.arrays.append(view(self._storage[s.index], s.shape, s.dtype))
         self.inputs = [self.arrays[i] for i in plan.input_slots]

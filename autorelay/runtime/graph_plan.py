@@ -6,8 +6,9 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
 * ``input``  — a model input, copied into its own buffer by each call;
 * ``const``  — a constant (weights, possibly pre-packed for a kernel), owned by the executable;
 * ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`;
-* ``alias``  — the result of a shape-only op (`autorelay.runtime.views`): a view of the slot
-  `index` (an input, constant or temp; never another alias), with no storage or step of its own.
+* ``alias``  — a contiguous piece of another slot (`autorelay.runtime.views`: reshapes, a
+  constant-index take): a view of slot `index` (an input, constant or temp; never another alias)
+  starting `offset` elements in, with no storage or step of its own.
 
 Steps are ``kernel`` (a compiled kernel — including the packing kernels that re-lay-out a
 non-constant input for a kernel reading it blocked), ``fallback`` (a primitive function run
@@ -36,17 +37,19 @@ class Slot:
     dtype: str
     kind: str  # "input" | "const" | "temp"
     index: int = -1  # input position or constant index; storage block for temps (after planning)
+    offset: int = 0  # an alias's first element in the slot it views
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     def to_json(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype, "kind": self.kind, "index": self.index}
+        d = {"shape": list(self.shape), "dtype": self.dtype, "kind": self.kind, "index": self.index}
+        return d | ({"offset": self.offset} if self.offset else {})
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Slot:
-        return Slot(tuple(d["shape"]), d["dtype"], d["kind"], d["index"])
+        return Slot(tuple(d["shape"]), d["dtype"], d["kind"], d["index"], int(d.get("offset", 0)))
 
 
 @dataclass

@@ -60,3 +60,43 @@ def test_views_of_inputs_and_outputs_that_are_views(tmp_path):
     loaded = autorelay.load(tmp_path / "m.arx")
     np.testing.assert_array_equal(loaded(x)[0], x.reshape(24))
     np.testing.assert_allclose(loaded(x)[1], x + 1, rtol=1e-6)
+
+
+TAKES = [  # (data shape, take expression on %x, whether it is a view)
+    ((4, 3, 5), 'take(%x, 2, axis=0)', True),
+    ((4, 3, 5), 'take(%x, -1, axis=0, mode="wrap")', True),
+    ((4, 3, 5), 'take(%x, -1, axis=0, mode="clip")', True),
+    ((4, 3, 5), 'take(%x, 9, axis=0, mode="clip")', True),
+    ((1, 3, 5), 'take(%x, 1, axis=1)', True),
+    ((4, 3, 5), 'take(%x, 1, axis=1)', False),  # rows of 5 with gaps: a kernel
+    ((2, 6, 5), 'expand_dims(take(reshape(%x, newshape=[12, 5]), 7, axis=0), axis=0)', True),
+]
+
+
+@pytest.mark.parametrize("shape,expr,is_view", TAKES, ids=[t[1] for t in TAKES])
+def test_a_constant_index_take_of_a_contiguous_block_is_a_view(shape, expr, is_view):
+    text = f'#[version = "0.0.5"]\ndef @main(%x: Tensor[{shape}, float32]) {{ add({expr}, 1f) }}'
+    mod = autorelay.parse(text)
+    x = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    exe = autorelay.build(mod, threads=1, pipeline="O0")
+    assert ("take" not in _steps(exe)) == is_view, _steps(exe)
+    np.testing.assert_array_equal(exe(x), np.asarray(autorelay.evaluate(mod, x)))
+
+
+def test_a_view_of_a_view_keeps_its_offset(tmp_path):
+    # past[i] of a stacked cache, then its last row: offsets of chained views add up
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(3, 4, 6), float32]) {
+  %0 = exp(%x);
+  %1 = take(%0, 2, axis=0);
+  %2 = take(%1, 3, axis=0);
+  (negative(%2), %1)
+}"""
+    mod = autorelay.parse(text)
+    x = np.random.default_rng(3).standard_normal((3, 4, 6)).astype("float32")
+    exe = autorelay.build(mod, threads=1, pipeline="O0")
+    assert "take" not in _steps(exe)
+    for got, want in zip(exe(x), autorelay.evaluate(mod, x)):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6)  # exp: within an ulp of NumPy's
+    exe.save(tmp_path / "m.arx")
+    np.testing.assert_allclose(autorelay.load(tmp_path / "m.arx")(x)[0], -np.exp(x)[2, 3], rtol=1e-6)

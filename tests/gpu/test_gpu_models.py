@@ -51,12 +51,15 @@ def @main(%x: Tensor[(2, 6), float32]) {
   %0 = exp(%x);
   %1 = reshape(%0, newshape=[3, 4]);
   %2 = nn.relu(%1);
-  (%2, %x, %1, reshape(%x, newshape=[12]), ones(shape=[3], dtype="float32"))
+  %3 = take(%0, 1, axis=0);
+  (%2, %x, %1, reshape(%x, newshape=[12]), ones(shape=[3], dtype="float32"), add(%3, 1f), %3)
 }""")
     x = np.random.default_rng(2).standard_normal((2, 6)).astype("float32")
-    got = autorelay.build(mod, target=EMULATED)(x)
+    exe = autorelay.build(mod, target=EMULATED)
+    got = exe(x)
     want = autorelay.evaluate(mod, x)
-    assert len(got) == 5
+    assert len(got) == 7
+    assert any(s.kind == "alias" and s.offset == 6 for s in exe.plan.slots)  # take(…, 1): row 1 in place
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-6)
 
