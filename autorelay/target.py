@@ -37,7 +37,8 @@ _DTYPE_BITS = {"float32": 32, "float64": 64, "float16": 16, "bfloat16": 16, "int
 
 # The device limits a resolved cuda target carries as options (the driver's values when a GPU is
 # present, else the documented defaults of its architecture).
-CUDA_LIMITS = ("max_threads_per_block", "max_shared_memory_per_block", "warp_size", "registers_per_block")
+CUDA_LIMITS = ("max_threads_per_block", "max_shared_memory_per_block", "warp_size", "registers_per_block",
+               "multiprocessor_count")
 
 
 class TargetError(AutoRelayError, ValueError):
@@ -123,6 +124,11 @@ class Target:
     @property
     def registers_per_block(self) -> int:
         return self.limit("registers_per_block")
+
+    @property
+    def multiprocessors(self) -> int:
+        """Streaming multiprocessors: how many blocks run at once, what a default grid must fill."""
+        return self.limit("multiprocessor_count")
 
     # ---- names --------------------------------------------------------------------------------
     def key(self) -> str:

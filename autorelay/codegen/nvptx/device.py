@@ -3,7 +3,9 @@
 With a GPU present (and no `-arch` given, or the same one) the limits come from the driver;
 otherwise from the documented defaults of the architecture (CUDA C Programming Guide, "Compute
 Capabilities"): 1024 threads per block, 48 KiB of static shared memory per block (more needs a
-dynamic opt-in this backend does not use), warps of 32, 64 Ki 32-bit registers per block.
+dynamic opt-in this backend does not use), warps of 32, 64 Ki 32-bit registers per block; and
+the multiprocessor count of the architecture's data-centre part (V100 80, T4 40, A100 108, A10 72,
+Orin 16, L4 58, H100 132), which only sizes default grids: `-multiprocessor_count=` overrides it.
 
 `-device=emulated` makes a target whose kernels are still emitted as PTX (and checked by ptxas)
 but run as their CPU emulation on host memory (`autorelay.codegen.nvptx.host_device`): whole
@@ -21,7 +23,10 @@ DEFAULT_ARCH = "sm_80"
 ARCHES = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 _DEFAULTS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 48 * 1024,
              "warp_size": 32, "registers_per_block": 65536}
-ARCH_LIMITS: dict[str, dict[str, int]] = {a: dict(_DEFAULTS) for a in ARCHES}
+_MULTIPROCESSORS = {"sm_70": 80, "sm_75": 40, "sm_80": 108, "sm_86": 72, "sm_87": 16, "sm_89": 58,
+                    "sm_90": 132}
+ARCH_LIMITS: dict[str, dict[str, int]] = {a: {**_DEFAULTS, "multiprocessor_count": _MULTIPROCESSORS[a]}
+                                          for a in ARCHES}
 
 
 def driver_limits(arch: str | None) -> tuple[str, dict[str, int]] | None:

@@ -105,8 +105,10 @@ class CudaDenseTemplate(Template):
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         """256-thread blocks of 4x4 register tiles (64x64 outputs per block), shrunk for small
-        problems by the work wasted on ragged edge tiles."""
+        problems by the work wasted on ragged edge tiles and by a grid with fewer blocks than the
+        GPU has multiprocessors (a batch-1 GEMV: a 16-block grid left most of an H200 idle)."""
         m, n, _ = _gemm(cdef)
+        batch = _size(pattern(cdef).output.shape[:-2])
         space = self.space(cdef, target)
         best = None
         for tx in (16, 8):
@@ -117,7 +119,9 @@ class CudaDenseTemplate(Template):
                                 or tn not in space.knob("tile_n").values:
                             continue
                         waste = tile_waste(m, ty * tm) * tile_waste(n, tx * tn)
-                        score = (tm * tn / (tm + tn)) / waste ** 2 * min(tx * ty, 256)
+                        blocks = batch * -(-m // (ty * tm)) * -(-n // (tx * tn))
+                        fill = min(1.0, blocks / target.multiprocessors)
+                        score = (tm * tn / (tm + tn)) / waste ** 2 * min(tx * ty, 256) * fill
                         if best is None or score > best[0]:
                             best = (score, tx, ty, tm, tn)
         assert best is not None

@@ -29,8 +29,7 @@ from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
-SMS = 132  # streaming multiprocessors of the GPU the default fills (an H100 SXM)
-FILL_THREADS = SMS * 512  # resident threads that hide latency well enough on such a GPU
+FILL_THREADS_PER_SM = 512  # resident threads per multiprocessor that hide latency well enough
 
 
 def _conv(cdef: ComputeDef) -> Tensor:
@@ -96,12 +95,14 @@ class CudaConv2dTemplate(Template):
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         """The best tile by multiply-adds per load (toc·tp / (toc + tp)), divided by the work ragged
-        tiles waste, times how well the grid fills the GPU (threads against FILL_THREADS, blocks
-        against SMS): big layers and batches get up to 32 accumulators, batch-1 late layers 1-2
-        per thread so that their few outputs still spread over every SM."""
+        tiles waste, times how well the grid fills the GPU (threads against FILL_THREADS_PER_SM per
+        multiprocessor, blocks against the target's multiprocessors): big layers and batches get
+        up to 32 accumulators, batch-1 late layers 1-2 per thread so that their few outputs still
+        spread over every multiprocessor."""
         red = _conv(cdef)
         n, oc, oh, ow, ic, taps = _dims(red)
         space = self.space(cdef, target)
+        sms = target.multiprocessors
         best: tuple[float, int, int, int, int] | None = None
         for tx in (32, 16, 64, 8):
             for ty in (8, 4, 2, 16, 1):
@@ -113,7 +114,8 @@ class CudaConv2dTemplate(Template):
                         q = oh * -(-ow // tp)
                         blocks = n * -(-oc // (ty * toc)) * -(-q // tx)
                         waste = tile_waste(oc, ty * toc) * tile_waste(q, tx) * tile_waste(ow, tp)
-                        fill = min(1.0, blocks * threads / waste / FILL_THREADS) * min(1.0, blocks / SMS)
+                        fill = (min(1.0, blocks * threads / waste / (FILL_THREADS_PER_SM * sms))
+                                * min(1.0, blocks / sms))
                         score = toc * tp / (toc + tp) / waste * fill
                         if best is None or score > best[0] * 1.0001:
                             best = (score, tx, ty, toc, tp)
