@@ -256,11 +256,14 @@ class Lowerer:
     def _value(self, st: Stage) -> tuple[Expr, Expr]:
         """(flat store index, element value) of `st` in terms of its leaf loops."""
         lay = self.layout[st.name]
-        vals = self._root_vals(st)
-        body = substitute(self.bodies[st.name], vals)
-        body = transform(body, lambda n: self._load(n) if isinstance(n, Read) else None)
         local_idx = [lay.env[st.root_leaf[a.var]] for a in st.axes]
-        return lay.flat(local_idx), body
+        return lay.flat(local_idx), self.element(st, self._root_vals(st))
+
+    def element(self, st: Stage, vals: dict[Var, Expr]) -> Expr:
+        """The stage's element value with its root axes (spatial and reduction) set to `vals`,
+        every read of a tensor a load of its buffer."""
+        body = substitute(self.bodies[st.name], vals)
+        return transform(body, lambda n: self._load(n) if isinstance(n, Read) else None)
 
     def _load(self, r: Read) -> Expr:
         t = r.tensor
@@ -305,6 +308,10 @@ class Lowerer:
         return True
 
     def nest(self, st: Stage) -> Stmt:
+        if st.cross_threads:
+            from autorelay.schedule.cross_thread import cross_thread_nest
+
+            return cross_thread_nest(self, st)
         lay = self.layout[st.name]
         n = len(st.leaves)
         for p, v in enumerate(st.leaves):

@@ -33,6 +33,7 @@ class Stage:
     is_reduce_var: set[Var] = field(default_factory=set)
     attach: tuple[str, Var] | None = None
     inline: bool = False
+    cross_threads: int = 0  # > 0: a block of this many threads per output element (CrossThreadReduce)
 
     def leaf(self, name: str) -> Var:
         for v in self.leaves:
@@ -204,6 +205,8 @@ def apply_step(state: State, step: S.Step) -> None:
         st.inline = True
     elif isinstance(step, S.Pad):
         _pad(state, st, step)
+    elif isinstance(step, S.CrossThreadReduce):
+        _cross_thread(st, step)
     else:
         raise ScheduleError(f"unknown schedule step {step!r}")
 
@@ -233,6 +236,16 @@ def _bind(st: Stage, step: S.Bind) -> None:
     if step.thread in st.kind.values():
         raise ScheduleError(f"Bind {st.name}.{step.axis}: {step.thread} is already bound in this stage")
     st.kind[v] = step.thread
+
+
+def _cross_thread(st: Stage, step: S.CrossThreadReduce) -> None:
+    t = int(step.threads)
+    if st.combiner is None or st.inline:
+        raise ScheduleError(f"CrossThreadReduce {st.name}: only a reduction stage reduces across threads")
+    if t < 32 or t > 1024 or t & (t - 1):
+        raise ScheduleError(f"CrossThreadReduce {st.name}: threads must be a power of two in 32..1024, "
+                            f"got {t}")
+    st.cross_threads = t
 
 
 def _cache_read(state: State, step: S.CacheRead) -> None:

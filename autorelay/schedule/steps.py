@@ -156,6 +156,20 @@ class Tensorize:
 
 
 @dataclass(frozen=True)
+class CrossThreadReduce:
+    """Compute reduction stage `stage` with a block of `threads` GPU threads per output element
+    (`threads` a power of two, 32..1024), instead of one thread reducing it alone: each thread
+    folds a strided slice of the reduction into a register, then the block combines the partials
+    in shared memory by a tree between barriers, and thread 0 stores the result. The stage keeps
+    its root loops (no other step on it); its output elements are spread over blockIdx.x. For
+    long reductions with few outputs, where one thread per output leaves most of a GPU idle.
+    See `autorelay.schedule.cross_thread`."""
+
+    stage: str
+    threads: int
+
+
+@dataclass(frozen=True)
 class Pad:
     """Round the reduction axis `axis` of a sum stage up to a multiple of `multiple`, zero-padding
     every input it indexes, so that splits of it need no guard in the inner loop."""
@@ -180,6 +194,7 @@ Step = (
     | Pack
     | Pad
     | Tensorize
+    | CrossThreadReduce
 )
 STEP_TYPES: dict[str, type] = {
     c.__name__: c
@@ -198,6 +213,7 @@ STEP_TYPES: dict[str, type] = {
         Pack,
         Pad,
         Tensorize,
+        CrossThreadReduce,
     )
 }
 

@@ -55,6 +55,67 @@ def _softmax():
     return te.make_def([x], nn.softmax(x)), ref
 
 
+def _softmax_ref(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_case(shape):
+    def build():
+        x = te.placeholder(shape, name="X")
+        return te.make_def([x], nn.softmax(x)), _softmax_ref
+
+    return build
+
+
+def _global_avg_pool_case(shape):
+    """global_avg_pool2d as the op computes it: a sum over H, W (keepdims) times 1 / (H W)."""
+
+    def build():
+        x = te.placeholder(shape, name="X")
+        s = nn.reduce(x, "sum", [2, 3], keepdims=True, name="gsum")
+        out = te.compute(s.shape, lambda *i: s[i] * (1.0 / (shape[2] * shape[3])), name="gap")
+        return te.make_def([x], out), lambda x: x.mean(axis=(2, 3), keepdims=True)
+
+    return build
+
+
+def _reduce_case(shape, kind, axes, dtype="float32"):
+    def build():
+        x = te.placeholder(shape, dtype=dtype, name="X")
+        fn = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}[kind]
+        ref = lambda x: np.atleast_1d(fn(x, axis=tuple(axes))).astype(dtype)
+        return te.make_def([x], nn.reduce(x, kind, axes)), ref
+
+    return build
+
+
+def _max_pool_big():
+    x = te.placeholder((1, 4, 12, 12), name="X")
+
+    def ref(x):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        win = np.lib.stride_tricks.sliding_window_view(xp, (9, 9), axis=(2, 3))[:, :, ::3, ::3]
+        return win.max(axis=(-2, -1))
+
+    return te.make_def([x], nn.pool2d(x, "max", 9, 3, 1)), ref
+
+
+# long reductions with few outputs: `cuda_reduction` computes them with a block per output
+XRED_CASES = {
+    "softmax_1000": _softmax_case((2, 1000)),
+    "softmax_37": _softmax_case((5, 37)),
+    "global_avg_pool_512x7x7": _global_avg_pool_case((1, 512, 7, 7)),
+    "global_avg_pool_2x64x13x13": _global_avg_pool_case((2, 64, 13, 13)),
+    "sum_axis_999": _reduce_case((3, 999), "sum", [1]),
+    "mean_axes_0_2": _reduce_case((37, 4, 23), "mean", [0, 2]),
+    "max_axis_0": _reduce_case((300, 17), "max", [0]),
+    "min_all": _reduce_case((41, 29), "min", [0, 1]),
+    "int32_sum_axis_200": _reduce_case((7, 200), "sum", [1], "int32"),
+    "max_pool_9x9": _max_pool_big,
+}
+
+
 def _conv():
     x, w = te.placeholder((1, 3, 10, 9), name="X"), te.placeholder((4, 3, 3, 3), name="W")
 
@@ -112,9 +173,10 @@ CONV_CASES = {
 
 CASES = {"softmax": _softmax, "conv2d": _conv, "elemwise_math": _ew, "transpose_relu": _transpose_relu,
          "dense_bias_relu": _dense_bias_relu, "sgemm": _sgemm, "batch_matmul": _batch_matmul,
-         "attention_scores": _attention_scores, **CONV_CASES}
+         "attention_scores": _attention_scores, **CONV_CASES, **XRED_CASES}
 
 
 def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]
+    return [rng.integers(-1000, 1000, t.shape).astype(t.dtype) if t.dtype.startswith("int")
+            else rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]

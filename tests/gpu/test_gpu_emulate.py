@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from gpu_cases import CASES, CONV_CASES, inputs
+from gpu_cases import CASES, CONV_CASES, XRED_CASES, inputs
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.emulate import emulate_func, run_both_orders
@@ -38,7 +38,8 @@ def test_default_gpu_schedule_matches_numpy(case):
     _check(emit_kernel(cdef, None, TARGET), cdef, ref)
 
 
-@pytest.mark.parametrize("case", ["sgemm", "dense_bias_relu", "elemwise_math", *sorted(CONV_CASES)])
+@pytest.mark.parametrize("case", ["sgemm", "dense_bias_relu", "elemwise_math", "softmax", *sorted(CONV_CASES),
+                                  *sorted(XRED_CASES)])
 def test_random_gpu_configs_match_numpy(case):
     cdef, ref = CASES[case]()
     tmpl = template_for(cdef, target=TARGET)

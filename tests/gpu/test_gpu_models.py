@@ -45,6 +45,26 @@ def test_a_resnet_block_on_the_emulated_gpu_matches_the_cpu_build():
                                atol=1e-4)
 
 
+def test_a_classifier_head_reduces_across_threads_and_matches_the_cpu_build():
+    """global_avg_pool2d and softmax over 1000 classes at batch 1: few outputs, long reductions,
+    so `cuda_reduction` picks its cross-thread form (a block per output element) by default."""
+    mod = autorelay.parse("""#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 64, 13, 13), float32], %w: Tensor[(1000, 64), float32]) {
+  %0 = nn.global_avg_pool2d(%x);
+  %1 = nn.batch_flatten(%0);
+  %2 = nn.dense(%1, %w, units=1000);
+  nn.softmax(%2, axis=-1)
+}""")
+    params = _params(mod, seed=6)
+    x = np.random.default_rng(7).standard_normal((1, 64, 13, 13)).astype("float32")
+    exe = autorelay.build(mod, target=EMULATED, params=params)
+    np.testing.assert_allclose(exe(x), autorelay.build(mod, target="llvm", params=params)(x), rtol=1e-5,
+                               atol=1e-6)
+    rows = {r.name: r.detail for r in exe.report.rows}
+    for name in ("global_avg_pool2d", "softmax"):
+        assert rows[name].startswith("cuda_reduction") and "'reduce_threads': 0" not in rows[name], rows
+
+
 def test_views_tuple_outputs_and_outputs_that_are_inputs_or_constants():
     mod = autorelay.parse("""#[version = "0.0.5"]
 def @main(%x: Tensor[(2, 6), float32]) {

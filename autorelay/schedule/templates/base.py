@@ -60,6 +60,7 @@ def _load() -> None:
         conv,
         cuda,
         cuda_conv,
+        cuda_reduction,
         dense,
         depthwise,
         generic,

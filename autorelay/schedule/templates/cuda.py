@@ -4,8 +4,7 @@
   [block, per_thread, thread]; blocks and threads are bound to blockIdx.x / threadIdx.x, and each
   thread handles `per_thread` elements one block-width apart (so a warp's accesses stay contiguous,
   coalesced). Producers are inlined.
-* `cuda_reduction` (every other reduction): one kernel per reduction stage, one thread per output
-  element reducing serially.
+* `cuda_reduction` (every other reduction): see `cuda_reduction.py`.
 * `cuda_dense` (dense, matmul, batch_matmul): each block computes a (threads_y·tile_m) x
   (threads_x·tile_n) tile of the output; each thread a tile_m x tile_n register tile
   (CacheWrite + ComputeAt at its thread loop, rows/columns unrolled), the reduction loop
@@ -26,7 +25,7 @@ from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
-from autorelay.te.expr import Read, Reduce, walk
+from autorelay.te.expr import Read, walk
 from autorelay.te.tensor import ComputeDef, topo_order
 
 
@@ -201,45 +200,5 @@ def _shared_copies(cdef: ComputeDef, red, acc: str, tx: int, ty: int) -> list[S.
     return steps
 
 
-class CudaReductionTemplate(Template):
-    """Any other reduction (softmax, pooling, reductions, convolutions until they get their own
-    template): injective producers are inlined; every reduction stage and the output is its own
-    kernel whose output elements are spread over blocks and threads as in `cuda_injective`, each
-    thread reducing its element serially."""
-
-    name = "cuda_reduction"
-    kind = "cuda"
-
-    def space(self, cdef: ComputeDef, target: Target) -> Space:
-        top = max_threads(target)
-        return Space(self.name, (Knob("threads", [t for t in (32, 64, 128, 256, 512, 1024) if t <= top]),))
-
-    def default(self, cdef: ComputeDef, target: Target) -> Config:
-        return Config(self.name, (("threads", min(128, max_threads(target))),))
-
-    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
-        self.check(config)
-        threads = config["threads"]
-        if threads > max_threads(target):
-            raise ScheduleError(f"{self.name}: {threads} threads exceed the target's "
-                                f"{max_threads(target)} per block")
-        out = cdef.output
-        stages = [t for t in topo_order([out]) if t.op is not None]
-        steps: list[S.Step] = []
-        for t in stages:
-            if t is not out and not isinstance(t.op.body, Reduce):  # type: ignore[union-attr]
-                steps.append(S.ComputeInline(t.name))
-                continue
-            axes = [a.name for a in t.op.axes]  # type: ignore[union-attr]
-            if not axes:
-                continue  # a scalar result: one thread
-            fs, ax = _outer_fuse(t.name, axes)
-            assert ax is not None
-            steps += [*fs, S.Split(t.name, ax, threads, f"{ax}.b", f"{ax}.t"),
-                      S.Bind(t.name, f"{ax}.b", "blockIdx.x"), S.Bind(t.name, f"{ax}.t", "threadIdx.x")]
-        return tuple(steps)
-
-
 register(CudaInjectiveTemplate())
-register(CudaReductionTemplate())
 register(CudaDenseTemplate())
