@@ -72,12 +72,12 @@ def test_the_tree_reduction_needs_its_barriers(which):
 
 
 def test_default_rule():
-    assert default_reduce_threads(1, 1000, 1024) == 512  # softmax over 1000 classes at batch 1
-    assert default_reduce_threads(512, 49, 1024) == 32  # ResNet's global pool at batch 1
-    assert default_reduce_threads(1000, 1000, 1024) == 256
-    assert default_reduce_threads(4096, 16, 1024) == 0  # short: one thread each
-    assert default_reduce_threads(200_000, 1000, 1024) == 0  # enough outputs to fill the GPU
-    assert default_reduce_threads(1, 1000, 256) == 256  # the target's block limit
+    assert default_reduce_threads(1, 1000, 1024, 132) == 512  # softmax over 1000 classes at batch 1
+    assert default_reduce_threads(512, 49, 1024, 132) == 32  # ResNet's global pool at batch 1
+    assert default_reduce_threads(1000, 1000, 1024, 132) == 256
+    assert default_reduce_threads(4096, 16, 1024, 132) == 0  # short: one thread each
+    assert default_reduce_threads(200_000, 1000, 1024, 132) == 0  # enough outputs to fill the GPU
+    assert default_reduce_threads(1, 1000, 256, 132) == 256  # the target's block limit
 
 
 def test_many_short_reductions_keep_the_serial_form():

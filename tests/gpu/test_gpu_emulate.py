@@ -120,7 +120,7 @@ def test_shared_memory_gemm_needs_its_barriers():
 def test_shared_memory_beyond_the_target_is_refused():
     cdef, _ = CASES["sgemm"]()
     small = resolve_target("cuda -arch=sm_90 -max_shared_memory_per_block=256")
-    with pytest.raises(ScheduleError, match="bytes of shared memory exceed the target.s 256"):
+    with pytest.raises(ScheduleError, match="bytes of shared memory exceed the target's 256"):
         emit_kernel(cdef, None, small)
 
 

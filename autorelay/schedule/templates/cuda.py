@@ -33,6 +33,14 @@ def max_threads(target: Target) -> int:
     return target.max_threads_per_block if target.kind == "cuda" else 1024
 
 
+def check_threads(template: str, threads: int, target: Target, shape: str = "") -> None:
+    """ScheduleError when a block of `threads` (laid out as `shape`, e.g. "16x8") exceeds the
+    target's threads per block: where the steps are made, so a tuner prunes the config."""
+    if threads > max_threads(target):
+        raise ScheduleError(f"{template}: {shape or threads} threads exceed the target's "
+                            f"{max_threads(target)} per block")
+
+
 def _size(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -58,9 +66,7 @@ class CudaInjectiveTemplate(Template):
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         out = cdef.output
-        if config["threads"] > max_threads(target):
-            raise ScheduleError(f"{self.name}: {config['threads']} threads exceed the target's "
-                                f"{max_threads(target)} per block")
+        check_threads(self.name, config["threads"], target)
         steps: list[S.Step] = [S.ComputeInline(t.name) for t in topo_order([out])
                                if t.op is not None and t is not out]
         axes = [a.name for a in out.op.axes]  # type: ignore[union-attr]
@@ -132,9 +138,7 @@ class CudaDenseTemplate(Template):
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         tx, ty, tm, tn = (config[k] for k in ("threads_x", "threads_y", "tile_m", "tile_n"))
-        if tx * ty > max_threads(target):
-            raise ScheduleError(f"{self.name}: {tx}x{ty} threads exceed the target's "
-                                f"{max_threads(target)} per block")
+        check_threads(self.name, tx * ty, target, f"{tx}x{ty}")
         pat = pattern(cdef)
         red = pat.reduce
         assert red is not None and red.op is not None

@@ -24,7 +24,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
-from autorelay.schedule.templates.cuda import max_threads
+from autorelay.schedule.templates.cuda import check_threads, max_threads
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
@@ -132,9 +132,7 @@ class CudaConv2dTemplate(Template):
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         tx, ty, toc, tp = (config[k] for k in ("threads_x", "threads_y", "tile_oc", "tile_p"))
-        if tx * ty > max_threads(target):
-            raise ScheduleError(f"{self.name}: {tx}x{ty} threads exceed the target's "
-                                f"{max_threads(target)} per block")
+        check_threads(self.name, tx * ty, target, f"{tx}x{ty}")
         if _registers(toc, tp) * tx * ty > target.registers_per_block:
             raise ScheduleError(f"{self.name}: a {toc}x{tp} register tile in {tx}x{ty} threads needs "
                                 f"more than the target's {target.registers_per_block} registers per block")

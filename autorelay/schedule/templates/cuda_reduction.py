@@ -20,24 +20,24 @@ reads a row statistic from global memory in the next kernel.
 
 The default takes the cross-thread form when the longest reduction has at least 32 points (one
 warp's worth, so no thread idles in the first fold) and the outputs are few relative to a big GPU
-(fewer than a quarter of the threads 132 SMs x 2048 hold): then one thread per output leaves most
+(fewer than a quarter of the threads its multiprocessors hold, 2048 each): then one thread per
+output leaves most
 of the GPU idle. T grows from 32 while every thread keeps at least one point to fold, the blocks
 stay within that GPU's resident threads, and T <= 512.
 """
 
 from __future__ import annotations
 
-from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, register
-from autorelay.schedule.templates.cuda import max_threads
+from autorelay.schedule.templates.cuda import check_threads, max_threads
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.expr import Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 
-GPU_THREADS = 132 * 2048  # threads resident on a big GPU (an H100/H200: 132 SMs x 2048)
+SM_THREADS = 2048  # threads resident per multiprocessor (sm_70 to sm_90)
 REDUCE_THREADS = (0, 32, 64, 128, 256, 512, 1024)
 
 
@@ -52,12 +52,14 @@ def _reductions(cdef: ComputeDef) -> list[Tensor]:
     return [t for t in topo_order([cdef.output]) if t.op is not None and isinstance(t.op.body, Reduce)]
 
 
-def default_reduce_threads(n_out: int, k: int, top: int) -> int:
-    """Threads per output element for `n_out` outputs each reducing `k` points (0: serial)."""
-    if k < 32 or n_out * 4 >= GPU_THREADS:
+def default_reduce_threads(n_out: int, k: int, top: int, multiprocessors: int) -> int:
+    """Threads per output element for `n_out` outputs each reducing `k` points (0: serial), on a
+    GPU of `multiprocessors` with blocks of at most `top` threads."""
+    resident = multiprocessors * SM_THREADS
+    if k < 32 or n_out * 4 >= resident:
         return 0
     t = 32
-    while t * 2 <= min(k, 512, top) and n_out * t * 2 <= GPU_THREADS:
+    while t * 2 <= min(k, 512, top) and n_out * t * 2 <= resident:
         t *= 2
     return t
 
@@ -77,16 +79,14 @@ class CudaReductionTemplate(Template):
         rt = 0
         if longest is not None and longest.op is not None:
             k = _prod(a.extent for a in longest.op.reduce_axes)
-            rt = default_reduce_threads(_prod(longest.shape), k, max_threads(target))
+            rt = default_reduce_threads(_prod(longest.shape), k, max_threads(target), target.multiprocessors)
         return Config(self.name, (("threads", min(128, max_threads(target))), ("reduce_threads", rt)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         threads, rt = config["threads"], config["reduce_threads"]
         for n in (threads, rt):
-            if n > max_threads(target):
-                raise ScheduleError(f"{self.name}: {n} threads exceed the target's "
-                                    f"{max_threads(target)} per block")
+            check_threads(self.name, n, target)
         out = cdef.output
         steps: list[S.Step] = []
         for t in (t for t in topo_order([out]) if t.op is not None):
