@@ -180,3 +180,14 @@ def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(-1000, 1000, t.shape).astype(t.dtype) if t.dtype.startswith("int")
             else rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]
+
+
+def driver_reason() -> str | None:
+    """Why no CUDA driver opens here (its message), or None where a GPU is usable."""
+    from autorelay.codegen.nvptx.driver import CudaDriverError, open_driver
+
+    try:
+        open_driver()
+    except CudaDriverError as e:
+        return str(e)
+    return None

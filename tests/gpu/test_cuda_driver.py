@@ -6,22 +6,13 @@ import ctypes
 
 import numpy as np
 import pytest
-from gpu_cases import CASES, inputs
+from gpu_cases import CASES, driver_reason, inputs
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.driver import NO_DRIVER, CudaDriverError, _load_library, open_driver
 from autorelay.kernel import compile_kernel, emit_kernel, load_kernel
 
-
-def _driver_or_reason() -> str | None:
-    try:
-        open_driver()
-    except CudaDriverError as e:
-        return str(e)
-    return None
-
-
-REASON = _driver_or_reason()
+REASON = driver_reason()
 
 
 def test_missing_driver_is_one_clear_error():

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_cases import driver_reason
 
 import autorelay
-from autorelay.codegen.nvptx.driver import NO_DRIVER, CudaDriverError, open_driver
+from autorelay.codegen.nvptx.driver import NO_DRIVER, CudaDriverError
 from autorelay.target import TargetError
 
 EMULATED = "cuda -arch=sm_80 -device=emulated"
@@ -117,27 +118,15 @@ def test_gpu_builds_refuse_what_they_cannot_do_in_one_line(tmp_path):
 
 
 def test_without_a_driver_a_gpu_build_says_so():
-    try:
-        open_driver()
-    except CudaDriverError:
-        pass
-    else:
+    if driver_reason() is None:
         pytest.skip("a CUDA driver is present on this machine")
     mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(4), float32]) { exp(%x) }')
     with pytest.raises(CudaDriverError, match=NO_DRIVER):
         autorelay.build(mod, target="cuda")
 
 
-def _driver_reason() -> str | None:
-    try:
-        open_driver()
-    except CudaDriverError as e:
-        return str(e)
-    return None
-
-
 @pytest.mark.cuda
-@pytest.mark.skipif(_driver_reason() is not None, reason=_driver_reason() or "")
+@pytest.mark.skipif(driver_reason() is not None, reason=driver_reason() or "")
 def test_a_resnet_block_on_the_gpu_matches_the_cpu_build():
     mod = autorelay.parse((EXAMPLES / "resnet_block.relay").read_text())
     params = _params(mod, seed=4)
@@ -166,7 +155,7 @@ def test_tune_then_run_a_model_for_the_gpu_through_the_cli(tmp_path, capsys):
     assert main(["run", *common, "--repeat", "2"]) == 0
     out, _ = capsys.readouterr()
     assert "tuned" in out and "cuda_dense" in out
-    if _driver_reason() is not None:  # the real GPU target: one clear line, no traceback
+    if driver_reason() is not None:  # the real GPU target: one clear line, no traceback
         assert main(["run", "--model", "mlp", "--db", url, "--target", "cuda"]) == 1
         _, err = capsys.readouterr()
         assert NO_DRIVER in err and "Traceback" not in err

@@ -41,11 +41,17 @@ def check_threads(template: str, threads: int, target: Target, shape: str = "") 
                             f"{max_threads(target)} per block")
 
 
-def _size(shape: tuple[int, ...]) -> int:
+def size(shape) -> int:
+    """The product of extents (an element count)."""
     n = 1
     for s in shape:
-        n *= s
+        n *= int(s)
     return n
+
+
+def threads_knob(target: Target) -> Knob:
+    """Threads per block, powers of two from a warp up to the target's limit."""
+    return Knob("threads", [t for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads(target)])
 
 
 class CudaInjectiveTemplate(Template):
@@ -53,12 +59,10 @@ class CudaInjectiveTemplate(Template):
     kind = "cuda"
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
-        top = max_threads(target)
-        return Space(self.name, (Knob("threads", [t for t in (32, 64, 128, 256, 512, 1024) if t <= top]),
-                                 Knob("per_thread", (1, 2, 4))))
+        return Space(self.name, (threads_knob(target), Knob("per_thread", (1, 2, 4))))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
-        n = _size(cdef.output.shape)
+        n = size(cdef.output.shape)
         threads = min(256, max_threads(target))
         per = 4 if n >= threads * 4 * 1024 else 1  # many elements: fewer, fuller blocks
         return Config(self.name, (("threads", threads), ("per_thread", per)))
@@ -113,7 +117,7 @@ class CudaDenseTemplate(Template):
         problems by the work wasted on ragged edge tiles and by a grid with fewer blocks than the
         GPU has multiprocessors (a batch-1 GEMV: a 16-block grid left most of an H200 idle)."""
         m, n, _ = _gemm(cdef)
-        batch = _size(pattern(cdef).output.shape[:-2])
+        batch = size(pattern(cdef).output.shape[:-2])
         space = self.space(cdef, target)
         best = None
         for tx in (16, 8):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, register
-from autorelay.schedule.templates.cuda import check_threads, max_threads
+from autorelay.schedule.templates.cuda import check_threads, max_threads, size, threads_knob
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.expr import Reduce
@@ -39,13 +39,6 @@ from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 
 SM_THREADS = 2048  # threads resident per multiprocessor (sm_70 to sm_90)
 REDUCE_THREADS = (0, 32, 64, 128, 256, 512, 1024)
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
 
 
 def _reductions(cdef: ComputeDef) -> list[Tensor]:
@@ -69,17 +62,16 @@ class CudaReductionTemplate(Template):
     kind = "cuda"
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
-        top = max_threads(target)
-        return Space(self.name, (Knob("threads", [t for t in (32, 64, 128, 256, 512, 1024) if t <= top]),
-                                 Knob("reduce_threads", [t for t in REDUCE_THREADS if t <= top])))
+        block = [t for t in REDUCE_THREADS if t <= max_threads(target)]
+        return Space(self.name, (threads_knob(target), Knob("reduce_threads", block)))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
-        longest = max(_reductions(cdef), key=lambda t: _prod(a.extent for a in t.op.reduce_axes),
+        longest = max(_reductions(cdef), key=lambda t: size(a.extent for a in t.op.reduce_axes),
                       default=None)
         rt = 0
         if longest is not None and longest.op is not None:
-            k = _prod(a.extent for a in longest.op.reduce_axes)
-            rt = default_reduce_threads(_prod(longest.shape), k, max_threads(target), target.multiprocessors)
+            k = size(a.extent for a in longest.op.reduce_axes)
+            rt = default_reduce_threads(size(longest.shape), k, max_threads(target), target.multiprocessors)
         return Config(self.name, (("threads", min(128, max_threads(target))), ("reduce_threads", rt)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
