@@ -3,7 +3,8 @@
 A saved executable is one zip file holding plain data, never pickled closures:
 
 * ``plan.json``      — slots, steps, memory plan, inputs/outputs, target, kernel table;
-* ``kernels/K.ll``   — each kernel's LLVM IR, and ``kernels/K.o`` its object code for the target;
+* ``kernels/K.ll``   — each kernel's LLVM IR, and ``kernels/K.o`` its object code for the target
+  (GPU executables: ``kernels/K.ptx``, see `autorelay.runtime.gpu_archive`);
 * ``consts.npz``     — constants (weights already packed for their kernels);
 * ``functions/F.relay`` — fallback primitive functions as Relay text.
 
@@ -58,15 +59,19 @@ class KernelArtifact:
     segments: list[tuple[str, int]]
     nbuffers: int
     workspaces: list[tuple[tuple[int, ...], str]]
-    module: Any = None  # CompiledModule once compiled/loaded
+    module: Any = None  # CompiledModule once compiled/loaded (cuda: a GPUModule)
+    # cuda kernels: each segment's (grid, block), and an emulated target's (CPU IR, its segments)
+    launches: list[tuple[tuple[int, ...], tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    emulation: tuple[str, list[tuple[str, int]]] | None = None
 
     @staticmethod
     def from_kernel(k: Any) -> KernelArtifact:
         ws = [(tuple(b.shape), b.dtype) for b in k.func.workspaces]
         if k.target.kind == "cuda":  # the text is the PTX the module was loaded from
             code = k.code.code
+            emu = (code.emulation.text, list(code.emulation.segments)) if code.emulation else None
             return KernelArtifact(k.code.key, code.ptx, list(code.segments), len(k.func.params) + len(ws), ws,
-                                  k.module)
+                                  k.module, [(la.grid, la.block) for la in code.launches], emu)
         symbol = f"k_{k.module.key[:16]}"  # compile_kernel's symbol naming (emit_module appends _sK)
         segs = [(f"{symbol}_s{i}", par) for i, (_, par) in enumerate(k.module.functions)]
         nbuf = len(k.func.params) + len(ws)
@@ -173,18 +178,19 @@ class Executable:
     # ---- persistence ------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:
+        from autorelay.runtime import gpu_archive
+
         plan = self.plan
-        if self.target.kind != "cpu":
-            raise ValueError(f"save: executables for {str(self.target).split()[0]} targets cannot be saved "
-                             "yet; build them again from the model (its kernels come from the kernel cache)")
+        gpu = self.target.kind == "cuda"
         offloaded = [st.name for st in plan.steps if st.kind == "external"]
         if offloaded:  # a device layer's program lives in its simulator object, not in the archive
             raise ValueError(f"save: executables with offloaded layers ({offloaded[0]}, …) cannot be saved "
                              "yet; build them again from the model")
         meta = {
             "format": FORMAT, "version": VERSION,
-            "target": {"cpu": self.target.cpu, "features": self.target.features, "triple": self.target.triple,
-                       "threads": self.target.threads},
+            "target": gpu_archive.target_meta(self.target) if gpu else {
+                "cpu": self.target.cpu, "features": self.target.features, "triple": self.target.triple,
+                "threads": self.target.threads},
             "slots": [s.to_json() for s in plan.slots],
             "steps": [s.to_json() for s in plan.steps],
             "inputs": plan.input_names, "input_slots": plan.input_slots,
@@ -192,7 +198,8 @@ class Executable:
             "memory": {"storage_bytes": plan.memory.storage_bytes,
                        "workspace_bytes": plan.memory.workspace_bytes},
             "kernels": [{"key": k.key, "segments": [list(s) for s in k.segments], "nbuffers": k.nbuffers,
-                         "workspaces": [[list(sh), dt] for sh, dt in k.workspaces]} for k in self.kernels],
+                         "workspaces": [[list(sh), dt] for sh, dt in k.workspaces],
+                         **(gpu_archive.kernel_meta(k) if gpu else {})} for k in self.kernels],
             "functions": len(self.functions),
         }
         from autorelay.ir.module import IRModule
@@ -201,6 +208,9 @@ class Executable:
         np.savez(buf, *self.consts)
         files: dict[str, bytes] = {"consts.npz": buf.getvalue()}
         for i, k in enumerate(self.kernels):
+            if gpu:
+                files.update(gpu_archive.kernel_files(i, k))
+                continue
             files[f"kernels/{i}.ll"] = k.llvm_ir.encode()
             files[f"kernels/{i}.o"] = _object_code(k.llvm_ir, self.target)
         for i, f in enumerate(self.functions):
@@ -268,29 +278,45 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
             raise AutoRelayError(f"load: {path} has format {meta.get('format')} v{meta.get('version')}, "
                                  f"expected {FORMAT} v{VERSION}")
         read = _verified_reader(z, meta, path)
-        host = host_target(threads or meta["target"]["threads"])
-        same_cpu = (host.cpu, host.features) == (meta["target"]["cpu"], meta["target"]["features"])
         npz = np.load(io.BytesIO(read("consts.npz")))
         consts = [npz[f"arr_{i}"] for i in range(len(npz.files))]
-        kernels = []
-        with tempfile.TemporaryDirectory() as objdir:
-            for i, kd in enumerate(meta["kernels"]):
-                text = read(f"kernels/{i}.ll").decode()
-                if same_cpu:
-                    obj = read(f"kernels/{i}.o")
-                    for name in _object_names(kd["key"], text):
-                        with open(os.path.join(objdir, name), "wb") as fh:
-                            fh.write(obj)
-                segs = [(n, int(p)) for n, p in kd["segments"]]
-                module = compile_ir(text, segs, kd["nbuffers"], dataclasses.replace(host), kd["key"],
-                                    objdir if same_cpu else None)  # a TargetMachine per engine (see build)
-                for name, _ in segs:
-                    if not module.engine.get_function_address(name):
-                        raise AutoRelayError(f"load: kernel {kd['key']} lacks segment {name}")
-                ws = [(tuple(sh), dt) for sh, dt in kd["workspaces"]]
-                kernels.append(KernelArtifact(kd["key"], text, segs, kd["nbuffers"], ws, module))
         functions = [parse(read(f"functions/{i}.relay").decode())["main"] for i in range(meta["functions"])]
-    plan = GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
+        if meta["target"].get("kind") == "cuda":
+            from autorelay.runtime import gpu_archive
+
+            target = gpu_archive.target_from_meta(meta["target"])
+            kernels = [gpu_archive.load_kernel(i, kd, read, target) for i, kd in enumerate(meta["kernels"])]
+        else:
+            target = host_target(threads or meta["target"]["threads"])
+            kernels = _load_cpu_kernels(meta, read, target)
+    refs = [ReferenceFunction(f) for f in functions]
+    return Executable(_plan(meta), kernels, consts, functions, refs, target)
+
+
+def _load_cpu_kernels(meta: dict, read: Callable[[str], bytes], host: Target) -> list[KernelArtifact]:
+    """Saved CPU kernels: from their object code when this CPU is the one they were built for."""
+    same_cpu = (host.cpu, host.features) == (meta["target"]["cpu"], meta["target"]["features"])
+    kernels = []
+    with tempfile.TemporaryDirectory() as objdir:
+        for i, kd in enumerate(meta["kernels"]):
+            text = read(f"kernels/{i}.ll").decode()
+            if same_cpu:
+                obj = read(f"kernels/{i}.o")
+                for name in _object_names(kd["key"], text):
+                    with open(os.path.join(objdir, name), "wb") as fh:
+                        fh.write(obj)
+            segs = [(n, int(p)) for n, p in kd["segments"]]
+            module = compile_ir(text, segs, kd["nbuffers"], dataclasses.replace(host), kd["key"],
+                                objdir if same_cpu else None)  # a TargetMachine per engine (see build)
+            for name, _ in segs:
+                if not module.engine.get_function_address(name):
+                    raise AutoRelayError(f"load: kernel {kd['key']} lacks segment {name}")
+            ws = [(tuple(sh), dt) for sh, dt in kd["workspaces"]]
+            kernels.append(KernelArtifact(kd["key"], text, segs, kd["nbuffers"], ws, module))
+    return kernels
+
+
+def _plan(meta: dict) -> GraphPlan:
+    return GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
                      meta["inputs"], meta["input_slots"], meta["outputs"], meta["output_is_tuple"],
                      MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"]))
-    return Executable(plan, kernels, consts, functions, [ReferenceFunction(f) for f in functions], host)
