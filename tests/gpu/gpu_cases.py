@@ -171,15 +171,33 @@ CONV_CASES = {
 }
 
 
+def _dense_bf16():
+    """bfloat16 words in (uint16), float32 accumulation out: the bit conversions on the GPU."""
+    from autorelay.op.bf16 import from_bf16
+    from autorelay.te import nn_bf16
+
+    a, w = te.placeholder((20, 24), "uint16", name="A"), te.placeholder((12, 24), "uint16", name="W")
+    return (te.make_def([a, w], nn_bf16.dense_bf16(a, w)),
+            lambda a, w: from_bf16(a).astype(np.float64) @ from_bf16(w).T.astype(np.float64))
+
+
 CASES = {"softmax": _softmax, "conv2d": _conv, "elemwise_math": _ew, "transpose_relu": _transpose_relu,
          "dense_bias_relu": _dense_bias_relu, "sgemm": _sgemm, "batch_matmul": _batch_matmul,
-         "attention_scores": _attention_scores, **CONV_CASES, **XRED_CASES}
+         "attention_scores": _attention_scores, "dense_bf16": _dense_bf16, **CONV_CASES, **XRED_CASES}
 
 
 def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.integers(-1000, 1000, t.shape).astype(t.dtype) if t.dtype.startswith("int")
-            else rng.standard_normal(t.shape).astype(t.dtype) for t in cdef.inputs]
+    from autorelay.op.bf16 import to_bf16
+
+    def one(t) -> np.ndarray:
+        if t.dtype == "uint16":  # bfloat16 words of normal values
+            return to_bf16(rng.standard_normal(t.shape).astype(np.float32))
+        if t.dtype.startswith("int"):
+            return rng.integers(-1000, 1000, t.shape).astype(t.dtype)
+        return rng.standard_normal(t.shape).astype(t.dtype)
+
+    return [one(t) for t in cdef.inputs]
 
 
 def driver_reason() -> str | None:

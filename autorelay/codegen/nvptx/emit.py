@@ -16,11 +16,13 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
 
 from __future__ import annotations
 
+from autorelay.codegen.llvm.calls import bf16_to_f32, f32_to_bf16
 from autorelay.codegen.llvm.emit import SegmentEmitter, expand_unrolled, segments
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_type
 from autorelay.codegen.nvptx.launch import Launch, launch_of
+from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import Call, Cmp, Const
+from autorelay.te.expr import BF16_FUNCS, Call, Cmp, Const
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
     THREAD_TAGS,
@@ -108,14 +110,18 @@ class KernelEmitter(SegmentEmitter):
         del self.env[s.var]
 
     def call(self, e: Call) -> Val:
-        """Math through libdevice, lane by lane in a vector context."""
+        """Math through libdevice, lane by lane in a vector context; bfloat16 conversions as the
+        CPU backend's integer arithmetic on the bits (target-independent IR, no library)."""
         args = [self.sub(a) for a in e.args]
         lanes = max(a.lanes for a in args)
         st = llvm_type(e.dtype)
+        if e.name in BF16_FUNCS:
+            return (bf16_to_f32 if e.name == "bf16_to_f32" else f32_to_bf16)(self, args[0])
         if e.name == "sigmoid":
             return self._lanes(lambda xs: self._sigmoid(xs[0], e.dtype), args, e.dtype, lanes)
         if e.name not in LIBDEVICE or e.dtype not in ("float32", "float64"):
-            raise TypeError(f"nvptx codegen: no libdevice function for {e.name} on {e.dtype}")
+            # a ScheduleError: the build runs this function's references instead, and says so
+            raise ScheduleError(f"nvptx codegen: no libdevice function for {e.name} on {e.dtype}")
         fn = libdevice_name(e.name, e.dtype)
         self.declared.add(f"declare {st} @{fn}({', '.join(st for _ in args)})")
 
