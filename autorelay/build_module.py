@@ -56,7 +56,7 @@ from autorelay.primitive import PrimitiveKernels, compile_primitive
 from autorelay.runtime import aot, vm
 from autorelay.runtime.executable import Executable, KernelArtifact
 from autorelay.runtime.fallback import ReferenceFunction, op_names
-from autorelay.runtime.graph_executor import GraphPlan, KernelSpec
+from autorelay.runtime.graph_executor import GraphPlan, workspace_offsets
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.runtime.specializing import SpecializingExecutable
 from autorelay.runtime.views import view_offset
@@ -319,7 +319,7 @@ def _constants(fn: Function) -> list[np.ndarray]:
 
 def _ws_bytes(k: Kernel) -> int:
 
-    return KernelSpec(k.module.key, [(b.shape, b.dtype) for b in k.func.workspaces]).workspace_offsets[1]
+    return workspace_offsets([(b.shape, b.dtype) for b in k.func.workspaces])[1]
 
 
 def choose_pipeline(mod: IRModule, schedules: ScheduleSource | None, target: Target,
@@ -409,9 +409,10 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
     what `build` does after preparing. The tuner prepares a model once and builds it from here.
     `offload`: see `_GraphBuilder` (graph executor only)."""
     if target.kind == "cuda" and executor != "graph":  # the VM and AoT call host-memory kernels
+        why = control_flow_reason(prepared)
         raise TargetError(f"build: on cuda targets models run on the graph executor (dataflow, static "
                           f"shapes); executor={executor!r} is not supported there"
-                          + (f": {control_flow_reason(prepared)}" if control_flow_reason(prepared) else ""))
+                          + (f": {why}" if why else ""))
     if target.kind not in ("cpu", "cuda"):
         raise TargetError(f"build: models for {str(target).split()[0]} targets are not supported yet "
                           "(single kernels are: autorelay.kernel.compile_kernel)")

@@ -33,8 +33,6 @@ PER_BUFFER = 8
 GLOBAL = 11
 GPU = 7
 LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + GPU + 2 * KNOBS
-# per multiprocessor, sm_80 and sm_90 alike (CUDA C Programming Guide, "Compute Capabilities"):
-SM_THREADS, SM_BLOCKS, SM_SHARED = 2048, 32, 164 * 1024
 
 
 def _lg(x: float) -> float:
@@ -197,6 +195,7 @@ def extract(func: PrimFunc, config: Config | None = None) -> tuple[float, ...]:
 def gpu_features(func: PrimFunc) -> list[float]:
     """The GPU block of the vector (see the module docstring), for the kernel's largest launch;
     zeros when no loop is bound to a block or thread index."""
+    from autorelay.codegen.nvptx.device import SM_BLOCKS, SM_SHARED, SM_THREADS
     from autorelay.codegen.nvptx.launch import launch_of, shared_bytes
     from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS, walk_stmts
 

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from autorelay.codegen.base import BackendCode
+from autorelay.codegen.nvptx.ptx import TRIPLE
 from autorelay.target import Target
-
-TRIPLE = "nvptx64-nvidia-cuda"
 
 
 def target_meta(target: Target) -> dict[str, Any]:

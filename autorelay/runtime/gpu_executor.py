@@ -23,18 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.runtime.graph_executor import GraphPlan, _run_fallback, _run_relayout
+from autorelay.runtime.graph_executor import GraphPlan, _run_fallback, _run_relayout, workspace_offsets
 from autorelay.runtime.graph_plan import ALIGN, Slot, Step
-
-
-def workspace_offsets(workspaces: Sequence[tuple[tuple[int, ...], str]]) -> tuple[list[int], int]:
-    """Byte offsets of a kernel's scratch buffers in the arena, and the bytes they take."""
-    offs, total = [], 0
-    for shape, dtype in workspaces:
-        offs.append(total)
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        total += -(-n // ALIGN) * ALIGN
-    return offs, total
 
 
 class GPUGraphExecutor:

@@ -22,6 +22,16 @@ from autorelay.runtime.graph_plan import ALIGN, MemoryPlan, Slot, Step, aligned_
 from autorelay.schedule.relayout import relayout
 
 
+def workspace_offsets(workspaces: Sequence[tuple[tuple[int, ...], str]]) -> tuple[list[int], int]:
+    """Byte offsets of a kernel's scratch buffers in the shared arena, and the bytes they take."""
+    offs, total = [], 0
+    for shape, dtype in workspaces:
+        offs.append(total)
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        total += -(-n // ALIGN) * ALIGN
+    return offs, total
+
+
 @dataclass
 class KernelSpec:
     """A compiled kernel as the plan needs it: its segment functions and scratch buffers."""
@@ -33,12 +43,7 @@ class KernelSpec:
 
     @property
     def workspace_offsets(self) -> tuple[list[int], int]:
-        offs, total = [], 0
-        for shape, dtype in self.workspaces:
-            offs.append(total)
-            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            total += -(-n // ALIGN) * ALIGN
-        return offs, total
+        return workspace_offsets(self.workspaces)
 
 
 @dataclass

@@ -22,6 +22,7 @@ five rounds go through shared memory like the others.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,17 +36,10 @@ if TYPE_CHECKING:
     from autorelay.schedule.lower import Lowerer
 
 
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def _unflatten(i: Expr, extents: list[int]) -> list[Expr]:
     """Row-major indices of flat position `i` in a box of `extents`."""
     out: list[Expr] = []
-    stride = _prod(extents)
+    stride = math.prod(extents)
     for e in extents:
         stride //= e
         q = Bin("floordiv", i, Const(stride, "int64"), "int64") if stride > 1 else i
@@ -75,7 +69,7 @@ def cross_thread_nest(lw: Lowerer, st: Stage) -> Stmt:
     lay = lw.layout[st.name]
     out_ext = [lay.root_ext[a.var] for a in st.axes]
     red_ext = [a.extent for a in st.raxes]
-    k_total = _prod(red_ext)
+    k_total = math.prod(red_ext)
     block = Var(f"{st.name}.xb")
     out_idx = _unflatten(block, out_ext) if out_ext else []
     spatial: dict[Var, Expr] = {a.var: e for a, e in zip(st.axes, out_idx)}
@@ -106,4 +100,4 @@ def cross_thread_nest(lw: Lowerer, st: Stage) -> Stmt:
         s //= 2
     result = Store(lay.buffer, lay.flat(out_idx), Load(part, zero, dtype))
     stmts.append(_threads(f"{st.name}.xt0", threads, lambda t: If(Cmp("eq", t, zero), result)))
-    return For(block, _prod(out_ext), Allocate(part, seq(stmts)), "blockIdx.x")
+    return For(block, math.prod(out_ext), Allocate(part, seq(stmts)), "blockIdx.x")

@@ -19,6 +19,8 @@ from autorelay.codegen.nvptx.driver import CudaDriverError, open_driver
 from autorelay.target import CUDA_LIMITS, Target, TargetError, TargetSpec
 
 DEFAULT_ARCH = "sm_80"
+# per multiprocessor on sm_70 to sm_90 alike: resident threads, resident blocks, shared memory
+SM_THREADS, SM_BLOCKS, SM_SHARED = 2048, 32, 164 * 1024
 # architectures LLVM's NVPTX target and ptxas accept here (sm_90a-style variants are not used)
 ARCHES = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
 _DEFAULTS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 48 * 1024,

@@ -48,8 +48,6 @@ def _load_library() -> ctypes.CDLL:
 class Driver:
     """An initialised driver with the primary context of one device current."""
 
-    emulated = False
-
     lib: ctypes.CDLL
     device: int
     context: ctypes.c_void_p
@@ -92,17 +90,10 @@ class Driver:
         self.call("cuModuleGetFunction", ctypes.byref(fn), module, name.encode())
         return fn
 
-    def launch(self, fn: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int],
-               pointers: list[int], shared: int = 0) -> None:
-        """Launch `fn` on the default stream with device pointers as its arguments."""
-        vals = [ctypes.c_uint64(p) for p in pointers]
-        params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-        self.call("cuLaunchKernel", fn, *map(ctypes.c_uint, grid), *map(ctypes.c_uint, block),
-                  ctypes.c_uint(shared), None, params, None)
-
     def bind_launch(self, fn: ctypes.c_void_p, launch: Launch, pointers: Sequence[int]) -> Callable[[], None]:
-        """A call that launches `fn` on `pointers` with everything converted once: what an executor
-        replays each run (one ctypes call per kernel, no per-call argument building)."""
+        """A call that launches `fn` on the default stream with device pointers `pointers` as its
+        arguments, everything converted once: what an executor replays each run (one ctypes call
+        per kernel, no per-call argument building)."""
         vals = (ctypes.c_uint64 * len(pointers))(*[int(p) for p in pointers])
         base, size = ctypes.addressof(vals), ctypes.sizeof(ctypes.c_uint64)
         params = (ctypes.c_void_p * len(pointers))(*[base + size * i for i in range(len(pointers))])

@@ -24,8 +24,6 @@ EmulatedFunction = tuple[Callable[..., None], int]  # a CPU segment of the emula
 class HostDevice:
     """The `Driver` interface over host memory (see the module docstring)."""
 
-    emulated = True
-
     def __init__(self) -> None:
         self._blocks: dict[int, np.ndarray] = {}  # address -> the array that owns it
 
@@ -49,10 +47,6 @@ class HostDevice:
 
     def synchronize(self) -> None:
         pass
-
-    def launch(self, fn: EmulatedFunction, grid: tuple[int, int, int], block: tuple[int, int, int],
-               pointers: Sequence[int], shared: int = 0) -> None:
-        self.bind_launch(fn, Launch(grid, block), pointers)()
 
     def bind_launch(self, fn: EmulatedFunction, launch: Launch,
                     pointers: Sequence[int]) -> Callable[[], None]:

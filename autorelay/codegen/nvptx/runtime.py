@@ -21,8 +21,8 @@ class GPUModule:
     ptx: str
 
     def launch_all(self, pointers: list[int]) -> None:
-        for fn, launch in self.functions:
-            self.driver.launch(fn, launch.grid, launch.block, pointers)
+        for call in self.bind_launches(pointers):
+            call()
 
     def bind_launches(self, pointers: list[int]) -> list[Callable[[], None]]:
         """One prepared call per segment, launching it on `pointers` (see `Driver.bind_launch`)."""
@@ -42,9 +42,15 @@ class GPUModule:
         try:
             for p, a in zip(ptrs, arrays):
                 drv.to_device(p, a.ctypes.data, a.nbytes)
-            self.launch_all(ptrs)
+            calls = self.bind_launches(ptrs)
+
+            def launch() -> None:
+                for call in calls:
+                    call()
+
+            launch()
             drv.synchronize()
-            ms = drv.time_ms(lambda: self.launch_all(ptrs), repeat) if repeat else None
+            ms = drv.time_ms(launch, repeat) if repeat else None
             for p, a in zip(ptrs, arrays):
                 drv.to_host(a.ctypes.data, p, a.nbytes)
             return ms

@@ -19,6 +19,8 @@ are made, so a tuner prunes them.
 
 from __future__ import annotations
 
+import math
+
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
@@ -41,14 +43,6 @@ def check_threads(template: str, threads: int, target: Target, shape: str = "") 
                             f"{max_threads(target)} per block")
 
 
-def size(shape) -> int:
-    """The product of extents (an element count)."""
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 def threads_knob(target: Target) -> Knob:
     """Threads per block, powers of two from a warp up to the target's limit."""
     return Knob("threads", [t for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads(target)])
@@ -62,7 +56,7 @@ class CudaInjectiveTemplate(Template):
         return Space(self.name, (threads_knob(target), Knob("per_thread", (1, 2, 4))))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
-        n = size(cdef.output.shape)
+        n = math.prod(cdef.output.shape)
         threads = min(256, max_threads(target))
         per = 4 if n >= threads * 4 * 1024 else 1  # many elements: fewer, fuller blocks
         return Config(self.name, (("threads", threads), ("per_thread", per)))
@@ -117,7 +111,7 @@ class CudaDenseTemplate(Template):
         problems by the work wasted on ragged edge tiles and by a grid with fewer blocks than the
         GPU has multiprocessors (a batch-1 GEMV: a 16-block grid left most of an H200 idle)."""
         m, n, _ = _gemm(cdef)
-        batch = size(pattern(cdef).output.shape[:-2])
+        batch = math.prod(pattern(cdef).output.shape[:-2])
         space = self.space(cdef, target)
         best = None
         for tx in (16, 8):

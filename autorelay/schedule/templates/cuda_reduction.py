@@ -28,16 +28,18 @@ stay within that GPU's resident threads, and T <= 512.
 
 from __future__ import annotations
 
+import math
+
+from autorelay.codegen.nvptx.device import SM_THREADS
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, register
-from autorelay.schedule.templates.cuda import check_threads, max_threads, size, threads_knob
+from autorelay.schedule.templates.cuda import check_threads, max_threads, threads_knob
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.expr import Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 
-SM_THREADS = 2048  # threads resident per multiprocessor (sm_70 to sm_90)
 REDUCE_THREADS = (0, 32, 64, 128, 256, 512, 1024)
 
 
@@ -66,12 +68,13 @@ class CudaReductionTemplate(Template):
         return Space(self.name, (threads_knob(target), Knob("reduce_threads", block)))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
-        longest = max(_reductions(cdef), key=lambda t: size(a.extent for a in t.op.reduce_axes),
+        longest = max(_reductions(cdef), key=lambda t: math.prod(a.extent for a in t.op.reduce_axes),
                       default=None)
         rt = 0
         if longest is not None and longest.op is not None:
-            k = size(a.extent for a in longest.op.reduce_axes)
-            rt = default_reduce_threads(size(longest.shape), k, max_threads(target), target.multiprocessors)
+            k = math.prod(a.extent for a in longest.op.reduce_axes)
+            rt = default_reduce_threads(math.prod(longest.shape), k, max_threads(target),
+                                        target.multiprocessors)
         return Config(self.name, (("threads", min(128, max_threads(target))), ("reduce_threads", rt)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
