@@ -68,3 +68,7 @@ RuntimeError = InterpreterError
 
 class ScheduleError(AutoRelayError):
     """A schedule step that is illegal for the kernel it is applied to."""
+
+
+class BuildError(AutoRelayError):
+    """The model cannot be built by this backend (control flow, dynamic shapes, …)."""

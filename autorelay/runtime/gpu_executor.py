@@ -46,10 +46,13 @@ class GPUGraphExecutor:
                 p = self._alloc(c.nbytes)
                 device.to_device(p, c.ctypes.data, c.nbytes)
                 self.pointers.append(p)
-            elif s.kind == "alias":  # a view at an element offset: the slot it views comes first
-                self.pointers.append(self.pointers[s.index] + s.offset * np.dtype(s.dtype).itemsize)
+            elif s.kind == "alias":  # a view at an element offset: set below, once its slot has one
+                self.pointers.append(0)
             else:
                 self.pointers.append(storage[s.index])
+        for k, s in enumerate(plan.slots):
+            if s.kind == "alias":
+                self.pointers[k] = self.pointers[s.index] + s.offset * np.dtype(s.dtype).itemsize
         self.calls: list[Callable[[], None]] = []
         self.step_ranges: list[tuple[int, int]] = []
         for st in plan.steps:

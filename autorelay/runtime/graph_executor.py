@@ -3,8 +3,14 @@
 Everything that can be decided once is decided in the constructor: every slot's array (a view
 into its planned storage block), every kernel's argument addresses (inputs, outputs, its scratch
 buffers in the shared workspace arena), and for each parallel segment the thread-pool dispatch.
-A call then copies the inputs into their buffers and runs `for f, args in calls: f(*args)` — one
-ctypes call per serial kernel segment, no allocation, no argument checking.
+A call then binds the inputs and runs `for f, args in calls: f(*args)` — one ctypes call per
+serial kernel segment, no allocation, no argument checking.
+
+Inputs are read where the caller keeps them, as ONNX Runtime does: a contiguous input that only
+compiled kernels read has its address patched into the calls that read it (and their views), so a
+decoder step's megabytes of KV cache are not copied in first. An input that Python code reads (a
+fallback, a relayout, an offloaded layer), or one that is not contiguous, is copied into the
+executor's own buffer.
 """
 
 from __future__ import annotations
@@ -69,12 +75,22 @@ class GraphExecutor:
                 self.arrays.append(view(aligned_empty(max(s.nbytes, 1)), s.shape, s.dtype))
             elif s.kind == "const":
                 self.arrays.append(consts[s.index])
-            elif s.kind == "alias":  # a view: the slot it views comes first
-                n = int(np.prod(s.shape, dtype=np.int64))
-                self.arrays.append(self.arrays[s.index].reshape(-1)[s.offset:s.offset + n].reshape(s.shape))
+            elif s.kind == "alias":  # a view: made below, once the slot it views has its array
+                self.arrays.append(np.empty(0))
             else:
                 self.arrays.append(view(self._storage[s.index], s.shape, s.dtype))
+        for k, s in enumerate(plan.slots):
+            if s.kind == "alias":
+                n = int(np.prod(s.shape, dtype=np.int64))
+                self.arrays[k] = self.arrays[s.index].reshape(-1)[s.offset:s.offset + n].reshape(s.shape)
         self.inputs = [self.arrays[i] for i in plan.input_slots]
+        self._input_of = _input_views(plan)
+        self._direct = [True] * len(self.inputs)  # whether input k may be read in place
+        for st in plan.steps:
+            if st.kind != "kernel":
+                for a in st.args:
+                    if a in self._input_of:
+                        self._direct[self._input_of[a][0]] = False
         self.set_threads(threads)
 
     def set_threads(self, threads: int) -> None:
@@ -85,6 +101,9 @@ class GraphExecutor:
         self.calls: list[tuple[Callable[..., Any], tuple]] = []
         self._argvs: list[ctypes.Array] = []  # the pointer arrays the calls' job thunks read
         self.step_ranges: list[tuple[int, int]] = []
+        # per input, where its address sits: (call index | job argv, position, byte offset)
+        self._patches: list[list[tuple[Any, int, int]]] = [[] for _ in self.inputs]
+        self._bound = [int(b.ctypes.data) for b in self.inputs]
         for st in self.plan.steps:
             start = len(self.calls)
             self.calls.extend(self._step_calls(st))
@@ -101,11 +120,16 @@ class GraphExecutor:
             out = []
             argv = pointer_array(ptrs)
             self._argvs.append(argv)
+            reads = [(j, *self._input_of[a]) for j, a in enumerate(st.args) if a in self._input_of]
             for (fn, par), job in zip(spec.functions, spec.jobs):
+                target: Any = argv
                 if par and self.threads > 1:
                     out.append((run_job, (job, ctypes.addressof(argv), par, self.threads)))
                 else:
+                    target = len(self.calls) + len(out)
                     out.append((fn, (*ptrs, 0, par)))
+                for j, k, off in reads:
+                    self._patches[k].append((target, j, off))
             return out
         if st.kind in ("fallback", "external"):
             ref = self.functions[st.function]
@@ -116,10 +140,30 @@ class GraphExecutor:
             return [(_run_relayout, (arrays[st.args[0]], arrays[st.outputs[0]], st.relayout))]
         raise ValueError(f"unknown step kind {st.kind!r}")
 
+    def bind_inputs(self, args: Sequence[np.ndarray]) -> None:
+        """Point the calls at each input where it lies, or copy it into its own buffer (see the
+        module docstring). The caller keeps `args` alive until the calls have run."""
+        for k, (buf, a) in enumerate(zip(self.inputs, args)):
+            if self._direct[k] and a.size and a.flags.c_contiguous and a.ctypes.data % a.itemsize == 0:
+                self._bind(k, int(a.ctypes.data))
+            else:
+                self._bind(k, int(buf.ctypes.data))
+                np.copyto(buf, a, casting="no")
+
+    def _bind(self, k: int, address: int) -> None:
+        if self._bound[k] == address:
+            return
+        self._bound[k] = address
+        for target, j, off in self._patches[k]:
+            if isinstance(target, int):
+                fn, a = self.calls[target]
+                self.calls[target] = (fn, (*a[:j], address + off, *a[j + 1:]))
+            else:
+                target[j] = address + off
+
     def run(self, args: Sequence[np.ndarray]) -> Any:
         """Run on already-checked input arrays; returns fresh output arrays."""
-        for buf, a in zip(self.inputs, args):
-            np.copyto(buf, a, casting="no")
+        self.bind_inputs(args)
         for f, a in self.calls:
             f(*a)
         outs = [self.arrays[o].copy() for o in self.plan.output_slots]
@@ -130,14 +174,23 @@ class GraphExecutor:
         self.run(args)
         times = np.zeros((repeat, len(self.plan.steps)))
         for r in range(repeat):
-            for buf, a in zip(self.inputs, args):
-                np.copyto(buf, a, casting="no")
+            self.bind_inputs(args)
             for k, (lo, hi) in enumerate(self.step_ranges):
                 t0 = time.perf_counter()
                 for f, a in self.calls[lo:hi]:
                     f(*a)
                 times[r, k] = time.perf_counter() - t0
         return [float(x) for x in np.median(times, axis=0)]
+
+
+def _input_views(plan: GraphPlan) -> dict[int, tuple[int, int]]:
+    """Each input slot and each view of one: (input position, byte offset into the input)."""
+    pos = {sid: k for k, sid in enumerate(plan.input_slots)}
+    out = {sid: (k, 0) for sid, k in pos.items()}
+    for sid, s in enumerate(plan.slots):
+        if s.kind == "alias" and s.index in pos:
+            out[sid] = (pos[s.index], s.offset * np.dtype(s.dtype).itemsize)
+    return out
 
 
 def _run_fallback(ref: Callable[..., Any], ins: list[np.ndarray], outs: list[np.ndarray]) -> None:

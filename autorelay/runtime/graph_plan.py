@@ -7,8 +7,9 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
 * ``const``  — a constant (weights, possibly pre-packed for a kernel), owned by the executable;
 * ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`;
 * ``alias``  — a contiguous piece of another slot (`autorelay.runtime.views`: reshapes, a
-  constant-index take): a view of slot `index` (an input, constant or temp; never another alias)
-  starting `offset` elements in, with no storage or step of its own.
+  constant-index take, a piece of a concatenation written in place): a view of slot `index` (an
+  input, constant or temp; never another alias) starting `offset` elements in, with no storage of
+  its own. A piece's alias is written by its producer's step and views a temp that comes later.
 
 Steps are ``kernel`` (a compiled kernel — including the packing kernels that re-lay-out a
 non-constant input for a kernel reading it blocked), ``fallback`` (a primitive function run
@@ -18,7 +19,7 @@ that is directly an input).
 The memory plan gives every temp slot a storage block: walking the steps in order, a step's
 outputs take free blocks (best fit, grown when needed) and the blocks of slots whose last reader
 was this step are freed *after* the outputs are placed, so no step writes over its inputs. A slot
-viewed by an alias counts as read wherever the alias is read.
+viewed by an alias counts as read (or written) wherever the alias is.
 """
 
 from __future__ import annotations
@@ -93,21 +94,25 @@ def _round_up(n: int) -> int:
 
 
 def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], workspace_bytes: int) -> MemoryPlan:
-    """Assign a storage block to every temp slot (in place: `slot.index`); return the block sizes."""
+    """Assign a storage block to every temp slot (in place: `slot.index`); return the block sizes.
+
+    A temp is placed at the first step that writes it or one of its aliases (a concatenation's
+    pieces are written before the result exists as a value) and lives until the last step that
+    reads or writes it or an alias of it."""
+
+    def root(k: int) -> int:
+        return slots[k].index if slots[k].kind == "alias" else k
+
     last_use: dict[int, int] = {}
     for i, st in enumerate(steps):
-        for a in st.args:
-            last_use[a] = i
-    end = len(steps)
+        for a in (*st.args, *st.outputs):
+            last_use[root(a)] = i
     for o in outputs:
-        last_use[o] = end  # model outputs stay alive to the end
-    for k, s in enumerate(slots):  # a view keeps the slot it views alive
-        if s.kind == "alias" and k in last_use:
-            last_use[s.index] = max(last_use.get(s.index, -1), last_use[k])
+        last_use[root(o)] = len(steps)  # model outputs stay alive to the end
     blocks: list[int] = []
     free: list[int] = []
     for i, st in enumerate(steps):
-        for o in st.outputs:
+        for o in map(root, st.outputs):
             s = slots[o]
             if s.kind != "temp" or s.index >= 0:
                 continue
@@ -124,9 +129,7 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
                 free.append(b)
             free.remove(b)
             s.index = b
-            if last_use.get(o, -1) < i:  # written but never read: release at once
-                last_use[o] = i
-        for a in {*st.args, *st.outputs}:
+        for a in {root(x) for x in (*st.args, *st.outputs)}:
             s = slots[a]
             if s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
                 free.append(s.index)  # one live slot per block at a time, so the block is now free

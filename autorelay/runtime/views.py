@@ -7,13 +7,18 @@ as kernels they copied every element (a decoder step with a KV cache reshapes, p
 megabytes per layer). The graph executor gives such a call's result an ``alias`` slot: a NumPy
 view of its input's buffer at an element offset, whose storage then stays reserved until the
 alias's last reader (`graph_plan.plan_memory`).
+
+The converse also holds: a `concatenate` along an axis with only extent-1 axes before it lays its
+pieces one after another, each a contiguous block (`torch.stack` of a decoder's per-layer caches).
+Its pieces' producers can write straight into the result (`concat_offsets`), so the
+concatenation copies nothing.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autorelay.ir.expr import Call, Constant, Expr, Function, Op
+from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Tuple
 from autorelay.ir.types import TensorType
 
 VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze", "nn.batch_flatten"})
@@ -75,9 +80,57 @@ def view_offset(fn: Function) -> int | None:
     return offset
 
 
+def concat_offsets(fn: Function) -> list[int] | None:
+    """Per piece of `fn`'s concatenation, in the order of its flattened parameters, the element
+    offset of the piece in the result; None unless the pieces are contiguous blocks of the result
+    (only extent-1 axes before the axis) and each is a whole parameter: a tensor parameter seen
+    through a chain of `VIEW_OPS`, used once, or the fields of a single tuple parameter (an unfused
+    `concatenate`)."""
+    body = fn.body
+    if not (isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "concatenate"):
+        return None
+    shape = _static_shape(body)
+    if shape is None:
+        return None
+    axis = int(body.attrs["axis"]) % len(shape)
+    if any(d != 1 for d in shape[:axis]):
+        return None
+    tup = body.args[0]
+    if len(fn.params) == 1 and tup is fn.params[0]:
+        t = tup.checked_type if tup.has_checked_type else tup.type_annotation
+        fields = list(getattr(t, "fields", ()))
+        if not all(isinstance(f, TensorType) and f.is_static for f in fields):
+            return None
+        return _running_starts([tuple(int(d) for d in f.shape) for f in fields])
+    if not isinstance(tup, Tuple) or len(tup.fields) != len(fn.params):
+        return None
+    order, sizes = [], []
+    for field in tup.fields:
+        e = field
+        while isinstance(e, Call) and isinstance(e.op, Op) and e.op.name in VIEW_OPS:
+            e = e.args[0]
+        piece = _static_shape(field)
+        pos = next((i for i, p in enumerate(fn.params) if p is e), None)
+        if pos is None or pos in order or piece is None:
+            return None
+        order.append(pos)
+        sizes.append(piece)
+    starts = _running_starts(sizes)
+    return [starts[order.index(i)] for i in range(len(fn.params))]
+
+
+def _running_starts(shapes: list[tuple[int, ...]]) -> list[int]:
+    """Where each of a row of contiguous blocks of these shapes starts (in elements)."""
+    starts, n = [], 0
+    for s in shapes:
+        starts.append(n)
+        n += int(np.prod(s, dtype=np.int64))
+    return starts
+
+
 def is_view_function(fn: Function) -> bool:
     """Whether the executor runs `fn` as a view (no kernel): see `view_offset`."""
     return view_offset(fn) is not None
 
 
-__all__ = ["VIEW_OPS", "is_view_function", "view_offset"]
+__all__ = ["VIEW_OPS", "concat_offsets", "is_view_function", "view_offset"]
