@@ -70,8 +70,9 @@ def plan_for(name: str, layers: Sequence[str]) -> QuantizePlan:
 
 
 def quantize_digits_model(model: Model, params: dict[str, np.ndarray], data: Digits, method: str, plan: str,
-                          batch: int) -> tuple[IRModule, dict[str, np.ndarray]]:
-    """`model` at `batch` with `plan` applied, calibrated by `method` on `data.x_cal` (int8 plans)."""
+                          batch: int, scheme: Any = None) -> tuple[IRModule, dict[str, np.ndarray]]:
+    """`model` at `batch` with `plan` applied, calibrated by `method` on `data.x_cal` (int8 plans), in
+    `scheme` (a `QuantizeScheme`; default: the one this host's kernels run fastest)."""
     mod = model.inference(batch)
     if plan == "fp32":
         return mod, dict(params)
@@ -84,7 +85,8 @@ def quantize_digits_model(model: Model, params: dict[str, np.ndarray], data: Dig
     from autorelay.codegen import resolve_target
     from autorelay.transform.quantize.scheme import scheme_for_target
 
-    scheme = scheme_for_target(resolve_target("llvm"))  # 7-bit weights where that is faster (AVX2)
+    if scheme is None:
+        scheme = scheme_for_target(resolve_target("llvm"))  # 7-bit weights where that is faster (AVX2)
     qmod, qparams = quantize_model(mod, params, cal, plan_for(plan, quantizable_layers(mod)), scheme)
     return qmod, dict(qparams)
 

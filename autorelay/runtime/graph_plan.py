@@ -3,7 +3,8 @@
 A plan is plain data (JSON-serialisable, the arrays aside) so a compiled model can be saved and
 loaded without recompiling the graph. Slots are the tensors that flow between steps:
 
-* ``input``  — a model input, copied into its own buffer by each call;
+* ``input``  — a model input: the caller's array, or a copy of it in the slot's own buffer
+  (`graph_executor.GraphExecutor.bind_inputs`);
 * ``const``  — a constant (weights, possibly pre-packed for a kernel), owned by the executable;
 * ``temp``   — an intermediate or output, placed in a shared storage block by `plan_memory`;
 * ``alias``  — a contiguous piece of another slot (`autorelay.runtime.views`: reshapes, a

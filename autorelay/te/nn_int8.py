@@ -84,16 +84,32 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
                                 name: str = "depthwise_nchwc_int8") -> Tensor:
     """data [N, C/b, H, W, b] (u8 or s8), weight [C/b, 1, KH, KW, 1, b] (s8) -> int32
     [N, C/b, OH, OW, b] = sum over (kh, kw) of data * weight, the border reading `pad_value`. Each
-    channel block is one vector of int32 lanes; the float template `depthwise_nchwc` schedules it
-    (the tag), widening the bytes as it loads them."""
+    channel block is one vector of lanes; the float template `depthwise_nchwc` schedules it (the
+    tag), widening the bytes as it loads them.
+
+    The sums run in float32 where that is exact, and are converted to int32 at the end: a product
+    of a byte and a signed byte is at most 255 * 128 = 2^15 - 2^7 in magnitude, so every partial
+    sum of at most `_F32_EXACT_TAPS` taps is an integer below 2^24, which float32 holds exactly
+    (a fused multiply-add rounds only its result, here already exact). Why: CPUs have no cheap
+    int32 vector multiply (`vpmulld` is two micro-ops at ten cycles' latency), while a float
+    multiply-add issues twice a cycle; no dot-product instruction fits a depthwise convolution,
+    whose lanes are channels with one tap each."""
     _check_int8(name, data, weight)
     x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value))
+    acc = "float32" if weight.shape[2] * weight.shape[3] <= _F32_EXACT_TAPS else "int32"
 
     def body(i, c, y, z, v):
-        pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], "int32")
-        return te.sum(pixel * E.cast(weight[c, 0, rh, rw, 0, v], "int32"), [rh, rw])
+        pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], acc)
+        return te.sum(pixel * E.cast(weight[c, 0, rh, rw, 0, v], acc), [rh, rw])
 
-    return te.compute(shape, body, name=name, tag="depthwise_nchwc")
+    if acc == "int32":
+        return te.compute(shape, body, name=name, tag="depthwise_nchwc")
+    sums = te.compute(shape, body, name=f"{name}_f32", tag="depthwise_nchwc")
+    return te.compute(shape, lambda *i: E.cast(sums[i], "int32"), name=name)
+
+
+# taps whose byte x signed-byte products always sum exactly in float32: n * 2^15 <= 2^24
+_F32_EXACT_TAPS = 1 << 9
 
 
 def dense_int8(data: Tensor, weight: Tensor, name: str = "dense_int8", narrow: bool = False) -> Tensor:

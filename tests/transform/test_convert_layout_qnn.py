@@ -123,3 +123,27 @@ def test_depthwise_runs_blocked_and_bit_exact(dtype, stride):
         assert not exe.report.fallbacks and any("depthwise_nchwc" in r.detail for r in exe.report.rows)
         if host_supports(target):
             np.testing.assert_array_equal(np.asarray(exe(xv)), want, err_msg=t)
+
+
+@pytest.mark.parametrize("kernel", [3, 23])
+def test_depthwise_sums_exact_at_the_extremes(kernel):
+    """The blocked int8 depthwise sums in float32 when every partial sum stays below 2^24 (3x3: at
+    most 9 * 255 * 128) and in int32 when it may not (23x23: 529 taps reach 17.3 million): both
+    equal the interpreter with the products at their largest magnitudes."""
+    channels, size = 16, kernel + 2
+    x = Var("x", TensorType((1, channels, size, size), "uint8"))
+    weight = np.full((channels, 1, kernel, kernel), -127, "int8")  # odd sums: above 2^24 float32 rounds them
+    weight[0], weight[1::2] = -128, 127
+    y = call("qnn.conv2d", x, Constant(weight), C(0, "int32"), C(0, "int32"), C(0.1, "float32"),
+             C(0.1, "float32"), strides=(1, 1), groups=channels, channels=channels,
+             kernel_size=(kernel, kernel))
+    mod = IRModule.from_expr(Function([x], y))
+    xv = np.full((1, channels, size, size), 255, "uint8")
+    want = np.asarray(Interpreter(mod).call("main", xv))
+    assert abs(int(want.min())) == kernel * kernel * 255 * 128
+    for t in TARGETS:
+        target = resolve_target(t)
+        exe = autorelay.build(mod, target, pipeline="nchwc16")
+        assert any("depthwise_nchwc" in r.detail for r in exe.report.rows)
+        if host_supports(target):
+            np.testing.assert_array_equal(np.asarray(exe(xv)), want, err_msg=t)

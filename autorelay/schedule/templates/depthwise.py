@@ -49,9 +49,12 @@ class DepthwiseNCHWTemplate(Template):
         tv = 1 if inline else min(4, max(1, -(-ow // lanes)))
         # large maps: two rows per tile with the kernel unrolled (measured on a noisy host: up to
         # 1.4x on MobileNet's 112 and 56 px layers); 14 and 7 px maps were slower with it
-        big = pattern(cdef).reduce.shape[2] >= 28  # type: ignore[union-attr]
-        knobs = (("tile_ow_vectors", tv), ("tile_oh", 2 if big else 1), ("unroll_kh", int(big)),
-                 ("unroll_kw", 1), ("pad", "inline" if inline else "root"))
+        red = pattern(cdef).reduce
+        big = red.shape[2] >= 28  # type: ignore[union-attr]
+        kh, kw = (a.extent for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        knobs = (("tile_ow_vectors", tv), ("tile_oh", 2 if big else 1),
+                 ("unroll_kh", int(big and kh * kw <= MAX_UNROLLED_TAPS)),
+                 ("unroll_kw", int(kw <= MAX_UNROLLED_TAPS)), ("pad", "inline" if inline else "root"))
         return Config(self.name, knobs)
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
@@ -117,7 +120,9 @@ class DepthwiseNCHWcTemplate(Template):
         budget = max(1, (target.vector_registers - 4) // vectors)
         tiles = [t for t in _width_tiles(ow, 8) if t <= budget]
         tow = min(tiles, key=lambda t: (tile_waste(ow, t) * (1 + 2 / t), -t))
-        knobs = (("tile_ow", tow), ("tile_oh", 1), ("unroll_kh", 1), ("pad", "inline"))
+        kh, kw = (a.extent for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        unroll = int(kh * kw <= MAX_UNROLLED_TAPS)
+        knobs = (("tile_ow", tow), ("tile_oh", 1), ("unroll_kh", unroll), ("pad", "inline"))
         return Config(self.name, knobs)
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
@@ -143,11 +148,17 @@ class DepthwiseNCHWcTemplate(Template):
             S.Unroll(acc, ow),
             S.Unroll(acc, f"{v}_o"),
             S.Vectorize(acc, f"{v}_i"),
-            S.Unroll(acc, rw),
         ]
+        if red.op.reduce_axes[1].extent <= MAX_UNROLLED_TAPS:  # type: ignore[union-attr]
+            steps.append(S.Unroll(acc, rw))
         if config["unroll_kh"]:
             steps.append(S.Unroll(acc, rh))
         return tuple(steps)
+
+
+# Taps unrolled by default, at most: a 23x23 kernel fully unrolled over an 8-pixel tile is 4,000
+# vector multiply-adds in one block, and LLVM's optimiser then takes minutes to compile it.
+MAX_UNROLLED_TAPS = 64
 
 
 register(DepthwiseNCHWTemplate())
