@@ -98,8 +98,9 @@ def test_reuse_drops_the_loads_a_slot_still_holds(v):
         assert _paired(prog.insns), order
         inp_chunks, wgt_chunks = load_counts(SHAPE, kn, VTAConfig())
         assert counts[order][:2] == (3 * inp_chunks, wgt_chunks)  # 3 input-block LOADs per window
-        got, _ = run_conv(x, w, b, 1, 1, 9, -128, 127, kn)
+        got, res = run_conv(x, w, b, 1, 1, 9, -128, 127, kn)
         np.testing.assert_array_equal(got, want)
+        assert simulate(prog.insns, prog.dram, functional=False).cycles == res.cycles  # one timeline
     # 30 tiles of one chunk each; without reuse every chunk loads 3 input blocks and its weights
     assert counts["oc_outer"][:2] == (90, 3 * v)  # the weights once per output-block tile and slot
     assert counts["spatial_outer"][:2] == (3 * 10 * v, 30)  # each window once per slot
