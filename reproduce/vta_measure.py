@@ -35,8 +35,11 @@ def requantize_shift(s: ConvShape) -> int:
 
 
 def largest_knobs(space: list[ConvKnobs], vthreads: int) -> ConvKnobs | None:
-    """The default rule (most reuse per load, larger input chunks first) among `vthreads` knobs."""
-    fitting = [k for k in space if k.vthreads == vthreads]
+    """The default rule (most reuse per load, larger input chunks first) among `vthreads` knobs,
+    in the default loop order and rounding: this experiment compares thread counts alone."""
+    base = ConvKnobs()
+    fitting = [k for k in space
+               if k.vthreads == vthreads and (k.order, k.rounding) == (base.order, base.rounding)]
     if not fitting:
         return None
     return max(fitting, key=lambda k: (k.tile_h * k.tile_w * k.tile_oc * k.tile_ic, k.tile_ic))

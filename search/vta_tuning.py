@@ -3,7 +3,8 @@ tuning log.
 
 A `VTAConvTask` (and likewise a `VTADenseTask`: tile_m, tile_n, tile_k, vthreads) offers what
 `search.tune.tune_task` and the tuners read of a task — a knob space
-(`tile_h`, `tile_w`, `tile_oc`, `tile_ic`, `vthreads`) addressable by index, a default, a workload
+(`tile_h`, `tile_w`, `tile_oc`, `tile_ic`, `vthreads`, loop `order`, `rounding`: see
+`autorelay.vta.conv`) addressable by index, a default, a workload
 key and a target — and its own features for the XGBoost model (`features_of`: the knobs and what
 they imply for the buffers and the instruction stream). The "measurement" is the cycle model:
 `VTAMeasurer` lowers a candidate, simulates it on the task's fixed random data, refuses it unless it
@@ -18,18 +19,28 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.target import Target
 from autorelay.vta.config import VTAConfig
-from autorelay.vta.conv import ConvKnobs, ConvShape, conv_fits, conv_reference, run_conv
+from autorelay.vta.conv import (
+    ORDERS,
+    ROUNDINGS,
+    ConvKnobs,
+    ConvShape,
+    conv_fits,
+    conv_reference,
+    load_counts,
+    run_conv,
+)
 from autorelay.vta.programs import DenseKnobs, dense_reference, dense_space, run_dense, tile_sizes
 from autorelay.vta.sim import VTAError
-from autorelay.vta.tasks import CONV_TEMPLATE as TEMPLATE
 from autorelay.vta.tasks import (
+    CONV_CHOICE_KNOBS,
+    CONV_TILE_KNOBS,
     DENSE_KNOBS,
     DENSE_TEMPLATE,
     conv_blocks,
@@ -41,6 +52,7 @@ from autorelay.vta.tasks import (
     dense_workload_key,
     vta_target,
 )
+from autorelay.vta.tasks import CONV_TEMPLATE as TEMPLATE
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
 
 SHIFT, LO, HI = 10, 0, 127  # the requantize epilogue measured with every candidate (relu)
@@ -60,6 +72,8 @@ class _VTATask:
     template: str
     seed: int = 0
     _data: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    # knobs a config logged before they existed lacks, and the value it was measured with
+    knob_defaults: ClassVar[dict[str, Any]] = {}
 
     def config(self, index: int) -> Config:
         return self.space.get(index)
@@ -72,16 +86,20 @@ class _VTATask:
 
     def config_from_json(self, d: dict[str, Any]) -> Config:
         cfg = Config.from_json(d)
-        return Config(cfg.template, tuple((k.name, cfg[k.name]) for k in self.space.knobs))
+        values = {**self.knob_defaults, **cfg.as_dict()}
+        return Config(cfg.template, tuple((k.name, values[k.name]) for k in self.space.knobs))
 
 
 @dataclass(eq=False, kw_only=True)
 class VTAConvTask(_VTATask):
     shape: ConvShape
     template: str = TEMPLATE
+    knob_defaults: ClassVar[dict[str, Any]] = {k: getattr(ConvKnobs(), k) for k in CONV_CHOICE_KNOBS}
 
     def knobs(self, config: Config) -> ConvKnobs:
-        return ConvKnobs(*(int(config[k]) for k in ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")))
+        values = {**self.knob_defaults, **config.as_dict()}
+        return ConvKnobs(*(int(values[k]) for k in CONV_TILE_KNOBS),
+                         *(str(values[k]) for k in CONV_CHOICE_KNOBS))
 
     def fits(self, knobs: ConvKnobs) -> bool:
         return conv_fits(self.shape, knobs, self.hw)
@@ -100,7 +118,8 @@ class VTAConvTask(_VTATask):
         return self._data
 
     def features_of(self, config: Config) -> tuple[float, ...] | None:
-        """Knobs (log2) and what they imply: buffer occupancy, tile and chunk counts, uops per GEMM."""
+        """Knobs (log2, or the choice's index) and what they imply: buffer occupancy, tile and chunk
+        counts, uops per GEMM, and how many chunks load inputs / weights once reuse is counted."""
         k, s, c = self.knobs(config), self.shape, self.hw
         if not conv_fits(s, k, c):
             return None
@@ -113,10 +132,12 @@ class VTAConvTask(_VTATask):
         acc = k.tile_oc * (k.tile_h * k.tile_w + 1) * k.vthreads / c.depth("acc")
         gemm = k.tile_oc * k.tile_ic * s.kh * s.kw * k.tile_h * k.tile_w
         halo = rows * cols / max(1, k.tile_h * k.tile_w * s.stride * s.stride)
-        return tuple(float(v) for v in (*(math.log2(getattr(k, n)) for n in ("tile_h", "tile_w", "tile_oc",
-                                                                              "tile_ic", "vthreads")),
+        inp_loads, wgt_loads = load_counts(s, k, c)
+        return tuple(float(v) for v in (*(math.log2(getattr(k, n)) for n in CONV_TILE_KNOBS),
+                                         ORDERS.index(k.order), ROUNDINGS.index(k.rounding),
                                          inp, wgt, acc, math.log2(tiles), math.log2(chunks),
-                                         math.log2(gemm), halo))
+                                         math.log2(gemm), halo, math.log2(1 + inp_loads),
+                                         math.log2(1 + wgt_loads)))
 
 
 def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | None = None) -> VTAConvTask:
@@ -124,7 +145,7 @@ def vta_conv_task(shape: ConvShape, hw: VTAConfig | None = None, name: str | Non
     ob, ib = conv_blocks(shape, hw)
     extents = {"tile_h": shape.oh, "tile_w": shape.ow, "tile_oc": ob, "tile_ic": ib}
     space = Space(TEMPLATE, (*(Knob(n, tuple(tile_sizes(e))) for n, e in extents.items()),
-                             Knob("vthreads", (1, 2))))
+                             Knob("vthreads", (1, 2)), Knob("order", ORDERS), Knob("rounding", ROUNDINGS)))
     best = default_conv_knobs(shape, hw)
     default = Config(TEMPLATE, tuple((k.name, getattr(best, k.name)) for k in space.knobs))
     return VTAConvTask(name=name or f"vta_conv{shape.c}x{shape.h}->{shape.o}", shape=shape, hw=hw,

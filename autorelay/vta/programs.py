@@ -163,19 +163,22 @@ def rounding_shift(acc: np.ndarray, shift: int) -> np.ndarray:
 
 
 def requantize(uop_begin: int, uop_end: int, rows: int, cols: int, shift: int, lo: int,
-               hi: int) -> list[AluInsn]:
+               hi: int, *, rounded: bool = False) -> list[AluInsn]:
     """The epilogue on a rows x cols block of accumulators: a rounding shift right, clip to
-    [lo, hi]; the last instruction hands the block to the store module.
+    [lo, hi]; the last instruction hands the block to the store module. `rounded`: the
+    accumulators already hold the rounding offset 2**(shift-1) (folded into the bias), so a plain
+    shift rounds.
 
     The ALU has no rounding shift and its immediate is 16 bits, so adding 2**(shift-1) before
     shifting is not possible for large shifts; instead `((acc >> (shift-1)) + 1) >> 1`, which
     equals `(acc + 2**(shift-1)) >> shift` for every int32 acc (write acc = q * 2**(shift-1) + r
     with 0 <= r < 2**(shift-1): both sides are floor((q+1)/2))."""
     ops: list[tuple[AluOp, int]] = []
-    if shift > 1:
-        ops.append((AluOp.SHR, shift - 1))
-    if shift > 0:
-        ops += [(AluOp.ADD, 1), (AluOp.SHR, 1)]
+    if rounded:
+        ops += [(AluOp.SHR, shift)] if shift > 0 else []
+    else:
+        ops += [(AluOp.SHR, shift - 1)] if shift > 1 else []
+        ops += [(AluOp.ADD, 1), (AluOp.SHR, 1)] if shift > 0 else []
     ops += [(AluOp.MAX, lo), (AluOp.MIN, hi)]
     return [AluInsn(op, uop_begin, uop_end, rows, cols, dst_out=cols, dst_in=1, src_out=cols, src_in=1,
                     use_imm=True, imm=imm, deps=Deps(push_next=j == len(ops) - 1))

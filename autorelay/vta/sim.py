@@ -92,9 +92,11 @@ class Machine:
     dram: np.ndarray  # uint8
     sram: dict[str, np.ndarray] = field(default_factory=dict)
     uops: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    tile_bytes: dict[str, int] = field(default_factory=dict)  # looked up per LOAD / STORE: once here
 
     def __post_init__(self) -> None:
         c = self.config
+        self.tile_bytes = {mem: c.tile_bytes(mem) for mem in ("inp", "wgt", "acc", "out", "uop")}
         for mem in ("inp", "wgt", "acc"):
             self.sram[mem] = np.zeros((c.depth(mem), *c.tile_shape(mem)), c.tile_dtype(mem))
         self.uops = np.zeros((c.depth("uop"), 3), np.int64)
@@ -111,9 +113,10 @@ def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = N
     if dram.dtype != np.uint8 or dram.ndim != 1:
         raise VTAError("DRAM must be a one-dimensional uint8 array")
     m = Machine(config, dram)
-    pending = {name: deque() for name in MODULES}
-    for i, insn in enumerate(program):
-        pending[module_of(insn)].append((i, insn))
+    pending: dict[str, deque] = {name: deque() for name in MODULES}
+    for i, insn in enumerate(program):  # each instruction's queues resolved once, not per step
+        name = module_of(insn)
+        pending[name].append((i, insn, _pops(name, insn, i), _pushes(name, insn, i)))
     tokens: dict[str, deque[int]] = {q: deque() for q in ("l2c", "c2l", "c2s", "s2c")}
     free = dict.fromkeys(MODULES, 0)
     busy = dict.fromkeys(MODULES, 0)
@@ -123,17 +126,16 @@ def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = N
         for name in MODULES:
             if not pending[name]:
                 continue
-            i, insn = pending[name][0]
-            queues = _pops(name, insn, i)
+            queues = pending[name][0][2]
             if all(tokens[q] for q in queues):
                 start = max([free[name], *(tokens[q][0] for q in queues)])
                 if best is None or start < best[0]:
-                    best = (start, name, queues)
+                    best = (start, name)
         if best is None:
-            raise DeadlockError("deadlock: " + "; ".join(_stuck(name, pending[name][0], tokens)
+            raise DeadlockError("deadlock: " + "; ".join(_stuck(name, pending[name][0][:2], tokens)
                                                          for name in MODULES if pending[name]))
-        start, name, queues = best
-        i, insn = pending[name].popleft()
+        start, name = best
+        i, insn, queues, pushes = pending[name].popleft()
         for q in queues:
             tokens[q].popleft()
         cost, useful = _execute(m, insn, i, functional)
@@ -141,7 +143,7 @@ def simulate(program: list[Insn], dram: np.ndarray, config: VTAConfig | None = N
         free[name] = end
         busy[name] += cost
         gemm_cycles += useful
-        for q in _pushes(name, insn, i):
+        for q in pushes:
             tokens[q].append(end)
     return SimResult(max(free.values()), busy, gemm_cycles, len(program), config.clock_mhz)
 
@@ -181,7 +183,7 @@ def _execute(m: Machine, insn: Insn, i: int, functional: bool = True) -> tuple[i
     if isinstance(insn, MemInsn):
         tiles = insn.y_size * insn.x_size
         mem = insn.mem.name.lower()
-        cost = c.dram_latency_cycles + math.ceil(tiles * c.tile_bytes(mem) / c.dram_bytes_per_cycle)
+        cost = c.dram_latency_cycles + math.ceil(tiles * m.tile_bytes[mem] / c.dram_bytes_per_cycle)
         if functional:
             (_load if insn.opcode == Opcode.LOAD else _store)(m, insn, i)
         return cost, 0

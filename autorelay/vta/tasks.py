@@ -20,7 +20,9 @@ from autorelay.vta.programs import DenseKnobs, dense_space
 from autorelay.vta.sim import VTAError
 
 CONV_TEMPLATE = "vta_conv2d"
-CONV_KNOBS = ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")
+CONV_TILE_KNOBS = ("tile_h", "tile_w", "tile_oc", "tile_ic", "vthreads")  # integers
+CONV_CHOICE_KNOBS = ("order", "rounding")  # names; absent from configs logged before they existed
+CONV_KNOBS = CONV_TILE_KNOBS + CONV_CHOICE_KNOBS
 DENSE_TEMPLATE = "vta_dense"
 DENSE_KNOBS = ("tile_m", "tile_n", "tile_k", "vthreads")
 
@@ -44,20 +46,27 @@ def conv_workload(shape: ConvShape) -> dict[str, Any]:
 
 def default_conv_knobs(shape: ConvShape, hw: VTAConfig) -> ConvKnobs:
     """The untuned choice: the largest tile that fits with one virtual thread (most reuse per
-    load, no latency hiding), larger input-channel chunks first."""
-    fitting = [k for k in conv_space(shape, hw) if k.vthreads == 1]
+    load, no latency hiding), larger input-channel chunks first, in the loop order and with the
+    rounding the lowering had before those were knobs."""
+    base = ConvKnobs()
+    fitting = [k for k in conv_space(shape, hw)
+               if k.vthreads == 1 and k.order == base.order and k.rounding == base.rounding]
     if not fitting:
         raise VTAError(f"{shape}: no knob setting fits the accelerator's buffers")
     return max(fitting, key=lambda k: (k.tile_h * k.tile_w * k.tile_oc * k.tile_ic, k.tile_ic))
 
 
 def conv_knobs_from(config: Config | dict[str, Any], shape: ConvShape, hw: VTAConfig) -> ConvKnobs | None:
-    """A logged config as knobs, or None when it is not a conv config or does not fit this shape."""
+    """A logged config as knobs, or None when it is not a conv config or does not fit this shape.
+    A config logged before `order` / `rounding` existed gets their defaults: the program it was
+    measured as."""
     cfg = Config.from_json(config) if isinstance(config, dict) else config
     if cfg.template != CONV_TEMPLATE:
         return None
+    values = cfg.as_dict()
     try:
-        knobs = ConvKnobs(*(int(cfg[name]) for name in CONV_KNOBS))
+        knobs = ConvKnobs(*(int(values[name]) for name in CONV_TILE_KNOBS),
+                          **{name: str(values[name]) for name in CONV_CHOICE_KNOBS if name in values})
     except (KeyError, TypeError, ValueError):
         return None
     return knobs if conv_fits(shape, knobs, hw) else None
@@ -97,6 +106,6 @@ def conv_blocks(shape: ConvShape, hw: VTAConfig) -> tuple[int, int]:
     return math.ceil(shape.o / hw.block_out), math.ceil(shape.c / hw.block_in)
 
 
-__all__ = ["CONV_KNOBS", "CONV_TEMPLATE", "DENSE_KNOBS", "DENSE_TEMPLATE", "conv_knobs_from", "conv_workload",
-           "conv_workload_key", "default_conv_knobs", "default_dense_knobs", "dense_knobs_from",
-           "dense_workload", "dense_workload_key", "vta_target"]
+__all__ = ["CONV_CHOICE_KNOBS", "CONV_KNOBS", "CONV_TEMPLATE", "CONV_TILE_KNOBS", "DENSE_KNOBS",
+           "DENSE_TEMPLATE", "conv_knobs_from", "conv_workload", "conv_workload_key", "default_conv_knobs",
+           "default_dense_knobs", "dense_knobs_from", "dense_workload", "dense_workload_key", "vta_target"]

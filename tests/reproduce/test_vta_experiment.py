@@ -22,7 +22,7 @@ def test_two_virtual_threads_take_fewer_cycles_and_stay_bit_exact() -> None:
     row = measure_layer(shape, VTAConfig())
     assert row["v1_exact"] is True and row["v2_exact"] is True and row["v1_same_exact"] is True
     assert row["clipped"] < 0.7  # most outputs are sums, not clipped values: the comparison means something
-    assert row["v2_knobs"].endswith("vthreads=2)") and row["v1_knobs"].endswith("vthreads=1)")
+    assert "vthreads=2," in row["v2_knobs"] and "vthreads=1," in row["v1_knobs"]
     assert row["v2_cycles"] <= row["v1_cycles"]
     assert row["v2_cycles"] < row["v1_same_cycles"]  # the same tile without overlap is slower
     assert row["v2_util"] > row["v1_same_util"]
