@@ -175,7 +175,10 @@ class SpecializingKernel:
         if run is None:
             static = specialize(self.fn, arrs)
             trivial = _trivial(static)
-            run, source = (trivial, "no kernel") if trivial is not None else self._compile(static)
+            if trivial is not None:
+                run, source = trivial, "no kernel"
+            else:
+                run, source = self._compile_dropping_empty(static)
             self.compiled += 1
             self.sources.add(source)
             self.cache[key] = run
@@ -184,6 +187,20 @@ class SpecializingKernel:
         else:
             self.cache.move_to_end(key)
         return run(*arrs)
+
+    def _compile_dropping_empty(self, static: Function) -> tuple[Callable[..., Any], str]:
+        """Compile `static`, leaving out the parameters with no elements that its body no longer
+        reads (a dyn op's empty axes, now an attribute): kernels cannot take empty buffers."""
+        used = {id(n) for n in post_order(static.body) if isinstance(n, Var)}
+        keep = [i for i, p in enumerate(static.params)
+                if id(p) in used or not isinstance(p.type_annotation, TensorType)
+                or 0 not in p.type_annotation.concrete_shape]
+        if len(keep) == len(static.params):
+            return self._compile(static)
+        slim = Function(tuple(static.params[i] for i in keep), static.body, None, (), static.attrs)
+        infer_expr(slim)
+        run, source = self._compile(slim)
+        return (lambda *args: run(*(args[i] for i in keep))), source
 
     @property
     def source(self) -> str:
