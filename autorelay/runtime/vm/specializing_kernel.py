@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
+from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op.dynamic import VALUE_ARGS, static_form
@@ -89,6 +89,8 @@ class _Specialize(ExprMutator):
         return v if hit is None else hit[0]
 
     def visit_call(self, c: Call) -> Expr:
+        if isinstance(c.op, Op) and c.op.name == "concatenate" and isinstance(c.args[0], Tuple):
+            return self._concatenate(c)
         if not (isinstance(c.op, Op) and c.op.name in VALUE_ARGS):
             return super().visit_call(c)
         args = [self.visit(a) for a in c.args]
@@ -96,10 +98,27 @@ class _Specialize(ExprMutator):
         data = self._value(c.args[0])
         return static_form(c.op.name, c.attrs, args, data.shape, values)
 
+    def _concatenate(self, c: Call) -> Expr:
+        """A concatenation without its pieces that are empty now (a stack grown from nothing, as an
+        ONNX Loop's scan outputs are): kernels take no empty buffers, and those add nothing."""
+        fields = [self.visit(f) for f in c.args[0].fields]  # type: ignore[attr-defined]
+        full = [f for f in fields if not _empty(f)]
+        if full and len(full) < len(fields):
+            fields = full
+        return Call(c.op, (Tuple(tuple(fields)),), c.attrs, c.type_args)
+
     def _value(self, e: Expr) -> np.ndarray:
         if isinstance(e, Constant):
             return e.data
         return self.params[id(e)][1]
+
+
+def _empty(e: Expr) -> bool:
+    """Whether `e` is a static parameter or constant with no elements."""
+    if isinstance(e, Constant):
+        return e.data.size == 0
+    t = e.type_annotation if isinstance(e, Var) else None
+    return isinstance(t, TensorType) and t.is_static and 0 in t.concrete_shape
 
 
 def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
