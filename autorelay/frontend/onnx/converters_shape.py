@@ -150,7 +150,10 @@ def _split(g: GraphBuilder, node: NodeView) -> list[Expr]:
     axis = normalize_axis(g, node.attr("axis", 0), ndim)
     if node.opset >= 13 and is_runtime(g, node.input(1)):
         return dyn_split(g, node, x, _x(node, 1), axis)
-    extent = g.static_shape(x)[axis]
+    extent = g.shape(x)[axis]
+    if not isinstance(extent, int):  # the other axes may be dynamic
+        raise node.fail(f"axis {axis} of the input has dynamic extent {extent}; Split needs it static "
+                        "(or run-time split sizes)")
     n = node.num_outputs
     if node.opset >= 13:
         sizes = g.ints(node.input(1), "split") if node.input(1) is not None else None

@@ -177,3 +177,15 @@ def test_range_with_one_runtime_bound_and_constant_others():
     exe = _build(model)
     for limit in (2, 3, 20):
         _check(exe, model, {"l": np.array(limit, "int64")})
+
+
+def test_split_of_a_static_axis_of_a_dynamic_shape_input():
+    sizes = helper.make_tensor("s", I64, [2], [2, 4])
+    node = helper.make_node("Split", ["x", "s"], ["a", "b"], axis=1)
+    graph = helper.make_graph([node], "g", [_vi("x", ["n", 6])], [_vi("a", None), _vi("b", None)],
+                              initializer=[sizes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    for n in (1, 3):  # a build per input shape (SpecializingExecutable), not the VM
+        _check(exe, model, {"x": np.arange(6 * n, dtype="float32").reshape(n, 6)}, compiled=False)
