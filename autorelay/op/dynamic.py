@@ -1,6 +1,7 @@
 """Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to`, `dyn.full`, whose
 shape-like inputs are tensors,
-and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents.
+and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents (`dynamic_axes`
+adds the ops with run-time axes, sizes or bounds through `register_dynamic`).
 
 Why: an ONNX model may compute a Reshape's shape, a Slice's bounds or a Pad's widths at run time
 (from a graph input, or from data). The static ops take those as attributes; these take them as

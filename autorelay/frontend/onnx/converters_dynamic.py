@@ -4,9 +4,11 @@ Why a separate path: the static converters (`converters_shape`) turn a known sha
 into attributes, which keeps those models exactly as fast as before. When the value is computed at
 run time (a graph input, or arithmetic on data), these helpers emit `dyn.reshape`,
 `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` or `dyn.full` (`autorelay.op.dynamic`)
-instead; the VM compiles a kernel per concrete shape for them. `axes` inputs must still be known at
-import time: they are scattered into full-rank int64 tensors here, with the ONNX defaults for the
-axes not listed.
+instead; the VM compiles a kernel per concrete shape for them. Slice's and Pad's `axes` inputs must
+still be known at import time: the run-time values are scattered into full-rank int64 tensors here,
+with the ONNX defaults for the axes not listed. Run-time axes of the Reduce ops, Squeeze and
+Unsqueeze, Split's sizes and Range's bounds go to `dyn.reduce`, `dyn.squeeze`, `dyn.expand_dims`,
+`dyn.split` and `dyn.arange` (`autorelay.op.dynamic_axes`) as they are.
 """
 
 from __future__ import annotations
