@@ -7,6 +7,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     conv,
     conv_transpose,
     dynamic,
+    dynamic_axes,
     elemwise,
     elemwise_binary,
     image,

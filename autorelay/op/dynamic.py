@@ -1,6 +1,7 @@
 """Dynamic ops: `dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to`, `dyn.full`, whose
 shape-like inputs are tensors,
-and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents.
+and `shape_of`, the run-time shape of a tensor whose type has `?` or symbolic extents (`dynamic_axes`
+adds the ops with run-time axes, sizes or bounds through `register_dynamic`).
 
 Why: an ONNX model may compute a Reshape's shape, a Slice's bounds or a Pad's widths at run time
 (from a graph input, or from data). The static ops take those as attributes; these take them as
@@ -25,7 +26,7 @@ static counterpart (`static_form`), then compiles that. The semantics are ONNX's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,8 +54,19 @@ VALUE_ARGS: dict[str, tuple[int, ...]] = {
     "shape_of": (),
 }
 
+# `fn(attrs, args, data_shape, values) -> Expr`: the static forms of the dyn ops other modules define
+StaticForm = Callable[[Attrs, Sequence[Expr], Sequence[int], Sequence[np.ndarray]], Expr]
+_MORE_FORMS: dict[str, StaticForm] = {}
 
-def _int_vector(op: str, arg_types: list[Type], index: int, name: str, length: int | None) -> int:
+
+def register_dynamic(name: str, value_args: tuple[int, ...], form: StaticForm) -> None:
+    """Declare a dyn op defined elsewhere (`dynamic_axes`): which arguments' run-time values decide its
+    output shape, and its static form; the VM's specialising kernel and `build` see it like these."""
+    VALUE_ARGS[name] = value_args
+    _MORE_FORMS[name] = form
+
+
+def int_vector_arg(op: str, arg_types: list[Type], index: int, name: str, length: int | None) -> int:
     """Check that argument `index` is a 1-D integer tensor of static length; return that length."""
     t = tensor_arg(op, arg_types, index, name)
     if t.ndim != 1 or t.dtype not in INT:
@@ -97,7 +109,7 @@ def reshape_target(data_shape: Sequence[int], shape: Sequence[int], allowzero: b
 
 def _reshape_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     data = tensor_arg("dyn.reshape", arg_types, 0, "data")
-    n = _int_vector("dyn.reshape", arg_types, 1, "shape", None)
+    n = int_vector_arg("dyn.reshape", arg_types, 1, "shape", None)
     if n == 1 and is_static_shape(data.shape):  # one extent: it must hold every element
         return TensorType((int(np.prod(data.shape, dtype=np.int64)),), data.dtype)
     return TensorType((ANY,) * n, data.dtype)
@@ -132,7 +144,7 @@ def slice_bounds(data_shape: Sequence[int], begin: Sequence[int], end: Sequence[
 def _slice_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     data = tensor_arg("dyn.strided_slice", arg_types, 0, "data")
     for i, name in ((1, "begin"), (2, "end"), (3, "strides")):
-        _int_vector("dyn.strided_slice", arg_types, i, name, data.ndim)
+        int_vector_arg("dyn.strided_slice", arg_types, i, name, data.ndim)
     return TensorType((ANY,) * data.ndim, data.dtype)
 
 
@@ -155,7 +167,7 @@ def pad_widths(ndim: int, pads: Sequence[int]) -> tuple[tuple[int, int], ...]:
 
 def _pad_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     data = tensor_arg("dyn.pad", arg_types, 0, "data")
-    _int_vector("dyn.pad", arg_types, 1, "pads", 2 * data.ndim)
+    int_vector_arg("dyn.pad", arg_types, 1, "pads", 2 * data.ndim)
     value = tensor_arg("dyn.pad", arg_types, 2, "pad_value")
     if value.shape != () or value.dtype != data.dtype:
         raise rel_error("dyn.pad", f"pad_value must be a {data.dtype} scalar, got {value}")
@@ -187,7 +199,7 @@ def expand_target(data_shape: Sequence[int], shape: Sequence[int]) -> tuple[int,
 
 def _expand_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     data = tensor_arg("dyn.broadcast_to", arg_types, 0, "data")
-    n = _int_vector("dyn.broadcast_to", arg_types, 1, "shape", None)
+    n = int_vector_arg("dyn.broadcast_to", arg_types, 1, "shape", None)
     rank = max(n, data.ndim)
     dims = (1,) * (rank - data.ndim) + tuple(data.shape)
     # an extent of data other than 1 is the output's (the value must be 1 or equal to it)
@@ -205,7 +217,7 @@ def _full_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     fill = tensor_arg("dyn.full", arg_types, 0, "fill_value")
     if fill.ndim != 0:
         raise rel_error("dyn.full", f"fill_value must be a scalar, got {fill}")
-    n = _int_vector("dyn.full", arg_types, 1, "shape", None)
+    n = int_vector_arg("dyn.full", arg_types, 1, "shape", None)
     return TensorType((ANY,) * n, fill.dtype)
 
 
@@ -268,6 +280,8 @@ def static_form(name: str, attrs: Attrs, args: Sequence[Expr], data_shape: Seque
         return call("full", args[0], shape=_full_target(values[0].tolist()))
     if name == "shape_of":
         return Constant(np.array(data_shape, dtype="int64"))
+    if name in _MORE_FORMS:
+        return _MORE_FORMS[name](attrs, args, data_shape, values)
     raise KeyError(f"{name} is not a dynamic op")
 
 
@@ -301,5 +315,5 @@ register(OpDef(
 ))
 
 
-__all__ = ["VALUE_ARGS", "DynamicValueError", "expand_target", "pad_widths", "reshape_target", "slice_bounds",
-           "static_form"]
+__all__ = ["VALUE_ARGS", "DynamicValueError", "StaticForm", "expand_target", "pad_widths", "register_dynamic",
+           "reshape_target", "slice_bounds", "static_form"]

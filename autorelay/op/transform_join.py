@@ -147,8 +147,14 @@ def _concatenate_grad(c: Call, g: Expr) -> list[Expr]:
     return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(len(fields))))]
 
 
-reg("concatenate", ("data",), _concatenate_rel,
-     lambda attrs, xs: np.concatenate(xs, axis=attrs["axis"]), grad=_concatenate_grad,
+def _concatenate_ref(attrs: Attrs, xs: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate, without the pieces that have no elements when others have some: a piece
+    typed with a `?` extent may be empty with any extents (an ONNX Loop's stack grown from nothing)."""
+    full = [x for x in xs if np.size(x)]
+    return np.concatenate(full if full and len(full) < len(xs) else xs, axis=attrs["axis"])
+
+
+reg("concatenate", ("data",), _concatenate_rel, _concatenate_ref, grad=_concatenate_grad,
      attrs={"axis": 0}, doc="join a tuple of tensors along an existing axis")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from autorelay.frontend.onnx import (
     converters_activation,
     converters_control,
+    converters_loop,
     converters_math,
     converters_nn,
     converters_norm,
@@ -31,6 +32,7 @@ for _table in (
     converters_qcontrib.TABLE,
     converters_activation.TABLE,
     converters_control.TABLE,
+    converters_loop.TABLE,
     converters_norm.TABLE,
     converters_select.TABLE,
 ):

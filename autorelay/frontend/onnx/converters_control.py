@@ -1,5 +1,5 @@
-"""Control flow: ONNX `If` becomes the IR's `if`, so the VM (or AoT) runs the branch the data picks;
-`Loop` becomes a recursive closure (loop-carried values as its parameters).
+"""Control flow: ONNX `If` becomes the IR's `if`, so the VM (or AoT) runs the branch the data picks
+(`Loop` and `Scan`, recursive closures, are in `converters_loop`).
 
 A branch is a subgraph that reads the values of the enclosing graph by name; the importer converts
 it in that scope (`GraphBuilder.subgraph`). A condition known at import time picks its branch there
@@ -12,14 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar
-from autorelay.ir.expr import Call, Expr, Function, If, Let, Var
-from autorelay.ir.types import TensorType, TupleType
+from autorelay.ir.expr import Expr, If
 
 TABLE: dict = {}
 _reg = registrar(TABLE)
-
-
-
 
 @_reg("If")
 def _if(g: GraphBuilder, node: NodeView) -> list[Expr]:
@@ -54,54 +50,3 @@ def _if(g: GraphBuilder, node: NodeView) -> list[Expr]:
 
 
 __all__ = ["TABLE"]
-
-
-@_reg("Loop")
-def _loop(g: GraphBuilder, node: NodeView) -> list[Expr]:
-    """ONNX Loop as a recursive closure: `let %loop = fn (%i, %cond, %state...) { if (%cond and
-    %i < M) { %loop(%i + 1, body...) } else { %state } }; %loop(0, cond, initial state...)`. The body
-    reads enclosing values through the closure. Scan outputs (values stacked per iteration) would
-    need a growing shape and are refused."""
-    body = node.attr("body")
-    if body is None:
-        raise node.fail("the body attribute is required")
-    state = [e for e in node.inputs[2:]]
-    if any(e is None for e in state):
-        raise node.fail("every loop-carried initial value is required")
-    if len(body.output) != 1 + len(state):
-        raise node.fail(f"{len(body.output) - 1 - len(state)} scan output(s): values stacked per iteration "
-                        f"are not supported (loop-carried values are)")
-    if len(body.input) != 2 + len(state):
-        raise node.fail(f"the body takes {len(body.input)} inputs, expected {2 + len(state)}")
-    scalar_i, scalar_c = TensorType((), "int64"), TensorType((), "bool")
-    i, c = Var("loop_i", scalar_i), Var("loop_cond", scalar_c)
-    vs = [Var(f"loop_v{k}", g.type_of(e)) for k, e in enumerate(state)]
-    bind = {body.input[0].name: i, body.input[1].name: c,
-            **{vi.name: v for vi, v in zip(body.input[2:], vs)}}
-    outs = g.subgraph(body, bind)
-    cond_out, new_state = _scalar(g, outs[0], "bool", node, "the body's condition"), outs[1:]
-    for k, (v, o) in enumerate(zip(vs, new_state)):
-        if g.type_of(o) != v.type_annotation:
-            raise node.fail(f"loop-carried value {k} is {v.type_annotation} before an iteration and "
-                            f"{g.type_of(o)} after it; it must keep its type")
-    ret = TupleType(tuple(v.type_annotation for v in vs)) if len(vs) != 1 else vs[0].type_annotation
-    loop = Var("loop")
-    go: Expr = c
-    trip = node.input(0)
-    if trip is not None:
-        go = g.call("logical_and", c, g.call("less", i, _scalar(g, trip, "int64", node, "M")))
-    again = g.record(Call(loop, (g.call("add", i, g.const(np.array(1, "int64"))), cond_out, *new_state)), ret)
-    done = vs[0] if len(vs) == 1 else g.tuple(vs)
-    fn = Function((i, c, *vs), g.record(If(go, again, done), ret), ret)
-    first = node.input(1)
-    cond0 = g.const(np.array(True)) if first is None else _scalar(g, first, "bool", node, "cond")
-    start = g.record(Call(loop, (g.const(np.array(0, "int64")), cond0, *state)), ret)
-    result = g.record(Let(loop, fn, start), ret)
-    return [result] if len(vs) == 1 else [g.item(result, k) for k in range(len(vs))]
-
-
-def _scalar(g: GraphBuilder, e: Expr, dtype: str, node: NodeView, what: str) -> Expr:
-    """`e` as a scalar of `dtype` (ONNX passes trip counts and conditions as () or (1,) tensors)."""
-    if g.dtype(e) != dtype or any(d != 1 for d in g.shape(e)):
-        raise node.fail(f"{what} must be one {dtype} value, got {g.type_of(e)}")
-    return g.call("reshape", e, newshape=()) if g.ndim(e) else e

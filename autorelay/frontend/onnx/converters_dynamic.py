@@ -4,9 +4,11 @@ Why a separate path: the static converters (`converters_shape`) turn a known sha
 into attributes, which keeps those models exactly as fast as before. When the value is computed at
 run time (a graph input, or arithmetic on data), these helpers emit `dyn.reshape`,
 `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` or `dyn.full` (`autorelay.op.dynamic`)
-instead; the VM compiles a kernel per concrete shape for them. `axes` inputs must still be known at
-import time: they are scattered into full-rank int64 tensors here, with the ONNX defaults for the
-axes not listed.
+instead; the VM compiles a kernel per concrete shape for them. Slice's and Pad's `axes` inputs must
+still be known at import time: the run-time values are scattered into full-rank int64 tensors here,
+with the ONNX defaults for the axes not listed. Run-time axes of the Reduce ops, Squeeze and
+Unsqueeze, Split's sizes and Range's bounds go to `dyn.reduce`, `dyn.squeeze`, `dyn.expand_dims`,
+`dyn.split` and `dyn.arange` (`autorelay.op.dynamic_axes`) as they are.
 """
 
 from __future__ import annotations
@@ -123,3 +125,61 @@ def dyn_pad(g: GraphBuilder, node: NodeView, x: Expr, mode: str) -> Expr:
     else:
         fill = g.call("reshape", cv, newshape=())
     return g.call("dyn.pad", x, full, fill, pad_mode=mode)
+
+
+# ---- run-time axes, split sizes and range bounds (`autorelay.op.dynamic_axes`) ----------------------
+
+
+def is_runtime(g: GraphBuilder, e: Expr | None) -> bool:
+    """Whether an optional input is present but not known at import time."""
+    return e is not None and g.value_or_none(e) is None
+
+
+def dyn_reduce(g: GraphBuilder, node: NodeView, x: Expr, axes: Expr, op: str, keep: bool) -> Expr:
+    """A reduction (`sum`, `mean`, `max`, `min`, `prod`, `any`, `all`) over run-time `axes`; the
+    VM specialises it per axes value. ONNX's `noop_with_empty_axes` is decided then too."""
+    noop = bool(node.attr("noop_with_empty_axes", 0))
+    t = g.tensor_type(axes)
+    if keep and not noop and t.ndim == 1 and t.dtype in ("int32", "int64"):  # any length: rank kept
+        vec = axes if t.dtype == "int64" else g.call("cast", axes, dtype="int64")
+    else:
+        vec, _ = _int64_vector(g, node, axes, "axes (with keepdims=0 or noop_with_empty_axes=1)")
+    return g.call("dyn.reduce", x, vec, reducer=op, keepdims=keep, noop_with_empty_axes=noop)
+
+
+def dyn_squeeze(g: GraphBuilder, node: NodeView, x: Expr, axes: Expr) -> Expr:
+    """Squeeze (opset >= 13) of run-time axes: the output rank is the input's less their count."""
+    vec, _ = _int64_vector(g, node, axes, "axes")
+    return g.call("dyn.squeeze", x, vec)
+
+
+def dyn_unsqueeze(g: GraphBuilder, node: NodeView, x: Expr, axes: Expr) -> Expr:
+    """Unsqueeze (opset >= 13) at run-time axes: the output rank is the input's plus their count."""
+    vec, _ = _int64_vector(g, node, axes, "axes")
+    return g.call("dyn.expand_dims", x, vec)
+
+
+def dyn_split(g: GraphBuilder, node: NodeView, x: Expr, sizes: Expr, axis: int) -> list[Expr]:
+    """Split (opset >= 13) into run-time sizes: one output per entry, so their count is static."""
+    vec, n = _int64_vector(g, node, sizes, "split")
+    if n != node.num_outputs:
+        raise node.fail(f"split has {n} entries for {node.num_outputs} outputs")
+    tup = g.call("dyn.split", x, vec, axis=axis)
+    return [g.item(tup, i) for i in range(n)]
+
+
+def dyn_range(g: GraphBuilder, node: NodeView, bounds: Sequence[Expr]) -> Expr:
+    """Range with run-time start/limit/delta: a vector whose length the VM learns from the values."""
+    dtypes = {g.dtype(b) for b in bounds}
+    if len(dtypes) != 1:
+        raise node.fail(f"start, limit and delta must have one dtype, got {sorted(dtypes)}")
+    scalars = []
+    for b, what in zip(bounds, ("start", "limit", "delta")):
+        if any(d != 1 for d in g.shape(b)):
+            raise node.fail(f"{what} must be a scalar, got {g.type_of(b)}")
+        known = g.value_or_none(b)
+        if known is not None:
+            scalars.append(g.const(np.asarray(known).reshape(()), g.dtype(b)))
+        else:
+            scalars.append(g.call("reshape", b, newshape=()) if g.ndim(b) else b)
+    return g.call("dyn.arange", *scalars)

@@ -17,6 +17,7 @@ from autorelay.frontend.onnx.context import (
     registrar,
     required_input,
 )
+from autorelay.frontend.onnx.converters_dynamic import dyn_reduce, is_runtime
 from autorelay.ir.expr import Expr
 
 TABLE: dict[str, Converter] = {}
@@ -188,11 +189,16 @@ _REDUCE = {
 def _reduce(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
     axes_as_input = node.opset >= (13 if node.op_type == "ReduceSum" else 18)
+    keep = bool(node.attr("keepdims", 1))
+    if axes_as_input and is_runtime(g, node.input(1)):
+        op = _REDUCE[node.op_type]
+        if g.dtype(x) == "bool" and node.op_type in ("ReduceMax", "ReduceMin"):
+            op = "any" if node.op_type == "ReduceMax" else "all"
+        return dyn_reduce(g, node, x, _x(node, 1), op, keep)
     if axes_as_input:
         axes = g.ints(node.input(1), "axes") if node.input(1) is not None else []
     else:
         axes = list(node.attr("axes", []))
-    keep = bool(node.attr("keepdims", 1))
     if not axes:
         if axes_as_input and node.attr("noop_with_empty_axes", 0):
             return x

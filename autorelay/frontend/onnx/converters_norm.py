@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
+from autorelay.frontend.onnx.converters_dynamic import dyn_reduce, is_runtime
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -76,6 +77,8 @@ def _lrn(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
 def _composite_reduce(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    if node.opset >= 18 and is_runtime(g, node.input(1)):
+        return _runtime_axes_reduce(g, node, x)
     if node.opset >= 18:
         axes = g.ints(node.input(1), "axes") if node.input(1) is not None else []
     else:
@@ -108,3 +111,26 @@ def _composite_reduce(g: GraphBuilder, node: NodeView) -> Expr:
     s = g.call("sum", g.call("exp", g.call("subtract", x, m)), axis=axis, keepdims=keep)
     m_out = m if keep else g.call("reshape", m, newshape=g.shape(s) or ())
     return g.call("add", g.call("log", s), m_out)
+
+
+def _runtime_axes_reduce(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:
+    """The composite reductions over run-time axes: elementwise ops around `dyn.reduce`, which also
+    decides `noop_with_empty_axes` at run time (each formula then gives ONNX's no-op result)."""
+    axes, keep, op = node.inputs[1], bool(node.attr("keepdims", 1)), node.op_type
+    assert axes is not None
+
+    def reduce(v: Expr, how: str = "sum", keepdims: bool = keep) -> Expr:
+        return dyn_reduce(g, node, v, axes, how, keepdims)
+
+    if op == "ReduceL1":
+        return reduce(g.call("abs", x))
+    if op == "ReduceSumSquare":
+        return reduce(g.call("multiply", x, x))
+    if op == "ReduceL2":
+        return g.call("sqrt", reduce(g.call("multiply", x, x)))
+    if op == "ReduceLogSum":
+        return g.call("log", reduce(x))
+    # log-sum-exp, shifted by the maximum (ONNX's -inf for an empty reduction follows from max's)
+    m = reduce(x, "max", True)
+    s = reduce(g.call("exp", g.call("subtract", x, m)))
+    return g.call("add", g.call("log", s), m if keep else reduce(x, "max", False))

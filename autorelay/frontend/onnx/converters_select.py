@@ -1,4 +1,4 @@
-"""Selection and contraction converters: TopK, GatherElements, Einsum.
+"""Selection and contraction converters: TopK, GatherElements, Einsum, NonZero.
 
 Einsum is rewritten into ops the compiler already tunes: each operand's letters that appear
 nowhere else are summed away, then a two-operand contraction becomes transpose + reshape to
@@ -114,3 +114,45 @@ def _einsum(g: GraphBuilder, node: NodeView) -> Expr:
 
 
 __all__ = ["TABLE"]
+
+
+@_reg("NonZero")
+def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
+    """NonZero: the (rank, count) int64 coordinates of the non-zero elements, in row-major order.
+
+    Why this form: the count is data, so only the VM can run it; this keeps every kernel compiled
+    and all but the last one static. `cs`, the running count of non-zeros, is non-decreasing, so
+    the k-th non-zero is at the first flat index where `cs` reaches k + 1: a binary search run for
+    every k < size at once (log2(size) rounds of gathers), then coordinates by division by the
+    row-major strides. Only the final `dyn.strided_slice`, keeping the first `count` columns, has a
+    data-dependent shape (the VM compiles it per count)."""
+    x = _x(node)
+    if g.ndim(x) == 0:
+        raise node.fail("a scalar input (rank 0) is not supported; NonZero needs rank >= 1")
+    shape = g.static_shape(x, "the input")
+    size, rank = int(np.prod(shape)), len(shape)
+    if size == 0:
+        return g.const(np.zeros((rank, 0), "int64"))
+    flat = g.call("reshape", x, newshape=(size,))
+    cs = g.call("cumsum", g.call("cast", g.call("not_equal", flat, g.scalar(0, flat)), dtype="int64"), axis=0)
+    target = g.const(np.arange(1, size + 1, dtype="int64"))
+
+    def i64(v: object) -> Expr:
+        return g.const(np.asarray(v, "int64"))
+
+    lo, hi = i64(np.zeros(size)), i64(np.full(size, size - 1))
+    for _ in range(int(np.ceil(np.log2(size))) + 1):  # lo == hi == the answer after these rounds
+        mid = g.call("divide", g.call("add", lo, hi), i64(2))  # non-negative: truncation is floor
+        right = g.call("less", g.call("take", cs, mid, axis=0, mode="clip"), target)
+        lo, hi = g.call("where", right, g.call("add", mid, i64(1)), lo), g.call("where", right, hi, mid)
+    strides = np.cumprod((1, *shape[:0:-1]))[::-1]
+    coords = []
+    for axis, (stride, extent) in enumerate(zip(strides, shape)):
+        c = lo if stride == 1 else g.call("divide", lo, i64(stride))
+        if axis:  # c mod extent (int64 has no compiled remainder)
+            c = g.call("subtract", c, g.call("multiply", g.call("divide", c, i64(extent)), i64(extent)))
+        coords.append(c)
+    all_coords = g.call("stack", g.tuple(coords), axis=0)
+    count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
+    end = g.call("concatenate", g.tuple([i64([rank]), count]), axis=0)
+    return g.call("dyn.strided_slice", all_coords, i64([0, 0]), end, i64([1, 1]))

@@ -5,9 +5,11 @@ Inputs that ONNX passes as tensors but the IR needs as attributes (shapes, axes,
 become attributes when they are known at import time: constants, integer initializers, or values
 folded from `Shape`. Where they are run-time values, Reshape's `shape`, Slice's `starts`/`ends`/
 `steps`, Pad's `pads`, Expand's and ConstantOfShape's `shape` become the inputs of the dynamic ops
-`dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` and `dyn.full`
-(`converters_dynamic`; the VM compiles them per concrete shape); the other such inputs (axes,
-Split's sizes…) must still be known at import time. `Shape` of a tensor with dynamic extents is
+`dyn.reshape`, `dyn.strided_slice`, `dyn.pad`, `dyn.broadcast_to` and `dyn.full`, and
+Squeeze's/Unsqueeze's `axes`, Split's `split` sizes and Range's bounds those of `dyn.squeeze`,
+`dyn.expand_dims`, `dyn.split` and `dyn.arange` (`converters_dynamic`; the VM compiles them per
+concrete value). Still needed at import time: Slice's and Pad's `axes`, and Split's axis extent
+when the sizes are not given. `Shape` of a tensor with dynamic extents is
 the run-time op `shape_of`, so shapes computed from data feed them.
 Which inputs moved from attributes to tensors differs by opset; each converter handles both forms.
 """
@@ -17,7 +19,18 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
-from autorelay.frontend.onnx.converters_dynamic import dyn_expand, dyn_full, dyn_pad, dyn_reshape, dyn_slice
+from autorelay.frontend.onnx.converters_dynamic import (
+    dyn_expand,
+    dyn_full,
+    dyn_pad,
+    dyn_range,
+    dyn_reshape,
+    dyn_slice,
+    dyn_split,
+    dyn_squeeze,
+    dyn_unsqueeze,
+    is_runtime,
+)
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -90,6 +103,8 @@ def _transpose(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("Squeeze")
 def _squeeze(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    if node.opset >= 13 and is_runtime(g, node.input(1)):
+        return dyn_squeeze(g, node, x, _x(node, 1))
     axes = _axes(g, node, 13)
     if axes is None:
         s = g.static_shape(x)
@@ -101,6 +116,8 @@ def _squeeze(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("Unsqueeze")
 def _unsqueeze(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
+    if node.opset >= 13 and is_runtime(g, node.input(1)):
+        return dyn_unsqueeze(g, node, x, _x(node, 1))
     axes = _axes(g, node, 13)
     if not axes:
         raise node.fail("axes is required")
@@ -131,7 +148,12 @@ def _split(g: GraphBuilder, node: NodeView) -> list[Expr]:
     x = _x(node)
     ndim = g.ndim(x)
     axis = normalize_axis(g, node.attr("axis", 0), ndim)
-    extent = g.static_shape(x)[axis]
+    if node.opset >= 13 and is_runtime(g, node.input(1)):
+        return dyn_split(g, node, x, _x(node, 1), axis)
+    extent = g.shape(x)[axis]
+    if not isinstance(extent, int):  # the other axes may be dynamic
+        raise node.fail(f"axis {axis} of the input has dynamic extent {extent}; Split needs it static "
+                        "(or run-time split sizes)")
     n = node.num_outputs
     if node.opset >= 13:
         sizes = g.ints(node.input(1), "split") if node.input(1) is not None else None
@@ -258,6 +280,8 @@ def _constant_of_shape(g: GraphBuilder, node: NodeView) -> Expr:
 
 @_reg("Range")
 def _range(g: GraphBuilder, node: NodeView) -> Expr:
+    if any(is_runtime(g, _x(node, i)) for i in range(3)):
+        return dyn_range(g, node, [_x(node, i) for i in range(3)])
     start, limit, delta = (g.value(_x(node, i), what) for i, what in enumerate(("start", "limit", "delta")))
     dtype = np.asarray(start).dtype
     n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Var
+from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op.dynamic import VALUE_ARGS, static_form
@@ -89,6 +89,8 @@ class _Specialize(ExprMutator):
         return v if hit is None else hit[0]
 
     def visit_call(self, c: Call) -> Expr:
+        if isinstance(c.op, Op) and c.op.name == "concatenate" and isinstance(c.args[0], Tuple):
+            return self._concatenate(c)
         if not (isinstance(c.op, Op) and c.op.name in VALUE_ARGS):
             return super().visit_call(c)
         args = [self.visit(a) for a in c.args]
@@ -96,10 +98,27 @@ class _Specialize(ExprMutator):
         data = self._value(c.args[0])
         return static_form(c.op.name, c.attrs, args, data.shape, values)
 
+    def _concatenate(self, c: Call) -> Expr:
+        """A concatenation without its pieces that are empty now (a stack grown from nothing, as an
+        ONNX Loop's scan outputs are): kernels take no empty buffers, and those add nothing."""
+        fields = [self.visit(f) for f in c.args[0].fields]  # type: ignore[attr-defined]
+        full = [f for f in fields if not _empty(f)]
+        if full and len(full) < len(fields):
+            fields = full
+        return Call(c.op, (Tuple(tuple(fields)),), c.attrs, c.type_args)
+
     def _value(self, e: Expr) -> np.ndarray:
         if isinstance(e, Constant):
             return e.data
         return self.params[id(e)][1]
+
+
+def _empty(e: Expr) -> bool:
+    """Whether `e` is a static parameter or constant with no elements."""
+    if isinstance(e, Constant):
+        return e.data.size == 0
+    t = e.type_annotation if isinstance(e, Var) else None
+    return isinstance(t, TensorType) and t.is_static and 0 in t.concrete_shape
 
 
 def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
@@ -175,7 +194,10 @@ class SpecializingKernel:
         if run is None:
             static = specialize(self.fn, arrs)
             trivial = _trivial(static)
-            run, source = (trivial, "no kernel") if trivial is not None else self._compile(static)
+            if trivial is not None:
+                run, source = trivial, "no kernel"
+            else:
+                run, source = self._compile_dropping_empty(static)
             self.compiled += 1
             self.sources.add(source)
             self.cache[key] = run
@@ -184,6 +206,20 @@ class SpecializingKernel:
         else:
             self.cache.move_to_end(key)
         return run(*arrs)
+
+    def _compile_dropping_empty(self, static: Function) -> tuple[Callable[..., Any], str]:
+        """Compile `static`, leaving out the parameters with no elements that its body no longer
+        reads (a dyn op's empty axes, now an attribute): kernels cannot take empty buffers."""
+        used = {id(n) for n in post_order(static.body) if isinstance(n, Var)}
+        keep = [i for i, p in enumerate(static.params)
+                if id(p) in used or not isinstance(p.type_annotation, TensorType)
+                or 0 not in p.type_annotation.concrete_shape]
+        if len(keep) == len(static.params):
+            return self._compile(static)
+        slim = Function(tuple(static.params[i] for i in keep), static.body, None, (), static.attrs)
+        infer_expr(slim)
+        run, source = self._compile(slim)
+        return (lambda *args: run(*(args[i] for i in keep))), source
 
     @property
     def source(self) -> str:

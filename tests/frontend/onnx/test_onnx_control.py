@@ -111,8 +111,3 @@ def test_a_loop_runs_as_a_recursive_closure_and_matches_onnx_runtime():
                  "limit": np.array(limit, "float32")}
         for got, want in zip(exe(*feeds.values()), sess.run(None, feeds)):
             np.testing.assert_array_equal(got, want)
-
-
-def test_loop_scan_outputs_are_refused_with_the_reason():
-    with pytest.raises(OnnxImportError, match="scan output"):
-        autorelay.frontend.from_onnx(_loop_model(scan_outputs=1))

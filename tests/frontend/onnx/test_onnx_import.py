@@ -281,15 +281,26 @@ def test_shape_contradiction_names_the_node():
 
 
 def test_static_input_requirement_is_named_and_bindable():
-    # Unsqueeze's axes must be known at import time (run-time Reshape/Slice/Pad/Expand shapes become
-    # dyn ops instead: tests/frontend/onnx/test_onnx_dynamic_values.py)
-    nodes = [helper.make_node("Unsqueeze", ["x", "target"], ["y"], name="us")]
-    m = _model(nodes, [_vi("x", [2, 3]), _vi("target", [1], TensorProto.INT64)], [_vi("y", [2, 1, 3])])
-    with pytest.raises(OnnxNodeError, match=r"'us'.*'target'.*constants="):
+    # Slice's axes must be known at import time (run-time Reshape/Slice/Pad/Expand shapes and the
+    # axes of Reduce*/Squeeze/Unsqueeze become dyn ops instead: test_onnx_dynamic_values.py,
+    # test_onnx_dynamic_axes.py)
+    inits = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("b", 1), ("e", 3))]
+    nodes = [helper.make_node("Slice", ["x", "b", "e", "target"], ["y"], name="sl")]
+    m = _model(nodes, [_vi("x", [2, 3]), _vi("target", [1], TensorProto.INT64)], [_vi("y", [2, 2])], inits)
+    with pytest.raises(OnnxNodeError, match=r"'sl'.*'target'.*constants="):
         from_onnx(m)
     x = RNG.standard_normal((2, 3)).astype("float32")
     got = _run(m, x, constants={"target": np.array([1], "int64")})
+    np.testing.assert_array_equal(got, x[:, 1:3])
+
+
+def test_unsqueeze_runtime_axes_runs_or_binds():
+    nodes = [helper.make_node("Unsqueeze", ["x", "target"], ["y"], name="us")]
+    m = _model(nodes, [_vi("x", [2, 3]), _vi("target", [1], TensorProto.INT64)], [_vi("y", [2, 1, 3])])
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    got = _run(m, x, constants={"target": np.array([1], "int64")})
     np.testing.assert_array_equal(got, x[:, None, :])
+    np.testing.assert_array_equal(_run(m, x, np.array([1], "int64")), x[:, None, :])
 
 
 def test_runtime_reshape_target_with_declared_output_shape():

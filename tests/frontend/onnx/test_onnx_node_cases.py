@@ -26,13 +26,10 @@ KNOWN_UNSUPPORTED = [
     (r"blocked", "blocked quantisation (block_size)"),
     (r"quantizelinear_uint16", "uint16 quantisation: qnn ops take int8/uint8/int16/int32"),
     (r"identity_opt|identity_sequence|if_opt|if_seq|loop13_seq|loop16_seq", "optional and sequence types"),
-    (r"test_loop11|range_.*_expanded", "Loop scan outputs (values stacked per iteration: a growing shape)"),
-    (
-        r"(blackman|hamming|hann)window.*_expanded",
-        "a window size that is a runtime graph input (Range of a run-time length: a data-dependent shape)",
-    ),
     (r"test_not_[234]d$", "opset 1 (older than 7)"),
-    (r"affine_grid_.*_expanded", "an Expand shape computed at run time from the size input (inside If)"),
+    (r"test_scan_sum$", "opset 8 Scan (a batch axis and sequence_lens)"),
+    (r"affine_grid_2d.*_expanded", "Squeeze without axes of a dynamic-shape input (rank depends on data)"),
+    (r"affine_grid_3d_align_corners_expanded", "an If branch reads a value not found in its scope"),
     (r"einsum_batch_diagonal", "einsum with an ellipsis and a repeated letter (a diagonal)"),
 ]
 

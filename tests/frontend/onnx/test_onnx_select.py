@@ -1,4 +1,5 @@
-"""TopK, GatherElements and Einsum imported from ONNX, compiled (no NumPy fallback), against ONNX Runtime."""
+"""TopK, GatherElements, Einsum and NonZero imported from ONNX, compiled (no NumPy fallback), against ONNX
+Runtime."""
 
 from __future__ import annotations
 
@@ -83,3 +84,31 @@ def test_gather_elements_with_constant_and_runtime_negative_indices():
     _check(const, {"x": x})
     runtime = _model([node], [_vi("x", x.shape), _vi("i", idx.shape, TensorProto.INT64)], [_vi("y", None)])
     _check(runtime, {"x": x, "i": idx})
+
+
+@pytest.mark.parametrize("shape,dtype", [((2, 3, 4), TensorProto.FLOAT), ((7,), TensorProto.INT32),
+                                         ((3, 5), TensorProto.BOOL), ((1, 1), TensorProto.FLOAT)])
+def test_nonzero_runs_on_the_vm_with_compiled_kernels(shape, dtype):
+    node = helper.make_node("NonZero", ["x"], ["i"])
+    after = helper.make_node("Transpose", ["i"], ["y"])  # a following op on the (rank, ?) result
+    model = _model([node, after], [helper.make_tensor_value_info("x", dtype, list(shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    assert type(exe).__name__ == "VMExecutable"
+    rng = np.random.default_rng(0)
+    nptype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    for p in (0.0, 0.3, 1.0, 0.3):  # none, some, all non-zero
+        x = ((rng.random(shape) < p) * rng.integers(1, 9, shape)).astype(nptype)
+        got, want = exe(x), sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
+
+
+def test_nonzero_of_a_scalar_is_refused_clearly():
+    model = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", 1, [])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    with pytest.raises(OnnxImportError, match=r"\(NonZero\): a scalar input \(rank 0\)"):
+        autorelay.frontend.from_onnx(model)
