@@ -172,7 +172,7 @@ def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     zero = int(zd_value.reshape(()))
     if depthwise:
         raw = nn_int8.depthwise_conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"],
-                                                  pad_value=zero)
+                                                  pad_value=zero, weight_value=w_value)
     else:
         raw = nn_int8.conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"], pad_value=zero,
                                         narrow=w_value is not None and nn_int8.narrow_pairs(w_value))

@@ -81,7 +81,8 @@ def conv2d_nchwc_int8(
 
 
 def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding=0, pad_value: int = 0,
-                                name: str = "depthwise_nchwc_int8") -> Tensor:
+                                name: str = "depthwise_nchwc_int8", weight_value: np.ndarray | None = None
+                                ) -> Tensor:
     """data [N, C/b, H, W, b] (u8 or s8), weight [C/b, 1, KH, KW, 1, b] (s8) -> int32
     [N, C/b, OH, OW, b] = sum over (kh, kw) of data * weight, the border reading `pad_value`. Each
     channel block is one vector of lanes; the float template `depthwise_nchwc` schedules it (the
@@ -93,14 +94,19 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     (a fused multiply-add rounds only its result, here already exact). Why: CPUs have no cheap
     int32 vector multiply (`vpmulld` is two micro-ops at ten cycles' latency), while a float
     multiply-add issues twice a cycle; no dot-product instruction fits a depthwise convolution,
-    whose lanes are channels with one tap each."""
+    whose lanes are channels with one tap each. `weight_value`, the weight's constant value when
+    it has one, then becomes a float32 constant, so the kernel loads its taps without converting
+    them."""
     _check_int8(name, data, weight)
     x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value))
     acc = "float32" if weight.shape[2] * weight.shape[3] <= _F32_EXACT_TAPS else "int32"
+    taps = weight
+    if acc == "float32" and weight_value is not None:
+        taps = te.constant(weight_value, "float32", f"{name}_weight_f32")
 
     def body(i, c, y, z, v):
         pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], acc)
-        return te.sum(pixel * E.cast(weight[c, 0, rh, rw, 0, v], acc), [rh, rw])
+        return te.sum(pixel * E.cast(taps[c, 0, rh, rw, 0, v], acc), [rh, rw])
 
     if acc == "int32":
         return te.compute(shape, body, name=name, tag="depthwise_nchwc")

@@ -46,6 +46,19 @@ _UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
 
+def _vector_integer(e: Expr) -> bool:
+    """Whether a lane-dependent integer expression is data to compute as one vector op (a select
+    of a padded byte load, a widening cast, int32 requantize arithmetic) rather than lane by lane:
+    every node that neither makes nor takes int64 (index arithmetic, whose lanes feed scalar
+    loads; and int64 products, which LLVM keeps faster as scalars than as AVX2's emulated vectors
+    of them). Variables stay lane by lane."""
+    if isinstance(e, Select):
+        return e.dtype != "int64"
+    if isinstance(e, Cast | Bin | Cmp):
+        return e.dtype != "int64" and e.a.dtype != "int64"
+    return False
+
+
 class ExprEmitter:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -114,6 +127,8 @@ class ExprEmitter:
                 ramp = "<" + ", ".join(f"{llvm_type(e.dtype)} {coef * k}" for k in range(self.lanes)) + ">"
                 return self.op(f"add {t} {base.ref}, {ramp}", e.dtype, self.lanes)
         if isinstance(e, Call) and e.name in BF16_FUNCS:  # integer bit arithmetic, lane-parallel
+            return self._expr(e)
+        if _vector_integer(e):
             return self._expr(e)
         if (not is_float(e.dtype) and e.dtype != "bool") or isinstance(e, Var):
             return self._per_lane(e)
