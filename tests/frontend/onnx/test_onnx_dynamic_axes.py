@@ -15,6 +15,7 @@ import autorelay
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
+from ort_oracle import assert_matches_ort, make_model, value_info  # noqa: E402
 
 from autorelay.op.dynamic import DynamicValueError  # noqa: E402
 from autorelay.runtime.vm import VMExecutable  # noqa: E402
@@ -23,12 +24,11 @@ I64, F32 = TensorProto.INT64, TensorProto.FLOAT
 
 
 def _model(nodes, inputs, outputs, opset=18):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return make_model(nodes, inputs, outputs, opset)
 
 
 def _vi(name, shape, t=F32):
-    return helper.make_tensor_value_info(name, t, shape)
+    return value_info(name, shape, t)
 
 
 def _build(model):
@@ -39,16 +39,8 @@ def _build(model):
     return exe
 
 
-def _check(exe, model, feeds: dict, rtol: float = 1e-5, compiled: bool = True) -> None:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    wants = sess.run(None, feeds)
-    gots = exe(*feeds.values())
-    gots = list(gots) if isinstance(gots, tuple | list) else [gots]
-    assert len(gots) == len(wants)
-    for got, want in zip(gots, wants):
-        got = np.asarray(got)
-        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype)
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6)
+def _check(exe, onnx_model, feeds: dict, rtol: float = 1e-5, compiled: bool = True) -> None:
+    assert_matches_ort(exe, onnx_model, feeds, rtol=rtol)
     if compiled:
         assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
 

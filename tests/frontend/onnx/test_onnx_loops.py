@@ -12,6 +12,7 @@ import autorelay
 pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
+from ort_oracle import assert_matches_ort, make_model, value_info  # noqa: E402
 
 from autorelay.frontend.onnx import OnnxImportError  # noqa: E402
 from autorelay.runtime.vm import VMExecutable  # noqa: E402
@@ -19,29 +20,20 @@ from autorelay.runtime.vm import VMExecutable  # noqa: E402
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
-def _vi(name, shape, t=F):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
 def _model(nodes, inputs, outputs, opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return make_model(nodes, inputs, outputs, opset)
 
 
-def _check(model, feeds_list):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    mod, params = autorelay.frontend.from_onnx(model)
+def _vi(name, shape, t=F):
+    return value_info(name, shape, t)
+
+
+def _check(onnx_model, feeds_list):
+    mod, params = autorelay.frontend.from_onnx(onnx_model)
     exe = autorelay.build(mod, params=params)
     assert isinstance(exe, VMExecutable)
     for feeds in feeds_list:
-        wants = sess.run(None, feeds)
-        gots = exe(*feeds.values())
-        gots = list(gots) if isinstance(gots, tuple | list) else [gots]
-        assert len(gots) == len(wants)
-        for got, want in zip(gots, wants):
-            got = np.asarray(got)
-            assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert_matches_ort(exe, onnx_model, feeds)
     return exe
 
 
