@@ -26,7 +26,7 @@ from autorelay.lower.relayout import relayout_compute
 from autorelay.primitive import PrimitiveKernels, compile_primitive
 from autorelay.runtime.fallback import op_names
 from autorelay.runtime.graph_executor import GraphPlan, workspace_offsets
-from autorelay.runtime.graph_plan import Slot, Step, plan_memory
+from autorelay.runtime.graph_plan import Slot, Step, plan_memory, storage_of
 from autorelay.runtime.views import concat_offsets, view_offset
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import ScheduleSource
@@ -130,7 +130,7 @@ class GraphBuilder:
 
     def storage_of(self, s: int) -> int:
         """The slot whose storage `s` uses (itself unless `s` is an alias)."""
-        return self.slots[s].index if self.slots[s].kind == "alias" else s
+        return storage_of(self.slots, s)
 
     def call(self, fn: Function, args: list[Expr], site: Call) -> Any:
         arg_slots = [self.values[id(a)] for a in args]

@@ -94,6 +94,11 @@ def _round_up(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def storage_of(slots: list[Slot], k: int) -> int:
+    """The slot whose storage slot `k` uses: itself, or the slot an alias views."""
+    return slots[k].index if slots[k].kind == "alias" else k
+
+
 def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], workspace_bytes: int) -> MemoryPlan:
     """Assign a storage block to every temp slot (in place: `slot.index`); return the block sizes.
 
@@ -102,7 +107,7 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     reads or writes it or an alias of it."""
 
     def root(k: int) -> int:
-        return slots[k].index if slots[k].kind == "alias" else k
+        return storage_of(slots, k)
 
     last_use: dict[int, int] = {}
     for i, st in enumerate(steps):
