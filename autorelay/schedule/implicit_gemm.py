@@ -19,6 +19,7 @@ This module builds the tensors only; `autorelay.schedule.state` turns them into 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, free_vars, substitute
 from autorelay.te.tensor import ComputeOp, Tensor
@@ -34,13 +35,18 @@ class GemmParts:
     view: Tensor
 
 
-def conv_operands(body: Expr, weight: str | None, axes: list[IterVar] | tuple[IterVar, ...],
+def conv_operands(body: Expr, attrs: dict[str, Any], axes: list[IterVar] | tuple[IterVar, ...],
                   raxes: list[IterVar] | tuple[IterVar, ...]) -> tuple[Read, Expr] | str:
     """(weight read, data factor) of a convolution summand, or the reason it is not one: the summand
-    must be a product of the OIHW weight input read at the bare axes [f, rc, rh, rw] and a data
-    factor that does not depend on the output channel f (else it is no GEMM over f)."""
+    must be a product of the OIHW weight input (`attrs["weight"]`) read at the bare axes
+    [f, rc, rh, rw] and a data factor that does not depend on the output channel f (else it is no
+    GEMM over f). A transposed convolution (IOHW weight, `weight_oc_axis`) reads its weight at
+    phase-dependent taps: no [OC, K] matrix."""
+    weight = attrs.get("weight")
     if weight is None:
         return "the stage names no weight input"
+    if "weight_oc_axis" in attrs:
+        return "a transposed convolution's weight is no [OC, K] matrix"
     if len(axes) != 4 or len(raxes) != 3:
         return "an implicit GEMM needs 4 spatial axes (n, f, y, x) and 3 reduction axes (c, kh, kw)"
     if not (isinstance(body, Bin) and body.op == "mul"):
@@ -57,7 +63,7 @@ def conv_operands(body: Expr, weight: str | None, axes: list[IterVar] | tuple[It
     return f"the summand does not read the weight {weight} directly"
 
 
-def gemm_parts(name: str, shape: tuple[int, ...], dtype: str, op: ComputeOp, body: Bin,
+def gemm_parts(name: str, shape: tuple[int, ...], dtype: str, op: ComputeOp, body: Expr,
                axes: list[IterVar] | tuple[IterVar, ...], raxes: list[IterVar] | tuple[IterVar, ...],
                weight: Read, data: Expr) -> GemmParts:
     """The flat-axis computes of the convolution stage `name` whose summand `body` is `weight` times
@@ -75,6 +81,7 @@ def gemm_parts(name: str, shape: tuple[int, ...], dtype: str, op: ComputeOp, bod
     col = Tensor(f"{name}_col", (kk, pp), data.dtype,
                  ComputeOp((IterVar(k, kk), IterVar(p, pp)), substitute(data, {**of_p, **of_k}), "injective"))
     w_new, d_new = Read(wt, (m, k), weight.dtype), Read(col, (k, p), data.dtype)
+    assert isinstance(body, Bin)  # as conv_operands found it
     prod = dataclasses.replace(body, a=w_new, b=d_new) if body.a is weight else \
         dataclasses.replace(body, a=d_new, b=w_new)
     gemm = Tensor(f"{name}_gemm", (oc, pp), dtype,

@@ -306,12 +306,9 @@ def _implicit_gemm(state: State, st: Stage) -> None:
         raise ScheduleError(f"{what}: must come before any other step on the stage")
     op = st.tensor.op
     assert op is not None
-    if "weight_oc_axis" in op.attrs:
-        raise ScheduleError(f"{what}: a transposed convolution's weight is no [OC, K] matrix")
-    found = conv_operands(st.body, op.attrs.get("weight"), st.axes, st.raxes)
+    found = conv_operands(st.body, op.attrs, st.axes, st.raxes)
     if isinstance(found, str):
         raise ScheduleError(f"{what}: {found}")
-    assert isinstance(st.body, Bin)
     parts = gemm_parts(st.name, st.tensor.shape, st.tensor.dtype, op, st.body, st.axes, st.raxes, *found)
     for t in (parts.wt, parts.col, parts.gemm):
         if any(s.name == t.name for s in state.stages) or t.name in state.inputs:

@@ -18,11 +18,12 @@ from autorelay.errors import ScheduleError
 from autorelay.kernel import emit_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config
-from autorelay.schedule.templates import template_choices, template_for
+from autorelay.schedule.templates import check_in_space, template_choices, template_for
 from autorelay.schedule.templates.cuda_igemm import shared_bytes
 from autorelay.te import nn
 from autorelay.te import tensor as te
 from autorelay.tir.nodes import Allocate, Barrier, walk_stmts
+from search.task import kernel_task
 
 SM90 = resolve_target("cuda -arch=sm_90")
 SM80 = resolve_target("cuda -arch=sm_80")
@@ -197,3 +198,15 @@ def test_igemm_ptx_assembles_without_spills(case, arch):
         assert 0 < k["registers"] <= 255 and k["spill_stores"] == 0 and k["spill_loads"] == 0, (cfg, k)
         block = code.code.launches[0].block
         assert k["registers"] * block[0] * block[1] * block[2] <= target.registers_per_block, (cfg, k)
+
+
+def test_a_tuning_task_and_the_build_take_the_implicit_gemm_by_template():
+    """A kernel task tunes the implicit GEMM when it names the template; a logged config of it is
+    a point of its own space, which is what the build checks before compiling it."""
+    cdef, _ = CASES["bias_relu"]()
+    task = kernel_task(cdef, SM90, template=IGEMM)
+    assert task.template == IGEMM and task.space.template == IGEMM and len(task.space) > 1
+    assert task.default == template_for(cdef, IGEMM).default(cdef, SM90)
+    cfg = task.space.get(len(task.space) // 3)
+    check_in_space(cdef, cfg, SM90)
+    assert Config.from_json(cfg.to_json()) == cfg

@@ -73,11 +73,10 @@ class CudaConv2dIgemmTemplate(Template):
         """Exactly the computes `ImplicitGemm` accepts: an OIHW weight read at [f, rc, rh, rw] times
         a data factor (groups == 1; transposed and grouped convolutions keep their templates)."""
         red = pattern(cdef).reduce
-        if red is None or red.op is None or red.op.tag != "conv2d_nchw" or "weight_oc_axis" in red.op.attrs:
+        if red is None or red.op is None or red.op.tag != "conv2d_nchw" or not red.op.reduce_axes:
             return False
         body = red.op.body
-        found = conv_operands(getattr(body, "body", body), red.op.attrs.get("weight"), red.op.axes,
-                              red.op.reduce_axes)
+        found = conv_operands(body.body, red.op.attrs, red.op.axes, red.op.reduce_axes)  # type: ignore[attr-defined]
         return not isinstance(found, str)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
