@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 from gpu_cases import CONV_CASES, conv_ref, inputs, without_barriers
+from test_gpu_emulate import _conv2d_transpose
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.emulate import run_both_orders
@@ -54,6 +55,7 @@ CASES = {
     "7x7_s2_p3_3ch": CONV_CASES["conv7x7_s2_stem"],  # K = 147: ragged against every K-chunk
     "ragged_batch3": _conv(3, 5, 9, 11, 13, 3, 1, 1),  # M 13, N 297, K 45: no tile divides
     "dilated_3x3": _conv(2, 4, 10, 9, 6, 3, 1, 2, 2),
+    "one_pixel": _conv(1, 4, 3, 3, 5, 3, 1, 0),  # N = 1: a block one thread wide
     "bias_relu": CONV_CASES["conv_bias_relu"],
     "bias_residual_relu": CONV_CASES["conv_bias_residual_relu"],
 }
@@ -210,3 +212,15 @@ def test_a_tuning_task_and_the_build_take_the_implicit_gemm_by_template():
     cfg = task.space.get(len(task.space) // 3)
     check_in_space(cdef, cfg, SM90)
     assert Config.from_json(cfg.to_json()) == cfg
+
+
+def test_transposed_and_depthwise_convolutions_are_no_implicit_gemm():
+    """A transposed convolution shares the tag, but its IOHW weight read at phase-dependent taps is
+    no [OC, K] matrix: the template does not claim it and the step refuses it."""
+    cdef, _ = _conv2d_transpose(1)
+    assert template_choices(cdef, SM90) == ["cuda_conv2d"]
+    assert not template_for(cdef, IGEMM).claims(cdef)
+    with pytest.raises(ScheduleError, match="transposed"):
+        emit_kernel(cdef, [S.ImplicitGemm(cdef.output.name)], SM90)
+    x, w = te.placeholder((1, 4, 8, 8), name="X"), te.placeholder((4, 1, 3, 3), name="W")
+    assert not template_for(cdef, IGEMM).claims(te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, 1, 1)))

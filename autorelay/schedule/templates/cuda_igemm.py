@@ -82,7 +82,8 @@ class CudaConv2dIgemmTemplate(Template):
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         m, n, _ = _gemm_dims(_conv(cdef))
         return Space(self.name, (
-            Knob("threads_x", (8, 16, 32)),
+            # narrower blocks only where N is: a block wider than the GEMM is refused
+            Knob("threads_x", [t for t in (1, 2, 4) if n < 8] + [8, 16, 32]),
             Knob("threads_y", (1, 2, 4, 8, 16)),
             Knob("tile_m", [t for t in (1, 2, 4, 8) if t == 1 or t <= m]),
             Knob("tile_n", [t for t in (1, 2, 4, 8) if t == 1 or t <= n]),
@@ -116,8 +117,8 @@ class CudaConv2dIgemmTemplate(Template):
                         if best is None or score > best[0] * 1.0001:
                             best = (score, tx, ty, tm, tn)
         if best is None:  # a GEMM smaller than 64 threads: one block as large as it allows
-            tx = max(t for t in (8, 16, 32) if t <= n) if n >= 8 else 8
-            ty = max((t for t in (1, 2, 4, 8, 16) if t <= m), default=1)
+            tx = max(t for t in space.knob("threads_x").values if t <= n)
+            ty = max(t for t in space.knob("threads_y").values if t <= m)
             best = (0.0, tx, ty, 1, 1)
         _, tx, ty, tm, tn = best
         budget = target.max_shared_memory_per_block // 4
