@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
+from autorelay.schedule.implicit_gemm import conv_operands, gemm_parts
 from autorelay.te.expr import Bin, Call, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 from autorelay.tir.nodes import BLOCK_TAGS, DOT_KINDS, THREAD_TAGS
@@ -136,6 +137,9 @@ def apply_step(state: State, step: S.Step) -> None:
         return
     if isinstance(step, S.CacheRead):
         _cache_read(state, step)
+        return
+    if isinstance(step, S.ImplicitGemm):
+        _implicit_gemm(state, state.stage(step.stage))
         return
     st = state.stage(step.stage)
     if isinstance(step, S.Split):
@@ -291,6 +295,30 @@ def _cache_write(state: State, st: Stage) -> None:
     idx = state.stages.index(st)
     state.stages[idx : idx + 1] = [local, copy]
     state.rewrite_reads(lambda n: Read(copy_t, n.indices, n.dtype) if n.tensor is old else None)
+
+
+def _implicit_gemm(state: State, st: Stage) -> None:
+    """Replace convolution stage `st` by its GEMM stages and a view (`autorelay.schedule.implicit_gemm`)."""
+    what = f"ImplicitGemm {st.name}"
+    if st.combiner != "sum":
+        raise ScheduleError(f"{what}: only a sum reduction (a convolution) is a GEMM")
+    if st.rels or st.attach or st.inline or any(k != "serial" for k in st.kind.values()):
+        raise ScheduleError(f"{what}: must come before any other step on the stage")
+    op = st.tensor.op
+    assert op is not None
+    found = conv_operands(st.body, op.attrs, st.axes, st.raxes)
+    if isinstance(found, str):
+        raise ScheduleError(f"{what}: {found}")
+    parts = gemm_parts(st.name, st.tensor.shape, st.tensor.dtype, op, st.body, st.axes, st.raxes, *found)
+    for t in (parts.wt, parts.col, parts.gemm):
+        if any(s.name == t.name for s in state.stages) or t.name in state.inputs:
+            raise ScheduleError(f"{what}: stage {t.name} already exists")
+    old = st.tensor
+    new = [make_stage(parts.wt, False, scope="shared"), make_stage(parts.col, False, scope="shared"),
+           make_stage(parts.gemm, False), make_stage(parts.view, st.is_output)]
+    idx = state.stages.index(st)
+    state.stages[idx : idx + 1] = new
+    state.rewrite_reads(lambda n: Read(parts.view, n.indices, n.dtype) if n.tensor is old else None)
 
 
 def _pack(state: State, step: S.Pack) -> None:

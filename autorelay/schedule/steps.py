@@ -179,6 +179,20 @@ class Pad:
     multiple: int
 
 
+@dataclass(frozen=True)
+class ImplicitGemm:
+    """Compute the NCHW/OIHW convolution stage `stage` as a GEMM over flat axes: M = output
+    channels, N = batch x output pixels, K = input channels x kernel taps. Adds the stages
+    `<stage>_gemm` (axes m, p; reduction k: the accumulators), `<stage>_wt` (the weight as [M, K],
+    axes m, k) and `<stage>_col` (the im2col matrix [K, N], axes k, p, padding as its guard); the
+    two operand stages live in shared memory and must be computed at a loop of `<stage>_gemm`
+    (ComputeAt), so only their tiles exist, never the whole matrix. `stage` becomes the view
+    `stage[n, f, y, x] = <stage>_gemm[f, (n·OH + y)·OW + x]`, inlinable into its consumer. Must come
+    before any other step on `stage`. See `autorelay.schedule.implicit_gemm`."""
+
+    stage: str
+
+
 Step = (
     Split
     | Reorder
@@ -195,6 +209,7 @@ Step = (
     | Pad
     | Tensorize
     | CrossThreadReduce
+    | ImplicitGemm
 )
 STEP_TYPES: dict[str, type] = {
     c.__name__: c
@@ -214,6 +229,7 @@ STEP_TYPES: dict[str, type] = {
         Pad,
         Tensorize,
         CrossThreadReduce,
+        ImplicitGemm,
     )
 }
 

@@ -200,6 +200,21 @@ def inputs(cdef, seed: int = 0) -> list[np.ndarray]:
     return [one(t) for t in cdef.inputs]
 
 
+def without_barriers(s):
+    """Statement `s` with every barrier removed: a racy schedule, which the emulation must catch."""
+    from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq
+
+    if isinstance(s, Seq):
+        return Seq(tuple(without_barriers(t) for t in s.stmts if not isinstance(t, Barrier)))
+    if isinstance(s, For):
+        return For(s.var, s.extent, without_barriers(s.body), s.kind)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, without_barriers(s.body))
+    if isinstance(s, If):
+        return If(s.cond, without_barriers(s.then), None if s.orelse is None else without_barriers(s.orelse))
+    return s
+
+
 def driver_reason() -> str | None:
     """Why no CUDA driver opens here (its message), or None where a GPU is usable."""
     from autorelay.codegen.nvptx.driver import CudaDriverError, open_driver

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from gpu_cases import CASES, XRED_CASES, inputs
-from test_gpu_emulate import TARGET, _check, _without_barriers
+from gpu_cases import CASES, XRED_CASES, inputs, without_barriers
+from test_gpu_emulate import TARGET, _check
 
 from autorelay.codegen.nvptx.emulate import run_both_orders
 from autorelay.errors import ScheduleError
@@ -62,7 +62,7 @@ def test_the_tree_reduction_needs_its_barriers(which):
     assert sum(isinstance(t, Barrier) for t in walk_stmts(segs[1])) == 6  # after the fold + 5 rounds
     _check(code, cdef, ref)
     if which == "all":
-        body = _without_barriers(code.func.body)
+        body = without_barriers(code.func.body)
     else:
         body = Seq((segs[0], _drop_barrier(segs[1], which), *segs[2:]))
     racy = dataclasses.replace(code, func=code.func.with_body(body))

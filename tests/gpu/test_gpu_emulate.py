@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from gpu_cases import CASES, CONV_CASES, XRED_CASES, inputs
+from gpu_cases import CASES, CONV_CASES, XRED_CASES, inputs, without_barriers
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.emulate import emulate_func, run_both_orders
@@ -83,21 +83,6 @@ def test_a_schedule_reading_another_threads_registers_fails_in_emulation():
         assert not np.allclose(got, xs[0] @ xs[1].T)
 
 
-def _without_barriers(s):
-    from autorelay.tir.nodes import Allocate, Barrier, If, Seq
-
-    if isinstance(s, Seq):
-        return Seq(tuple(_without_barriers(t) for t in s.stmts if not isinstance(t, Barrier)))
-    if isinstance(s, For):
-        return For(s.var, s.extent, _without_barriers(s.body), s.kind)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _without_barriers(s.body))
-    if isinstance(s, If):
-        return If(s.cond, _without_barriers(s.then),
-                  None if s.orelse is None else _without_barriers(s.orelse))
-    return s
-
-
 def test_shared_memory_gemm_needs_its_barriers():
     """The default sgemm copies k-tiles into shared memory between barriers; the emulation runs
     each barrier-delimited phase for all threads and matches NumPy — and without the barriers
@@ -112,7 +97,7 @@ def test_shared_memory_gemm_needs_its_barriers():
     assert sum(isinstance(s, Barrier) for s in walk_stmts(code.func.body)) == 2
     assert "bar.sync" in code.code.ptx and ".shared" in code.code.ptx
     _check(code, cdef, ref)
-    racy = dataclasses.replace(code, func=code.func.with_body(_without_barriers(code.func.body)))
+    racy = dataclasses.replace(code, func=code.func.with_body(without_barriers(code.func.body)))
     xs = inputs(cdef)
     assert not any(np.allclose(got, ref(*xs), rtol=1e-4, atol=1e-4) for got in run_both_orders(racy, *xs))
 

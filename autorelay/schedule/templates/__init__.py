@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from autorelay.schedule.templates.base import Template, check_in_space, template_for, templates
+from autorelay.schedule.templates.base import (
+    Template,
+    check_in_space,
+    template_choices,
+    template_for,
+    templates,
+)
 
-__all__ = ["Template", "check_in_space", "template_for", "templates"]
+__all__ = ["Template", "check_in_space", "template_choices", "template_for", "templates"]

@@ -60,6 +60,7 @@ def _load() -> None:
         conv,
         cuda,
         cuda_conv,
+        cuda_igemm,
         cuda_reduction,
         dense,
         depthwise,
@@ -124,3 +125,16 @@ def template_for(cdef: ComputeDef, name: str | None = None, target: Target | Non
     if f"{prefix}reduction" not in _TEMPLATES:
         raise ScheduleError(f"{cdef.name}: no {kind} template schedules this reduction yet")
     return _TEMPLATES[f"{prefix}reduction"]
+
+
+def template_choices(cdef: ComputeDef, target: Target | None = None) -> list[str]:
+    """Names of every template that schedules `cdef` on `target`'s kind, `template_for`'s choice
+    first: the alternatives a tuner may compare (a conv2d on cuda: `cuda_conv2d`, the direct form,
+    and `cuda_conv2d_igemm`, the implicit GEMM), each a task of its own (`kernel_task(template=)`)."""
+    first = template_for(cdef, target=target)
+    kind = target.kind if target is not None else "cpu"
+    pat = pattern(cdef)
+    tags = {t for t in (pat.reduce.op.tag, pat.output.op.tag) if t} if pat.reduce is not None else set()
+    others = [t.name for t in _TEMPLATES.values()
+              if t is not first and t.kind == kind and tags & set(t.tags) and t.claims(cdef)]
+    return [first.name, *others]
