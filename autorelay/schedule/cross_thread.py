@@ -23,7 +23,9 @@ warps), as CUB's and TVM's block reductions do:
 3. thread 0 stores the result.
 
 One barrier instead of log2(T) + 1, and the shared-memory traffic of the last five rounds (those
-within a warp, where the tree left most threads idle) is gone. Shuffles move any dtype: the
+within a warp, where the tree left most threads idle) is gone. The same work with fewer barriers
+and no shared-memory round trips: there is no case for the tree to win, so this is the target's
+choice (the template passes its warp size), not a tuning knob. Shuffles move any dtype: the
 emitter splits a 64-bit value into two 32-bit shuffles and widens narrower ones.
 
 Without (`warp` = 0, or T < W, or W > 32, the lanes `shfl.sync` spans, or more than W warps: a
