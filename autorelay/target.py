@@ -36,9 +36,12 @@ _DTYPE_BITS = {"float32": 32, "float64": 64, "float16": 16, "bfloat16": 16, "int
 
 
 # The device limits a resolved cuda target carries as options (the driver's values when a GPU is
-# present, else the documented defaults of its architecture).
+# present, else the documented defaults of its architecture). The per-multiprocessor ones decide
+# how many blocks of a kernel are resident at once (its occupancy, `codegen.nvptx.device`).
 CUDA_LIMITS = ("max_threads_per_block", "max_shared_memory_per_block", "warp_size", "registers_per_block",
-               "multiprocessor_count")
+               "multiprocessor_count", "max_threads_per_multiprocessor", "max_blocks_per_multiprocessor",
+               "max_shared_memory_per_multiprocessor", "registers_per_multiprocessor",
+               "reserved_shared_memory_per_block")
 
 
 class TargetError(AutoRelayError, ValueError):

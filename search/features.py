@@ -7,20 +7,47 @@ how many bytes the hot loop nest touches — so the model learns from structure,
 names alone, and the features of one workload mean the same thing for a similar one (transfer).
 The vector has a fixed length whatever the template, so one model can mix workloads.
 
-GPU schedules add what decides a kernel's speed there and is visible before compiling
-(`gpu_features`, zeros for CPU code): threads per block, blocks, shared memory, each thread's
-private (register) bytes, the occupancy those allow, and how many launches the kernel takes.
-Registers as ptxas counts them would need each candidate assembled; the private bytes stand in.
+GPU schedules add what decides a kernel's speed there (`gpu_features`, zeros for CPU code), for
+the kernel's largest launch: threads per block, blocks, shared memory, each thread's private
+bytes, the occupancy threads and shared memory allow against the target's per-multiprocessor
+limits, how many launches the kernel takes — all read from the loop IR — and what only the
+assembler knows: the registers per thread `ptxas -v` reports for the target's arch (that kernel's,
+and the most of any kernel of the module: the one whose register pressure may spill), and the
+occupancy with those registers counted (`codegen.nvptx.device.occupancy`). The registers come
+with the compiled candidate (`code_features`; the builder and, for cuda tasks, the featurizer
+compile to PTX, and ptxas runs once per PTX text). Where ptxas is absent or fails, the three
+register features are 0 and the `registers known` flag is 0 (1 when known), so the vector has
+the same length with or without ptxas.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autorelay.codegen.nvptx.device import occupancy, resolve_cuda
+from autorelay.codegen.nvptx.launch import launch_of, shared_bytes
+from autorelay.codegen.nvptx.ptx import PTXError, ptxas_path, run_ptxas
+from autorelay.errors import ScheduleError
+from autorelay.kernel import KernelCode
 from autorelay.schedule.space import Config
+from autorelay.target import Target, TargetSpec
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float, walk
-from autorelay.tir.nodes import Allocate, For, If, PrimFunc, Seq, Stmt, Store
+from autorelay.tir.nodes import (
+    BLOCK_TAGS,
+    THREAD_TAGS,
+    Allocate,
+    For,
+    If,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    walk_stmts,
+)
 
 LEVELS = 6  # innermost loop levels of the hot nest described one by one
 BUFFERS = 4  # buffers of the hot statement described one by one
@@ -31,7 +58,7 @@ _DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "
 PER_LEVEL = 1 + len(KINDS)
 PER_BUFFER = 8
 GLOBAL = 11
-GPU = 7
+GPU = 11  # see gpu_features
 LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + GPU + 2 * KNOBS
 
 
@@ -154,8 +181,11 @@ def knob_features(config: Config | None) -> list[float]:
     return vals + [0.0] * (2 * KNOBS - len(vals))
 
 
-def extract(func: PrimFunc, config: Config | None = None) -> tuple[float, ...]:
-    """The fixed-length feature vector of one lowered candidate (length `LENGTH`)."""
+def extract(func: PrimFunc, config: Config | None = None, target: Target | None = None,
+            registers: Sequence[int] | None = None) -> tuple[float, ...]:
+    """The fixed-length feature vector of one lowered candidate (length `LENGTH`). For a GPU
+    kernel: `target` its cuda target (None: the default arch's limits), `registers` what ptxas
+    reports per segment of `func` (None: unknown)."""
     nests: list[_Nest] = []
     _nests(func.body, [], nests)
     if not nests:
@@ -186,42 +216,69 @@ def extract(func: PrimFunc, config: Config | None = None) -> tuple[float, ...]:
         float(len(uniq)), float(len(par)), _lg(sum(f.extent for f in par)),
         _lg(_trip(vec)), _lg(_trip(unr)), float(len(nests)), _lg(local), float(len(func.workspaces)),
     ]
-    feats += gpu_features(func)
+    feats += gpu_features(func, target, registers)
     feats += knob_features(config)
     assert len(feats) == LENGTH, (len(feats), LENGTH)
     return tuple(feats)
 
 
-def gpu_features(func: PrimFunc) -> list[float]:
-    """The GPU block of the vector (see the module docstring), for the kernel's largest launch;
-    zeros when no loop is bound to a block or thread index."""
-    from autorelay.codegen.nvptx.device import SM_BLOCKS, SM_SHARED, SM_THREADS
-    from autorelay.codegen.nvptx.launch import launch_of, shared_bytes
-    from autorelay.tir.nodes import BLOCK_TAGS, THREAD_TAGS, walk_stmts
+@functools.cache
+def _default_gpu() -> Target:
+    """The limits a GPU kernel is described against when no target is given: the default arch's."""
+    return resolve_cuda(TargetSpec("cuda", options=(("device", "emulated"),)))
 
+
+def gpu_features(func: PrimFunc, target: Target | None = None,
+                 registers: Sequence[int] | None = None) -> list[float]:
+    """The GPU block of the vector (see the module docstring), `GPU` long, for the kernel's largest
+    launch; zeros when no loop is bound to a block or thread index:
+
+    0 log threads per block, 1 log blocks, 2 warps a multiple of 4, 3 log shared bytes, 4 log
+    private bytes per thread, 5 occupancy from threads and shared memory, 6 launches,
+    7 registers known (1) or not (0), 8 log registers of that kernel, 9 log the most registers of
+    any kernel, 10 occupancy with registers counted (8-10 are 0 when registers are unknown)."""
     tags = BLOCK_TAGS + THREAD_TAGS
-    segs = [s for s in (func.body.stmts if isinstance(func.body, Seq) else (func.body,))
-            if any(isinstance(t, For) and t.kind in tags for t in walk_stmts(s))]
-    if not segs:
+    segs = list(func.body.stmts) if isinstance(func.body, Seq) else [func.body]
+    bound = [k for k, s in enumerate(segs)
+             if any(isinstance(t, For) and t.kind in tags for t in walk_stmts(s))]
+    if not bound:
         return [0.0] * GPU
+    target = target if target is not None and target.kind == "cuda" else _default_gpu()
     try:
-        launches = [(launch_of(s), s) for s in segs]
-    except Exception:  # an illegal launch: the builder reports it; describe it as nothing
+        launches = {k: launch_of(segs[k], target) for k in bound}
+    except ScheduleError:  # an illegal launch: the builder reports it; describe it as nothing
         return [0.0] * GPU
-    launch, seg = max(launches, key=lambda ls: ls[0].threads * ls[0].grid[0] * ls[0].grid[1] * ls[0].grid[2])
-    threads = launch.threads
-    blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
-    smem = shared_bytes(seg)
+    hot = max(bound, key=lambda k: launches[k].threads * math.prod(launches[k].grid))
+    launch, seg = launches[hot], segs[hot]
+    threads, smem = launch.threads, shared_bytes(seg)
     private = sum(t.buffer.size * _DTYPE_BYTES.get(t.buffer.dtype, 4) for t in walk_stmts(seg)
                   if isinstance(t, Allocate) and t.buffer.scope == "local")
-    warps = -(-threads // 32)
-    resident = min(SM_BLOCKS, SM_THREADS // (warps * 32), SM_SHARED // smem if smem else SM_BLOCKS)
-    occupancy = resident * warps * 32 / SM_THREADS
-    return [_lg(threads), _lg(blocks), float(warps % 4 == 0), _lg(smem), _lg(private), occupancy,
-            float(len(segs))]
+    warps = -(-threads // target.warp_size)
+    feats = [_lg(threads), _lg(math.prod(launch.grid)), float(warps % 4 == 0), _lg(smem), _lg(private),
+             occupancy(target, threads, smem), float(len(bound))]
+    if registers is None or len(registers) != len(segs) or not registers[hot]:
+        return feats + [0.0, 0.0, 0.0, 0.0]
+    regs = registers[hot]
+    return feats + [1.0, _lg(regs), _lg(max(registers)), occupancy(target, threads, smem, regs)]
+
+
+def ptxas_registers(code: KernelCode) -> list[int] | None:
+    """Registers per thread of each segment of a cuda kernel, as `ptxas -v` reports them for the
+    target's arch; None for other targets, or where ptxas is absent or fails (the builder then
+    reports the failure; the features just say 'unknown')."""
+    if code.target.kind != "cuda" or ptxas_path() is None:
+        return None
+    try:
+        report = run_ptxas(code.code.ptx, code.target.arch)  # type: ignore[attr-defined]
+    except (PTXError, OSError, subprocess.SubprocessError):
+        return None
+    return [report.kernels.get(name, {}).get("registers", 0) for name, _ in code.code.segments]
+
+
+def code_features(code: KernelCode, config: Config | None = None) -> tuple[float, ...]:
+    """`extract` for a compiled candidate: its loop IR, its target, and for cuda its registers."""
+    return extract(code.func, config, code.target, ptxas_registers(code))
 
 
 def _allocs(s: Stmt) -> list:
-    from autorelay.tir.nodes import walk_stmts
-
     return [n.buffer for n in walk_stmts(s) if isinstance(n, Allocate)]

@@ -35,6 +35,7 @@ class Stage:
     attach: tuple[str, Var] | None = None
     inline: bool = False
     cross_threads: int = 0  # > 0: a block of this many threads per output element (CrossThreadReduce)
+    cross_warp: int = 0  # > 0: the target's warp size; shuffles within warps (see cross_thread)
 
     def leaf(self, name: str) -> Var:
         for v in self.leaves:
@@ -249,7 +250,11 @@ def _cross_thread(st: Stage, step: S.CrossThreadReduce) -> None:
     if t < 32 or t > 1024 or t & (t - 1):
         raise ScheduleError(f"CrossThreadReduce {st.name}: threads must be a power of two in 32..1024, "
                             f"got {t}")
-    st.cross_threads = t
+    w = int(step.warp)
+    if w < 0 or w & (w - 1) or w == 1:
+        raise ScheduleError(f"CrossThreadReduce {st.name}: warp must be 0 (no shuffles) or a power of two "
+                            f">= 2 (the target's warp size), got {w}")
+    st.cross_threads, st.cross_warp = t, w
 
 
 def _cache_read(state: State, step: S.CacheRead) -> None:

@@ -163,10 +163,13 @@ class CrossThreadReduce:
     in shared memory by a tree between barriers, and thread 0 stores the result. The stage keeps
     its root loops (no other step on it); its output elements are spread over blockIdx.x. For
     long reductions with few outputs, where one thread per output leaves most of a GPU idle.
-    See `autorelay.schedule.cross_thread`."""
+    `warp` > 0 (the target's warp size, which templates fill in) combines within each warp of
+    that many lanes by warp shuffles instead, with shared memory only for the per-warp partials;
+    0 keeps the shared-memory tree throughout. See `autorelay.schedule.cross_thread`."""
 
     stage: str
     threads: int
+    warp: int = 0
 
 
 @dataclass(frozen=True)

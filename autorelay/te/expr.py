@@ -170,7 +170,8 @@ BF16_FUNCS = {"bf16_to_f32": ("uint16", "float32"), "f32_to_bf16": ("float32", "
 
 @dataclass(frozen=True, slots=True)
 class Call(Expr):
-    """A pure math function (see MATH_FUNCS) or a bfloat16 conversion (see BF16_FUNCS)."""
+    """A pure math function (see MATH_FUNCS), a bfloat16 conversion (see BF16_FUNCS), or in loop IR
+    the GPU's warp shuffle (`autorelay.tir.nodes.SHFL_DOWN`, which is not pure)."""
 
     name: str
     args: tuple[Expr, ...]

@@ -1,7 +1,8 @@
 """Loop IR statements: the imperative program a schedule lowers a compute to.
 
 Expressions are shared with the compute DSL (`autorelay.te.expr`); memory is accessed through
-`Load(buffer, flat_index)` / `Store`; `Barrier` synchronises a GPU block. Loops start at 0 and
+`Load(buffer, flat_index)` / `Store`; `Barrier` synchronises a GPU block and `shfl_down` (an
+intrinsic call, below) exchanges a value between the lanes of a warp. Loops start at 0 and
 carry a kind that code generation honours: serial, parallel (outlined to the thread pool),
 vectorized (explicit vector ops), unrolled (the body is replicated with the variable replaced by
 each constant), a dot (a reduction loop directly around a vectorized one, computed by an integer
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autorelay.te.expr import Expr, Var
+from autorelay.te.expr import Call, Const, Expr, Var, walk
 
 # GPU loops: a loop bound to a block or thread index is not a loop in the kernel; its variable is
 # that index (the launch's extent for the tag is the largest extent bound to it; smaller loops
@@ -92,6 +93,29 @@ class If(Stmt):
 class Barrier(Stmt):
     """Every thread of a GPU block waits here until all have arrived (`__syncthreads`); emitted
     around shared-memory copies. Only GPU code generation and its CPU emulation accept it."""
+
+
+# The warp shuffle `shfl.sync.down` with a full mask, as an intrinsic call: in a warp of `width`
+# lanes, lane l gets the `value` lane l + offset computed (its own when l + offset >= width). It is
+# not a pure function: it is convergent (every lane of the warp must execute it together, so the
+# launch check refuses it under a condition on the thread index and the emitter never duplicates
+# it into branches) and it is legal only inside the value of a `Store`, where the CPU emulation
+# (`codegen.nvptx.emulate`) turns it into an exchange between the lanes of a warp.
+SHFL_DOWN = "warp_shfl_down"
+
+
+def shfl_down(value: Expr, offset: int, width: int) -> Call:
+    return Call(SHFL_DOWN, (value, Const(offset, "int32"), Const(width, "int32")), value.dtype)
+
+
+def shuffles(e: Expr) -> list[Call]:
+    """The warp shuffles in an expression (outermost first)."""
+    return [n for n in walk(e) if isinstance(n, Call) and n.name == SHFL_DOWN]
+
+
+def has_sync(s: Stmt) -> bool:
+    """Whether `s` holds a barrier or a warp shuffle: code that threads must reach together."""
+    return any(isinstance(t, Barrier) or (isinstance(t, Store) and shuffles(t.value)) for t in walk_stmts(s))
 
 
 @dataclass(frozen=True, eq=False)

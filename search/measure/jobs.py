@@ -21,7 +21,7 @@ import numpy as np
 from autorelay.errors import ScheduleError
 from autorelay.kernel import BoundKernel, Kernel, KernelCode, emit_kernel, load_kernel
 from autorelay.schedule.space import Config
-from search.features import extract
+from search.features import code_features
 from search.measure.result import BuildResult, ErrorKind, MeasureResult
 from search.task import Task
 
@@ -74,12 +74,12 @@ def build_job(task: Task, config: Config, cache_dir: str, hook: FaultHook | None
     try:
         if hook is not None:
             hook("build", config, ())
-        kernel, code = compile_candidate(task, config, cache_dir)
+        _, code = compile_candidate(task, config, cache_dir)
     except ScheduleError as e:
         return BuildResult(ErrorKind.ILLEGAL_SCHEDULE, str(e), time.perf_counter() - t0)
     except Exception as e:  # anything else while lowering/compiling is a compile error
         return BuildResult(ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
-    feats = extract(kernel.func, config)
+    feats = code_features(code, config)  # for cuda: with the registers ptxas reports for its PTX
     return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, code)
 
 

@@ -21,13 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.codegen.nvptx.ptx import PTXError
 from autorelay.errors import ScheduleError
+from autorelay.kernel import emit_kernel
 from autorelay.schedule.apply import apply
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from search import space_ops
 from search.cost_model import XGBoostCostModel
-from search.features import LENGTH, extract, knob_features
+from search.features import LENGTH, code_features, extract, knob_features
 from search.measure.result import MeasureResult
 from search.measure.workers import WorkerPool
 from search.task import Task
@@ -38,16 +40,27 @@ log = logging.getLogger(__name__)
 
 def lower_features(task: Task, config: Config) -> tuple[float, ...] | None:
     """Features of one config of `task`, or None when its schedule is illegal. A task that is not a
-    loop-IR kernel (the accelerator's, `search.vta_tuning`) describes its configs itself."""
+    loop-IR kernel (the accelerator's, `search.vta_tuning`) describes its configs itself.
+
+    A cuda config is compiled to PTX here, not only lowered, so that its features carry the
+    registers ptxas reports, as those of the measured configs (from the builder) do: a model that
+    learnt from known registers must rank candidates whose registers are known too. Where the PTX
+    cannot be made, the lowered loop IR is described with the registers unknown."""
     own = getattr(task, "features_of", None)
     if own is not None:
         return own(config)
     tmpl = template_for(task.cdef, task.template)
     try:
-        func, _ = apply(task.cdef, tmpl.steps(task.cdef, config, task.target))
+        steps = tmpl.steps(task.cdef, config, task.target)
+        if task.target.kind == "cuda":
+            try:
+                return code_features(emit_kernel(task.cdef, steps, task.target), config)
+            except PTXError:
+                pass
+        func, _ = apply(task.cdef, steps)
     except (ScheduleError, KeyError, ValueError, TypeError):
         return None
-    return extract(func, config)
+    return extract(func, config, task.target)
 
 
 class Featurizer:

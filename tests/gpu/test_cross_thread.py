@@ -26,8 +26,12 @@ from autorelay.tir.nodes import Barrier, Seq, walk_stmts
 def test_long_reductions_with_few_outputs_reduce_across_threads_by_default(case):
     cdef, _ = CASES[case]()
     code = emit_kernel(cdef, None, TARGET)
-    assert any(isinstance(s, S.CrossThreadReduce) for s in code.steps)
-    assert "bar.sync" in code.code.ptx and ".shared" in code.code.ptx
+    xred = [s for s in code.steps if isinstance(s, S.CrossThreadReduce)]
+    assert xred and all(s.warp == TARGET.warp_size for s in xred)
+    assert "shfl.sync.down.b32" in code.code.ptx
+    # a block of one warp needs neither shared memory nor a barrier
+    if any(s.threads > TARGET.warp_size for s in xred):
+        assert "bar.sync" in code.code.ptx and ".shared" in code.code.ptx
 
 
 @pytest.mark.parametrize("rt", [0, 32, 64, 128, 256, 512, 1024])
@@ -51,13 +55,21 @@ def _drop_barrier(s, which: int):
     return dataclasses.replace(s, body=_drop_barrier(s.body, which))
 
 
+def _shared_tree_steps(cdef, rt: int, threads: int = 128):
+    """The template's steps with the shuffles off (`warp=0`): the shared-memory tree throughout."""
+    cfg = Config("cuda_reduction", (("threads", threads), ("reduce_threads", rt)))
+    steps = template_for(cdef, target=TARGET).steps(cdef, cfg, TARGET)
+    return [dataclasses.replace(s, warp=0) if isinstance(s, S.CrossThreadReduce) else s for s in steps]
+
+
 @pytest.mark.parametrize("which", ["all", 0, -1])
 def test_the_tree_reduction_needs_its_barriers(which):
     """Without the barrier after the fold (or before the last round, or all of them), threads
     combine partials other threads have not written yet: the emulation must be wrong. (Dropped
     from the sum-of-exp kernel: softmax's result does not depend on the max it subtracts.)"""
     cdef, ref = CASES["softmax_1000"]()
-    code = emit_kernel(cdef, Config("cuda_reduction", (("threads", 128), ("reduce_threads", 64))), TARGET)
+    code = emit_kernel(cdef, _shared_tree_steps(cdef, 64), TARGET)
+    assert "shfl" not in code.code.ptx
     segs = code.func.body.stmts
     assert sum(isinstance(t, Barrier) for t in walk_stmts(segs[1])) == 6  # after the fold + 5 rounds
     _check(code, cdef, ref)

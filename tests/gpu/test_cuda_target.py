@@ -17,9 +17,23 @@ def test_cuda_target_resolves_with_the_arch_defaults():
     assert t.kind == "cuda" and t.arch == "sm_90" and t.cpu == "sm_90"
     assert (t.max_threads_per_block, t.max_shared_memory_per_block, t.warp_size, t.registers_per_block) \
         == (1024, 48 * 1024, 32, 65536)
-    assert str(t).startswith("cuda -arch=sm_90 -max_shared_memory_per_block=49152")
+    assert str(t).startswith("cuda -arch=sm_90 -max_blocks_per_multiprocessor=32 ")
+    assert "-max_shared_memory_per_block=49152" in str(t)
     assert resolve_target(str(t)) == t  # the printed form is the tuning-log key and round-trips
     assert t.threads == 1 and backend_for(t).kind == "cuda"
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is present: its limits come from the driver")
+@pytest.mark.parametrize("arch, per_sm", [("sm_80", (2048, 32, 164 * 1024, 65536, 1024)),
+                                          ("sm_90", (2048, 32, 228 * 1024, 65536, 1024)),
+                                          ("sm_75", (1024, 16, 64 * 1024, 65536, 0))])
+def test_cuda_targets_carry_the_multiprocessor_limits(arch, per_sm):
+    """What occupancy is computed from (CUDA C Programming Guide, per compute capability)."""
+    t = resolve_target(f"cuda -arch={arch}")
+    names = ("max_threads_per_multiprocessor", "max_blocks_per_multiprocessor",
+             "max_shared_memory_per_multiprocessor", "registers_per_multiprocessor",
+             "reserved_shared_memory_per_block")
+    assert tuple(t.limit(n) for n in names) == per_sm
 
 
 def test_explicit_limits_override_and_change_the_key():

@@ -25,6 +25,11 @@ ATTR = {
     "warp_size": 10,
     "registers_per_block": 12,
     "multiprocessor_count": 16,
+    "max_threads_per_multiprocessor": 39,
+    "max_shared_memory_per_multiprocessor": 81,
+    "registers_per_multiprocessor": 82,
+    "max_blocks_per_multiprocessor": 106,
+    "reserved_shared_memory_per_block": 111,
     "compute_capability_major": 75,
     "compute_capability_minor": 76,
 }

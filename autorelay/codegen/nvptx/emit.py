@@ -10,6 +10,10 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
 * loops bound to `blockIdx.*`/`threadIdx.*` are not loops: the variable is the index read from
   `llvm.nvvm.read.ptx.sreg.{ctaid,tid}.*`, guarded when the loop is shorter than the launch;
 * a `shared` allocation is a module-level `addrspace(3)` array, a `Barrier` is `bar.sync 0`;
+* a warp shuffle (`tir.nodes.shfl_down`) is `llvm.nvvm.shfl.sync.down.{f32,i32}` with a full mask
+  (`shfl.sync.down.b32`): 32-bit values directly, narrower ones widened to i32, 64-bit ones as two
+  32-bit shuffles of their halves; code holding one, like code holding a barrier, is never
+  duplicated into branches that threads may take apart;
 * math calls go to libdevice (`__nv_expf`, …), which `ptx.py` links in: LLVM's `llvm.exp.*`
   has no NVPTX lowering.
 """
@@ -25,6 +29,7 @@ from autorelay.target import Target
 from autorelay.te.expr import BF16_FUNCS, Call, Cmp, Const
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
+    SHFL_DOWN,
     THREAD_TAGS,
     Allocate,
     Barrier,
@@ -33,7 +38,7 @@ from autorelay.tir.nodes import (
     If,
     PrimFunc,
     Stmt,
-    walk_stmts,
+    has_sync,
 )
 
 # loop-IR math function -> libdevice name (float32; float64 drops the trailing "f")
@@ -44,6 +49,8 @@ LIBDEVICE = {
     "tan": "__nv_tanf", "atan": "__nv_atanf",
 }
 _SREG = {"blockIdx": "ctaid", "threadIdx": "tid"}
+_BITS = {"float": 32, "double": 64, "half": 16, "bfloat": 16, "i64": 64, "i32": 32, "i16": 16, "i8": 8,
+         "i1": 1}
 _BARRIER = "@llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0: __syncthreads()
 
 
@@ -87,10 +94,10 @@ class KernelEmitter(SegmentEmitter):
 
     # code holding a barrier must not be duplicated into branches that threads may take apart
     def _unswitch(self, s: For) -> bool:
-        return not _has_barrier(s) and super()._unswitch(s)
+        return not has_sync(s) and super()._unswitch(s)
 
     def _hoist_guards(self, body: Stmt) -> bool:
-        return not _has_barrier(body) and super()._hoist_guards(body)
+        return not has_sync(body) and super()._hoist_guards(body)
 
     def _bound(self, s: For) -> None:
         """A loop bound to a block/thread index: its variable is the index."""
@@ -112,6 +119,8 @@ class KernelEmitter(SegmentEmitter):
     def call(self, e: Call) -> Val:
         """Math through libdevice, lane by lane in a vector context; bfloat16 conversions as the
         CPU backend's integer arithmetic on the bits (target-independent IR, no library)."""
+        if e.name == SHFL_DOWN:
+            return self._shfl_down(e)
         args = [self.sub(a) for a in e.args]
         lanes = max(a.lanes for a in args)
         st = llvm_type(e.dtype)
@@ -129,6 +138,40 @@ class KernelEmitter(SegmentEmitter):
             return self.op(f"call {st} @{fn}({', '.join(f'{st} {x.ref}' for x in xs)})", e.dtype)
 
         return self._lanes(one, args, e.dtype, lanes)
+
+    def _shfl_down(self, e: Call) -> Val:
+        """`shfl.sync.down` with a full mask over a warp of `width` lanes, for any scalar dtype."""
+        v = self.sub(e.args[0])
+        if v.lanes:
+            raise ScheduleError("nvptx codegen: a warp shuffle of a vector value")
+        offset, width = (int(a.value) for a in e.args[1:] if isinstance(a, Const))
+        clamp = ((32 - width) << 8) | 0x1F  # the segment mask and the last lane of the segment
+        st = llvm_type(e.dtype)
+        bits = _BITS[st]
+
+        def shfl32(ref: str, ty: str) -> str:
+            fn = f"@llvm.nvvm.shfl.sync.down.{ty}"
+            lt = "float" if ty == "f32" else "i32"
+            self.declared.add(f"declare {lt} {fn}(i32, {lt}, i32, i32)")
+            return self.op(f"call {lt} {fn}(i32 -1, {lt} {ref}, i32 {offset}, i32 {clamp})", e.dtype).ref
+
+        if st in ("float", "i32"):
+            return Val(shfl32(v.ref, "f32" if st == "float" else "i32"), e.dtype)
+        word = v.ref if st == f"i{bits}" else self.op(f"bitcast {st} {v.ref} to i{bits}", e.dtype).ref
+        if bits == 64:
+            halves = self.op(f"bitcast i64 {word} to <2 x i32>", e.dtype).ref
+            out = "poison"
+            for h in range(2):
+                part = self.op(f"extractelement <2 x i32> {halves}, i32 {h}", e.dtype).ref
+                moved = shfl32(part, "i32")
+                out = self.op(f"insertelement <2 x i32> {out}, i32 {moved}, i32 {h}", e.dtype).ref
+            word = self.op(f"bitcast <2 x i32> {out} to i64", e.dtype).ref
+        else:  # narrower than 32 bits: widen, shuffle, narrow
+            wide = self.op(f"zext i{bits} {word} to i32", e.dtype).ref
+            word = self.op(f"trunc i32 {shfl32(wide, 'i32')} to i{bits}", e.dtype).ref
+        if st == f"i{bits}":
+            return Val(word, e.dtype)
+        return Val(self.op(f"bitcast i{bits} {word} to {st}", e.dtype).ref, e.dtype)
 
     def _sigmoid(self, x: Val, dtype: str) -> Val:
         st, one = llvm_type(dtype), float_hex(1.0, dtype)
@@ -151,10 +194,6 @@ class KernelEmitter(SegmentEmitter):
             y = fn(xs)
             vec = self.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", dtype, lanes).ref
         return Val(vec, dtype, lanes)
-
-
-def _has_barrier(s: Stmt) -> bool:
-    return any(isinstance(t, Barrier) for t in walk_stmts(s))
 
 
 def emit_nvptx_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, Launch]]]:

@@ -16,9 +16,19 @@ the loops around a barrier run once (every thread runs them alike), a shared buf
 block, and a thread's private buffer that lives across a barrier gets one copy per thread. Without
 a barrier between a shared-memory copy and its use, threads read parts not yet copied and the
 emulation is wrong, as the GPU would be.
+
+A warp shuffle (`tir.nodes.shfl_down`) reads a register of another lane, so between barriers a
+part holding shuffles runs warp by warp (lanes in order or reversed, warps too), and within a
+warp a shuffle splits the lanes' program into phases as a barrier splits the block's: every lane
+first writes the shuffled value to its slot of a per-warp exchange buffer, then every lane reads
+its partner's slot (lane + offset, its own past the warp's end). A wrong offset or a missing
+shuffle reads the wrong value; since only the warp synchronises there, a read of shared memory
+that another warp writes still needs a barrier to come out right in both orders.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,7 +37,7 @@ from autorelay.codegen.llvm.host import host_target
 from autorelay.codegen.nvptx.launch import launch_of, peel_blocks
 from autorelay.errors import ScheduleError
 from autorelay.kernel import KernelCode, load_kernel
-from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Var, free_vars, transform
+from autorelay.te.expr import Bin, Call, Cmp, Const, Expr, Load, Var, free_vars, transform
 from autorelay.tir.nodes import (
     THREAD_TAGS,
     Allocate,
@@ -40,6 +50,7 @@ from autorelay.tir.nodes import (
     Stmt,
     Store,
     seq,
+    shuffles,
     walk_stmts,
 )
 from autorelay.tir.printer import structural_hash
@@ -80,50 +91,139 @@ def _all_threads(s: Stmt, tids: dict[str, Var], block: dict[str, int], reverse: 
     return s
 
 
-def _has_barrier(s: Stmt) -> bool:
-    return any(isinstance(t, Barrier) for t in walk_stmts(s))
+def _is_barrier(s: Stmt) -> bool:
+    return isinstance(s, Barrier)
 
 
-def _phases(s: Stmt, tids: dict[str, Var], block: dict[str, int], reverse: bool) -> Stmt:
-    """The per-thread program `s` for all threads: barrier-free parts run thread by thread; a
-    barrier ends one phase (every thread's part) before the next begins."""
-    if not _has_barrier(s):
-        return _all_threads(s, tids, block, reverse)
-    if isinstance(s, Barrier):
-        return Seq(())
-    if isinstance(s, Seq):
-        out: list[Stmt] = []
-        run: list[Stmt] = []
-        for t in [*s.stmts, None]:
-            if t is None or _has_barrier(t):
-                if run:
-                    out.append(_all_threads(seq(run), tids, block, reverse))
-                    run = []
-                if t is not None:
-                    out.append(_phases(t, tids, block, reverse))
-            else:
-                run.append(t)
-        return seq(out)
-    if isinstance(s, For):  # a loop every thread runs alike (its bounds do not depend on the thread)
-        kind = s.kind if s.kind in ("serial", "unrolled") else "serial"
-        return For(s.var, s.extent, _phases(s.body, tids, block, reverse), kind)
-    if isinstance(s, If):
-        if free_vars(s.cond) & set(tids.values()):
-            raise ScheduleError("a barrier is under a condition on the thread index")
-        return If(s.cond, _phases(s.then, tids, block, reverse),
-                  None if s.orelse is None else _phases(s.orelse, tids, block, reverse))
-    if isinstance(s, Allocate) and s.buffer.scope != "shared":
-        # private memory live across a barrier: one copy per thread, indexed by the thread
-        b = s.buffer
-        n = block["threadIdx.x"] * block["threadIdx.y"] * block["threadIdx.z"]
-        mine = Buffer(f"{b.name}.threads", (n * b.size,), b.dtype, "local")
-        lin: Expr = tids["threadIdx.z"]
+def _is_shuffle(s: Stmt) -> bool:
+    return isinstance(s, Store) and bool(shuffles(s.value))
+
+
+def _holds(s: Stmt, is_sync: Callable[[Stmt], bool]) -> bool:
+    return any(is_sync(t) for t in walk_stmts(s))
+
+
+class _Block:
+    """The threads of one block as the emulation runs them (see the module docstring)."""
+
+    def __init__(self, tids: dict[str, Var], block: dict[str, int], reverse: bool) -> None:
+        self.tids, self.block, self.reverse = tids, block, reverse
+        self.n = block["threadIdx.x"] * block["threadIdx.y"] * block["threadIdx.z"]
+
+    def linear(self) -> Expr:
+        """The thread's linear index (x fastest: how a block's threads form warps)."""
+        lin: Expr = self.tids["threadIdx.z"]
         for tag in ("threadIdx.y", "threadIdx.x"):
-            lin = Bin("add", Bin("mul", lin, Const(block[tag], "int64"), "int64"), tids[tag], "int64")
-        offset = Bin("mul", lin, Const(b.size, "int64"), "int64")
-        return Allocate(mine, _phases(_rebuffer(s.body, b, mine, offset), tids, block, reverse))
-    assert isinstance(s, Allocate)
-    return Allocate(s.buffer, _phases(s.body, tids, block, reverse))
+            scaled = Bin("mul", lin, Const(self.block[tag], "int64"), "int64")
+            lin = Bin("add", scaled, self.tids[tag], "int64")
+        return lin
+
+    def phases(self, s: Stmt) -> Stmt:
+        """Block level: a barrier ends one phase (every thread's part) before the next begins."""
+        return self._split(s, _is_barrier, lambda _: Seq(()), self._run)
+
+    def _run(self, s: Stmt) -> Stmt:
+        return self._warps(s) if _holds(s, _is_shuffle) else _all_threads(s, self.tids, self.block,
+                                                                         self.reverse)
+
+    def _split(self, s: Stmt, is_sync: Callable[[Stmt], bool], at_sync: Callable[[Stmt], Stmt],
+               run: Callable[[Stmt], Stmt]) -> Stmt:
+        """`s` for all threads: sync-free parts by `run`, each sync point by `at_sync`, in order."""
+        if not _holds(s, is_sync):
+            return run(s)
+        if is_sync(s):
+            return at_sync(s)
+        if isinstance(s, Seq):
+            out: list[Stmt] = []
+            part: list[Stmt] = []
+            for t in [*s.stmts, None]:
+                if t is None or _holds(t, is_sync):
+                    if part:
+                        out.append(run(seq(part)))
+                        part = []
+                    if t is not None:
+                        out.append(self._split(t, is_sync, at_sync, run))
+                else:
+                    part.append(t)
+            return seq(out)
+        if isinstance(s, For):  # a loop every thread runs alike (its bounds do not depend on the thread)
+            kind = s.kind if s.kind in ("serial", "unrolled") else "serial"
+            return For(s.var, s.extent, self._split(s.body, is_sync, at_sync, run), kind)
+        if isinstance(s, If):
+            if free_vars(s.cond) & set(self.tids.values()):
+                raise ScheduleError("a barrier or warp shuffle is under a condition on the thread index")
+            return If(s.cond, self._split(s.then, is_sync, at_sync, run),
+                      None if s.orelse is None else self._split(s.orelse, is_sync, at_sync, run))
+        assert isinstance(s, Allocate)
+        if s.buffer.scope == "shared":
+            return Allocate(s.buffer, self._split(s.body, is_sync, at_sync, run))
+        # private memory live across a sync point: one copy per thread, indexed by the thread
+        b = s.buffer
+        mine = Buffer(f"{b.name}.threads", (self.n * b.size,), b.dtype, "local")
+        offset = Bin("mul", self.linear(), Const(b.size, "int64"), "int64")
+        return Allocate(mine, self._split(_rebuffer(s.body, b, mine, offset), is_sync, at_sync, run))
+
+    def _warps(self, s: Stmt) -> Stmt:
+        """`s` (barrier-free, with shuffles) warp after warp; within a warp, a shuffle ends one
+        phase (every lane's part) before the next."""
+        widths = {int(c.args[2].value) for t in walk_stmts(s) if isinstance(t, Store)  # type: ignore[attr-defined]
+                  for c in shuffles(t.value)}
+        if len(widths) != 1:
+            raise ScheduleError(f"warp shuffles of different widths {sorted(widths)} in one kernel")
+        (width,) = widths
+        if self.n % width:
+            raise ScheduleError(f"a warp shuffle in a block of {self.n} threads, not a multiple of the "
+                                f"warp ({width} lanes)")
+        count = self.n // width
+        loop = Var("emu.warp")
+        warp: Expr = Bin("sub", Const(count - 1, "int64"), loop, "int64") if self.reverse else loop
+        body = self._split(s, _is_shuffle, lambda t: self._exchange(t, warp, width),
+                           lambda t: self._lanes(t, warp, width))
+        return For(loop, count, body)
+
+    def _lanes(self, s: Stmt, warp: Expr, width: int) -> Stmt:
+        """`s` (a per-thread program) run by the lanes of warp `warp`, one after another."""
+        loop = Var("emu.lane")
+        lane: Expr = Bin("sub", Const(width - 1, "int64"), loop, "int64") if self.reverse else loop
+        lin = Bin("add", Bin("mul", warp, Const(width, "int64"), "int64"), lane, "int64")
+        x, y = self.block["threadIdx.x"], self.block["threadIdx.y"]
+        at = {self.tids["threadIdx.x"]: Bin("mod", lin, Const(x, "int64"), "int64"),
+              self.tids["threadIdx.y"]: Bin("mod", Bin("floordiv", lin, Const(x, "int64"), "int64"),
+                                            Const(y, "int64"), "int64"),
+              self.tids["threadIdx.z"]: Bin("floordiv", lin, Const(x * y, "int64"), "int64")}
+        if x == self.n:
+            at = {self.tids["threadIdx.x"]: lin, self.tids["threadIdx.y"]: Const(0, "int64"),
+                  self.tids["threadIdx.z"]: Const(0, "int64")}
+        return For(loop, width, substitute_stmt(s, at))
+
+    def _exchange(self, s: Stmt, warp: Expr, width: int) -> Stmt:
+        """A store holding shuffles: every lane writes each shuffled value to its slot of an
+        exchange buffer; then every lane reads its partner's slot (lane + offset within the warp,
+        or its own past the end, as `shfl.sync.down` does) in place of the shuffle."""
+        assert isinstance(s, Store)
+        calls = list(dict.fromkeys(shuffles(s.value)))
+        if any(shuffles(a) for c in calls for a in c.args):
+            raise ScheduleError("a warp shuffle of a value that is itself shuffled")
+        lane = Bin("mod", self.linear(), Const(width, "int64"), "int64")
+        slots = {c: Buffer(f"emu.shfl{k}", (width,), c.dtype, "local") for k, c in enumerate(calls)}
+
+        def read(todo: list[Call], got: dict[Call, Expr]) -> Stmt:
+            """The store with each shuffle replaced by its partner's slot (an If per shuffle)."""
+            if not todo:
+                value = transform(s.value, lambda n: got.get(n) if isinstance(n, Call) else None)
+                return Store(s.buffer, s.index, value)
+            c, rest = todo[0], todo[1:]
+            there = Bin("add", lane, Const(int(c.args[1].value), "int64"), "int64")  # type: ignore[attr-defined]
+            return If(Cmp("lt", there, Const(width, "int64")),
+                      read(rest, {**got, c: Load(slots[c], there, c.dtype)}),
+                      read(rest, {**got, c: Load(slots[c], lane, c.dtype)}))
+
+        write = seq([Store(b, lane, c.args[0]) for c, b in slots.items()])
+        out: Stmt = Seq((self._lanes(write, warp, width),
+                         self._lanes(read(calls, {}), warp, width)))
+        for b in slots.values():
+            out = Allocate(b, out)
+        return out
 
 
 def _rebuffer(s: Stmt, old: Buffer, new: Buffer, offset: Expr) -> Stmt:
@@ -156,7 +256,7 @@ def emulate_segment(seg: Stmt, reverse: bool = False) -> Stmt:
     blocks, body = peel_blocks(seg)
     block = {tag: launch.extent(tag) for tag in THREAD_TAGS}
     tids = {tag: Var(f"emu.{tag}") for tag in THREAD_TAGS}
-    out = _phases(_per_thread(body, tids, block), tids, block, reverse)
+    out = _Block(tids, block, reverse).phases(_per_thread(body, tids, block))
     for loop in reversed(blocks):
         out = For(loop.var, loop.extent, out)
     return out

@@ -6,8 +6,9 @@ Loops bound to `threadIdx.*` may appear anywhere inside, several times (one nest
 to copy out) and even inside one bound to the same index (a shared-memory copy inside a thread's
 work: the same index again, the threads cooperating): the block's extent of each index is the
 largest extent bound to it, and a smaller loop is guarded. Code outside every thread loop runs in
-every thread of the block. A segment with no bound loops runs on one thread. A barrier must be
-reached by every thread: never under a guard or branch that depends on the thread index.
+every thread of the block. A segment with no bound loops runs on one thread. A barrier (and a warp
+shuffle, which every lane of a warp must reach) must be reached by every thread: never under a
+guard or branch that depends on the thread index.
 
 The emitter (`emit.py`) and the CPU emulation (`emulate.py`) both read this one description, so
 a schedule the emulation accepts is the schedule the GPU runs.
@@ -28,6 +29,8 @@ from autorelay.tir.nodes import (
     For,
     If,
     Stmt,
+    Store,
+    shuffles,
     stmt_children,
     walk_stmts,
 )
@@ -105,10 +108,14 @@ def _threads(s: Stmt, block: list[int]) -> None:
 
 
 def _check_barriers(s: Stmt, launch: Launch, tvars: frozenset[Var], divergent: bool) -> None:
-    """A barrier every thread reaches: none under a shortened thread loop or a thread-dependent If."""
+    """A barrier (or warp shuffle) every thread reaches: none under a shortened thread loop or a
+    thread-dependent If."""
     if isinstance(s, Barrier) and divergent:
         raise ScheduleError("a barrier (around a shared-memory copy) is under a condition on the thread "
                             "index; make the loops around it cover the whole block")
+    if isinstance(s, Store) and shuffles(s.value) and divergent:
+        raise ScheduleError("a warp shuffle is under a condition on the thread index: every lane of a "
+                            "warp must reach it (make the loops around it cover the whole block)")
     if isinstance(s, For) and s.kind in THREAD_TAGS:
         divergent = divergent or s.extent < launch.extent(s.kind)
         tvars = tvars | {s.var}

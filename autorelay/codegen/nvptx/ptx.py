@@ -8,6 +8,7 @@ toolkit in /usr/local/cuda; `toolkit_file` finds them (None when absent).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import subprocess
@@ -93,13 +94,59 @@ def compile_ptx(text: str, arch: str, kernels: list[str]) -> str:
 
 @dataclass(frozen=True)
 class PtxasReport:
-    """What `ptxas -v` says of each kernel: registers, spill stores/loads, shared memory bytes."""
+    """What `ptxas -v` says of each kernel (entry function): registers per thread, spill stores and
+    loads (bytes), static shared memory (bytes), stack frame (bytes), barriers."""
 
     kernels: dict[str, dict[str, int]]
 
+    def registers(self, kernel: str) -> int:
+        return self.kernels[kernel]["registers"]
+
+
+_FIELDS = ("registers", "spill_stores", "spill_loads", "shared", "stack", "barriers")
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = {"registers": re.compile(r"Used (\d+) registers"), "barriers": re.compile(r"used (\d+) barriers"),
+         "shared": re.compile(r"(\d+) bytes smem")}
+
+
+def parse_ptxas_verbose(text: str) -> dict[str, dict[str, int]]:
+    """Per kernel, the numbers of `ptxas -v` output (ptxas 11 and 12 spell them alike; 12 adds
+    "used N barriers", older ones leave it out: 0). Kernels come in any order, each introduced by
+    "Compiling entry function '<name>'"; its "Used ..." line follows. A "Function properties for
+    <f>" block of a called (non-entry) function is skipped, so its frame is not the kernel's."""
+    kernels: dict[str, dict[str, int]] = {}
+    entry = props = None
+    for line in text.splitlines():
+        if (m := _ENTRY.search(line)):
+            entry = props = m.group(1)
+            kernels[entry] = dict.fromkeys(_FIELDS, 0)
+        elif (m := _PROPS.search(line)):
+            props = m.group(1) if m.group(1) in kernels else None
+        elif (m := _FRAME.search(line)):
+            if props is not None:
+                k = kernels[props]
+                k["stack"], k["spill_stores"], k["spill_loads"] = (int(g) for g in m.groups())
+        elif entry is not None and "Used" in line:
+            for name, rx in _USED.items():
+                if (m := rx.search(line)):
+                    kernels[entry][name] = int(m.group(1))
+    return kernels
+
+
+# ptxas costs tens of milliseconds per kernel and the tuner asks about the same PTX more than once
+# (features of a config before and after it is built): its reports, keyed by the PTX's digest
+_REPORTS: dict[str, PtxasReport] = {}
+_REPORTS_MAX = 512
+
 
 def run_ptxas(ptx: str, arch: str) -> PtxasReport:
-    """Assemble `ptx` for `arch` with ptxas (PTXError with its messages if it fails)."""
+    """Assemble `ptx` for `arch` with ptxas (PTXError with its messages if it fails); each PTX text
+    and arch is assembled once per process."""
+    key = hashlib.sha256(f"{arch}\n{ptx}".encode()).hexdigest()
+    if key in _REPORTS:
+        return _REPORTS[key]
     exe = ptxas_path()
     if exe is None:
         raise PTXError("ptxas not found: pip install nvidia-cuda-nvcc-cu12")
@@ -111,19 +158,9 @@ def run_ptxas(ptx: str, arch: str) -> PtxasReport:
                              capture_output=True, text=True, timeout=120)
     if res.returncode != 0:
         raise PTXError(f"ptxas -arch={arch} failed:\n{res.stderr}")
-    kernels: dict[str, dict[str, int]] = {}
-    name = None
-    for line in res.stderr.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            name = m.group(1)
-            kernels[name] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared": 0}
-        elif name is not None:
-            k = kernels[name]
-            if (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)):
-                k["spill_stores"], k["spill_loads"] = int(m.group(1)), int(m.group(2))
-            if (m := re.search(r"Used (\d+) registers", line)):
-                k["registers"] = int(m.group(1))
-            if (m := re.search(r"(\d+) bytes smem", line)):
-                k["shared"] = int(m.group(1))
-    return PtxasReport(kernels)
+    # ptxas 12 writes -v to stderr; read stdout too, where other versions have written it
+    report = PtxasReport(parse_ptxas_verbose(res.stdout + "\n" + res.stderr))
+    if len(_REPORTS) >= _REPORTS_MAX:
+        _REPORTS.pop(next(iter(_REPORTS)))
+    _REPORTS[key] = report
+    return report

@@ -8,7 +8,8 @@ reduction stage is computed in one of two forms, chosen by the knob `reduce_thre
   (`threads` per block), each thread reducing its element alone. Best when there are enough
   outputs to fill the GPU and each reduction is short.
 * T in 32..1024 — cross-thread (`steps.CrossThreadReduce`): one block of T threads per output
-  element, each thread folding a strided slice, then a shared-memory tree between barriers (see
+  element, each thread folding a strided slice, then warp shuffles within each warp of the
+  target's warp size and one shared-memory exchange of the per-warp partials (see
   `autorelay.schedule.cross_thread`). Best for few outputs and long reductions: softmax over 1000
   classes at batch 1 (one thread walking 1000 elements twice), global average pooling, a sum over a
   long axis.
@@ -90,7 +91,7 @@ class CudaReductionTemplate(Template):
                 steps.append(S.ComputeInline(t.name))
                 continue
             if is_red and rt:
-                steps.append(S.CrossThreadReduce(t.name, rt))
+                steps.append(S.CrossThreadReduce(t.name, rt, target.warp_size))
                 continue
             axes = [a.name for a in t.op.axes]  # type: ignore[union-attr]
             if not axes:
