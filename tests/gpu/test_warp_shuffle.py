@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from gpu_cases import _reduce_case, _softmax_case, inputs
+from gpu_cases import _reduce_case, _softmax_case, inputs, without_barriers
 from test_gpu_emulate import TARGET, _check
 from test_nvptx_ptxas import needs_ptxas
 
@@ -115,10 +115,8 @@ def test_the_emulation_catches_a_wrong_shuffle(mutation, rt):
 def test_the_partials_still_need_their_barrier():
     """Shuffles synchronise a warp only: without the barrier, warps read partials other warps
     have not written, and the emulation (warps run one after another) must be wrong."""
-    from test_gpu_emulate import _without_barriers
-
     cdef, ref, code = _code("sum_999", 256)
-    racy = dataclasses.replace(code, func=code.func.with_body(_without_barriers(code.func.body)))
+    racy = dataclasses.replace(code, func=code.func.with_body(without_barriers(code.func.body)))
     assert _wrong(racy, cdef, ref)
 
 
