@@ -211,3 +211,46 @@ def test_transfers_are_checked_against_the_configs_own_template(dqn_cuda, tmp_pa
 class _NoLog:
     def schedule_source(self, target, validate=None):
         return None
+
+
+TINY_CONV = """#[version = "0.0.5"]
+def @main(%data: Tensor[(1, 4, 6, 6), float32], %w: Tensor[(8, 4, 3, 3), float32], %b: Tensor[(8), float32]) {
+  %0 = nn.conv2d(%data, %w, padding=[1, 1], channels=8, kernel_size=[3, 3]);
+  nn.relu(nn.bias_add(%0, %b))
+}"""
+
+
+def test_tuning_a_model_tunes_both_alternatives_into_one_key(tmp_path):
+    """`tune_model` on the emulated GPU (no GPU needed): both templates of the one conv get trials
+    under its key, each resumes only its own rows (a rerun measures nothing), and the build takes
+    the log's pick, whichever template it is."""
+    import numpy as np
+
+    import autorelay
+    from search import tune_model
+    from search.measure import TimingSettings
+    from search.models import Model
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((8, 4, 3, 3)).astype("float32"),
+              "b": rng.standard_normal(8).astype("float32")}
+    model = Model("tiny-conv", autorelay.parse(TINY_CONV), params,
+                  {"data": rng.standard_normal((1, 4, 6, 6)).astype("float32")})
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    fast = TimingSettings(number=1, repeat=2, min_repeat_ms=0.0, warmup=0, timeout=30.0)
+    kw = dict(trials=12, tuner="random", db=url, target=SM80 + " -device=emulated", pipeline="gpu",
+              timing=fast, round_trials=4, batch=4)
+    r = tune_model(model, **kw)
+    assert [row.task.template for row in r.rows] == [DIRECT, IGEMM]
+    assert len({row.task.key for row in r.rows}) == 1 and all(row.trials >= 4 for row in r.rows)
+    assert sum(row.trials for row in r.rows) == r.new_trials == 12
+    assert r.source_counts == {"tuned": 1} and r.max_abs_diff < 1e-4
+    with tuning_db.open(url) as db:
+        key = r.rows[0].task.key
+        search_rows = [x for x in db.history(key, r.target) if x.runner_version is None]
+        assert {x.config["template"] for x in search_rows} == {DIRECT, IGEMM} and len(search_rows) == 12
+        pick = db.pick(key, r.target).config
+    (row,) = [x for x in r.report.rows if x.workload_key == key]
+    assert (row.source, row.detail) == ("tuned", f"{pick['template']} {pick['knobs']}")
+    again = tune_model(model, **kw, compare=False)
+    assert again.new_trials == 0 and [row.trials for row in again.rows] == [row.trials for row in r.rows]
