@@ -248,10 +248,8 @@ class BoundSource:
             space = self.spaces.get((key, cfg.template))
             if space is not None:
                 space.index(cfg)
-            else:
+            else:  # also refuses a template that does not schedule this workload
                 cdef, target = self.computes[key]
-                if cfg.template not in template_choices(cdef, target):
-                    return False
                 check_in_space(cdef, cfg, target)
         except (KeyError, ValueError, TypeError, ScheduleError):
             return False

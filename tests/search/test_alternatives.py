@@ -15,11 +15,12 @@ import pytest
 
 import tuning_db
 from autorelay.codegen import resolve_target
+from autorelay.errors import ScheduleError
 from autorelay.frontend import zoo
 from autorelay.kernel import emit_kernel
 from autorelay.lower import lower, workload_key
 from autorelay.primitive import choose_schedule
-from autorelay.schedule.templates import template_choices
+from autorelay.schedule.templates import check_in_space, template_choices
 from search.extract import BoundSource, _primitive_calls, extract_all, optimize, workload_share
 from search.measure.result import MeasureResult
 from search.scheduler import TaskScheduler
@@ -202,10 +203,32 @@ def test_transfers_are_checked_against_the_configs_own_template(dqn_cuda, tmp_pa
     bad["knobs"]["shared_k"] = 3
     assert not src._fits(direct_b.key, bad)
     assert src._fits("not-a-kernel-of-this-model", dense.default.to_json())
+    transposed = _transposed_conv()
+    with pytest.raises(ScheduleError, match="does not schedule"):  # the build's own check says so too
+        check_in_space(direct_b.cdef, dense.default, direct_b.target)
+    assert template_choices(transposed, direct_b.target) == [DIRECT]  # igemm does not claim it
+    with pytest.raises(ScheduleError, match="does not schedule"):
+        check_in_space(transposed, igemm_b.default, direct_b.target)
     with tuning_db.open(f"sqlite:///{tmp_path / 'log.db'}") as db:
         db.record(igemm_a.key, str(igemm_a.target), shared.to_json(), [1e-4], workload=igemm_a.workload)
         got = BoundSource(db, direct_b.target, ex.tasks).lookup(direct_b.key, workload=direct_b.workload)
         assert (got.kind, got.config) == ("transferred", shared.to_json())
+
+
+def _transposed_conv():
+    """A conv2d_transpose compute: tagged `conv2d_nchw` like a conv, but no implicit GEMM."""
+    from autorelay.ir.types import TensorType
+    from autorelay.op.check import infer_op_type
+    from autorelay.op.conv_transpose import _conv2d_transpose_compute
+    from autorelay.op.registry import get
+    from autorelay.te import tensor as te
+
+    xs, ws = (1, 4, 5, 6), (4, 6, 3, 3)
+    kw = dict(strides=(2, 2), padding=(1, 1, 1, 1), kernel_layout="IOHW")
+    out_type = infer_op_type("nn.conv2d_transpose", [TensorType(xs), TensorType(ws)], **kw)
+    x, w = te.placeholder(xs, name="X"), te.placeholder(ws, name="W")
+    return te.make_def([x, w], _conv2d_transpose_compute([x, w], get("nn.conv2d_transpose").make_attrs(kw),
+                                                          out_type))
 
 
 class _NoLog:

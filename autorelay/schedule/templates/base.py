@@ -96,17 +96,18 @@ def tile_waste(size: int, tile: int) -> float:
 
 
 def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
-    """Raise ScheduleError unless `config` is a point of its template's space for this workload.
-    A logged config may predate a template change; templates read their knobs without
-    re-checking them, so a config from outside the space must be caught here."""
-    tmpl = template_for(cdef, config.template)
-    if tmpl.kind != target.kind or not tmpl.claims(cdef):
+    """Raise ScheduleError unless `config` is a point of its template's space for this workload,
+    and that template is one of those scheduling it on `target` (`template_choices`: any
+    alternative, not only the default). A logged config may predate a template change; templates
+    read their knobs without re-checking them, so a config from outside the space must be caught
+    here."""
+    if config.template not in template_choices(cdef, target):
         # a config of a template that does not schedule this compute here (another workload's
         # alternative, another kind's): its space may still parse the knobs, the steps would not fit
         raise ScheduleError(f"template {config.template} does not schedule {cdef.name} on a {target.kind} "
                             "target")
     try:
-        tmpl.space(cdef, target).index(config)
+        template_for(cdef, config.template).space(cdef, target).index(config)
     except (KeyError, ValueError, TypeError) as e:
         raise ScheduleError(f"config not in the {config.template} space of {cdef.name}: {e}") from None
 
