@@ -12,6 +12,14 @@ what the next build applies. `extract_prepared` reads a module `autorelay.transf
 already prepared, so a tuning run prepares its model once and builds from the same module.
 A kernel-level `search.task.kernel_task` names its
 workload by the compute alone; here the key is overridden with the build's.
+
+Alternatives: a workload that several templates schedule (`template_choices`: a conv2d on cuda as
+the direct `cuda_conv2d` and as the implicit GEMM `cuda_conv2d_igemm`) becomes one task per
+template, all under the workload's one key — the build looks configs up by key and applies the
+logged best whichever template it belongs to. Each alternative carries its workload's `count` and
+`flop_share` (what the kernel is in the model, whichever template runs it), so a sum over tasks
+must go over distinct keys (`workload_share`) and the task scheduler groups tasks by key: one
+workload's alternatives compete for that workload's share of the budget, never add to it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import numpy as np
 
 from autorelay.build_module import check_dataflow
 from autorelay.codegen import resolve_target
+from autorelay.errors import ScheduleError
 from autorelay.ir.expr import Call, Function, Op
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
@@ -32,7 +41,9 @@ from autorelay.lower import NoCompute, describe_workload, lower, workload_key
 from autorelay.primitive import kernel_name
 from autorelay.runtime.views import is_view_function
 from autorelay.schedule.space import Config
+from autorelay.schedule.templates import check_in_space, template_choices
 from autorelay.target import Target, TargetError
+from autorelay.te.tensor import ComputeDef
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 from search.task import Task, count_flops, kernel_task
@@ -45,7 +56,8 @@ UNTUNED_TEMPLATES = ("injective",)
 @dataclass(eq=False)
 class ModelTask(Task):
     """A kernel task that belongs to a model: how many times the kernel runs per inference and its
-    share of the model's FLOPs (occurrences included), plus the fused ops it computes."""
+    share of the model's FLOPs (occurrences included), plus the fused ops it computes. Alternative
+    templates of one workload are tasks with the same `key`, `count` and `flop_share`."""
 
     count: int = 1
     flop_share: float = 0.0
@@ -88,8 +100,10 @@ def _primitive_calls(mod: IRModule) -> list[Function]:
             if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive]
 
 
-def _model_task(fn: Function, key: str, count: int, target: Target, name: str) -> ModelTask | str:
-    """The task for one distinct primitive function, or the reason it has none."""
+def _model_tasks(fn: Function, key: str, count: int, target: Target, name: str) -> list[ModelTask] | str:
+    """The tasks for one distinct primitive function, one per template that schedules it (named
+    `name`, suffixed `@template` where there are several), or the reason it has none: the reason
+    of the first template (the build's default), as when only that one was tried."""
     if is_view_function(fn):
         return "a view of its input (reshape-like): the executor runs no kernel for it"
     try:
@@ -100,8 +114,29 @@ def _model_task(fn: Function, key: str, count: int, target: Target, name: str) -
     if len(cdef.outputs) != 1:
         return f"{len(cdef.outputs)} outputs: the build schedules each separately"
     try:
-        base = kernel_task(cdef, target, name=name)
-    except Exception as e:  # no template / space for this compute: the build uses its default
+        choices = template_choices(cdef, target)
+    except Exception as e:  # no template claims this compute: the build uses its default steps
+        return f"no schedule space ({type(e).__name__}: {e})"
+    tasks: list[ModelTask] = []
+    first_reason = ""
+    for template in choices:
+        got = _template_task(cdef, fn, key, count, target, name, template)
+        if isinstance(got, str):
+            first_reason = first_reason or got
+        else:
+            tasks.append(got)
+    if len(tasks) > 1:
+        for t in tasks:
+            t.name = f"{name}@{t.template}"
+    return tasks or first_reason
+
+
+def _template_task(cdef: ComputeDef, fn: Function, key: str, count: int, target: Target, name: str,
+                   template: str) -> ModelTask | str:
+    """The task of `cdef` under one template, or why that template is not tuned for it."""
+    try:
+        base = kernel_task(cdef, target, name=name, template=template)
+    except Exception as e:  # no space for this compute: the build uses its default
         return f"no schedule space ({type(e).__name__}: {e})"
     if base.template in UNTUNED_TEMPLATES:
         return f"template {base.template!r} is not tuned (memory-bound copy)"
@@ -112,6 +147,11 @@ def _model_task(fn: Function, key: str, count: int, target: Target, name: str) -
     fields.update(key=key, workload=describe_workload(fn))
     ops = tuple(n.op.name for n in post_order(fn.body) if isinstance(n, Call) and isinstance(n.op, Op))
     return ModelTask(**fields, count=count, ops=ops)
+
+
+def workload_share(tasks: list[ModelTask]) -> float:
+    """The model's FLOP share the tasks cover, each workload once (its alternatives share it)."""
+    return sum({t.key: t.flop_share for t in tasks}.values())
 
 
 @deep
@@ -144,10 +184,11 @@ def extract_prepared(fused: IRModule, target: Target) -> Extraction:
     tasks: list[ModelTask] = []
     skipped: list[Skipped] = []
     flops: dict[str, float] = {}
+    tuned = 0  # workloads with tasks: the `t<n>` of their names
     for key in order:
         fn = first[key]
-        name = f"t{len(tasks)}.{kernel_name(fn)}"
-        got = _model_task(fn, key, counts[key], target, name)
+        name = f"t{tuned}.{kernel_name(fn)}"
+        got = _model_tasks(fn, key, counts[key], target, name)
         if isinstance(got, str):
             skipped.append(Skipped(kernel_name(fn), key, counts[key], got))
             try:
@@ -155,8 +196,9 @@ def extract_prepared(fused: IRModule, target: Target) -> Extraction:
             except NoCompute:
                 flops[key] = 0.0
         else:
-            tasks.append(got)
-            flops[key] = got.flops
+            tuned += 1
+            tasks.extend(got)
+            flops[key] = got[0].flops
     total = sum(flops[k] * counts[k] for k in order)
     for t in tasks:
         t.flop_share = t.total_flops / total if total > 0 else 0.0
@@ -182,25 +224,34 @@ def extract_tasks(
 class BoundSource:
     """The tuning log's schedule source as `autorelay.build` consults it for one model, with a check
     on transfers: given the model's `tasks`, a config transferred from a neighbouring workload must
-    be a point of this workload's space — same template, same knobs, values it offers (a depthwise
-    and a dense conv share the family `nn.conv2d` but not a schedule; a channel block of 64 means
-    nothing to a 32-channel conv); otherwise the next-nearest donor is tried. Lookups go to the
-    log under the target the build asks about (`tuning_db.source.ScheduleSource`).
+    be a point of this workload's space under the config's own template — a template that
+    schedules this workload (a depthwise and a dense conv share the family `nn.conv2d` but not a
+    schedule), same knobs, values its space offers here (a channel block of 64 means nothing to a
+    32-channel conv); otherwise the next-nearest donor is tried. A workload with alternative
+    templates accepts a donor config of any of them. Lookups go to the log under the target the
+    build asks about (`tuning_db.source.ScheduleSource`).
     """
 
     def __init__(self, db: Any, target: str | Target, tasks: list[ModelTask] | None = None) -> None:
         self.db = db
-        self.spaces = {t.key: t.space for t in tasks or []}
+        self.spaces = {(t.key, t.template): t.space for t in tasks or []}
+        # a template with no task here (one config for this shape) is checked on the compute itself
+        self.computes = {t.key: (t.cdef, t.target) for t in tasks or []}
         self.source = db.schedule_source(str(target), validate=self._fits)
 
     def _fits(self, key: str, config: dict[str, Any]) -> bool:
-        """Whether a donor's config is a point of this workload's space."""
-        space = self.spaces.get(key)
-        if space is None:
-            return True
+        """Whether a donor's config is a point of this workload's space under its own template."""
+        if key not in self.computes:
+            return True  # not a kernel of this model: nothing to check against
         try:
-            space.index(Config.from_json(config))
-        except (KeyError, ValueError, TypeError):
+            cfg = Config.from_json(config)
+            space = self.spaces.get((key, cfg.template))
+            if space is not None:
+                space.index(cfg)
+            else:  # also refuses a template that does not schedule this workload
+                cdef, target = self.computes[key]
+                check_in_space(cdef, cfg, target)
+        except (KeyError, ValueError, TypeError, ScheduleError):
             return False
         return True
 
@@ -220,4 +271,4 @@ class BoundSource:
 
 
 __all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "extract_all", "extract_prepared",
-           "extract_tasks", "optimize"]
+           "extract_tasks", "optimize", "workload_share"]

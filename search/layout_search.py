@@ -40,8 +40,8 @@ from search.pipeline_choice import PLAN, candidates, prepare_plan
 
 
 def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[PreparedModel, Extraction]:
-    """The default pipeline's prepared model and the union (by workload key) of the tasks of every
-    per-model pipeline and every uniform plan: what a layer may run as under any plan."""
+    """The default pipeline's prepared model and the union (by workload key and template) of the
+    tasks of every per-model pipeline and every uniform plan: what a layer may run as under any plan."""
     tgt = resolve_target(target, threads)
     layers = conv_layers(model.mod)
     base = prepare_model(model, target, threads=threads, pipeline="default")
@@ -50,11 +50,11 @@ def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[Prepared
     others += [prepare_plan(model, target, threads, LayoutPlan.uniform(layers, b))
                for b in candidate_blocks(tgt)]
     tasks, skipped = list(base.extraction.tasks), list(base.extraction.skipped)
-    seen = {t.key for t in tasks} | {s.key for s in skipped}
+    seen = {(t.key, t.template) for t in tasks} | {(s.key, None) for s in skipped}  # alternatives kept
     for p in others:
         for t in p.extraction.tasks:
-            if t.key not in seen:
-                seen.add(t.key)
+            if (t.key, t.template) not in seen and (t.key, None) not in seen:
+                seen.add((t.key, t.template))
                 tasks.append(t)
     return base, Extraction(tasks, skipped, base.extraction.total_flops)
 

@@ -114,16 +114,17 @@ class ModelTuneResult:
 
     def table(self) -> str:
         """Per task: occurrences, FLOP share, trials, default vs best (ms, GFLOP/s), speedup."""
-        head = (f"{'task':<30} {'n':>2} {'flops%':>6} {'trials':>6} {'default ms':>10} {'GFLOP/s':>8} "
+        w = max(30, min(48, max((len(r.task.name) for r in self.rows), default=0)))  # room for @template
+        head = (f"{'task':<{w}} {'n':>2} {'flops%':>6} {'trials':>6} {'default ms':>10} {'GFLOP/s':>8} "
                 f"{'best ms':>9} {'GFLOP/s':>8} {'speedup':>7}")
         lines = [head, "-" * len(head)]
         for r in self.rows:
             t = r.task
-            lines.append(f"{t.name[:30]:<30} {t.count:>2} {t.flop_share * 100:>5.1f}% {r.trials:>6} "
+            lines.append(f"{t.name[:w]:<{w}} {t.count:>2} {t.flop_share * 100:>5.1f}% {r.trials:>6} "
                          f"{_ms(r.default_s):>10} {_num(r.gflops(r.default_s)):>8} {_ms(r.best_s):>9} "
                          f"{_num(r.gflops(r.best_s)):>8} {_num(r.speedup, 'x'):>7}")
         for s in self.skipped:
-            lines.append(f"{s.name[:30]:<30} {s.count:>2}  not tuned: {s.reason}")
+            lines.append(f"{s.name[:w]:<{w}} {s.count:>2}  not tuned: {s.reason}")
         lines.append("-" * len(head))
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
                      f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
@@ -279,8 +280,9 @@ def tune_model(
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         try:
+            # alternatives of one workload (same key) share its term of the objective: see scheduler
             sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged)), rounds,
-                                  seed=seed)
+                                  seed=seed, groups=[t.key for t in ex.tasks])
             for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
                 if st.logged[i]:
                     sched.tasks[i].trials.append(st.logged[i])

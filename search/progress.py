@@ -13,7 +13,7 @@ import time
 from typing import TextIO
 
 from search.durations import clock
-from search.extract import ModelTask, Skipped
+from search.extract import ModelTask, Skipped, workload_share
 from search.model_tuning import Progress
 from search.tune import TuneResult
 
@@ -48,9 +48,11 @@ class ConsoleProgress(Progress):
     def tasks(self, tasks: list[ModelTask], skipped: list[Skipped], budget: int, logged: list[int]) -> None:
         self.tasks_, self.budget, self.logged = tasks, budget, sum(logged)
         self.t0 = time.perf_counter()
-        flops = sum(t.flop_share for t in tasks) * 100
-        self._emit(f"{len(tasks)} tasks ({flops:.1f}% of the model's FLOPs), {len(skipped)} kernels not "
-                   f"tuned; budget {budget} trials, {self.logged} already in the log", final=True)
+        flops = workload_share(tasks) * 100  # alternatives of a workload share its FLOPs
+        workloads = len({t.key for t in tasks})
+        alts = f" for {workloads} kernels" if workloads != len(tasks) else ""
+        self._emit(f"{len(tasks)} tasks{alts} ({flops:.1f}% of the model's FLOPs), {len(skipped)} kernels "
+                   f"not tuned; budget {budget} trials, {self.logged} already in the log", final=True)
         self.started |= {i for i, n in enumerate(logged) if n}
 
     def trials(self, task: int, trials: int, best_s: float, spent: int) -> None:

@@ -6,13 +6,22 @@ per trial, estimated from its recent progress (backward difference) and an optim
 guess (g_i / t_i: another t_i trials could shave off as much again); both are scaled by w_i, so a
 kernel that runs 12 times per inference or that is slow counts for more. Every task gets one round
 first (warm-up), and with probability `epsilon` a random task is chosen, so no task starves.
+
+Alternatives: tasks given the same `group` (one workload under several schedule templates) are one
+term of f, weighted once: w * min_j g_j, since the build runs whichever alternative is fastest. The
+group's current best alternative gets the gradient above; any other gets only the part of its
+expected improvement over the next round that would take it below the group's best (its own
+gradient projected over `round_trials`, clipped at the best). So a trailing alternative is tuned
+while it looks able to overtake and then left to the epsilon picks, the workload's weight is never
+counted twice, and whichever alternative leads (the default template's included) is never starved
+by a sibling. A group of one is exactly the task of old.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -41,35 +50,57 @@ class TaskScheduler:
     exhausted or early-stopped) and is not chosen again."""
 
     def __init__(self, weights: Sequence[float], budget: int, round_trials: int = 16, *, alpha: float = 0.2,
-                 backward_window: int = 2, epsilon: float = 0.05, seed: int = 0) -> None:
+                 backward_window: int = 2, epsilon: float = 0.05, seed: int = 0,
+                 groups: Sequence[Hashable] | None = None) -> None:
         if budget < 0 or round_trials < 1:
             raise ValueError(f"task scheduler: budget ({budget}) must be >= 0 and round_trials "
                              f"({round_trials}) >= 1")
         if any(w <= 0 for w in weights):
             raise ValueError(f"task scheduler: task weights must be positive, got {list(weights)}")
+        if groups is not None and len(groups) != len(weights):
+            raise ValueError(f"task scheduler: {len(groups)} groups for {len(weights)} tasks")
         self.tasks = [TaskProgress(float(w)) for w in weights]
+        # task index -> the indices of its group (itself alone when ungrouped)
+        members: dict[Hashable, list[int]] = {}
+        for i, g in enumerate(groups if groups is not None else range(len(weights))):
+            members.setdefault(g, []).append(i)
+        self.groups = [members[g] for g in (groups if groups is not None else range(len(weights)))]
+        if any(len({self.tasks[j].weight for j in m}) > 1 for m in members.values()):
+            raise ValueError("task scheduler: alternatives of one group must have the same weight")
         self.budget, self.round_trials = budget, round_trials
         self.alpha, self.window, self.epsilon = alpha, backward_window, epsilon
         self.rng = random.Random(seed)
         self.finished: set[int] = set()
         self.order: list[int] = []  # which task got each round
 
+    def group_latency(self, i: int) -> float:
+        """The best latency among task i's group (its alternatives): what the build would run."""
+        return min(self.tasks[j].latency for j in self.groups[i])
+
     def objective(self) -> float:
-        """Weighted end-to-end latency estimate sum_i w_i * g_i (inf until every task has a figure)."""
-        return sum(t.weight * t.latency for t in self.tasks)
+        """Weighted end-to-end latency estimate: sum over groups of w * (the group's best g)
+        (inf until every group has a figure)."""
+        firsts = {m[0]: i for i, m in enumerate(self.groups)}
+        return sum(self.tasks[i].weight * self.group_latency(i) for i in firsts.values())
 
     def gradient(self, i: int) -> float:
         """Expected change of the objective per extra trial on task i (negative = improvement)."""
         t = self.tasks[i]
         g = t.latency
+        lead = self.group_latency(i)
         if not math.isfinite(g):
-            return -math.inf
+            # no valid config yet: urgent, unless a sibling already runs the workload
+            return -math.inf if not math.isfinite(lead) else 0.0
         backward = 0.0
         if len(t.best) > self.window:
             dt = t.trials[-1] - t.trials[-1 - self.window]
             backward = (t.best[-1] - t.best[-1 - self.window]) / max(dt, 1)
         forward = -g / max(t.spent, 1)
-        return t.weight * (self.alpha * backward + (1 - self.alpha) * forward)
+        slope = self.alpha * backward + (1 - self.alpha) * forward
+        if g <= lead:  # the group's best (or a task alone): the whole slope counts
+            return t.weight * slope
+        n = self.round_trials  # a trailing alternative helps only by what it may gain below the lead
+        return t.weight * min(0.0, g + slope * n - lead) / n
 
     def pick(self) -> int | None:
         live = [i for i in range(len(self.tasks)) if i not in self.finished]

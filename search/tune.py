@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +245,8 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner,
     when: dict[Config, int] = {}
     last_trial = -1
     for pos, rec in enumerate(db.history(task.key, str(task.target))):  # oldest first
+        if rec.config.get("template") != task.template:  # an alternative template of the workload
+            continue
         if rec.runner_version != REMEASURE_TAG:
             last_trial = pos
             continue
@@ -305,9 +307,11 @@ def tune_tasks(
     batch: int = 8,
     seed: int = 0,
     run: int | None = None,
+    groups: Sequence[Hashable] | None = None,
 ) -> list[TuneResult]:
     """Tune several tasks within one trial budget, rounds allocated by the gradient task scheduler
-    (weights: how often each kernel runs per inference). Logged trials count toward the budget."""
+    (weights: how often each kernel runs per inference; `groups`: tasks that are alternatives of
+    one kernel, see `search.scheduler`). Logged trials count toward the budget."""
     from search.scheduler import TaskScheduler
     from search.tuners import make_tuner
 
@@ -317,7 +321,7 @@ def tune_tasks(
         tuners = [make_tuner(tuner, t, seed) for t in tasks]
         shared = [SharedLog(db, t, lease_seconds(measurer, batch)) for t in tasks]
         logged = [resume(db, t, tu, sh)[0] for t, tu, sh in zip(tasks, tuners, shared)]
-        sched = TaskScheduler(weights, max(0, budget - sum(logged)), round_trials, seed=seed)
+        sched = TaskScheduler(weights, max(0, budget - sum(logged)), round_trials, seed=seed, groups=groups)
         for i, tu in enumerate(tuners):  # a task resumed from the log starts with its logged figure
             if logged[i]:
                 sched.tasks[i].trials.append(logged[i])

@@ -96,9 +96,16 @@ def tile_waste(size: int, tile: int) -> float:
 
 
 def check_in_space(cdef: ComputeDef, config: Config, target: Target) -> None:
-    """Raise ScheduleError unless `config` is a point of its template's space for this workload.
-    A logged config may predate a template change; templates read their knobs without
-    re-checking them, so a config from outside the space must be caught here."""
+    """Raise ScheduleError unless `config` is a point of its template's space for this workload,
+    and that template is one of those scheduling it on `target` (`template_choices`: any
+    alternative, not only the default). A logged config may predate a template change; templates
+    read their knobs without re-checking them, so a config from outside the space must be caught
+    here."""
+    if config.template not in template_choices(cdef, target):
+        # a config of a template that does not schedule this compute here (another workload's
+        # alternative, another kind's): its space may still parse the knobs, the steps would not fit
+        raise ScheduleError(f"template {config.template} does not schedule {cdef.name} on a {target.kind} "
+                            "target")
     try:
         template_for(cdef, config.template).space(cdef, target).index(config)
     except (KeyError, ValueError, TypeError) as e:
@@ -133,8 +140,12 @@ def template_choices(cdef: ComputeDef, target: Target | None = None) -> list[str
     and `cuda_conv2d_igemm`, the implicit GEMM), each a task of its own (`kernel_task(template=)`)."""
     first = template_for(cdef, target=target)
     kind = target.kind if target is not None else "cpu"
+    prefix = "" if kind == "cpu" else f"{kind}_"
     pat = pattern(cdef)
     tags = {t for t in (pat.reduce.op.tag, pat.output.op.tag) if t} if pat.reduce is not None else set()
+    # as in `template_for`, the injective template is no alternative for a reduction: a fused epilogue
+    # (bias, ReLU) tags the output `elemwise`/`broadcast`, which it lists, but it only copies
     others = [t.name for t in _TEMPLATES.values()
-              if t is not first and t.kind == kind and tags & set(t.tags) and t.claims(cdef)]
+              if t is not first and t.kind == kind and t.name != f"{prefix}injective"
+              and tags & set(t.tags) and t.claims(cdef)]
     return [first.name, *others]
