@@ -224,3 +224,24 @@ def driver_reason() -> str | None:
     except CudaDriverError as e:
         return str(e)
     return None
+
+
+def random_codes(cdef, target, n: int, seed: int, template: str | None = None):
+    """`n` random legal configs of `template`'s space (the compute's first template by default)
+    and their kernels, as (config, code); illegal points are pruned."""
+    import random
+
+    from autorelay.errors import ScheduleError
+    from autorelay.kernel import emit_kernel
+    from autorelay.schedule.templates import template_for
+
+    space = template_for(cdef, template, target=target).space(cdef, target)
+    rng, done = random.Random(seed), 0
+    while done < n:
+        cfg = space.sample(rng)
+        try:
+            code = emit_kernel(cdef, cfg, target)
+        except ScheduleError:
+            continue
+        done += 1
+        yield cfg, code

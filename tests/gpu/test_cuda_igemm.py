@@ -5,11 +5,10 @@ refusals a tuner prunes by."""
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import numpy as np
 import pytest
-from gpu_cases import CONV_CASES, conv_ref, inputs, without_barriers
+from gpu_cases import CONV_CASES, conv_ref, inputs, random_codes, without_barriers
 from test_gpu_emulate import _conv2d_transpose
 
 from autorelay.codegen import resolve_target
@@ -68,19 +67,6 @@ def _check(code, cdef, ref):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
-def _random_codes(cdef, target, n: int, seed: int):
-    """`n` random legal configs of the space and their kernels (illegal points pruned)."""
-    space, rng, done = template_for(cdef, IGEMM).space(cdef, target), random.Random(seed), 0
-    while done < n:
-        cfg = space.sample(rng)
-        try:
-            code = emit_kernel(cdef, cfg, target)
-        except ScheduleError:
-            continue
-        done += 1
-        yield cfg, code
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_default_igemm_matches_numpy_in_both_thread_orders(case):
     cdef, ref = CASES[case]()
@@ -93,7 +79,7 @@ def test_default_igemm_matches_numpy_in_both_thread_orders(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_random_igemm_configs_match_numpy(case):
     cdef, ref = CASES[case]()
-    for _cfg, code in _random_codes(cdef, SM90, 2, seed=sorted(CASES).index(case)):
+    for _cfg, code in random_codes(cdef, SM90, 2, sorted(CASES).index(case), IGEMM):
         _check(code, cdef, ref)
 
 
@@ -193,7 +179,7 @@ def test_igemm_ptx_assembles_without_spills(case, arch):
     cdef, _ = CASES[case]()
     target = resolve_target(f"cuda -arch={arch}")
     codes = [(None, emit_kernel(cdef, template_for(cdef, IGEMM).default(cdef, target), target)),
-             *_random_codes(cdef, target, 2, seed=5)]
+             *random_codes(cdef, target, 2, 5, IGEMM)]
     for cfg, code in codes:
         assert ".shared" in code.code.ptx and "bar.sync" in code.code.ptx
         (_name, k), = run_ptxas(code.code.ptx, arch).kernels.items()

@@ -3,14 +3,11 @@ configs) assembles with ptxas for sm_80 and sm_90, without spills."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from gpu_cases import CASES
+from gpu_cases import CASES, random_codes
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.ptx import ptxas_path, run_ptxas
-from autorelay.errors import ScheduleError
 from autorelay.kernel import emit_kernel
 from autorelay.schedule.templates import template_for
 
@@ -20,17 +17,8 @@ needs_ptxas = pytest.mark.skipif(ptxas_path() is None,
 
 def _codes(cdef, target, n_random: int):
     """The default kernel and `n_random` random legal ones (illegal points are pruned)."""
-    tmpl = template_for(cdef, target=target)
     yield None, emit_kernel(cdef, None, target)
-    space, rng, done = tmpl.space(cdef, target), random.Random(3), 0
-    while done < n_random:
-        cfg = space.sample(rng)
-        try:
-            code = emit_kernel(cdef, cfg, target)
-        except ScheduleError:
-            continue
-        done += 1
-        yield cfg, code
+    yield from random_codes(cdef, target, n_random, 3)
 
 
 def test_kernels_are_ptx_entries_reading_special_registers_and_libdevice_math():
