@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 from gpu_cases import CONV_CASES, conv_ref, inputs, random_codes, without_barriers
-from test_gpu_emulate import _conv2d_transpose
+from test_gpu_emulate import _check, _conv2d_transpose
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.nvptx.emulate import run_both_orders
@@ -58,13 +58,6 @@ CASES = {
     "bias_relu": CONV_CASES["conv_bias_relu"],
     "bias_residual_relu": CONV_CASES["conv_bias_residual_relu"],
 }
-
-
-def _check(code, cdef, ref):
-    xs = inputs(cdef)
-    want = ref(*xs)
-    for got in run_both_orders(code, *xs):
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
