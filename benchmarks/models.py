@@ -1,12 +1,15 @@
 """Whole-model latency: AutoRelay (default schedules) vs PyTorch eager vs ONNX Runtime.
 
     python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15] [--db URL]
-                                [--pipeline auto|default|nchwc]
+                                [--pipeline auto|default|nchwc] [--rival-db URL]
 
 With `--db`, AutoRelay builds with the best schedules in that tuning log (what `autorelay tune`
 wrote, looked up as `autorelay compile` does) and the heuristic-default build is timed too, as
 the column `default ms`. The pass pipeline is chosen as `autorelay compile` chooses it (`auto`:
 the one the log tuned the model with, else the faster of default and nchwc with default schedules).
+`--rival-db` adds a second AutoRelay build, from another tuning log with the pipeline or layout
+plan that log holds, timed in the same alternation as the column `rival ms` (two tuning runs of
+one model — a per-layer plan against the per-model pick — compared in one run).
 
 Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
 network with the same weights: the Relay graph is walked once and every op is mapped to its
@@ -75,10 +78,9 @@ def interleaved(runners: dict[str, Callable[[], Any]], repeat: int, warmup: int 
 # ---- peers built inside their own worker process (see reproduce/peers.py) ----------------------
 
 
-def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any], db_url: str | None,
-                   pipeline: str, block_s: float) -> dict[str, Any]:
-    """One model, each backend in its own process (see the module docstring)."""
-    from reproduce.peers import time_isolated
+def _autorelay_peer(name: str, options: dict[str, Any], threads: int, db_url: str | None,
+                    pipeline: str) -> tuple[str, tuple[Any, ...]]:
+    """(the pipeline chosen as `autorelay compile` chooses it, make_autorelay's arguments)."""
     from search.models import Model
     from search.pipeline_choice import choose_pipeline
 
@@ -89,12 +91,21 @@ def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any]
 
         db = tuning_db.open(db_url)
     choice = choose_pipeline(pipeline, Model(name, mod, params, inputs), db, "llvm", threads)
-    pipeline = choice.pipeline
     plan_json = choice.plan.to_json() if choice.plan is not None else None
-    peers: dict[str, Any] = {
-        "autorelay": (make_autorelay, (name, options, threads, pipeline, db_url, plan_json))}
+    return choice.pipeline, (name, options, threads, choice.pipeline, db_url, plan_json)
+
+
+def bench_isolated(name: str, threads: int, rounds: int, options: dict[str, Any], db_url: str | None,
+                   pipeline: str, block_s: float, rival_db: str | None = None) -> dict[str, Any]:
+    """One model, each backend in its own process (see the module docstring)."""
+    from reproduce.peers import time_isolated
+
+    pipeline, ours = _autorelay_peer(name, options, threads, db_url, pipeline)
+    peers: dict[str, Any] = {"autorelay": (make_autorelay, ours)}
     if db_url is not None:
-        peers["default"] = (make_autorelay, (name, options, threads, pipeline, None, plan_json))
+        peers["default"] = (make_autorelay, (*ours[:4], None, ours[5]))
+    if rival_db is not None:
+        peers["rival"] = (make_autorelay, _autorelay_peer(name, options, threads, rival_db, "auto")[1])
     peers.update(baseline_peers(name, options, threads))
     timed = time_isolated(peers, rounds=rounds, block_s=block_s)
     return {"model": name, "pipeline": pipeline, **peer_figures(timed)}
@@ -160,6 +171,8 @@ def main() -> None:
     ap.add_argument("--pipeline", default="auto",
                     help="AutoRelay's pass pipeline (auto: the one the log tuned the model with, "
                          "else measured)")
+    ap.add_argument("--rival-db", default=None,
+                    help="a second tuning log: its build is timed too, as `rival` (process isolation)")
     args = ap.parse_args()
     db = None
     if args.db:
@@ -173,13 +186,13 @@ def main() -> None:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         if args.isolation == "process":
             rows.append(bench_isolated(name, args.threads, args.repeat, opts, args.db, args.pipeline,
-                                       args.block_ms / 1e3))
+                                       args.block_ms / 1e3, args.rival_db))
         else:
             rows.append(bench_model(name, args.threads, args.repeat, opts, db, args.pipeline))
-    cols = ["autorelay_ms", "default_ms", "torch_ms", "onnxruntime_ms"]
+    cols = ["autorelay_ms", "default_ms", "rival_ms", "torch_ms", "onnxruntime_ms"]
     present = [c for c in cols if any(c in r for r in rows)]
     head = f"{'model':<16}{'pipeline':>9}" + "".join(f"{c[:-3] + ' ms':>16}" for c in present)
-    head += f"{'AR/torch':>10}{'AR/ORT':>9}"
+    head += f"{'AR/torch':>10}{'AR/ORT':>9}" + (f"{'AR/rival':>10}" if "rival_ms" in present else "")
     how = ("each backend in its own process, alternating blocks of "
            f"{args.block_ms:.0f} ms; median of all calls, [p10-p90 of block medians]"
            if args.isolation == "process" else "interleaved call by call in one process; median")
@@ -191,6 +204,8 @@ def main() -> None:
         rt = r["autorelay_ms"] / r["torch_ms"] if "torch_ms" in r else float("nan")
         ro = r["autorelay_ms"] / r["onnxruntime_ms"] if "onnxruntime_ms" in r else float("nan")
         line += f"{rt:>10.2f}{ro:>9.2f}"
+        if "rival_ms" in present:
+            line += f"{r['autorelay_ms'] / r.get('rival_ms', float('nan')):>10.2f}"
         if "build_s" in r:
             line += f"  build {r['build_s']:.1f} s, {r['fallbacks']} fallbacks, peak {r['peak_kib']:.0f} KiB"
         print(line)

@@ -2,15 +2,17 @@
 
 Tunes the kernels of every layout a conv layer may take (`autorelay tune --pipeline plan`, `--trials`
 measurements in all), then runs the layout search: per conv layer its measured kernel time in NCHW
-and in each channel block, the dynamic program's choice and the re-layout time it pays, against the
-block the fastest per-model pipeline gives that layer; then the end-to-end latencies of the plan and
-of every per-model pipeline, timed interleaved with the log's schedules.
+(its fastest NCHW form: direct, Winograd F(2x2) or F(4x4)) and in each channel block, the dynamic
+program's choice and the re-layout time it pays, against the block the fastest per-model pipeline
+gives that layer; then the end-to-end latencies of the plan and of every per-model pipeline, timed
+interleaved with the log's schedules. A `--db` that already holds the trials measures no more of
+them and only reruns the layout search.
 
     python experiments/layout_plan_resnet18.py --trials 100 [--image-size 224] [--threads 2]
-        [--db PATH] [--out experiments/results/layout_plan_resnet18.md]
+        [--db PATH] [--out experiments/results/layout_plan_resnet18.md] [--plot FIG.png]
 
-The table is printed and written as Markdown to `--out`. Budget and machine go in the header:
-these are measurements of one short tune on a shared machine, not a benchmark.
+The table is printed and written as Markdown to `--out`; `--plot` saves a per-layer bar chart.
+Budget and machine go in the header: these are measurements of one tune, not a benchmark.
 """
 
 from __future__ import annotations
@@ -24,9 +26,51 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from search.layout_search import LayoutSearchResult
+from search.layout_search import LayerRow, LayoutSearchResult
 from search.model_tuning import tune_model
 from search.models import load_model
+
+
+def _layout(row: LayerRow) -> str:
+    """`16`, or `0 F4` for an NCHW layer run as Winograd F(4x4) (`0 direct`: no Winograd)."""
+    if row.block:
+        return str(row.block)
+    return f"0 F{row.tile}" if row.tile else "0 direct"
+
+
+def _per_model_layout(row: LayerRow) -> str:
+    """The per-model pick's form of the layer: its block, or NCHW as `default` runs it."""
+    if row.per_model_block:
+        return str(row.per_model_block)
+    return f"0 F{row.per_model_tile}" if row.per_model_tile else "0 direct"
+
+
+def plot(r: LayoutSearchResult, path: str) -> None:
+    """Per layer: the plan's kernel + transform time next to the per-model pick's kernel time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [row.layer.replace("conv2d_", "") for row in r.rows]
+    plan = [row.kernel_s.get(row.block, float("nan")) * 1e3 for row in r.rows]
+    xform = [row.transform_s * 1e3 for row in r.rows]
+    per_model = [row.per_model_s * 1e3 for row in r.rows]
+    x = range(len(names))
+    fig, ax = plt.subplots(figsize=(11, 4))
+    ax.bar([i - 0.2 for i in x], plan, 0.4, label="plan: kernel")
+    ax.bar([i - 0.2 for i in x], xform, 0.4, bottom=plan, label="plan: re-layout")
+    ax.bar([i + 0.2 for i in x], per_model, 0.4, label="per-model pick: kernel")
+    for i, row in enumerate(r.rows):
+        ax.text(i - 0.2, plan[i] + xform[i], _layout(row).replace(" ", "\n"), ha="center", va="bottom",
+                fontsize=6)
+    ax.set_xticks(list(x), names)
+    ax.set_xlabel("conv layer (conv2d_i)")
+    ax.set_ylabel("ms")
+    ax.set_title("ResNet-18: per-layer plan vs the per-model pick (labels: the plan's layout)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def markdown(r: LayoutSearchResult, header: str) -> str:
@@ -34,16 +78,16 @@ def markdown(r: LayoutSearchResult, header: str) -> str:
     per_model = min((p for p in r.latencies if p != "plan"), key=r.latencies.__getitem__)
     lines = [header, "",
              f"Per-model pick (fastest per-model pipeline, measured): `{per_model}`.", "",
-             "| layer | plan block | plan kernel us | transform in us | per-model block "
+             "| layer | plan layout | plan kernel us | transform in us | per-model layout "
              "| per-model kernel us |",
              "|---|---:|---:|---:|---:|---:|"]
     plan_total = pm_total = xform_total = 0.0
     for row in r.rows:
         k = row.kernel_s.get(row.block, float("nan"))
-        pk = row.kernel_s.get(row.per_model_block, float("nan"))
+        pk = row.per_model_s
         plan_total, pm_total, xform_total = plan_total + k, pm_total + pk, xform_total + row.transform_s
-        lines.append(f"| {row.layer} | {row.block} | {k * 1e6:.1f} | {row.transform_s * 1e6:.1f} | "
-                     f"{row.per_model_block} | {pk * 1e6:.1f} |")
+        lines.append(f"| {row.layer} | {_layout(row)} | {k * 1e6:.1f} | {row.transform_s * 1e6:.1f} | "
+                     f"{_per_model_layout(row)} | {pk * 1e6:.1f} |")
     lines.append(f"| **sum** | | {plan_total * 1e6:.1f} | {xform_total * 1e6:.1f} | | {pm_total * 1e6:.1f} |")
     lines += ["", "Modelled cost (conv kernels + transforms on conv/join edges): "
               + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.modeled.items()),
@@ -60,6 +104,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--db", default=None, help="tuning log (default: a fresh temporary one)")
     ap.add_argument("--out", default=None, help="write the Markdown table here")
+    ap.add_argument("--plot", default=None, help="save a per-layer bar chart (PNG) here")
     args = ap.parse_args()
     db = args.db or str(Path(tempfile.mkdtemp()) / "layout_plan.sqlite")
     model = load_model("resnet-18", image_size=args.image_size)
@@ -80,6 +125,9 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(text)
         print(f"written to {args.out}")
+    if args.plot:
+        plot(result.layout, args.plot)
+        print(f"plot saved to {args.plot}")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 candidate layout, per edge the time of the re-layout it would need.
 
 Kernel times come from whole-model builds, one per candidate layout with every convertible conv in
-it (block 0: plain NCHW with Winograd where `default` applies it), built with the tuning log's
-schedules: a kernel the log has tuned runs its best measured config, any other its default one, and
-each build is profiled kernel by kernel on the model's sample inputs. Profiling in place times the
-kernel as the model runs it — fused epilogue, cache state, threads — and times tuned and untuned
-kernels alike, rather than mixing the tuner's worker figures with fresh ones.
+it (block 0: plain NCHW, built twice: with F(2x2) Winograd where `default` applies it, and with
+F(4x4) Winograd wherever the op computes it; a layer's NCHW cost is its faster), built with the
+tuning log's schedules: a kernel the log has tuned runs its best measured config, any other its
+default one. The builds are profiled kernel by kernel on the model's sample inputs, round-robin
+(`kernel_costs`). Profiling in place times the kernel as the model runs it — fused epilogue, cache
+state, threads — and times tuned and untuned kernels alike, rather than mixing the tuner's worker
+figures with fresh ones.
 
 Transform times are measured by building the `layout_transform` kernel of the edge's shape for each
 pair of layouts (NCHW, NCHW{b}c with b shrunk to a divisor of the channels as `ConvertLayout`
@@ -99,38 +101,81 @@ def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
 
 @dataclass
 class LayerCost:
-    """One conv layer's measured kernel seconds per candidate layout and where its config came from."""
+    """One conv layer's measured kernel seconds per candidate layout and where its config came from;
+    its NCHW entry is the fastest of its NCHW forms (`nchw`: direct 0 or a Winograd tile -> seconds)."""
 
     kernel: dict[int, float] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
-    winograd: bool = False  # in NCHW it runs as Winograd (so the per-model nchwc pipelines keep it NCHW)
+    winograd: bool = False  # `default` runs it as Winograd (so the per-model nchwc pipelines keep it NCHW)
+    nchw: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def tile(self) -> int:
+        """The Winograd tile of its fastest NCHW form (0: direct)."""
+        return min(self.nchw, key=self.nchw.__getitem__) if self.nchw else 0
+
+
+def _winograd_tile(fn: Function) -> int:
+    """The output tile of the Winograd conv in a primitive function (0: none)."""
+    for n in post_order(fn.body):
+        if op_name(n) == WINOGRAD_CONV:
+            t = tensor_type(n.args[1])
+            return 4 if t is not None and t.shape[0] == 36 else 2
+    return 0
 
 
 def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...], *,
-                 repeat: int = 10) -> dict[str, LayerCost]:
+                 repeat: int = 10, rounds: int = 5) -> dict[str, LayerCost]:
     """Per conv layer, its kernel seconds in NCHW and in each of `blocks` (see the module docstring);
-    `db` None: default schedules only."""
+    `db` None: default schedules only.
+
+    The candidate builds are profiled in turn, `rounds` times round-robin, and each kernel's time
+    is its median over the rounds: the machine's speed drifts over the minutes a search takes,
+    and builds profiled one after the other would compare a layout measured in a fast minute with
+    one measured in a slow one."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
-    out = {name: LayerCost() for name in layers}
-    for block in (0, *blocks):
-        fused = optimize(model.mod, model.params, plan_pipeline(LayoutPlan.uniform(layers, block)))
+    builds = []
+    for plan in candidate_plans(layers, blocks):
+        fused = optimize(model.mod, model.params, plan_pipeline(plan))
         prepared = PreparedModel(model, target, "plan", fused)
         source = schedule_source(db, model, prepared=prepared) if db is not None else None
         exe = build_model(model, source, prepared=prepared)
-        report = exe.profile(*run_inputs(exe, model), repeat=repeat)
-        by_key: dict[str, list[Any]] = {}
-        for row in report.rows:
-            by_key.setdefault(row.workload_key, []).append(row)
+        builds.append((plan, fused, exe, run_inputs(exe, model), []))
+    for _ in range(max(1, rounds)):
+        for _plan, _fused, exe, args, samples in builds:
+            samples.append([r.seconds for r in exe.profile(*args, repeat=repeat).rows])
+    out = {name: LayerCost() for name in layers}
+    for plan, fused, exe, _args, samples in builds:
+        block = next(iter(plan.blocks.values()), 0)
+        by_key: dict[str, list[tuple[float, str]]] = {}
+        for i, row in enumerate(exe.report.rows):
+            seconds = statistics.median(s[i] for s in samples)
+            by_key.setdefault(row.workload_key, []).append((seconds, row.source))
         for name, (got, fn) in built_layers(graph, fused).items():
             rows = by_key.get(workload_key(fn), [])
             if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
                 continue
-            out[name].kernel[block] = statistics.median(r.seconds for r in rows)
-            out[name].source[block] = rows[0].source
+            seconds, cost = statistics.median(t for t, _ in rows), out[name]
             if block == 0:
-                out[name].winograd = any(op_name(n) == WINOGRAD_CONV for n in post_order(fn.body))
+                tile = _winograd_tile(fn)
+                if not plan.winograd:
+                    cost.winograd = tile > 0
+                if tile in cost.nchw:  # the same form in both NCHW builds: keep the faster timing
+                    seconds = min(seconds, cost.nchw[tile])
+                cost.nchw[tile] = seconds
+                if seconds > cost.kernel.get(0, float("inf")):
+                    continue
+            cost.kernel[block] = seconds
+            cost.source[block] = rows[0][1]
     return out
+
+
+def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:
+    """The uniform plans whose builds hold every form a layer may take: NCHW with `default`'s F(2x2)
+    rule, NCHW with F(4x4) wherever it applies, and each channel block."""
+    return [LayoutPlan.uniform(layers, 0), LayoutPlan.uniform(layers, 0, winograd=4),
+            *(LayoutPlan.uniform(layers, b) for b in blocks)]
 
 
 # ---- the graph ------------------------------------------------------------------------------------
@@ -241,4 +286,5 @@ def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, .
     return LayoutGraph(tuple(reader.nodes))
 
 
-__all__ = ["LayerCost", "candidate_blocks", "kernel_costs", "layout_graph", "transform_seconds"]
+__all__ = ["LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
+           "transform_seconds"]

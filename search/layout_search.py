@@ -24,7 +24,7 @@ import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from search.extract import Extraction
-from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph
+from search.layout_costs import LayerCost, candidate_blocks, candidate_plans, kernel_costs, layout_graph
 from search.layout_dp import LayoutGraph, Solution, assign, breakdown, plan_cost, solve
 from search.models import (
     Model,
@@ -47,8 +47,8 @@ def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[Prepared
     base = prepare_model(model, target, threads=threads, pipeline="default")
     others = [prepare_model(model, target, threads=threads, pipeline=p)
               for p in candidates(target, threads) if p != "default"]
-    others += [prepare_plan(model, target, threads, LayoutPlan.uniform(layers, b))
-               for b in candidate_blocks(tgt)]
+    others += [prepare_plan(model, target, threads, plan)
+               for plan in candidate_plans(layers, candidate_blocks(tgt))]
     tasks, skipped = list(base.extraction.tasks), list(base.extraction.skipped)
     seen = {(t.key, t.template) for t in tasks} | {(s.key, None) for s in skipped}  # alternatives kept
     for p in others:
@@ -63,10 +63,13 @@ def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[Prepared
 class LayerRow:
     layer: str
     block: int
+    tile: int  # its Winograd tile when NCHW (0: direct)
     kernel_s: dict[int, float]  # per candidate layout
     transform_s: float  # re-layouts paid on its input under the plan
     source: str  # where the chosen kernel's schedule came from (tuned / transferred / default)
     per_model_block: int  # its layout under the fastest per-model pipeline
+    per_model_tile: int  # its Winograd tile there (NCHW: F(2x2) where `default` applies it, else 0)
+    per_model_s: float  # its kernel time there
 
 
 @dataclass
@@ -88,12 +91,13 @@ class LayoutSearchResult:
 
     def table(self) -> str:
         blocks = sorted({b for r in self.rows for b in r.kernel_s})
-        head = f"{'layer':<10} {'block':>5} " + " ".join(f"{f'k@{b} us':>9}" for b in blocks) + \
+        head = f"{'layer':<10} {'layout':>7} " + " ".join(f"{f'k@{b} us':>9}" for b in blocks) + \
             f" {'xform us':>9} {'per-model':>9} {'source':<11}"
-        lines = [head, "-" * len(head)]
+        lines = [head, "-" * len(head), "(k@0: the fastest NCHW form; layout 0/F2, 0/F4: NCHW as Winograd)"]
         for r in self.rows:
             ks = " ".join(f"{r.kernel_s[b] * 1e6:9.1f}" if b in r.kernel_s else f"{'-':>9}" for b in blocks)
-            lines.append(f"{r.layer:<10} {r.block:>5} {ks} {r.transform_s * 1e6:9.1f} {r.per_model_block:>9} "
+            lay, ref = _layout(r.block, r.tile), _layout(r.per_model_block, r.per_model_tile)
+            lines.append(f"{r.layer:<10} {lay:>7} {ks} {r.transform_s * 1e6:9.1f} {ref:>9} "
                          f"{r.source:<11}")
         lines.append("modelled (kernels + transforms): " + ", ".join(
             f"{k} {v * 1e3:.3f} ms" for k, v in self.modeled.items())
@@ -102,6 +106,10 @@ class LayoutSearchResult:
         lines.append(f"measured end to end: {measured}; kept {self.winner}; "
                      f"max |plan - default| = {self.max_abs_diff:.2g}")
         return "\n".join(lines)
+
+
+def _layout(block: int, tile: int) -> str:
+    return f"0/F{tile}" if block == 0 and tile else str(block)
 
 
 def per_model_layouts(costs: dict[str, LayerCost], pipeline: str) -> dict[str, int]:
@@ -120,7 +128,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     costs = kernel_costs(model, db, tgt, blocks, repeat=repeat)
     graph = layout_graph(model, costs, blocks, tgt)
     sol = solve(graph)
-    plan = LayoutPlan(sol.conv_layouts(graph))
+    layouts = sol.conv_layouts(graph)
+    plan = LayoutPlan(layouts, {name: costs[name].tile for name, b in layouts.items()
+                                if b == 0 and costs[name].nchw})
     prepared = {PLAN: prepare_plan(model, target, threads, plan)}
     for p in candidates(target, threads):
         prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
@@ -141,8 +151,11 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     rows = []
     for k in graph.convs():
         name, block = graph.nodes[k].name, sol.layouts[k]
-        rows.append(LayerRow(name, block, dict(costs[name].kernel), parts[k][1],
-                             costs[name].source.get(block, "-"), reference.get(name, 0)))
+        c, ref = costs[name], reference.get(name, 0)
+        ref_tile = 0 if ref else 2 if c.winograd else 0
+        ref_s = c.kernel.get(ref, math.nan) if ref else c.nchw.get(ref_tile, math.nan)
+        rows.append(LayerRow(name, block, plan.winograd.get(name, 0) if block == 0 else 0,
+                             dict(c.kernel), parts[k][1], c.source.get(block, "-"), ref, ref_tile, ref_s))
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
@@ -153,9 +166,11 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
     def ms(x: float) -> float | None:
         return x * 1e3 if math.isfinite(x) else None
 
-    layers = [{"layer": row.layer, "block": row.block, "transform_ms": ms(row.transform_s),
+    layers = [{"layer": row.layer, "block": row.block, "winograd_tile": row.tile,
+               "transform_ms": ms(row.transform_s),
                "kernel_ms": {str(b): ms(s) for b, s in row.kernel_s.items()}, "source": row.source,
-               "per_model_block": row.per_model_block} for row in r.rows]
+               "per_model_block": row.per_model_block, "per_model_winograd_tile": row.per_model_tile}
+              for row in r.rows]
     info = {"winner": r.winner, "latencies_ms": {k: ms(v) for k, v in r.latencies.items()},
             "modeled_ms": ms(r.solution.cost), "exact": r.solution.exact,
             "per_model_modeled_ms": {k: ms(v) for k, v in r.modeled.items() if k != PLAN},

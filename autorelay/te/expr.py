@@ -403,10 +403,56 @@ def transform(e: Expr, fn: Any) -> Expr:
     return e if out is None else out
 
 
+_INT_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "floordiv": lambda a, b: a // b if b else None, "mod": lambda a, b: a % b if b else None}
+_CMP_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+             "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+
+
+def _int_value(e: Expr) -> int | bool | None:
+    """The value of an integer or comparison expression over constants only (else None)."""
+    if isinstance(e, Const):
+        return e.value if isinstance(e.value, (int, bool)) else None
+    if isinstance(e, Bin) and e.op in _INT_FOLD and is_int(e.dtype):
+        a, b = _int_value(e.a), _int_value(e.b)
+        return None if a is None or b is None else _INT_FOLD[e.op](a, b)
+    if isinstance(e, Cmp) and is_int(e.a.dtype):
+        a, b = _int_value(e.a), _int_value(e.b)
+        return None if a is None or b is None else _CMP_FOLD[e.op](a, b)
+    return None
+
+
 def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    """`e` with variables replaced. A select whose condition becomes a constant is replaced by its
+    live branch and the dead one is never copied: an unrolled loop substitutes its index into
+    select chains on that index (a Winograd transform's positions), where one branch of each lives."""
     if not mapping:
         return e
-    return transform(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+    memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
+
+    def go(n: Expr) -> Expr:
+        done = memo.get(id(n))
+        if done is not None:
+            return done
+        if isinstance(n, Var):
+            out = mapping.get(n, n)
+        elif isinstance(n, Select):
+            cond = go(n.cond)
+            live = _int_value(cond)
+            if isinstance(live, bool):
+                out = go(n.t if live else n.f)
+            else:
+                t, f = go(n.t), go(n.f)
+                out = n if (cond is n.cond and t is n.t and f is n.f) else Select(cond, t, f, n.dtype)
+        else:
+            kids = children(n)
+            new = tuple(go(k) for k in kids)
+            out = rebuild(n, new) if any(x is not k for x, k in zip(new, kids)) else n
+        memo[id(n)] = out
+        return out
+
+    return go(e)
 
 
 def walk(e: Expr) -> list[Expr]:

@@ -18,7 +18,9 @@ from autorelay.te.expr import (
     Not,
     Select,
     Var,
+    children,
     is_int,
+    rebuild,
     substitute,
     transform,
 )
@@ -255,8 +257,36 @@ def _rule(e: Expr, bounds: Bounds) -> Expr | None:
 
 
 def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
+    """Bottom-up rewriting by `_rule`, except that a select whose condition simplifies to a constant
+    is replaced by its live branch before the dead one is visited: unrolled code (a Winograd
+    transform's positions) is a chain of selects on the unrolled index, of which one branch lives.
+    A subtree shared by several parents (the same object) is simplified once."""
     b = bounds or {}
-    return transform(e, lambda n: _rule(n, b))
+    memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
+
+    def go(n: Expr) -> Expr:
+        done = memo.get(id(n))
+        if done is None:
+            done = memo[id(n)] = visit(n)
+        return done
+
+    def visit(n: Expr) -> Expr:
+        if isinstance(n, Select):
+            cond = go(n.cond)
+            if isinstance(cond, Const):
+                return go(n.t if cond.value else n.f)
+            t, f = go(n.t), go(n.f)
+            n = n if (cond is n.cond and t is n.t and f is n.f) else Select(cond, t, f, n.dtype)
+        else:
+            kids = children(n)
+            if kids:
+                new = tuple(go(k) for k in kids)
+                if any(x is not k for x, k in zip(new, kids)):
+                    n = rebuild(n, new)
+        out = _rule(n, b)
+        return n if out is None else out
+
+    return go(e)
 
 
 def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt | None:

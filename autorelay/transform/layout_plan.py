@@ -5,20 +5,24 @@ pays, `nchwc`/`nchwc16`: blocks of 8/16). A `LayoutPlan` chooses per convolution
 the quantizer names layers (`conv2d_0`, `conv2d_1`, … in post order of `@main`; see
 `autorelay.transform.quantize.layers`: the names depend only on the graph's structure, so they
 survive the inference rewrites that run before the layout is chosen). Block 0 keeps a layer in
-plain NCHW, where the Winograd rewrite may still take it exactly as in `default`; a block b packs
-it as NCHW{b}c (shrunk to a divisor of its channel counts, as `ConvertLayout` does). Layers the plan
-does not name stay in NCHW.
+plain NCHW; a block b packs it as NCHW{b}c (shrunk to a divisor of its channel counts, as
+`ConvertLayout` does). Layers the plan does not name stay in NCHW.
+
+An NCHW layer may run as Winograd: `winograd[layer]` is its output tile (2: F(2x2, 3x3), 4:
+F(4x4, 3x3), 0: direct); a layer it does not name gets F(2x2) exactly where `default` applies it.
+Winograd keeps the NCHW layout, so the tile is a choice local to the layer (the layout program
+takes its NCHW cost as the best tile's) that never changes a transform between layers.
 
 `plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, `ConvertLayout`
 with one block per conv (so layout transforms appear only where neighbouring layers disagree),
-then Winograd for the NCHW layers that qualify, then fusion.
+then Winograd for the NCHW layers with the plan's tiles, then fusion.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,7 @@ from autorelay.ir.expr import Call, Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.op.winograd import TILE_SIZES
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fuse_ops import FuseOps
@@ -50,18 +55,27 @@ def _index(layer: str) -> int:
     return int(layer[len(PREFIX):])
 
 
+def _checked(kind: str, mapping: Mapping[str, int], ok: Callable[[int], bool], what: str) -> dict[str, int]:
+    items = sorted(dict(mapping).items(), key=lambda kv: _index(kv[0]))
+    for name, v in items:
+        if not isinstance(v, int) or isinstance(v, bool) or not ok(v):
+            raise ValueError(f"LayoutPlan: {kind} of {name} must be {what}, got {v!r}")
+    return dict(items)
+
+
 @dataclass(frozen=True)
 class LayoutPlan:
-    """`blocks[layer]`: 0 (NCHW) or the channel block of that conv layer; unnamed layers are 0."""
+    """`blocks[layer]`: 0 (NCHW) or the channel block of that conv layer; unnamed layers are 0.
+    `winograd[layer]`: the Winograd output tile of an NCHW layer (0: direct); unnamed: the rule."""
 
     blocks: Mapping[str, int] = field(default_factory=dict)
+    winograd: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        items = sorted(dict(self.blocks).items(), key=lambda kv: _index(kv[0]))
-        for name, b in items:
-            if not isinstance(b, int) or isinstance(b, bool) or b < 0:
-                raise ValueError(f"LayoutPlan: block of {name} must be an int >= 0, got {b!r}")
-        object.__setattr__(self, "blocks", dict(items))
+        object.__setattr__(self, "blocks", _checked("block", self.blocks, lambda b: b >= 0, "an int >= 0"))
+        tiles = (0, *TILE_SIZES)
+        object.__setattr__(self, "winograd", _checked("Winograd tile", self.winograd, lambda t: t in tiles,
+                                                      f"one of {tiles}"))
 
     def block(self, layer: str) -> int:
         return self.blocks.get(layer, 0)
@@ -69,25 +83,40 @@ class LayoutPlan:
     def unknown_layers(self, layers: Iterable[str]) -> list[str]:
         """The layers the plan names that are not among `layers` (a stale plan)."""
         known = set(layers)
-        return [name for name in self.blocks if name not in known]
+        named = [*self.blocks, *(n for n in self.winograd if n not in self.blocks)]
+        return [name for name in named if name not in known]
 
     def conv_blocks(self) -> tuple[tuple[int, int], ...]:
         """`ConvertLayout.conv_blocks`: entry i is the (input, output) block of `conv2d_i`."""
         n = max((_index(name) + 1 for name in self.blocks), default=0)
         return tuple((self.block(f"{PREFIX}{i}"),) * 2 for i in range(n))
 
+    def conv_tiles(self) -> tuple[tuple[int, int], ...]:
+        """`WinogradConv.tiles`: (i, tile) for each `conv2d_i` the plan gives a Winograd tile."""
+        return tuple((_index(name), t) for name, t in self.winograd.items())
+
     @staticmethod
-    def uniform(layers: Iterable[str], block: int) -> LayoutPlan:
-        return LayoutPlan({name: block for name in layers})
+    def uniform(layers: Iterable[str], block: int, winograd: int | None = None) -> LayoutPlan:
+        """Every layer in one block; with `winograd`, every layer given that tile (the pass still
+        rewrites only the NCHW ones it can compute)."""
+        names = list(layers)
+        return LayoutPlan({n: block for n in names}, {} if winograd is None else {n: winograd for n in names})
 
     def describe(self) -> str:
-        """`conv2d_0:0 conv2d_1:8 …` (compact, for reports)."""
-        return " ".join(f"{k}:{v}" for k, v in self.blocks.items()) or "(all NCHW)"
+        """`conv2d_0:0 conv2d_1:8 …` (compact, for reports), `/F4` after a layer with a Winograd tile."""
+        def one(name: str, b: int) -> str:
+            t = self.winograd.get(name)
+            return f"{name}:{b}" + ("" if t is None or b else f"/F{t}" if t else "/direct")
+
+        return " ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)"
 
     # ---- JSON ----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"blocks": dict(self.blocks)}
+        out: dict[str, Any] = {"blocks": dict(self.blocks)}
+        if self.winograd:  # plans stored before tiles were a choice have none, and read back the same
+            out["winograd"] = dict(self.winograd)
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -96,17 +125,17 @@ class LayoutPlan:
     def from_json(text: str | Mapping[str, Any]) -> LayoutPlan:
         """The inverse of `to_json` (also takes the parsed dict)."""
         data = json.loads(text) if isinstance(text, str) else dict(text)
-        extra = sorted(set(data) - {"blocks"})
+        extra = sorted(set(data) - {"blocks", "winograd"})
         if extra:
             raise ValueError(f"LayoutPlan JSON has unknown key(s) {', '.join(extra)}")
-        return LayoutPlan(dict(data.get("blocks", {})))
+        return LayoutPlan(dict(data.get("blocks", {})), dict(data.get("winograd", {})))
 
 
 def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks())
-    return [*graph_passes(), convert, FoldConstant(), SimplifyExpr(), WinogradConv(), FoldConstant(),
-            FuseOps()]
+    return [*graph_passes(), convert, FoldConstant(), SimplifyExpr(), WinogradConv(tiles=plan.conv_tiles()),
+            FoldConstant(), FuseOps()]
 
 
 def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from autorelay.te.expr import Bin, Cmp, Const, Load, Var, const, substitute
+from autorelay.te.expr import Bin, Cmp, Const, Load, Select, Var, const, substitute, walk
 from autorelay.tir.nodes import Buffer, For, If, PrimFunc, Seq, Store
 from autorelay.tir.printer import expr_str
 from autorelay.tir.simplify import interval, simplify, simplify_stmt
@@ -72,6 +72,34 @@ def test_fused_index_split_into_row_and_column_is_the_fused_index_again():
     assert expr_str(simplify(p // 14 * 14 + p % 14 + 3, BOUNDS)) == expr_str(simplify(p + 3))
     assert expr_str(simplify(p // 14 * 28 + p % 14 * 2, BOUNDS)) == expr_str(simplify(p * 2))
     assert "%" in expr_str(simplify(p // 14 * 13 + p % 14, BOUNDS))  # not the identity: kept
+
+
+def _select_chain(q, leaves):
+    """leaves[q] as `select(q == 0, leaves[0], select(q == 1, …))`."""
+    out = leaves[-1]
+    for r in range(len(leaves) - 2, -1, -1):
+        out = Select(Cmp("eq", q, const(r)), leaves[r], out, out.dtype)
+    return out
+
+
+@pytest.mark.parametrize("zv", range(6))
+def test_select_chains_on_an_unrolled_index_keep_only_the_live_branch(zv):
+    """Substituting an unrolled loop's index (a Winograd position) into select chains on it leaves
+    exactly the live leaf — a dead branch is never copied — and simplify does the same; both keep
+    a subtree shared by two parents shared."""
+    z = Var("z")
+    shared = Load(Buffer("a", (64,), "float32"), x * 2 + 1, "float32")  # one object, two parents
+    leaves = [Load(Buffer("b", (64,), "float32"), x + r, "float32") for r in range(5)] + [shared + shared]
+    chain = _select_chain(z // 2 * 2 + z % 2, leaves)  # the index as unrolling leaves it: 2 (z//2) + z%2
+    got = substitute(chain, {z: const(zv)})
+    assert not any(isinstance(n, Select) for n in walk(got))
+    want = substitute(leaves[zv], {z: const(zv)})
+    assert got == want
+    if zv == 5:
+        assert got.a is got.b  # the shared load is still one object
+    # simplify: a condition the bounds decide (x <= 5 < zv + 6) picks its branch the same way
+    decided = simplify(Select(Cmp("lt", x, const(zv + 6)), leaves[zv], chain, "float32"), BOUNDS)
+    assert decided == simplify(leaves[zv], BOUNDS)
 
 
 def test_interval_of_linear_forms():

@@ -1,6 +1,7 @@
-"""Winograd F(2x2, 3x3): the compute under its default and under sampled configs, the NumPy
-reference of the op, the WinogradConv pass, and a built model — each against a direct
-convolution (NumPy) or the reference interpreter on the un-rewritten program."""
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3): the compute under its default and under sampled configs,
+the NumPy reference of the op, the WinogradConv pass (its rule and per-conv tiles), and a built
+model — each against a direct convolution (NumPy) or the reference interpreter on the un-rewritten
+program."""
 
 from __future__ import annotations
 
@@ -43,18 +44,24 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("tile", W.TILE_SIZES)
 @pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad"), SHAPES)
-def test_numpy_reference_is_a_convolution(n, c, k, h, w, pad):
+def test_numpy_reference_is_a_convolution(n, c, k, h, w, pad, tile):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
     wt = rng.standard_normal((k, c, 3, 3), dtype=np.float32)
-    got = conv_reference(Attrs({"padding": pad}), x, W.weight_transform_np(wt))
+    got = conv_reference(Attrs({"padding": pad}), x, W.weight_transform_np(wt, tile))
     np.testing.assert_allclose(got, _padded_conv(x, wt, pad), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad"), SHAPES)
-def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w, pad):
-    xd, ud = te.placeholder((n, c, h, w), name="X"), te.placeholder((16, k, c), name="U")
+# F(4x4) kernels take seconds to compile (36 unrolled positions): two shapes, fewer configs
+TILED_SHAPES = [(*shape, 2, 3) for shape in SHAPES] + [(*SHAPES[i], 4, 1) for i in (1, 2)]
+
+
+@pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad", "tile", "sampled"), TILED_SHAPES)
+def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w, pad, tile, sampled):
+    positions = (tile + 2) ** 2
+    xd, ud = te.placeholder((n, c, h, w), name="X"), te.placeholder((positions, k, c), name="U")
     cdef = te.make_def([xd, ud], W.conv2d_winograd_nchw(xd, ud, pad), "winograd")
     target = host_target(threads=2)
     tmpl = template_for(cdef)
@@ -64,20 +71,46 @@ def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w
     x = rng.standard_normal((n, c, h, w), dtype=np.float32)
     wt = rng.standard_normal((k, c, 3, 3), dtype=np.float32)
     expect = _padded_conv(x, wt, pad)
-    u = W.weight_transform_np(wt)
+    u = W.weight_transform_np(wt, tile)
     pick = random.Random(f"{n}{c}{k}{h}{w}")
-    configs = [tmpl.default(cdef, target)] + [space.get(pick.randrange(len(space))) for _ in range(3)]
+    configs = [tmpl.default(cdef, target)] + [space.get(pick.randrange(len(space))) for _ in range(sampled)]
     for cfg in configs:
         got = compile_kernel(cdef, cfg, target).run(x, u)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
 
 
-def test_weight_transform_compute_matches_numpy():
+@pytest.mark.parametrize("tile", W.TILE_SIZES)
+def test_weight_transform_compute_matches_numpy(tile):
     wd = te.placeholder((6, 5, 3, 3), name="Wt")
-    cdef = te.make_def([wd], W.weight_transform(wd), "wt")
+    cdef = te.make_def([wd], W.weight_transform(wd, tile), "wt")
     wt = np.random.default_rng(3).standard_normal((6, 5, 3, 3), dtype=np.float32)
     got = compile_kernel(cdef, None, host_target()).run(wt)
-    np.testing.assert_allclose(got, W.weight_transform_np(wt), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, W.weight_transform_np(wt, tile), rtol=1e-6, atol=1e-6)
+
+
+def test_f4_error_bound_at_resnet_widths():
+    """The bound `WinogradConv` states for F(4x4): max error <= 1e-4 of the output's largest
+    magnitude, here with 256 channels in the float32 kernel (weights scaled as trained nets are)."""
+    c, k, size = 256, 32, 12
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, c, size, size), dtype=np.float32)
+    wt = (rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    xd, ud = te.placeholder(x.shape, name="X"), te.placeholder((36, k, c), name="U")
+    cdef = te.make_def([xd, ud], W.conv2d_winograd_nchw(xd, ud, 1), "winograd")
+    got = compile_kernel(cdef, None, host_target(threads=2)).run(x, W.weight_transform_np(wt, 4))
+    want = H.conv_nchw(x, wt, 1, 1)  # float64 inside
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= 1e-4, err
+    assert err > 0  # a different summation order, not the direct kernel by mistake
+
+
+def test_tiles_are_validated():
+    with pytest.raises(ValueError, match="tile 3 is not supported"):
+        W.transforms(3)
+    with pytest.raises(ValueError, match="16 or 36 positions, not 25"):
+        W.transforms_for_positions(25)
+    with pytest.raises(ValueError, match="WinogradConv: tiles must be one of"):
+        WinogradConv(tiles=((0, 3),))
 
 
 def _resnet_block(channels: int, size: int = 12) -> IRModule:
@@ -120,6 +153,25 @@ def test_pass_leaves_narrow_and_non_constant_convolutions():
     assert "nn.conv2d_winograd" not in _ops(WinogradConv()(runtime_weight))
 
 
+def _weight_positions(mod: IRModule) -> list[int]:
+    return [n.args[1].data.shape[0] for n in post_order(mod["main"])
+            if isinstance(n, Call) and getattr(n.op, "name", "") == "nn.conv2d_winograd"]
+
+
+def test_per_conv_tiles_override_the_rule_and_keep_the_result():
+    """`tiles` names convs by post-order index: conv 0 as F(4x4), conv 1 direct, the stride-2 conv 2
+    left direct although named (the op cannot compute it); the 8-channel block is below the
+    rule's threshold but a named conv is rewritten anyway."""
+    mod = infer_types(_resnet_block(8))
+    out = Pipeline([WinogradConv(tiles=((0, 4), (1, 0), (2, 4))), FoldConstant()])(mod)
+    assert _weight_positions(out) == [36]
+    assert _ops(out).count("nn.conv2d") == 2
+    both = Pipeline([WinogradConv(tiles=((0, 4),)), FoldConstant()])(infer_types(_resnet_block(32)))
+    assert sorted(_weight_positions(both)) == [16, 36]  # conv 1 follows the rule: F(2x2)
+    x = np.random.default_rng(5).standard_normal((1, 8, 12, 12)).astype("float32")
+    np.testing.assert_allclose(autorelay.evaluate(out, x), autorelay.evaluate(mod, x), rtol=1e-4, atol=1e-4)
+
+
 def test_small_feature_maps_stay_direct():
     """Outputs under 7x7 pixels (ResNet-18's deep layers on small images) keep the direct conv."""
     for size, rewritten in ((6, False), (7, True)):
@@ -145,6 +197,14 @@ def test_shape_errors_name_the_op_and_both_shapes():
     w = Var("w", TensorType((4, 8, 5, 5)))
     with pytest.raises(TypeCheckError, match=r"nn.winograd_weight_transform: .*\(4, 8, 5, 5\).*3x3"):
         infer_types(IRModule.from_expr(Function((w,), call("nn.winograd_weight_transform", w))))
+    u25 = Var("u", TensorType((25, 4, 8)))
+    with pytest.raises(TypeCheckError, match=r"nn.conv2d_winograd: .*\(25, 4, 8\) is not \[16 or 36, K, C\]"):
+        infer_types(IRModule.from_expr(Function((x, u25), call("nn.conv2d_winograd", x, u25))))
+    w3 = Var("w", TensorType((4, 8, 3, 3)))
+    with pytest.raises(TypeCheckError, match=r"nn.winograd_weight_transform: output tile 3 is not supported"):
+        infer_types(IRModule.from_expr(Function((w3,), call("nn.winograd_weight_transform", w3, tile=3))))
+    f4 = infer_types(IRModule.from_expr(Function((w3,), call("nn.winograd_weight_transform", w3, tile=4))))
+    assert tuple(f4["main"].body.checked_type.shape) == (36, 4, 8)
 
 
 def test_fused_epilogue_reading_another_input():

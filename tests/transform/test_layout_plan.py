@@ -1,5 +1,6 @@
-"""LayoutPlan: JSON round trip, the per-layer blocks it asks for appear in the built graph, and a
-model built from a random plan computes what the reference interpreter and the default build do."""
+"""LayoutPlan: JSON round trip, the per-layer blocks and Winograd tiles it asks for appear in the
+built graph, and a model built from a random plan computes what the reference interpreter and the
+default build do."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import autorelay
 from autorelay.build_module import build_prepared
 from autorelay.codegen import resolve_target
 from autorelay.frontend import zoo
+from autorelay.ir import post_order
 from autorelay.transform.convert_layout import channel_block
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
-from autorelay.transform.util import tensor_type
+from autorelay.transform.util import op_name, tensor_type
 
 
 def test_json_round_trip_and_validation():
@@ -36,6 +38,19 @@ def test_json_round_trip_and_validation():
         LayoutPlan.from_json('{"blocks": {}, "extra": 1}')
 
 
+def test_winograd_tiles_round_trip_and_reach_the_pass():
+    plan = LayoutPlan({"conv2d_0": 0, "conv2d_1": 16, "conv2d_3": 0}, {"conv2d_3": 4, "conv2d_0": 0})
+    assert list(plan.winograd) == ["conv2d_0", "conv2d_3"]
+    assert LayoutPlan.from_json(plan.to_json()) == plan
+    assert plan.conv_tiles() == ((0, 0), (3, 4))
+    assert plan.describe() == "conv2d_0:0/direct conv2d_1:16 conv2d_3:0/F4"
+    old = LayoutPlan.from_json('{"blocks": {"conv2d_0": 8}}')  # stored before tiles were a choice
+    assert old.winograd == {} and "winograd" not in old.to_dict()
+    assert LayoutPlan({}, {"conv2d_7": 2}).unknown_layers(["conv2d_0"]) == ["conv2d_7"]
+    with pytest.raises(ValueError, match=r"Winograd tile of conv2d_0 must be one of \(0, 2, 4\)"):
+        LayoutPlan({}, {"conv2d_0": 3})
+
+
 MODELS = [("resnet-18", {"image_size": 32}), ("inception", {"image_size": 16}),
           ("mobilenet-v2", {"image_size": 32})]
 
@@ -43,11 +58,14 @@ MODELS = [("resnet-18", {"image_size": 32}), ("inception", {"image_size": 16}),
 @pytest.mark.cpu
 @pytest.mark.parametrize(("name", "options"), MODELS, ids=[m[0] for m in MODELS])
 def test_plan_blocks_reach_the_built_graph_and_outputs_match(name: str, options: dict):
+    """Random blocks and, for the NCHW layers, random Winograd tiles (0: direct): each layer is
+    built as the plan says (a tile only where the op computes the conv: 3x3, stride 1)."""
     mod, params = zoo.get(name, **options)
     inputs = zoo.random_inputs(mod, params, seed=5)
     layers = conv_layers(mod)
     rng = random.Random(len(layers))
-    plan = LayoutPlan({layer: rng.choice([0, 8, 16]) for layer in layers})
+    blocks = {layer: rng.choice([0, 8, 16]) for layer in layers}
+    plan = LayoutPlan(blocks, {layer: rng.choice([0, 2, 4]) for layer in layers if blocks[layer] == 0})
     fused = prepare(mod, params, plan_pipeline(plan))
     graph = prepare(mod, params, Pipeline(graph_passes()))
     built = built_layers(graph, fused)
@@ -56,6 +74,11 @@ def test_plan_blocks_reach_the_built_graph_and_outputs_match(name: str, options:
         in_c = tensor_type(calls[layer].args[0]).shape[1]
         want = channel_block(in_c, plan.block(layer))
         assert built[layer][0] == want, layer
+        a = calls[layer].attrs
+        computable = tuple(a["strides"]) == tuple(a["dilation"]) == (1, 1) and a["groups"] == 1 \
+            and tuple(tensor_type(calls[layer].args[1]).shape[2:]) == (3, 3)
+        tile = plan.winograd.get(layer, 0) if want == 0 and computable else 0
+        assert _winograd_positions(built[layer][1]) == ((tile + 2) ** 2 if tile else 0), layer
     exe = build_prepared(fused, resolve_target("llvm"), None)
     got = np.asarray(exe.run(**inputs))
     default = np.asarray(autorelay.build(mod, params=params).run(**inputs))
@@ -64,6 +87,13 @@ def test_plan_blocks_reach_the_built_graph_and_outputs_match(name: str, options:
     scale = max(float(np.abs(want).max()), 1e-3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
     np.testing.assert_allclose(got, default, rtol=1e-4, atol=1e-4 * scale)
+
+
+def _winograd_positions(fn) -> int:
+    for n in post_order(fn.body):
+        if op_name(n) == "nn.conv2d_winograd":
+            return tensor_type(n.args[1]).shape[0]
+    return 0
 
 
 def test_all_zero_plan_is_the_default_layout():

@@ -77,7 +77,8 @@ class Conv2dWinogradTemplate(Template):
         steps += _input_transform(v.name, [a.name for a in v.op.axes], tw, vec)  # type: ignore[union-attr]
         steps += _gemm(m.name, [a.name for a in m.op.axes], m.op.reduce_axes[0].name,  # type: ignore[union-attr]
                        config, lanes)
-        steps += _output_transform(out.name, [a.name for a in out.op.axes], vec)  # type: ignore[union-attr]
+        tile = m.op.attrs["tile"]  # type: ignore[union-attr]
+        steps += _output_transform(out.name, [a.name for a in out.op.axes], tile, vec)  # type: ignore[union-attr]
         return tuple(steps)
 
 
@@ -119,11 +120,11 @@ def _gemm(m: str, axes: list[str], rc: str, config: Config, lanes: int) -> list[
     return steps + accumulator_tile(acc, rc, k, p, lanes, uc)
 
 
-def _output_transform(out: str, axes: list[str], vec: int) -> list[S.Step]:
+def _output_transform(out: str, axes: list[str], tile: int, vec: int) -> list[S.Step]:
     n, k, y, x = axes
     return [
-        S.Split(out, y, 2),
-        S.Split(out, x, 2),
+        S.Split(out, y, tile),
+        S.Split(out, x, tile),
         S.Split(out, f"{x}_o", vec, f"{x}_to", f"{x}_tv"),
         S.Reorder(out, (n, k, f"{y}_o", f"{x}_to", f"{y}_i", f"{x}_i", f"{x}_tv")),
         S.Fuse(out, n, k),
