@@ -21,10 +21,19 @@ from autorelay.lower.workload import compute_key
 from autorelay.schedule.space import Config, Space
 from autorelay.schedule.templates import template_for
 from autorelay.target import Target
-from autorelay.te.expr import Bin, Call, Reduce, is_float, walk
+from autorelay.te.expr import Bin, Call, Expr, Reduce, Select, children, is_float
 from autorelay.te.tensor import ComputeDef, topo_order
 
 Reference = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
+
+
+def _float_ops(e: Expr) -> int:
+    """Float arithmetic nodes evaluated for one element: of a select, its condition and the costlier
+    branch (one runs; a Winograd transform is a chain of selects on the position, one per row)."""
+    if isinstance(e, Select):
+        return _float_ops(e.cond) + max(_float_ops(e.t), _float_ops(e.f))
+    own = 1 if isinstance(e, (Bin, Call)) and is_float(e.dtype) else 0
+    return own + sum(_float_ops(c) for c in children(e))
 
 
 def count_flops(cdef: ComputeDef) -> float:
@@ -42,7 +51,7 @@ def count_flops(cdef: ComputeDef) -> float:
                 red *= a.extent
             ops += 1
             body = body.body
-        ops += sum(1 for n in walk(body) if isinstance(n, (Bin, Call)) and is_float(n.dtype))
+        ops += _float_ops(body)
         total += float(np.prod(t.shape)) * red * ops
     return total
 
