@@ -26,23 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from search.layout_search import LayerRow, LayoutSearchResult
+from search.layout_search import LayoutSearchResult, layout_label
 from search.model_tuning import tune_model
 from search.models import load_model
-
-
-def _layout(row: LayerRow) -> str:
-    """`16`, or `0 F4` for an NCHW layer run as Winograd F(4x4) (`0 direct`: no Winograd)."""
-    if row.block:
-        return str(row.block)
-    return f"0 F{row.tile}" if row.tile else "0 direct"
-
-
-def _per_model_layout(row: LayerRow) -> str:
-    """The per-model pick's form of the layer: its block, or NCHW as `default` runs it."""
-    if row.per_model_block:
-        return str(row.per_model_block)
-    return f"0 F{row.per_model_tile}" if row.per_model_tile else "0 direct"
 
 
 def plot(r: LayoutSearchResult, path: str) -> None:
@@ -62,8 +48,8 @@ def plot(r: LayoutSearchResult, path: str) -> None:
     ax.bar([i - 0.2 for i in x], xform, 0.4, bottom=plan, label="plan: re-layout")
     ax.bar([i + 0.2 for i in x], per_model, 0.4, label="per-model pick: kernel")
     for i, row in enumerate(r.rows):
-        ax.text(i - 0.2, plan[i] + xform[i], _layout(row).replace(" ", "\n"), ha="center", va="bottom",
-                fontsize=6)
+        label = layout_label(row.block, row.tile).replace("/", "\n")
+        ax.text(i - 0.2, plan[i] + xform[i], label, ha="center", va="bottom", fontsize=6)
     ax.set_xticks(list(x), names)
     ax.set_xlabel("conv layer (conv2d_i)")
     ax.set_ylabel("ms")
@@ -86,8 +72,10 @@ def markdown(r: LayoutSearchResult, header: str) -> str:
         k = row.kernel_s.get(row.block, float("nan"))
         pk = row.per_model_s
         plan_total, pm_total, xform_total = plan_total + k, pm_total + pk, xform_total + row.transform_s
-        lines.append(f"| {row.layer} | {_layout(row)} | {k * 1e6:.1f} | {row.transform_s * 1e6:.1f} | "
-                     f"{_per_model_layout(row)} | {pk * 1e6:.1f} |")
+        ours = layout_label(row.block, row.tile)
+        theirs = layout_label(row.per_model_block, row.per_model_tile)
+        lines.append(f"| {row.layer} | {ours} | {k * 1e6:.1f} | {row.transform_s * 1e6:.1f} | {theirs} | "
+                     f"{pk * 1e6:.1f} |")
     lines.append(f"| **sum** | | {plan_total * 1e6:.1f} | {xform_total * 1e6:.1f} | | {pm_total * 1e6:.1f} |")
     lines += ["", "Modelled cost (conv kernels + transforms on conv/join edges): "
               + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.modeled.items()),

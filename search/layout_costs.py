@@ -39,6 +39,7 @@ from autorelay.op import registry
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.target import Target
+from autorelay.te.winograd import transforms_for_positions
 from autorelay.transform.convert_layout import POOLS, channel_block
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
@@ -119,8 +120,7 @@ def _winograd_tile(fn: Function) -> int:
     """The output tile of the Winograd conv in a primitive function (0: none)."""
     for n in post_order(fn.body):
         if op_name(n) == WINOGRAD_CONV:
-            t = tensor_type(n.args[1])
-            return 4 if t is not None and t.shape[0] == 36 else 2
+            return transforms_for_positions(tensor_type(n.args[1]).shape[0]).m
     return 0
 
 

@@ -96,7 +96,7 @@ class LayoutSearchResult:
         lines = [head, "-" * len(head), "(k@0: the fastest NCHW form; layout 0/F2, 0/F4: NCHW as Winograd)"]
         for r in self.rows:
             ks = " ".join(f"{r.kernel_s[b] * 1e6:9.1f}" if b in r.kernel_s else f"{'-':>9}" for b in blocks)
-            lay, ref = _layout(r.block, r.tile), _layout(r.per_model_block, r.per_model_tile)
+            lay, ref = layout_label(r.block, r.tile), layout_label(r.per_model_block, r.per_model_tile)
             lines.append(f"{r.layer:<10} {lay:>7} {ks} {r.transform_s * 1e6:9.1f} {ref:>9} "
                          f"{r.source:<11}")
         lines.append("modelled (kernels + transforms): " + ", ".join(
@@ -108,7 +108,8 @@ class LayoutSearchResult:
         return "\n".join(lines)
 
 
-def _layout(block: int, tile: int) -> str:
+def layout_label(block: int, tile: int) -> str:
+    """A layer's form for reports: its block, or `0/F4` for NCHW as Winograd F(4x4)."""
     return f"0/F{tile}" if block == 0 and tile else str(block)
 
 
@@ -180,4 +181,5 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
                                 compiler_version=autorelay.__version__, info=info)
 
 
-__all__ = ["LayerRow", "LayoutSearchResult", "per_model_layouts", "plan_tasks", "search_layout"]
+__all__ = ["LayerRow", "LayoutSearchResult", "layout_label", "per_model_layouts", "plan_tasks",
+           "search_layout"]

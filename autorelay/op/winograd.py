@@ -23,17 +23,17 @@ from autorelay.ir.types import TensorType, Type
 from autorelay.op.layout import pad_tuple
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
 from autorelay.op.shape_utils import fmt_shape, tensor_arg
-from autorelay.te.winograd import TILE_SIZES
+from autorelay.te.winograd import TILE_SIZES, transforms
 
 WEIGHT_TRANSFORM = "nn.winograd_weight_transform"
 CONV = "nn.conv2d_winograd"
-POSITIONS = tuple((t + 2) ** 2 for t in TILE_SIZES)
+POSITIONS = tuple(transforms(t).positions for t in TILE_SIZES)
 
 
 def _positions(tile: Any) -> int:
     if tile not in TILE_SIZES:
         raise rel_error(WEIGHT_TRANSFORM, f"output tile {tile!r} is not supported (choose from {TILE_SIZES})")
-    return (tile + 2) ** 2
+    return transforms(tile).positions
 
 
 def _weight_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:

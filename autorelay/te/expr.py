@@ -403,8 +403,16 @@ def transform(e: Expr, fn: Any) -> Expr:
     return e if out is None else out
 
 
-_INT_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-             "floordiv": lambda a, b: a // b if b else None, "mod": lambda a, b: a % b if b else None}
+INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the caller's to refuse)
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "shr": lambda a, b: a >> b,
+    "min": min,
+    "max": max,
+}
 _CMP_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
              "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
@@ -413,9 +421,11 @@ def _int_value(e: Expr) -> int | bool | None:
     """The value of an integer or comparison expression over constants only (else None)."""
     if isinstance(e, Const):
         return e.value if isinstance(e.value, (int, bool)) else None
-    if isinstance(e, Bin) and e.op in _INT_FOLD and is_int(e.dtype):
+    if isinstance(e, Bin) and e.op in INT_FOLD and is_int(e.dtype):
         a, b = _int_value(e.a), _int_value(e.b)
-        return None if a is None or b is None else _INT_FOLD[e.op](a, b)
+        if a is None or b is None or (e.op in ("floordiv", "mod") and b == 0):
+            return None
+        return INT_FOLD[e.op](a, b)
     if isinstance(e, Cmp) and is_int(e.a.dtype):
         a, b = _int_value(e.a), _int_value(e.b)
         return None if a is None or b is None else _CMP_FOLD[e.op](a, b)

@@ -9,6 +9,7 @@ lie in [0, 16), so a packed-weight load turns into a contiguous vector load, and
 from __future__ import annotations
 
 from autorelay.te.expr import (
+    INT_FOLD,
     Bin,
     Cast,
     Cmp,
@@ -195,18 +196,6 @@ def _cmp_const(op: str, lo: int, hi: int) -> bool | None:
     return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
 
 
-_FOLD = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "mod": lambda a, b: a % b,
-    "shr": lambda a, b: a >> b,
-    "min": min,
-    "max": max,
-}
-
-
 def _rule(e: Expr, bounds: Bounds) -> Expr | None:
     if isinstance(e, Bin):
         a, b = e.a, e.b
@@ -224,7 +213,7 @@ def _rule(e: Expr, bounds: Bounds) -> Expr | None:
             and isinstance(b, Const)
             and not (e.op in ("floordiv", "mod") and b.value == 0)
         ):
-            return Const(_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
+            return Const(INT_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
         if e.op in ("add", "sub", "mul"):
             return _simp_lin(e)
         if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:

@@ -73,13 +73,13 @@ def eligible(c: Call, min_channels: int, min_size: int = 7) -> bool:
 class _Rewrite(ExprMutator):
     def __init__(self, pass_: WinogradConv, index: dict[int, int]) -> None:
         super().__init__()
-        self.p, self.index = pass_, index
+        self.p, self.index, self.named = pass_, index, dict(pass_.tiles)
 
     def visit_function(self, f: Function) -> Expr:
         return f if f.is_primitive else super().visit_function(f)
 
     def _tile(self, c: Call) -> int:
-        named = dict(self.p.tiles).get(self.index.get(id(c), -1))
+        named = self.named.get(self.index.get(id(c), -1))
         if named is not None:
             return named if eligible(c, 0, 0) else 0
         return self.p.tile if eligible(c, self.p.min_channels, self.p.min_size) else 0
