@@ -4,6 +4,7 @@ answer on every call, whether the workers are spinning, asleep, shared by two ca
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import threading
 import time
@@ -117,3 +118,56 @@ def test_parked_workers_sleep_at_once_and_come_back(monkeypatch):
         np.testing.assert_array_equal(bound.outputs[0], np.full(97, 33, np.float32))
     assert workers.words[T._PARK] == 0  # the next call cleared it
     T.park_all()
+
+
+_RENDEZVOUS_IR = """
+define void @rendezvous(ptr %flags, ptr %next, i64 %extent, i64 %grain) {
+entry:
+  %ticket = atomicrmw add ptr %next, i64 1 seq_cst, align 8
+  %first = icmp eq i64 %ticket, 0
+  br i1 %first, label %wait, label %second
+second:
+  store atomic i64 1, ptr %flags seq_cst, align 8
+  ret void
+wait:
+  %i = phi i64 [0, %entry], [%i1, %wait]
+  %seen = load atomic i64, ptr %flags seq_cst, align 8
+  %i1 = add i64 %i, 1
+  %met = icmp ne i64 %seen, 0
+  %give_up = icmp sgt i64 %i1, 4000000000
+  %stop = or i1 %met, %give_up
+  br i1 %stop, label %done, label %wait
+done:
+  %ok = getelementptr i64, ptr %flags, i64 1
+  %met64 = zext i1 %met to i64
+  store i64 %met64, ptr %ok, align 8
+  ret void
+}
+"""
+
+
+def test_a_sleeping_worker_joins_the_call_that_woke_it():
+    """A job that finishes only when a second thread runs it: the caller takes the first ticket and
+    waits for another thread to take the second. The worker is asleep when the call starts, so it
+    must join the call already under way (a protocol that only hands jobs to workers spinning at
+    the start left long kernels on one thread)."""
+    import llvmlite.binding as llvm
+
+    from autorelay.codegen.llvm.host import init_llvm
+
+    init_llvm()
+    mod = llvm.parse_assembly(_RENDEZVOUS_IR)
+    mod.triple = llvm.get_process_triple()
+    machine = llvm.Target.from_triple(mod.triple).create_target_machine()
+    engine = llvm.create_mcjit_compiler(mod, machine)
+    engine.finalize_object()
+    job = engine.get_function_address("rendezvous")
+    workers = T.team(1)
+    T.park_all()
+    deadline = time.monotonic() + 10
+    while workers.words[T.LINE] != T.SLEEPING:
+        assert time.monotonic() < deadline, "the parked worker kept spinning"
+        time.sleep(0.001)
+    flags = (ctypes.c_int64 * 2)(0, 0)
+    workers.run(job, ctypes.addressof(flags), 2, 1)
+    assert flags[1] == 1, "the caller ran the whole job alone: the woken worker never joined it"

@@ -6,17 +6,27 @@ futex and passing the GIL, and waiting for it means being woken in turn. On this
 on two threads, and MobileNet-v2's 56 kernels lost milliseconds to it. Here the workers wait in
 native code (GIL released) by spinning on a status word, so a job reaches them in the time a
 cache line takes to move between cores; after `SPIN_LIMIT` idle spins a worker goes back to
-Python and sleeps on an Event, so an idle process does not burn a core (a sleeping worker is
-woken for the next call and joins the calls after it).
+Python and sleeps on an Event, so an idle process does not burn a core.
 
-Protocol (one status word per worker, on its own cache line): SLEEPING 0 -> SPINNING 1 (the worker,
-when woken) -> ASSIGNED 2 (the caller, by compare-and-swap from SPINNING, after writing the job)
--> SPINNING 1 (the worker, job done) ... -> SLEEPING 0 (the worker, by compare-and-swap from
-SPINNING, once idle too long or parked). The caller runs its share of the job itself, then waits for
-exactly the workers it assigned. A job is `void job(ptr argv, ptr next, i64 extent, i64 grain)`:
-each parallel segment's `_job` thunk, which claims chunks of its loop from the shared counter
-`next` (see `emit.parallel_driver`), so an assigned worker that starts late just finds fewer
-chunks left.
+Protocol. A job is `void job(ptr argv, ptr next, i64 extent, i64 grain)`: each parallel segment's
+`_job` thunk, which claims chunks of its loop from the shared counter `next` (see
+`emit.parallel_driver`), so any number of threads may run it and one that starts late just finds
+fewer chunks left. The caller writes the job into the header, *opens* it (`open` = a new positive
+generation), runs it itself, *closes* it (`open` = minus the generation) and waits until `active`,
+the number of workers inside the job, is zero. A spinning worker that sees a generation it has not
+run joins: it increments `active`, re-reads `open`, and runs the job only if it is still the same
+generation (otherwise it leaves). Both sides use sequentially consistent operations, so either the
+caller sees the worker's increment before it returns or the worker sees the job closed: no worker
+is ever inside a job its caller has finished with.
+
+Why joining rather than handing a job to the workers spinning when it starts: a worker asleep when
+a call begins is woken by it and joins it as soon as it is up, so a long kernel is shared from its
+first call on. With hand-offs only, a worker woken by a long call spun out its idle limit before that
+call ended and slept again: dense 1024^3 on two threads ran on one for every call (measured on the
+AVX-512 host, whose `pause` is slow enough that the limit was ~9 ms).
+
+Status words (one per worker, own cache line): SLEEPING 0 -> SPINNING 1 when woken -> SLEEPING 0 by
+the worker's compare-and-swap once idle too long or parked; the caller wakes every sleeping worker.
 """
 
 from __future__ import annotations
@@ -30,12 +40,12 @@ import llvmlite.binding as llvm
 
 from autorelay.codegen.llvm.host import init_llvm
 
-SLEEPING, SPINNING, ASSIGNED = 0, 1, 2
-MAX_WORKERS = 63  # the caller's mask of assigned workers is one i64
+SLEEPING, SPINNING = 0, 1
+MAX_WORKERS = 63  # a bound on the team's size, not on the protocol
 LINE = 8  # i64 words per cache line: each status word gets its own line
 SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
-# the job header: fn, argv, next, extent, grain, park — line 0; worker w's status — line w + 1
-_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _PARK = range(6)
+# the job header, line 0: fn, argv, next, extent, grain, park, open, active; worker w's status: line w + 1
+_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _PARK, _OPEN, _ACTIVE = range(8)
 
 
 def _team_ir(pause: str) -> str:
@@ -44,12 +54,7 @@ def _team_ir(pause: str) -> str:
     header = "\n".join(
         f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
         for n, i in (("fn", _FN), ("argv", _ARGV), ("next", _NEXT), ("ext", _EXTENT), ("grain", _GRAIN),
-                     ("park", _PARK))
-    )
-    job = (
-        "  %fn = load ptr, ptr %fnp, align 8\n  %argv = load ptr, ptr %argvp, align 8\n"
-        "  %ext = load i64, ptr %extp, align 8\n  %gr = load i64, ptr %grainp, align 8\n"
-        "  call void %fn(ptr %argv, ptr %nextp, i64 %ext, i64 %gr)\n"
+                     ("park", _PARK), ("open", _OPEN), ("active", _ACTIVE))
     )
     return f"""
 define void @team_worker(ptr %team, i64 %w, i64 %limit) {{
@@ -58,12 +63,32 @@ entry:
   store atomic i64 {SPINNING}, ptr %st release, align 8
   br label %loop
 loop:
-  %spins = phi i64 [0, %entry], [0, %run], [%spins1, %idle], [0, %sleep]
-  %s = load atomic i64, ptr %st acquire, align 8
-  %assigned = icmp eq i64 %s, {ASSIGNED}
-  br i1 %assigned, label %run, label %check
+  %spins = phi i64 [0, %entry], [0, %ran], [%spins, %left], [%spins1, %idle], [0, %sleep]
+  %last = phi i64 [0, %entry], [%o, %ran], [%last, %left], [%last, %idle], [%last, %sleep]
+  %o = load atomic i64, ptr %openp acquire, align 8
+  %isopen = icmp sgt i64 %o, 0
+  %fresh = icmp ne i64 %o, %last
+  %new = and i1 %isopen, %fresh
+  br i1 %new, label %join, label %check
+join:
+  %a0 = atomicrmw add ptr %activep, i64 1 seq_cst, align 8
+  %o2 = load atomic i64, ptr %openp seq_cst, align 8
+  %same = icmp eq i64 %o2, %o
+  br i1 %same, label %run, label %leave
 run:
-{job}  store atomic i64 {SPINNING}, ptr %st release, align 8
+  %fn = load ptr, ptr %fnp, align 8
+  %argv = load ptr, ptr %argvp, align 8
+  %ext = load i64, ptr %extp, align 8
+  %gr = load i64, ptr %grainp, align 8
+  call void %fn(ptr %argv, ptr %nextp, i64 %ext, i64 %gr)
+  %a1 = atomicrmw sub ptr %activep, i64 1 release, align 8
+  br label %ran
+ran:
+  br label %loop
+leave:
+  %a2 = atomicrmw sub ptr %activep, i64 1 release, align 8
+  br label %left
+left:
   br label %loop
 check:
   %pk = load atomic i64, ptr %parkp monotonic, align 8
@@ -84,7 +109,7 @@ out:
   ret void
 }}
 
-define i64 @team_run(ptr %team, i64 %workers, ptr %job, ptr %argvv, i64 %extent, i64 %grain) {{
+define void @team_run(ptr %team, ptr %job, ptr %argvv, i64 %extent, i64 %grain) {{
 entry:
 {header}
   store ptr %job, ptr %fnp, align 8
@@ -92,47 +117,22 @@ entry:
   store i64 0, ptr %nextp, align 8
   store i64 %extent, ptr %extp, align 8
   store i64 %grain, ptr %grainp, align 8
-  br label %assign
-assign:
-  %w = phi i64 [0, %entry], [%w1, %offer]
-  %mask = phi i64 [0, %entry], [%mask1, %offer]
-  %more = icmp slt i64 %w, %workers
-  br i1 %more, label %offer, label %self
-offer:
-{status}  %r = cmpxchg ptr %st, i64 {SPINNING}, i64 {ASSIGNED} acq_rel monotonic, align 8
-  %ok = extractvalue {{ i64, i1 }} %r, 1
-  %bit = shl i64 1, %w
-  %with = or i64 %mask, %bit
-  %mask1 = select i1 %ok, i64 %with, i64 %mask
-  %w1 = add i64 %w, 1
-  br label %assign
-self:
+  %closed = load i64, ptr %openp, align 8
+  %gen = sub i64 1, %closed
+  store atomic i64 %gen, ptr %openp seq_cst, align 8
   call void %job(ptr %argvv, ptr %nextp, i64 %extent, i64 %grain)
+  %shut = sub i64 0, %gen
+  store atomic i64 %shut, ptr %openp seq_cst, align 8
   br label %wait
 wait:
-  %v = phi i64 [0, %self], [%v1, %joined]
-  %left = icmp slt i64 %v, %workers
-  br i1 %left, label %check, label %done
-check:
-  %vbit = shl i64 1, %v
-  %mine = and i64 %mask, %vbit
-  %ismine = icmp ne i64 %mine, 0
-  br i1 %ismine, label %poll, label %joined
-poll:
-  %vw = add i64 %v, 1
-  %vidx = mul i64 %vw, {LINE}
-  %vst = getelementptr i64, ptr %team, i64 %vidx
-  %vs = load atomic i64, ptr %vst acquire, align 8
-  %busy = icmp eq i64 %vs, {ASSIGNED}
-  br i1 %busy, label %relax, label %joined
+  %n = load atomic i64, ptr %activep seq_cst, align 8
+  %busy = icmp ne i64 %n, 0
+  br i1 %busy, label %relax, label %done
 relax:
 {pause}
-  br label %poll
-joined:
-  %v1 = add i64 %v, 1
   br label %wait
 done:
-  ret i64 %mask
+  ret void
 }}
 """
 
@@ -155,7 +155,7 @@ class _Native:
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         self.worker = ctypes.CFUNCTYPE(None, ptr, i64, i64)(self.engine.get_function_address("team_worker"))
         run = self.engine.get_function_address("team_run")
-        self.run = ctypes.CFUNCTYPE(i64, ptr, i64, ptr, ptr, i64, i64)(run)
+        self.run = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64)(run)
 
 
 _NATIVE: _Native | None = None
@@ -185,7 +185,6 @@ class Team:
         self.addr = ctypes.addressof(self.words)
         self.busy = threading.Lock()  # one caller at a time; a concurrent caller runs its job alone
         self.wake = [threading.Event() for _ in range(workers)]
-        self.all_assigned = (1 << workers) - 1
         for w in range(workers):
             threading.Thread(target=self._serve, args=(w,), name=f"autorelay-team-{w}", daemon=True).start()
             self.wake[w].set()
@@ -201,16 +200,15 @@ class Team:
         if not self.busy.acquire(blocking=False):
             run_alone(job, argv, extent, grain)
             return
-        if self.words[_PARK]:
-            self.words[_PARK] = 0
         try:
-            assigned = self.native.run(self.addr, self.workers, job, argv, extent, grain)
+            if self.words[_PARK]:
+                self.words[_PARK] = 0
+            for w in range(self.workers):  # a sleeping worker joins this job once it wakes
+                if self.words[LINE * (w + 1)] == SLEEPING:
+                    self.wake[w].set()
+            self.native.run(self.addr, job, argv, extent, grain)
         finally:
             self.busy.release()
-        if assigned != self.all_assigned:  # some were asleep: wake them for the calls that follow
-            for w in range(self.workers):
-                if not assigned >> w & 1:
-                    self.wake[w].set()
 
     def park(self) -> None:
         """Send spinning workers to sleep now rather than after SPIN_LIMIT (the next call wakes
