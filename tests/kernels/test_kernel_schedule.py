@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import ScheduleError
 from autorelay.kernel import compile_kernel
@@ -198,3 +199,37 @@ def test_compute_at_region_is_the_tile():
     )
     text = func_str(f)
     assert "alloc C_local_l: float32[4, 8] local" in text
+
+
+def _short_rows_kernels():
+    """Kernels over (1, 32, 7, 7): a plain elementwise add, a bias add (broadcast) and an NCHW16c ->
+    NCHW layout transform, with their inputs."""
+    x, z = te.placeholder((1, 32, 7, 7), name="X"), te.placeholder((1, 32, 7, 7), name="Z")
+    b, blocked = te.placeholder((1, 32, 1, 1), name="B"), te.placeholder((1, 2, 7, 7, 16), name="Y")
+    add = te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] + z[n, c, h, w], name="Add", tag="injective")
+    bias = te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] + b[0, c, 0, 0], name="Bias", tag="injective")
+    unblock = te.compute(x.shape, lambda n, c, h, w: blocked[n, c // 16, h, w, c % 16], name="T",
+                         tag="injective")
+    return {"add": te.make_def([x, z], add), "bias": te.make_def([x, b], bias),
+            "unblock": te.make_def([blocked], unblock)}
+
+
+@pytest.mark.parametrize("target_text", ["llvm -mcpu=znver3", "llvm -mcpu=znver5"])  # 8 and 16 lanes > 7
+def test_injective_default_fuses_all_axes_only_for_a_flat_map(target_text):
+    """Fusing every axis into one vectorized loop fills whole vectors when rows are short, but a
+    broadcast or a transform then recovers each lane's coordinates by division: only a kernel that
+    reads every tensor at its own index may fuse. Both forms compute the same answer."""
+    target = resolve_target(target_text)
+    tmpl = templates()["injective"]
+    kernels = _short_rows_kernels()
+    assert {name: tmpl.default(cdef, target)["fuse_all"] for name, cdef in kernels.items()} == \
+        {"add": 1, "bias": 0, "unblock": 0}
+    rng = np.random.default_rng(0)
+    host = host_target()
+    for cdef in kernels.values():
+        data = [rng.standard_normal(t.shape).astype(np.float32) for t in cdef.inputs]
+        default = tmpl.default(cdef, host)
+        forms = [Config(default.template, tuple((k, f if k == "fuse_all" else v) for k, v in default.values))
+                 for f in (0, 1)]
+        outs = [compile_kernel(cdef, form, host).run(*data) for form in forms]
+        np.testing.assert_array_equal(outs[0], outs[1])
