@@ -116,7 +116,7 @@ class LayerCost:
         return min(self.nchw, key=self.nchw.__getitem__) if self.nchw else 0
 
 
-def _winograd_tile(fn: Function) -> int:
+def winograd_tile(fn: Function) -> int:
     """The output tile of the Winograd conv in a primitive function (0: none)."""
     for n in post_order(fn.body):
         if op_name(n) == WINOGRAD_CONV:
@@ -158,7 +158,7 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
                 continue
             seconds, cost = statistics.median(t for t, _ in rows), out[name]
             if block == 0:
-                tile = _winograd_tile(fn)
+                tile = winograd_tile(fn)
                 if not plan.winograd:
                     cost.winograd = tile > 0
                 if tile in cost.nchw:  # the same form in both NCHW builds: keep the faster timing

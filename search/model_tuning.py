@@ -36,6 +36,7 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
+from search.plan_screen import screen_plan_tasks
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
@@ -254,6 +255,12 @@ def tune_model(
             progress.stage("extracting the kernels of every layout a conv layer may take")
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             prepared, ex = plan_tasks(model, target, threads)
+            progress.stage("screening every layout with default schedules: which forms are worth tuning")
+            screen = screen_plan_tasks(model, prepared.target)
+            before = len(ex.tasks)
+            ex, groups = screen.apply(ex)
+            progress.stage(f"screening kept {len(ex.tasks)} of {before} tasks ({screen.seconds:.0f} s); the "
+                           f"forms of one layer share its term of the scheduler's objective")
         else:
             if pipeline == AUTO:
                 progress.stage("choosing the pass pipeline (layout) for the model")
@@ -263,8 +270,10 @@ def tune_model(
             # prepared once: the task list, the comparison builds and the schedule source share it
             prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
             ex = prepared.extraction
+            groups = [t.key for t in ex.tasks]  # alternatives of one workload: see the scheduler
         # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
-        ex.tasks.sort(key=lambda t: -t.total_flops)
+        order = sorted(range(len(ex.tasks)), key=lambda i: -ex.tasks[i].total_flops)
+        ex.tasks[:], groups = [ex.tasks[i] for i in order], [groups[i] for i in order]
         per_task = trials // max(1, len(ex.tasks))
         rounds = round_trials or max(batch, min(16, per_task // batch * batch))
         measurer = make_measurer(executor, build_workers, timing)  # a bad executor fails before the run
@@ -280,9 +289,8 @@ def tune_model(
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         try:
-            # alternatives of one workload (same key) share its term of the objective: see scheduler
             sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged)), rounds,
-                                  seed=seed, groups=[t.key for t in ex.tasks])
+                                  seed=seed, groups=groups)
             for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
                 if st.logged[i]:
                     sched.tasks[i].trials.append(st.logged[i])

@@ -22,8 +22,10 @@ is ever inside a job its caller has finished with.
 Why joining rather than handing a job to the workers spinning when it starts: a worker asleep when
 a call begins is woken by it and joins it as soon as it is up, so a long kernel is shared from its
 first call on. With hand-offs only, a worker woken by a long call spun out its idle limit before that
-call ended and slept again: dense 1024^3 on two threads ran on one for every call (measured on the
-AVX-512 host, whose `pause` is slow enough that the limit was ~9 ms).
+call ended and slept again, so any kernel longer than that limit ran on one thread whenever the
+worker was asleep at its start, and every later call too: dense 1024^3 (12-20 ms a call) on two
+threads ran on one (measured on the AVX-512 host, where the idle limit lasts 2-3 ms), and the
+tuner, which times a freshly built kernel, measured every such kernel on one thread.
 
 Status words (one per worker, own cache line): SLEEPING 0 -> SPINNING 1 when woken -> SLEEPING 0 by
 the worker's compare-and-swap once idle too long or parked; the caller wakes every sleeping worker.

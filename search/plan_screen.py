@@ -1,0 +1,131 @@
+"""Dividing `--pipeline plan`'s trial budget: which layout alternatives of a conv layer to tune, and
+which tasks the scheduler treats as alternatives of one layer.
+
+The plan tunes the kernels of every form a layer may take (NCHW direct, Winograd F(2x2) and
+F(4x4), each channel block): on ResNet-18 that is 71 tasks where the per-model pick tunes 19, so an
+800-trial budget gave each about 11 trials (8 of them its warm-up round) against 42, and the plan
+lost to the per-model pick at equal budgets (0.97x) although it can choose every layer's form.
+Most of those forms never had a chance: a block of 8 on an AVX-512 host, or direct NCHW where
+Winograd applies, ran 1.5-2.6x slower than the layer's best form with every config the tuner
+found. Two measures spend the budget where it can change the model's latency:
+
+* **Screening** (`screen_plan_tasks`): before tuning, the uniform builds (`layout_costs.
+  candidate_plans`) are built with default schedules and profiled kernel by kernel, as the
+  layout search profiles tuned ones. A form whose default kernel takes more than `PRUNE_RATIO`
+  times the layer's fastest default form, on every layer it implements, is not tuned (reported as
+  skipped, with the ratio). Tuning moved a ResNet-18 kernel by at most 1.5x (its table of tuned vs
+  default), so a form that far behind would have to gain more than any kernel did while the
+  leader gains nothing. It still has its default schedule, and the layout search still measures it.
+* **Grouping**: tasks that implement the same set of conv layers are one group of the task
+  scheduler (`search.scheduler`): the group's term of the model latency is its fastest member, so
+  a trailing form is tuned only while it looks able to overtake the leader. Other kernels (pools,
+  the classifier) keep their workload key as group, as in the per-model tune.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from autorelay.lower import workload_key
+from autorelay.target import Target
+from autorelay.transform.layout_plan import built_layers, conv_layers, plan_pipeline
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes
+from search.extract import Extraction, Skipped, optimize
+from search.layout_costs import LayerCost, candidate_blocks, candidate_plans, kernel_costs, winograd_tile
+from search.models import Model
+
+PRUNE_RATIO = 1.5  # a form this much slower than the layer's best form (default schedules) is not tuned
+
+Form = tuple[int, int]  # (channel block, Winograd tile when the block is 0)
+
+
+@dataclass
+class PlanScreen:
+    """The screening's answer: per task key, its group and, for a pruned task, why; plus the
+    layers' default-schedule costs and the seconds the screening took."""
+
+    groups: dict[str, Hashable] = field(default_factory=dict)
+    pruned: dict[str, str] = field(default_factory=dict)
+    costs: dict[str, LayerCost] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def apply(self, ex: Extraction) -> tuple[Extraction, list[Hashable]]:
+        """The extraction without the pruned tasks (each listed as skipped, with its reason) and the
+        scheduler group of each remaining task."""
+        kept = [t for t in ex.tasks if t.key not in self.pruned]
+        skipped = list(ex.skipped)
+        seen: set[str] = set()
+        for t in ex.tasks:
+            if t.key in self.pruned and t.key not in seen:
+                seen.add(t.key)
+                skipped.append(Skipped(t.name, t.key, t.count, self.pruned[t.key]))
+        groups = _consistent_groups(kept, self.groups)
+        return Extraction(kept, skipped, ex.total_flops), groups
+
+
+def layer_forms(model: Model, blocks: tuple[int, ...]) -> dict[str, dict[str, Form]]:
+    """Per workload key of a conv kernel in any uniform build: each layer it implements -> its form."""
+    layers = conv_layers(model.mod)
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    out: dict[str, dict[str, Form]] = {}
+    for plan in candidate_plans(layers, blocks):
+        fused = optimize(model.mod, model.params, plan_pipeline(plan))
+        for name, (block, fn) in built_layers(graph, fused).items():
+            form = (block, 0 if block else winograd_tile(fn))
+            out.setdefault(workload_key(fn), {})[name] = form
+    return out
+
+
+def form_seconds(cost: LayerCost, form: Form) -> float | None:
+    """A layer's measured seconds in one form (None: not measured, e.g. a form the op refuses)."""
+    block, tile = form
+    return cost.kernel.get(block) if block else cost.nchw.get(tile)
+
+
+def screen_plan_tasks(model: Model, target: Target, *, ratio: float = PRUNE_RATIO, rounds: int = 3,
+                      repeat: int = 5) -> PlanScreen:
+    """Profile the uniform builds with default schedules and decide each conv task's group and
+    whether it is worth tuning (see the module docstring)."""
+    t0 = time.perf_counter()
+    blocks = candidate_blocks(target)
+    costs = kernel_costs(model, None, target, blocks, repeat=repeat, rounds=rounds)
+    screen = decide(costs, layer_forms(model, blocks), ratio)
+    screen.seconds = time.perf_counter() - t0
+    return screen
+
+
+def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
+           ratio: float = PRUNE_RATIO) -> PlanScreen:
+    """Groups and pruning from measured costs: `forms` maps each conv task's key to the layers it
+    implements and its form there. A task is pruned when, on every one of its layers, its form is
+    measured and more than `ratio` times that layer's fastest measured form."""
+    screen = PlanScreen(costs=costs)
+    for key, served in forms.items():
+        screen.groups[key] = frozenset(served)
+        behind = []
+        for name, form in served.items():
+            cost = costs.get(name)
+            mine = form_seconds(cost, form) if cost is not None else None
+            if cost is None or mine is None:
+                break
+            fastest = min([s for b, s in cost.kernel.items() if b] + list(cost.nchw.values()) + [mine])
+            behind.append(mine / fastest)
+        if behind and len(behind) == len(served) and min(behind) > ratio:
+            screen.pruned[key] = (f"not tuned: its layout runs {min(behind):.2f}x the layer's fastest form "
+                                  f"with default schedules (screening prunes above {ratio:g}x)")
+    return screen
+
+
+def _consistent_groups(tasks: list, groups: dict[str, Hashable]) -> list[Hashable]:
+    """Each task's group: its layer set when every task of that set has the same weight (the
+    scheduler's rule for alternatives), else its own workload key."""
+    weights: dict[Hashable, set[int]] = {}
+    for t in tasks:
+        weights.setdefault(groups.get(t.key, t.key), set()).add(t.count)
+    return [g if len(weights[g]) == 1 else t.key for t in tasks for g in [groups.get(t.key, t.key)]]
+
+
+__all__ = ["PRUNE_RATIO", "PlanScreen", "decide", "form_seconds", "layer_forms", "screen_plan_tasks"]

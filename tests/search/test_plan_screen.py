@@ -1,0 +1,63 @@
+"""Screening `--pipeline plan`'s layout alternatives (`search.plan_screen`): a form far behind the
+layer's fastest is not tuned, forms of the same layers are one scheduler group, and the pruned
+tasks are reported as skipped, with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from search.extract import Extraction, ModelTask, Skipped
+from search.layout_costs import LayerCost
+from search.plan_screen import PRUNE_RATIO, PlanScreen, decide
+
+
+def _costs() -> dict[str, LayerCost]:
+    """Two layers: on `a` block 16 leads (NCHW direct 3x, block 8 1.2x behind); on `b` F(2x2) leads."""
+    return {
+        "a": LayerCost(kernel={0: 3.0, 8: 1.2, 16: 1.0}, nchw={0: 3.0}),
+        "b": LayerCost(kernel={0: 1.0, 8: 2.0, 16: 1.6}, nchw={0: 4.0, 2: 1.0}),
+    }
+
+
+def test_a_form_far_behind_on_every_layer_is_pruned():
+    forms = {
+        "direct_a": {"a": (0, 0)},  # 3x behind
+        "c8_a": {"a": (8, 0)},  # 1.2x: kept
+        "c16_both": {"a": (16, 0), "b": (16, 0)},  # leads on a: kept
+        "c8_b": {"b": (8, 0)},  # 2x behind
+        "f2_b": {"b": (0, 2)},
+        "direct_b": {"b": (0, 0)},  # 4x behind
+        "f4_b": {"b": (0, 4)},  # never measured (the op refused it): kept, it cannot be judged
+    }
+    screen = decide(_costs(), forms)
+    assert set(screen.pruned) == {"direct_a", "c8_b", "direct_b"}
+    assert "3.00x" in screen.pruned["direct_a"] and f"{PRUNE_RATIO:g}x" in screen.pruned["direct_a"]
+    assert screen.groups["c8_a"] == screen.groups["direct_a"] == frozenset({"a"})
+    assert screen.groups["c16_both"] == frozenset({"a", "b"})
+    looser = decide(_costs(), forms, ratio=5.0)
+    assert not looser.pruned
+
+
+def _task(key: str, count: int) -> ModelTask:
+    return ModelTask(name=key, cdef=None, target=None, template="t", space=None, default=None, flops=1.0,
+                     key=key, workload={}, count=count)
+
+
+def test_apply_skips_pruned_tasks_with_their_reason_and_groups_the_rest():
+    screen = PlanScreen(groups={"x8": frozenset({"a"}), "x16": frozenset({"a"}), "y": frozenset({"b"}),
+                                "y2": frozenset({"b"})},
+                        pruned={"x8": "not tuned: slow"})
+    ex = Extraction([_task("x8", 2), _task("x16", 2), _task("y", 1), _task("y2", 3), _task("pool", 1)],
+                    [Skipped("copy", "k", 1, "injective")], 10.0)
+    kept, groups = screen.apply(ex)
+    assert [t.key for t in kept.tasks] == ["x16", "y", "y2", "pool"]
+    assert [s.reason for s in kept.skipped] == ["injective", "not tuned: slow"]
+    # y and y2 claim the same layers with different weights: the scheduler would refuse the group,
+    # so each keeps its own key; a task outside every group (a pool) keeps its key too
+    assert groups == [frozenset({"a"}), "y", "y2", "pool"]
+
+
+@pytest.mark.parametrize("ratio", [1.0, PRUNE_RATIO])
+def test_a_leading_form_is_never_pruned(ratio):
+    screen = decide(_costs(), {"c16_a": {"a": (16, 0)}, "f2_b": {"b": (0, 2)}}, ratio)
+    assert not screen.pruned
