@@ -114,8 +114,8 @@ def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
             fastest = min([s for b, s in cost.kernel.items() if b] + list(cost.nchw.values()) + [mine])
             behind.append(mine / fastest)
         if behind and len(behind) == len(served) and min(behind) > ratio:
-            screen.pruned[key] = (f"not tuned: its layout runs {min(behind):.2f}x the layer's fastest form "
-                                  f"with default schedules (screening prunes above {ratio:g}x)")
+            screen.pruned[key] = (f"its layout runs {min(behind):.2f}x the layer's fastest form with "
+                                  f"default schedules (screening prunes above {ratio:g}x)")
     return screen
 
 

@@ -46,12 +46,12 @@ def _task(key: str, count: int) -> ModelTask:
 def test_apply_skips_pruned_tasks_with_their_reason_and_groups_the_rest():
     screen = PlanScreen(groups={"x8": frozenset({"a"}), "x16": frozenset({"a"}), "y": frozenset({"b"}),
                                 "y2": frozenset({"b"})},
-                        pruned={"x8": "not tuned: slow"})
+                        pruned={"x8": "its layout is slow"})
     ex = Extraction([_task("x8", 2), _task("x16", 2), _task("y", 1), _task("y2", 3), _task("pool", 1)],
                     [Skipped("copy", "k", 1, "injective")], 10.0)
     kept, groups = screen.apply(ex)
     assert [t.key for t in kept.tasks] == ["x16", "y", "y2", "pool"]
-    assert [s.reason for s in kept.skipped] == ["injective", "not tuned: slow"]
+    assert [s.reason for s in kept.skipped] == ["injective", "its layout is slow"]
     # y and y2 claim the same layers with different weights: the scheduler would refuse the group,
     # so each keeps its own key; a task outside every group (a pool) keeps its key too
     assert groups == [frozenset({"a"}), "y", "y2", "pool"]
