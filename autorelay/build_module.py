@@ -41,6 +41,7 @@ from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.lower import model_key
 from autorelay.op.dynamic import VALUE_ARGS as DYNAMIC_OPS
+from autorelay.primitive import KernelMemo
 from autorelay.runtime import aot, vm
 from autorelay.runtime.executable import Executable, KernelArtifact
 from autorelay.runtime.fallback import ReferenceFunction
@@ -171,10 +172,11 @@ def build(
 
 
 def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource | None = None, *,
-                   executor: str = "graph", offload: Callable[[Function], Any] | None = None) -> Any:
+                   executor: str = "graph", offload: Callable[[Function], Any] | None = None,
+                   memo: KernelMemo | None = None) -> Any:
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here.
-    `offload`: see `GraphBuilder` (graph executor only)."""
+    `offload` and `memo` (kernels shared with other builds): see `GraphBuilder` (graph executor only)."""
     if target.kind == "cuda" and executor != "graph":  # the VM and AoT call host-memory kernels
         why = control_flow_reason(prepared)
         raise TargetError(f"build: on cuda targets models run on the graph executor (dataflow, static "
@@ -187,7 +189,7 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":
         return aot.from_prepared(prepared, aot.KernelTable(target, schedules))
-    builder = GraphBuilder(target, schedules, offload)
+    builder = GraphBuilder(target, schedules, offload, memo)
     plan = builder.build(prepared["main"])
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
     funcs = [builder.externals.get(i) or ReferenceFunction(f) for i, f in enumerate(builder.functions)]

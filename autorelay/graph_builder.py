@@ -23,7 +23,7 @@ from autorelay.kernel import Kernel, compile_kernel
 from autorelay.lower import workload_key
 from autorelay.lower.lower import lower
 from autorelay.lower.relayout import relayout_compute
-from autorelay.primitive import PrimitiveKernels, compile_primitive
+from autorelay.primitive import KernelMemo, PrimitiveKernels, compile_primitive
 from autorelay.runtime.fallback import op_names
 from autorelay.runtime.graph_executor import GraphPlan, workspace_offsets
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory, storage_of
@@ -57,11 +57,12 @@ class GraphBuilder:
     """Turns a fused `@main` into a plan, compiling one kernel per distinct workload.
 
     `offload`: a device's hook (the accelerator's `autorelay.vta.build`): given a primitive
-    function, the callable that runs it on the device, or None to compile it for the CPU."""
+    function, the callable that runs it on the device, or None to compile it for the CPU.
+    `memo`: kernels earlier builds compiled (`autorelay.primitive.KernelMemo`)."""
 
     def __init__(self, target: Target, schedules: ScheduleSource | None,
-                 offload: Callable[[Function], Any] | None = None) -> None:
-        self.target, self.schedules, self.offload = target, schedules, offload
+                 offload: Callable[[Function], Any] | None = None, memo: KernelMemo | None = None) -> None:
+        self.target, self.schedules, self.offload, self.memo = target, schedules, offload, memo
         self.externals: dict[int, Any] = {}  # functions-table index -> the device's callable
         self.slots: list[Slot] = []
         self.steps: list[Step] = []
@@ -240,7 +241,7 @@ class GraphBuilder:
         key = workload_key(fn)
         if key not in self.compiled:
             prim = self.compiled[key] = compile_primitive(fn, self.schedules, self.target,
-                                                          split_outputs=True)
+                                                          split_outputs=True, memo=self.memo)
             for k, kern in enumerate(prim.kernels):
                 self.kernels.append(kern)
                 self.kernel_index[(key, k)] = len(self.kernels) - 1

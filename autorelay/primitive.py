@@ -9,11 +9,20 @@ no longer a point of its template's space (the template changed since it was tun
 `autorelay.kernel.compile_kernel`; a logged config the scheduler rejects falls back to the
 heuristic default, and the result says which (`source`: tuned / transferred / default / builtin /
 fallback, with a `detail` for the build report).
+
+`KernelMemo` lets several builds in one process share those kernels. A function's kernels depend
+only on its workload key, the chosen config, the target and whether outputs are split (the graph
+builder already shares them among the functions of one build by workload key), so a memo keyed on
+exactly that is safe. Why it matters: the layout search builds one model in up to eight forms
+(four uniform layouts, then the chosen plan against three per-model pipelines) whose kernels
+mostly coincide, and scheduling a kernel and emitting its LLVM IR cost 0.1-3 s each, of which the
+JIT's cache (keyed on the scheduled loop IR) saves nothing. A build given no memo compiles every
+kernel itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.ir.expr import Function
@@ -60,6 +69,36 @@ class PrimitiveKernels:
         return self.choice.lowered if self.kernels else None
 
 
+@dataclass
+class KernelMemo:
+    """Kernels already compiled in this process, by (workload key, config, target, split outputs);
+    passed to the builds that may share them (see the module docstring)."""
+
+    kernels: dict[tuple, tuple[Kernel, ...] | ScheduleError] = field(default_factory=dict)
+    hits: int = 0
+
+    def add(self, key: tuple, kernels: tuple[Kernel, ...]) -> None:
+        """Kernels compiled elsewhere (in worker processes: `search.kernel_prefetch`)."""
+        self.kernels.setdefault(key, kernels)
+
+    def compile(self, key: tuple, cdefs: list[ComputeDef], config: Config | None,
+                target: Target) -> tuple[Kernel, ...]:
+        """The kernels of `cdefs` under `config`, compiled once per key; a config the scheduler
+        refused is remembered and raised again."""
+        got = self.kernels.get(key)
+        if got is None:
+            try:
+                got = tuple(compile_kernel(c, config, target) for c in cdefs)
+            except ScheduleError as e:
+                got = e
+            self.kernels[key] = got
+        else:
+            self.hits += 1
+        if isinstance(got, ScheduleError):
+            raise got
+        return got
+
+
 def kernel_name(fn: Function) -> str:
     """The fused ops' short names joined by '_' (how reports and task lists name a kernel)."""
     return "_".join(n.split(".")[-1] for n in op_names(fn)) or "identity"
@@ -92,9 +131,11 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
 
 
 def compile_primitive(fn: Function, source: ScheduleSource | None, target: Target, *,
-                      split_outputs: bool = False, builtins: bool = False) -> PrimitiveKernels:
+                      split_outputs: bool = False, builtins: bool = False,
+                      memo: KernelMemo | None = None) -> PrimitiveKernels:
     """Choose and compile `fn`'s kernels. `split_outputs`: one kernel per output of a multi-output
-    compute (the graph executor's plan has one step per kernel output)."""
+    compute (the graph executor's plan has one step per kernel output); `memo`: kernels other
+    builds compiled (see the module docstring)."""
     name = kernel_name(fn)
     choice = choose_schedule(fn, source, target, builtins=builtins)
     if choice.lowered is None:
@@ -104,16 +145,37 @@ def compile_primitive(fn: Function, source: ScheduleSource | None, target: Targe
         return PrimitiveKernels(name, choice, (kern,), "builtin", choice.detail)
     cdefs = _split(choice.lowered.cdef) if split_outputs else [choice.lowered.cdef]
     source_name, detail = choice.source, choice.detail
+    memo = memo if memo is not None else KernelMemo()
+
+    def kernels_for(config: Config | None) -> tuple[Kernel, ...]:
+        return memo.compile(memo_key(choice.key, config, target, split_outputs), cdefs, config, target)
+
     try:
-        kernels = tuple(compile_kernel(c, choice.config, target) for c in cdefs)
+        kernels = kernels_for(choice.config)
     except ScheduleError as e:
         if choice.config is None:
             return PrimitiveKernels(name, choice, (), "fallback", f"default schedule failed: {e}")
         detail = f"{detail}logged config rejected ({e}); "
-        source_name, kernels = "default", tuple(compile_kernel(c, None, target) for c in cdefs)
+        source_name, kernels = "default", kernels_for(None)
         choice = ScheduleChoice(choice.key, choice.lowered, None, "default", detail)
     return PrimitiveKernels(name, choice, kernels, source_name,
                             detail + config_text(kernels[0].cdef, choice.config, target))
+
+
+def memo_key(key: str, config: Config | None, target: Target, split_outputs: bool) -> tuple:
+    """What a function's kernels depend on: its workload key, the config, the target, the split."""
+    return (key, config, target, split_outputs)
+
+
+def kernel_request(fn: Function, source: ScheduleSource | None, target: Target, *,
+                   split_outputs: bool = False) -> tuple[tuple, list[ComputeDef], Config | None] | None:
+    """What `compile_primitive` will compile for `fn`, to compile it ahead (elsewhere): its memo
+    key, computes and config; None for a function that runs no scheduled kernel."""
+    choice = choose_schedule(fn, source, target)
+    if choice.lowered is None:
+        return None
+    cdefs = _split(choice.lowered.cdef) if split_outputs else [choice.lowered.cdef]
+    return memo_key(choice.key, choice.config, target, split_outputs), cdefs, choice.config
 
 
 def _split(cdef: ComputeDef) -> list[ComputeDef]:
@@ -133,5 +195,5 @@ def config_text(cdef: ComputeDef, config: Config | None, target: Target) -> str:
         return "explicit steps"
 
 
-__all__ = ["PrimitiveKernels", "ScheduleChoice", "choose_schedule", "compile_primitive", "config_text",
-           "kernel_name"]
+__all__ = ["KernelMemo", "PrimitiveKernels", "ScheduleChoice", "choose_schedule", "compile_primitive",
+           "config_text", "kernel_name", "kernel_request", "memo_key"]

@@ -94,7 +94,7 @@ def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
     return prepare(mod, params, pipeline)
 
 
-def _primitive_calls(mod: IRModule) -> list[Function]:
+def primitive_calls(mod: IRModule) -> list[Function]:
     """Every primitive function called from `@main`, in dependency order (repeats kept)."""
     return [n.op for n in post_order(mod["main"].body)
             if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive]
@@ -175,7 +175,7 @@ def extract_prepared(fused: IRModule, target: Target) -> Extraction:
     order: list[str] = []
     first: dict[str, Function] = {}
     counts: dict[str, int] = {}
-    for fn in _primitive_calls(fused):
+    for fn in primitive_calls(fused):
         key = workload_key(fn)
         if key not in first:
             first[key] = fn
@@ -271,4 +271,4 @@ class BoundSource:
 
 
 __all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "extract_all", "extract_prepared",
-           "extract_tasks", "optimize", "workload_share"]
+           "extract_tasks", "optimize", "primitive_calls", "workload_share"]

@@ -38,6 +38,7 @@ from autorelay.lower import workload_key
 from autorelay.op import registry
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from autorelay.te.winograd import transforms_for_positions
 from autorelay.transform.convert_layout import POOLS, channel_block
@@ -48,6 +49,7 @@ from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, static_shape, tensor_type
 from search.extract import optimize
+from search.kernel_prefetch import prefetch_kernels
 from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node
 from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
 
@@ -109,6 +111,8 @@ class LayerCost:
     source: dict[int, str] = field(default_factory=dict)
     winograd: bool = False  # `default` runs it as Winograd (so the per-model nchwc pipelines keep it NCHW)
     nchw: dict[int, float] = field(default_factory=dict)
+    # every form a candidate build gave it, measured or not: (block, Winograd tile) -> workload key
+    keys: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def tile(self) -> int:
@@ -125,9 +129,13 @@ def winograd_tile(fn: Function) -> int:
 
 
 def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...], *,
-                 repeat: int = 10, rounds: int = 5) -> dict[str, LayerCost]:
+                 repeat: int = 10, rounds: int = 5, memo: KernelMemo | None = None,
+                 source: Any = None, workers: int = 1) -> dict[str, LayerCost]:
     """Per conv layer, its kernel seconds in NCHW and in each of `blocks` (see the module docstring);
-    `db` None: default schedules only.
+    `db` None: default schedules only. `memo`: kernels shared with the search's other builds;
+    `source`: one schedule source for every build (a `BoundSource` over the tasks of every form),
+    else each build binds the log to its own tasks; `workers` > 1: the builds' kernels are
+    compiled ahead on that many processes (`search.kernel_prefetch`).
 
     The candidate builds are profiled in turn, `rounds` times round-robin, and each kernel's time
     is its median over the rounds: the machine's speed drifts over the minutes a search takes,
@@ -135,13 +143,18 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     one measured in a slow one."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
-    builds = []
+    memo = memo if memo is not None else KernelMemo()
+    todo = []
     for plan in candidate_plans(layers, blocks):
         fused = optimize(model.mod, model.params, plan_pipeline(plan))
         prepared = PreparedModel(model, target, "plan", fused)
-        source = schedule_source(db, model, prepared=prepared) if db is not None else None
-        exe = build_model(model, source, prepared=prepared)
-        builds.append((plan, fused, exe, run_inputs(exe, model), []))
+        bound = source or (schedule_source(db, model, prepared=prepared) if db is not None else None)
+        todo.append((plan, prepared, bound))
+    prefetch_kernels(memo, [(p.module, bound) for _, p, bound in todo], target, workers)
+    builds = []
+    for plan, prepared, bound in todo:
+        exe = build_model(model, bound, prepared=prepared, memo=memo)
+        builds.append((plan, prepared.module, exe, run_inputs(exe, model), []))
     for _ in range(max(1, rounds)):
         for _plan, _fused, exe, args, samples in builds:
             samples.append([r.seconds for r in exe.profile(*args, repeat=repeat).rows])
@@ -153,12 +166,13 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
             seconds = statistics.median(s[i] for s in samples)
             by_key.setdefault(row.workload_key, []).append((seconds, row.source))
         for name, (got, fn) in built_layers(graph, fused).items():
-            rows = by_key.get(workload_key(fn), [])
+            key, tile, cost = workload_key(fn), 0 if got else winograd_tile(fn), out[name]
+            cost.keys[(got, tile)] = key
+            rows = by_key.get(key, [])
             if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
                 continue
-            seconds, cost = statistics.median(t for t, _ in rows), out[name]
+            seconds = statistics.median(t for t, _ in rows)
             if block == 0:
-                tile = winograd_tile(fn)
                 if not plan.winograd:
                     cost.winograd = tile > 0
                 if tile in cost.nchw:  # the same form in both NCHW builds: keep the faster timing

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from autorelay.primitive import KernelMemo
 from search.extract import Extraction, ModelTask, Skipped
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
@@ -36,7 +37,7 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
-from search.plan_screen import screen_plan_tasks
+from search.plan_screen import TRAILING_RATIO, screen_plan_tasks, trailing_forms
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
@@ -103,6 +104,7 @@ class ModelTuneResult:
     report: Any = None  # the tuned executable's BuildReport
     pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
     layout: Any = None  # pipeline "plan": the layout search's result (`LayoutSearchResult`)
+    trailing: dict[str, float] = field(default_factory=dict)  # not re-measured: name -> times its leader
 
     @property
     def new_trials(self) -> int:
@@ -130,6 +132,10 @@ class ModelTuneResult:
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
                      f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
         lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))
+        if self.trailing:
+            lines.append(f"not re-measured (best config more than {TRAILING_RATIO:g}x the best form of its "
+                         "layers; default/best columns are search figures): "
+                         + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.trailing.items()))
         if self.layout is not None:
             lines.append(self.layout.table())
         if math.isfinite(self.latency_before_s):
@@ -245,18 +251,22 @@ def tune_model(
     from search.scheduler import TaskScheduler
 
     progress = progress or Progress()
+    memo = KernelMemo()  # the run's builds (screening, layout search, comparison) share kernels
+    every_form: list[ModelTask] = []
     t0 = time.perf_counter()
     handle, own = open_db(db)
     run: int | None = None
     measurer: Measurer | None = None
     interrupted = False
+    trailing: dict[int, float] = {}
     try:
         if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
             progress.stage("extracting the kernels of every layout a conv layer may take")
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             prepared, ex = plan_tasks(model, target, threads)
+            every_form = list(ex.tasks)
             progress.stage("screening every layout with default schedules: which forms are worth tuning")
-            screen = screen_plan_tasks(model, prepared.target)
+            screen = screen_plan_tasks(model, prepared.target, memo=memo, workers=build_workers)
             before = len(ex.tasks)
             ex, groups = screen.apply(ex)
             progress.stage(f"screening kept {len(ex.tasks)} of {before} tasks ({screen.seconds:.0f} s); the "
@@ -297,25 +307,31 @@ def tune_model(
                     sched.tasks[i].best.append(tu.best_cost)
             if ex.tasks:
                 sched.run(st.one_round)
-            progress.stage("re-measuring each task's best candidates against its default, interleaved")
+            trailing = trailing_forms(groups, [tu.best_cost for tu in st.tuners])
+            progress.stage("re-measuring each task's best candidates against its default, interleaved"
+                           + (f" ({len(trailing)} forms far behind their layer's best skipped)" if trailing
+                              else ""))
             for i in range(len(ex.tasks)):
-                st.settle(i)
+                if i not in trailing:
+                    st.settle(i)
         except KeyboardInterrupt:
             interrupted = True
         layout = None
         if pipeline == PLAN and choice.plan is None and not interrupted:
             progress.stage("choosing a channel block per conv layer (measured costs, dynamic program), then "
                            "timing the plan against the per-model pipelines")
-            layout = search_layout(model, handle, target, threads)
+            layout = search_layout(model, handle, target, threads, memo=memo, tasks=every_form,
+                                   workers=build_workers)
             prepared = layout.prepared
         result = ModelTuneResult(model.name, str(prepared.target), tuner, trials, st.rows(),
                                  ex.skipped, run, 0.0, interrupted,
-                                 pipeline=layout.describe() if layout else choice.describe(), layout=layout)
+                                 pipeline=layout.describe() if layout else choice.describe(), layout=layout,
+                                 trailing={ex.tasks[i].name: r for i, r in trailing.items()})
         measurer.close()
         measurer = None
         if compare and not interrupted:
             progress.stage("building the model with default and with tuned schedules; timing both")
-            _compare(result, prepared, handle)
+            _compare(result, prepared, handle, memo)
         handle.finish_run(run, interrupted=interrupted)
         result.seconds = time.perf_counter() - t0
         return result
@@ -330,10 +346,10 @@ def tune_model(
             handle.close()
 
 
-def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any) -> None:
+def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo) -> None:
     model = prepared.model
-    before = build_model(model, None, prepared=prepared)
-    after = build_model(model, schedule_source(db, model, prepared=prepared), prepared=prepared)
+    before = build_model(model, None, prepared=prepared, memo=memo)
+    after = build_model(model, schedule_source(db, model, prepared=prepared), prepared=prepared, memo=memo)
     args = run_inputs(before, model)
     result.max_abs_diff = max_difference(before(*args), after(*args))
     result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)

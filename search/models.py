@@ -21,6 +21,7 @@ from autorelay.build_module import build_prepared
 from autorelay.codegen import host_threads, resolve_target
 from autorelay.ir.module import IRModule
 from autorelay.lower import model_key
+from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from search.extract import BoundSource, Extraction, extract_prepared, optimize
 
@@ -124,10 +125,11 @@ def schedule_source(db: Any, model: Model, target: str | Target = "llvm", *, thr
 
 def build_model(model: Model, source: Any = None, target: str | Target = "llvm", *,
                 threads: int | None = None, pipeline: str = "default",
-                prepared: PreparedModel | None = None) -> Any:
-    """The model built with `source` (None: the heuristic defaults), from `prepared` when given."""
+                prepared: PreparedModel | None = None, memo: KernelMemo | None = None) -> Any:
+    """The model built with `source` (None: the heuristic defaults), from `prepared` when given;
+    `memo`: kernels shared with the other builds of a search (`autorelay.primitive.KernelMemo`)."""
     prepared = prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
-    exe = build_prepared(prepared.module, prepared.target, source)
+    exe = build_prepared(prepared.module, prepared.target, source, memo=memo)
     exe.pipeline = prepared.pipeline
     return exe
 

@@ -22,24 +22,26 @@ found. Two measures spend the budget where it can change the model's latency:
   scheduler (`search.scheduler`): the group's term of the model latency is its fastest member, so
   a trailing form is tuned only while it looks able to overtake the leader. Other kernels (pools,
   the classifier) keep their workload key as group, as in the per-model tune.
+
+After tuning, the same groups spare the final re-measurement (`trailing_forms`) of forms whose
+best config is still far behind their layers' best form.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from autorelay.lower import workload_key
+from autorelay.primitive import KernelMemo
 from autorelay.target import Target
-from autorelay.transform.layout_plan import built_layers, conv_layers, plan_pipeline
-from autorelay.transform.pass_base import Pipeline
-from autorelay.transform.pipelines import graph_passes
-from search.extract import Extraction, Skipped, optimize
-from search.layout_costs import LayerCost, candidate_blocks, candidate_plans, kernel_costs, winograd_tile
+from search.extract import Extraction, Skipped
+from search.layout_costs import LayerCost, candidate_blocks, kernel_costs
 from search.models import Model
 
 PRUNE_RATIO = 1.5  # a form this much slower than the layer's best (default schedules) is not tuned
+TRAILING_RATIO = 1.5  # a tuned form this much slower than its layers' best is not re-measured at the end
 
 Form = tuple[int, int]  # (channel block, Winograd tile when the block is 0)
 
@@ -68,16 +70,13 @@ class PlanScreen:
         return Extraction(kept, skipped, ex.total_flops), groups
 
 
-def layer_forms(model: Model, blocks: tuple[int, ...]) -> dict[str, dict[str, Form]]:
-    """Per workload key of a conv kernel in any uniform build: each layer it implements -> its form."""
-    layers = conv_layers(model.mod)
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+def layer_forms(costs: dict[str, LayerCost]) -> dict[str, dict[str, Form]]:
+    """Per workload key of a conv kernel in any uniform build: each layer it implements -> its form
+    (read off the keys `kernel_costs` records)."""
     out: dict[str, dict[str, Form]] = {}
-    for plan in candidate_plans(layers, blocks):
-        fused = optimize(model.mod, model.params, plan_pipeline(plan))
-        for name, (block, fn) in built_layers(graph, fused).items():
-            form = (block, 0 if block else winograd_tile(fn))
-            out.setdefault(workload_key(fn), {})[name] = form
+    for name, cost in costs.items():
+        for form, key in cost.keys.items():
+            out.setdefault(key, {})[name] = form
     return out
 
 
@@ -88,13 +87,16 @@ def form_seconds(cost: LayerCost, form: Form) -> float | None:
 
 
 def screen_plan_tasks(model: Model, target: Target, *, ratio: float = PRUNE_RATIO, rounds: int = 3,
-                      repeat: int = 5) -> PlanScreen:
+                      repeat: int = 5, memo: KernelMemo | None = None, workers: int = 1) -> PlanScreen:
     """Profile the uniform builds with default schedules and decide each conv task's group and
-    whether it is worth tuning (see the module docstring)."""
+    whether it is worth tuning (see the module docstring); `memo`: kernels the run's later builds
+    reuse (most of a model's kernels are untuned and keep these default schedules); `workers`:
+    processes compiling the builds' kernels (`search.kernel_prefetch`)."""
     t0 = time.perf_counter()
     blocks = candidate_blocks(target)
-    costs = kernel_costs(model, None, target, blocks, repeat=repeat, rounds=rounds)
-    screen = decide(costs, layer_forms(model, blocks), ratio)
+    costs = kernel_costs(model, None, target, blocks, repeat=repeat, rounds=rounds, memo=memo,
+                         workers=workers)
+    screen = decide(costs, layer_forms(costs), ratio)
     screen.seconds = time.perf_counter() - t0
     return screen
 
@@ -127,7 +129,34 @@ def _consistent_groups(tasks: list, groups: dict[str, Hashable]) -> list[Hashabl
     weights: dict[Hashable, set[int]] = {}
     for t in tasks:
         weights.setdefault(groups.get(t.key, t.key), set()).add(t.count)
-    return [g if len(weights[g]) == 1 else t.key for t in tasks for g in [groups.get(t.key, t.key)]]
+    out: list[Hashable] = []
+    for t in tasks:
+        group = groups.get(t.key, t.key)
+        out.append(group if len(weights[group]) == 1 else t.key)
+    return out
 
 
-__all__ = ["PRUNE_RATIO", "PlanScreen", "decide", "form_seconds", "layer_forms", "screen_plan_tasks"]
+def trailing_forms(groups: list[Hashable], best: list[float]) -> dict[int, float]:
+    """Tasks not worth the final re-measurement: index -> how many times slower its best search
+    figure is than its group's best (`groups` as the scheduler's: alternatives of the same layers
+    share one; only those above `TRAILING_RATIO` are listed).
+
+    The final pick re-measures a task's top configs against its default, interleaved, to undo the
+    search's lucky draws (~2 s a task on ResNet-18). For a form of a layer that is, at its best,
+    far slower than another form of the same layers, no refinement changes which form the layout
+    search keeps; `--pipeline plan` tunes three times as many tasks as a per-model tune, so
+    skipping those saves about a third of that stage."""
+    leader: dict[Hashable, float] = {}
+    for g, b in zip(groups, best):
+        if math.isfinite(b) and b > 0:
+            leader[g] = min(b, leader.get(g, math.inf))
+    out = {}
+    for i, (g, b) in enumerate(zip(groups, best)):
+        lead = leader.get(g)
+        if lead is not None and math.isfinite(b) and b > TRAILING_RATIO * lead:
+            out[i] = b / lead
+    return out
+
+
+__all__ = ["PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "form_seconds", "layer_forms",
+           "screen_plan_tasks", "trailing_forms"]

@@ -10,6 +10,7 @@ is cached per task key, so a reused worker pays for them once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ import numpy as np
 from autorelay.errors import ScheduleError
 from autorelay.kernel import BoundKernel, Kernel, KernelCode, emit_kernel, load_kernel
 from autorelay.schedule.space import Config
+from autorelay.target import Target
+from autorelay.te.tensor import ComputeDef
 from search.features import code_features
 from search.measure.result import BuildResult, ErrorKind, MeasureResult
 from search.task import Task
@@ -61,6 +64,21 @@ def compile_candidate(task: Task, config: Config, cache_dir: str) -> tuple[Kerne
     so the runner loads it from there instead of emitting again)."""
     code = emit_kernel(task.cdef, config, task.target)
     return load_kernel(code, cache_dir), code
+
+
+def emit_job(cdefs: Sequence[ComputeDef], config: Config | None, target: Target,
+             cache_dir: str) -> tuple[KernelCode, ...] | None:
+    """Emit and compile (the objects into `cache_dir`) the kernels of one schedule choice of a
+    model build (`search.kernel_prefetch`); None when the scheduler refuses it (the build meets
+    the same refusal and handles it). The computes are left out of the answer: they carry the
+    layer's weights, and the parent has them."""
+    try:
+        codes = [emit_kernel(c, config, target) for c in cdefs]
+    except ScheduleError:
+        return None
+    for code in codes:
+        load_kernel(code, cache_dir)
+    return tuple(dataclasses.replace(code, cdef=None) for code in codes)
 
 
 def prime_job(task: Task) -> bool:

@@ -21,7 +21,7 @@ from autorelay.kernel import emit_kernel
 from autorelay.lower import lower, workload_key
 from autorelay.primitive import choose_schedule
 from autorelay.schedule.templates import check_in_space, template_choices
-from search.extract import BoundSource, _primitive_calls, extract_all, optimize, workload_share
+from search.extract import BoundSource, extract_all, optimize, primitive_calls, workload_share
 from search.measure.result import MeasureResult
 from search.scheduler import TaskScheduler
 from search.tune import _logged_pick
@@ -81,7 +81,7 @@ def test_cpu_extraction_is_one_task_per_workload(dqn):
     assert len(ex.tasks) == 3 + 2 == len({t.key for t in ex.tasks})
     assert all("@" not in t.name for t in ex.tasks)
     target = resolve_target("llvm")
-    for fn in _primitive_calls(optimize(mod, params)):
+    for fn in primitive_calls(optimize(mod, params)):
         if workload_key(fn) in {t.key for t in ex.tasks}:
             assert len(template_choices(lower(fn).cdef, target)) == 1
     mlp = extract_all(*zoo.get("mlp"), "llvm")
@@ -139,7 +139,7 @@ def test_a_trailing_alternative_does_not_double_its_workloads_budget():
 
 
 def _conv_fn(fused, key):
-    return next(fn for fn in _primitive_calls(fused) if workload_key(fn) == key)
+    return next(fn for fn in primitive_calls(fused) if workload_key(fn) == key)
 
 
 def test_the_build_applies_a_logged_igemm_config(dqn_cuda, tmp_path):

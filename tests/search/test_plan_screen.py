@@ -8,7 +8,7 @@ import pytest
 
 from search.extract import Extraction, ModelTask, Skipped
 from search.layout_costs import LayerCost
-from search.plan_screen import PRUNE_RATIO, PlanScreen, decide
+from search.plan_screen import PRUNE_RATIO, TRAILING_RATIO, PlanScreen, decide, layer_forms, trailing_forms
 
 
 def _costs() -> dict[str, LayerCost]:
@@ -61,3 +61,19 @@ def test_apply_skips_pruned_tasks_with_their_reason_and_groups_the_rest():
 def test_a_leading_form_is_never_pruned(ratio):
     screen = decide(_costs(), {"c16_a": {"a": (16, 0)}, "f2_b": {"b": (0, 2)}}, ratio)
     assert not screen.pruned
+
+
+def test_layer_forms_inverts_the_keys_the_cost_profile_recorded():
+    """A kernel shared by two layers (same workload) is one task serving both, in its form on each."""
+    costs = {"a": LayerCost(keys={(0, 0): "direct_a", (16, 0): "c16", (0, 4): "f4_a"}),
+             "b": LayerCost(keys={(0, 2): "f2_b", (16, 0): "c16"})}
+    assert layer_forms(costs) == {"direct_a": {"a": (0, 0)}, "c16": {"a": (16, 0), "b": (16, 0)},
+                                  "f4_a": {"a": (0, 4)}, "f2_b": {"b": (0, 2)}}
+
+
+def test_only_forms_far_behind_their_layers_best_skip_the_final_remeasurement():
+    a, b = frozenset({"a"}), frozenset({"b"})
+    groups = [a, a, a, "pool", b, b]
+    best = [1.0, 0.99 * TRAILING_RATIO, 2.0 * TRAILING_RATIO, 50.0, float("inf"), 3.0]
+    # a slow kernel with no alternative (the pool), and a form never measured (inf), are kept
+    assert trailing_forms(groups, best) == {2: pytest.approx(2.0 * TRAILING_RATIO)}

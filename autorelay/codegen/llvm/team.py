@@ -65,8 +65,8 @@ entry:
   store atomic i64 {SPINNING}, ptr %st release, align 8
   br label %loop
 loop:
-  %spins = phi i64 [0, %entry], [0, %ran], [%spins, %left], [%spins1, %idle], [0, %sleep]
-  %last = phi i64 [0, %entry], [%o, %ran], [%last, %left], [%last, %idle], [%last, %sleep]
+  %spins = phi i64 [0, %entry], [0, %run], [%spins, %leave], [%spins1, %idle], [0, %sleep]
+  %last = phi i64 [0, %entry], [%o, %run], [%last, %leave], [%last, %idle], [%last, %sleep]
   %o = load atomic i64, ptr %openp acquire, align 8
   %isopen = icmp sgt i64 %o, 0
   %fresh = icmp ne i64 %o, %last
@@ -84,13 +84,9 @@ run:
   %gr = load i64, ptr %grainp, align 8
   call void %fn(ptr %argv, ptr %nextp, i64 %ext, i64 %gr)
   %a1 = atomicrmw sub ptr %activep, i64 1 release, align 8
-  br label %ran
-ran:
   br label %loop
 leave:
   %a2 = atomicrmw sub ptr %activep, i64 1 release, align 8
-  br label %left
-left:
   br label %loop
 check:
   %pk = load atomic i64, ptr %parkp monotonic, align 8
