@@ -1,7 +1,7 @@
 """Whole-model latency: AutoRelay (default schedules) vs PyTorch eager vs ONNX Runtime.
 
     python benchmarks/models.py [--models resnet-18,mobilenet-v2] [--threads 2] [--repeat 15] [--db URL]
-                                [--pipeline auto|default|nchwc] [--rival-db URL]
+                                [--pipeline auto|default|nchwc] [--rival-db URL] [--batch 8]
 
 With `--db`, AutoRelay builds with the best schedules in that tuning log (what `autorelay tune`
 wrote, looked up as `autorelay compile` does) and the heuristic-default build is timed too, as
@@ -11,7 +11,7 @@ the one the log tuned the model with, else the faster of default and nchwc with 
 plan that log holds, timed in the same alternation as the column `rival ms` (two tuning runs of
 one model — a per-layer plan against the per-model pick — compared in one run).
 
-Each zoo CNN runs at batch 1 on `--threads` threads. The PyTorch baseline executes the *same*
+Each zoo CNN runs at batch 1 (or `--batch`) on `--threads` threads. The PyTorch baseline executes the *same*
 network with the same weights: the Relay graph is walked once and every op is mapped to its
 `torch.nn.functional` counterpart (eager mode, no compilation); the ONNX Runtime baseline runs the
 ONNX export of that PyTorch module. By default (`--isolation process`) every backend runs in its
@@ -167,6 +167,7 @@ def main() -> None:
                     help="process: each backend in its own process, alternating blocks (default)")
     ap.add_argument("--block-ms", type=float, default=250.0, help="length of one timed block (process)")
     ap.add_argument("--image-size", type=int, default=None, help="override the CNNs' input size")
+    ap.add_argument("--batch", type=int, default=1, help="batch size (every backend)")
     ap.add_argument("--db", default=None, help="tuning log whose best schedules AutoRelay builds with")
     ap.add_argument("--pipeline", default="auto",
                     help="AutoRelay's pass pipeline (auto: the one the log tuned the model with, "
@@ -183,6 +184,8 @@ def main() -> None:
     for name in args.models.split(","):
         sized = name not in ("mlp", "transformer", "nature-dqn", "dcgan")
         opts = {"image_size": args.image_size} if args.image_size and sized else {}
+        if args.batch != 1:
+            opts["batch_size"] = args.batch
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
         if args.isolation == "process":
             rows.append(bench_isolated(name, args.threads, args.repeat, opts, args.db, args.pipeline,
@@ -196,7 +199,7 @@ def main() -> None:
     how = ("each backend in its own process, alternating blocks of "
            f"{args.block_ms:.0f} ms; median of all calls, [p10-p90 of block medians]"
            if args.isolation == "process" else "interleaved call by call in one process; median")
-    print(f"batch 1, {args.threads} threads, {args.repeat} rounds, {how}")
+    print(f"batch {args.batch}, {args.threads} threads, {args.repeat} rounds, {how}")
     print(head)
     for r in rows:
         line = f"{r['model']:<16}{r['pipeline']:>9}"

@@ -58,7 +58,7 @@ def _load(args: argparse.Namespace) -> tuple[object, int]:
     threads = args.threads if args.threads is not None else default_threads()
     if threads < 1:
         raise ValueError(f"--threads must be >= 1, got {threads}")
-    return load_model(args.model, image_size=args.image_size), threads
+    return load_model(args.model, image_size=args.image_size, batch_size=args.batch), threads
 
 
 _ERRORS: tuple[type[BaseException], ...] = (ValueError, KeyError, OSError)
@@ -197,6 +197,8 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
     p.add_argument("--db", metavar="URL", default=None, help=db_help)
     p.add_argument("--image-size", type=positive_int, default=None, metavar="S",
                    help="input height/width for zoo image models (smaller: faster)")
+    p.add_argument("--batch", type=positive_int, default=1, metavar="N",
+                   help="batch size of a zoo model (default 1); its kernels are other workloads in the log")
     p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",

@@ -43,14 +43,16 @@ def default_threads() -> int:
 
 def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1, seed: int = 1) -> Model:
     """`spec` is a zoo model name (`resnet-18`, `resnet18`, `mlp`, …) or a path to an `.onnx` file.
-    `image_size` shrinks image models (zoo only); inputs are seeded random values."""
+    `image_size` shrinks image models and `batch_size` sets the batch (zoo only: an ONNX file fixes
+    both); inputs are seeded random values. The name says both when they are not the defaults."""
     from autorelay.frontend import zoo
 
     if spec.lower().endswith(".onnx") or os.path.sep in spec:
+        if image_size is not None or batch_size != 1:
+            raise ValueError("--image-size and --batch apply to zoo models only; an ONNX file fixes its "
+                             "shapes")
         if not os.path.exists(spec):
             raise FileNotFoundError(f"model file {spec!r} does not exist")
-        if image_size is not None:
-            raise ValueError("--image-size applies to zoo models only; an ONNX file fixes its shapes")
         from autorelay.frontend import from_onnx
 
         mod, params = from_onnx(spec)
@@ -69,6 +71,8 @@ def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1,
             raise ValueError(f"model {name} does not take an image size ({e})") from None
         if image_size is not None:
             name = f"{name}@{image_size}"
+        if batch_size != 1:
+            name = f"{name}:b{batch_size}"
     params = dict(params)
     return Model(name, mod, params, zoo.random_inputs(mod, params, seed))
 

@@ -102,6 +102,26 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(tmp_path, capsys):
     assert f"trials: 4 new, {logged + 4} logged in all" in out
 
 
+def test_batch_runs_the_zoo_model_at_that_batch(tmp_path, capsys):
+    from search.models import build_model, load_model
+
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    args = ["--model", "mlp", "--batch", "4", "--db", url, "--threads", "1", "--repeat", "2"]
+    assert main(["run", *args]) == 0
+    out, _ = capsys.readouterr()
+    assert "mlp:b4: built in" in out
+    batched, single = load_model("mlp", batch_size=4), load_model("mlp")
+    (x,) = batched.inputs.values()
+    assert x.shape[0] == 4
+    got = np.asarray(build_model(batched, threads=1)(x))
+    one = build_model(single, threads=1)
+    for i in range(4):  # each row of the batch is an independent sample
+        np.testing.assert_allclose(got[i:i + 1], np.asarray(one(x[i:i + 1])), rtol=1e-5, atol=1e-6)
+    assert main(["run", "--model", str(tmp_path / "m.onnx"), "--batch", "2"]) == 1
+    _, err = capsys.readouterr()
+    assert "--batch" in err and "ONNX" in err
+
+
 def test_run_an_onnx_file(tmp_path, capsys):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
