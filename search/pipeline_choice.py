@@ -73,12 +73,16 @@ class PipelineChoice:
 
 
 def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> str | None:
-    """The pipeline of the latest tuning run of this model for this target in the log, if any."""
-    want = tuning_target(target, threads)
+    """The pipeline of the latest tuning run of this model for this target in the log, if any. A
+    run is this model's when it logged this model's key (the structure and shapes: the same network
+    under another name, `resnet-18:b8` tuned and `resnet-18` at batch 8 benchmarked, is found); a run
+    from before keys were logged, by its name."""
+    want, key = tuning_target(target, threads), model_key(model.mod)
     for run in reversed(db.runs()):
         info = run.info or {}
         same_target = canonical_target(str(info.get("target", ""))) == want
-        if run.model == model.name and same_target and isinstance(info.get("pipeline"), str):
+        same_model = info["model_key"] == key if "model_key" in info else run.model == model.name
+        if same_model and same_target and isinstance(info.get("pipeline"), str):
             return info["pipeline"]
     return None
 

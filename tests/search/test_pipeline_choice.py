@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tuning_db
+from autorelay.lower import model_key
 from search import tune_model
 from search.measure import TimingSettings
 from search.models import compile_model, load_model, tuning_target
@@ -34,6 +35,11 @@ def test_logged_pipeline_is_the_latest_run_of_that_model_and_target(tmp_path):
         choice = choose_pipeline("auto", model, db, "llvm", 1)
         assert (choice.pipeline, choice.how) == ("default", "logged")
         assert choose_pipeline("nchwc", model, db, "llvm", 1).how == "given"
+        # a run that logged the model's key is found by it, whatever name it was tuned under
+        db.start_run(model="mlp:b1", info={"target": target, "model_key": model_key(model.mod),
+                                           "pipeline": "nchwc"})
+        db.start_run(model="mlp", info={"target": target, "model_key": "0" * 32, "pipeline": "tune"})
+        assert logged_pipeline(db, model, "llvm", 1) == "nchwc"
 
 
 def test_measured_choice_is_the_fastest_candidate_and_compile_builds_with_it():
