@@ -323,17 +323,36 @@ def _layout_transform_ref(attrs: Attrs, x: np.ndarray) -> np.ndarray:
 
 
 def _layout_transform_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """Output index -> primal coordinates (outer block * factor + inner) -> source index."""
+    """Output index -> primal coordinates (outer block * factor + inner) -> source index.
+
+    Where the output's block `b` divides the source's block `B` (NCHW16c -> NCHW8c), the source
+    index is written without the primal coordinate: outer `o // (B/b)`, inner `(o % (B/b)) * b + i`.
+    The same values as `(o*b + i) // B` and `% B`, but the output's vector lanes (its inner index
+    `i`) then visibly read consecutive source elements; through the division every lane's load
+    was computed apart, and 16c -> 8c at 64x56x56 took 531 us against 132 us for 8c -> 16c."""
     x = inputs[0]
     _, src, dst = _layouts(attrs)
 
     def source(*i: Any) -> list:
         coord: dict[str, Any] = {}
+        outer: dict[str, Any] = {}
+        inner: dict[str, Any] = {}
         for ax, v in zip(dst.axes, i):
             scale = dst.factor(ax) or 1 if ax.isupper() else 1
             coord[ax.upper()] = coord.get(ax.upper(), 0) + v * scale
-        return [coord[ax] // (src.factor(ax) or 1) if ax.isupper() else coord[ax.upper()] % src.factors[ax]
-                for ax in src.axes]
+            (outer if ax.isupper() else inner)[ax.upper()] = v
+        index = []
+        for ax in src.axes:
+            big, small = src.factor(ax.upper()), dst.factor(ax.upper())
+            if big and small and big > small and big % small == 0:  # a finer block inside a coarser one
+                ratio = big // small
+                o = outer[ax.upper()]
+                index.append(o // ratio if ax.isupper() else (o % ratio) * small + inner[ax.upper()])
+            elif ax.isupper():
+                index.append(coord[ax] // (big or 1))
+            else:
+                index.append(coord[ax.upper()] % src.factors[ax])
+        return index
 
     return tc.index_map(x, out_type, source, "layout_transform")
 
