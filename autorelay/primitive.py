@@ -143,7 +143,7 @@ def compile_primitive(fn: Function, source: ScheduleSource | None, target: Targe
     if choice.source == "builtin":  # naive loops: the default templates do not fit these computes
         kern = compile_kernel(choice.lowered.cdef, (), target)
         return PrimitiveKernels(name, choice, (kern,), "builtin", choice.detail)
-    cdefs = _split(choice.lowered.cdef) if split_outputs else [choice.lowered.cdef]
+    cdefs = _computes(choice.lowered, split_outputs)
     source_name, detail = choice.source, choice.detail
     memo = memo if memo is not None else KernelMemo()
 
@@ -174,8 +174,13 @@ def kernel_request(fn: Function, source: ScheduleSource | None, target: Target, 
     choice = choose_schedule(fn, source, target)
     if choice.lowered is None:
         return None
-    cdefs = _split(choice.lowered.cdef) if split_outputs else [choice.lowered.cdef]
+    cdefs = _computes(choice.lowered, split_outputs)
     return memo_key(choice.key, choice.config, target, split_outputs), cdefs, choice.config
+
+
+def _computes(lowered: LoweredFunction, split_outputs: bool) -> list[ComputeDef]:
+    """The computes a function's kernels are compiled from: one, or one per output when split."""
+    return _split(lowered.cdef) if split_outputs else [lowered.cdef]
 
 
 def _split(cdef: ComputeDef) -> list[ComputeDef]:

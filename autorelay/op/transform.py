@@ -334,24 +334,21 @@ def _layout_transform_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any
     _, src, dst = _layouts(attrs)
 
     def source(*i: Any) -> list:
-        coord: dict[str, Any] = {}
-        outer: dict[str, Any] = {}
-        inner: dict[str, Any] = {}
+        outer: dict[str, Any] = {}  # primal axis -> the output's index on it (its block index if split)
+        inner: dict[str, Any] = {}  # primal axis -> the output's index inside its block
         for ax, v in zip(dst.axes, i):
-            scale = dst.factor(ax) or 1 if ax.isupper() else 1
-            coord[ax.upper()] = coord.get(ax.upper(), 0) + v * scale
             (outer if ax.isupper() else inner)[ax.upper()] = v
         index = []
         for ax in src.axes:
-            big, small = src.factor(ax.upper()), dst.factor(ax.upper())
+            primal = ax.upper()
+            big, small = src.factor(primal), dst.factor(primal)
+            o = outer[primal]
             if big and small and big > small and big % small == 0:  # a finer block inside a coarser one
                 ratio = big // small
-                o = outer[ax.upper()]
-                index.append(o // ratio if ax.isupper() else (o % ratio) * small + inner[ax.upper()])
-            elif ax.isupper():
-                index.append(coord[ax] // (big or 1))
-            else:
-                index.append(coord[ax.upper()] % src.factors[ax])
+                index.append(o // ratio if ax.isupper() else (o % ratio) * small + inner[primal])
+                continue
+            coord = o * small + inner[primal] if small else o
+            index.append(coord // (big or 1) if ax.isupper() else coord % src.factors[ax])
         return index
 
     return tc.index_map(x, out_type, source, "layout_transform")
