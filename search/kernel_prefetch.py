@@ -20,6 +20,7 @@ from typing import Any
 
 from autorelay.ir.module import IRModule
 from autorelay.kernel import load_kernel
+from autorelay.lower import workload_key
 from autorelay.primitive import KernelMemo, kernel_request
 from autorelay.runtime.views import is_view_function
 from autorelay.target import Target
@@ -35,15 +36,22 @@ def prefetch_kernels(memo: KernelMemo, builds: Sequence[tuple[IRModule, Any]], t
     """Compile, `workers` at a time, the kernels that building each prepared module of `builds`
     (with its schedule source, None: defaults) will need and `memo` lacks; returns how many were
     filed. `workers` < 2: nothing is done (each build compiles its own kernels in turn)."""
+    if workers < 2:
+        return 0
     requests: dict[tuple, tuple[list, Any]] = {}
+    asked: set[tuple[int, str]] = set()  # (source, workload): a build compiles a workload once
     for module, source in builds:
         for fn in primitive_calls(module):
             if is_view_function(fn):  # the graph executor runs no kernel for a view
                 continue
+            workload = (id(source), workload_key(fn))
+            if workload in asked:
+                continue
+            asked.add(workload)
             req = kernel_request(fn, source, target, split_outputs=True)  # as `GraphBuilder.compile`
             if req is not None and req[0] not in memo.kernels and req[0] not in requests:
                 requests[req[0]] = (req[1], req[2])
-    if workers < 2 or len(requests) < 2:
+    if len(requests) < 2:
         return 0
     pool = WorkerPool(min(workers, len(requests)), "autorelay-emit")
     filed = 0

@@ -86,6 +86,7 @@ class LayoutSearchResult:
     rows: list[LayerRow]
     max_abs_diff: float  # plan build vs default build, same inputs
     record_id: int | None = None
+    source: BoundSource | None = None  # the log as the winner's build read it (None: no log)
 
     def describe(self) -> str:
         times = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
@@ -168,7 +169,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
         ref_s = c.kernel.get(ref, math.nan) if ref else c.nchw.get(ref_tile, math.nan)
         rows.append(LayerRow(name, block, plan.winograd.get(name, 0) if block == 0 else 0,
                              dict(c.kernel), parts[k][1], c.source.get(block, "-"), ref, ref_tile, ref_s))
-    result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff)
+    result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
+                                source=sources[winner])
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
     return result

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autorelay.primitive import KernelMemo
-from search.extract import Extraction, ModelTask, Skipped
+from search.extract import BoundSource, Extraction, ModelTask, Skipped
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
@@ -331,7 +331,7 @@ def tune_model(
         measurer = None
         if compare and not interrupted:
             progress.stage("building the model with default and with tuned schedules; timing both")
-            _compare(result, prepared, handle, memo)
+            _compare(result, prepared, handle, memo, layout.source if layout is not None else None)
         handle.finish_run(run, interrupted=interrupted)
         result.seconds = time.perf_counter() - t0
         return result
@@ -346,10 +346,14 @@ def tune_model(
             handle.close()
 
 
-def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo) -> None:
+def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo,
+             source: BoundSource | None = None) -> None:
+    """Time `prepared` with default and with logged schedules; `source`: the log already bound to
+    the model's tasks (a layout search's), else it is bound to `prepared`'s own extraction."""
     model = prepared.model
     before = build_model(model, None, prepared=prepared, memo=memo)
-    after = build_model(model, schedule_source(db, model, prepared=prepared), prepared=prepared, memo=memo)
+    source = source or schedule_source(db, model, prepared=prepared)
+    after = build_model(model, source, prepared=prepared, memo=memo)
     args = run_inputs(before, model)
     result.max_abs_diff = max_difference(before(*args), after(*args))
     result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)

@@ -36,7 +36,6 @@ from search.models import (
     time_interleaved,
     tuning_target,
 )
-from tuning_db.schema import canonical_target
 
 AUTO = "auto"
 PLAN = "plan"
@@ -76,15 +75,10 @@ def logged_pipeline(db: Any, model: Model, target: str, threads: int | None) -> 
     """The pipeline of the latest tuning run of this model for this target in the log, if any. A
     run is this model's when it logged this model's key (the structure and shapes: the same network
     under another name, `resnet-18:b8` tuned and `resnet-18` at batch 8 benchmarked, is found); a run
-    from before keys were logged, by its name."""
-    want, key = tuning_target(target, threads), model_key(model.mod)
-    for run in reversed(db.runs()):
-        info = run.info or {}
-        same_target = canonical_target(str(info.get("target", ""))) == want
-        same_model = info["model_key"] == key if "model_key" in info else run.model == model.name
-        if same_model and same_target and isinstance(info.get("pipeline"), str):
-            return info["pipeline"]
-    return None
+    from before keys were logged, by its name. Unlike a build's schedule source (`pipeline_for`),
+    only this exact target counts, and a layout search's run gives "plan" (`stored_plan` reads it)."""
+    got = db.latest_pipeline(model_key(model.mod), [tuning_target(target, threads)], model.name)
+    return got[0] if got is not None else None
 
 
 def measure_pipelines(model: Model, target: str, threads: int | None,

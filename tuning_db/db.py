@@ -205,6 +205,22 @@ class TuningDB:
         with read_tx(self.engine) as conn:
             return queries.runs(conn, status, ids)
 
+    def latest_pipeline(self, model_key: str, targets: list[str],
+                        model_name: str | None = None) -> tuple[str, str] | None:
+        """(pipeline, the run's target) of the latest tuning run of a model on the first of `targets`
+        (canonical names, best first) that has one. A run is the model's when it logged `model_key`;
+        a run from before keys were logged is matched by its name, when `model_name` is given."""
+        def same_model(run: RunInfo, info: dict[str, Any]) -> bool:
+            return info["model_key"] == model_key if "model_key" in info else run.model == model_name
+
+        runs = [(run, run.info or {}) for run in reversed(self.runs())]
+        for target in targets:
+            for run, info in runs:
+                if (isinstance(info.get("pipeline"), str) and same_model(run, info)
+                        and schema.canonical_target(str(info.get("target", ""))) == target):
+                    return info["pipeline"], str(info["target"])
+        return None
+
     # ---- reading ------------------------------------------------------------------------------
 
     def best(self, workload_key: str, target: str, k: int = 1) -> list[Record]:

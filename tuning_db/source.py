@@ -135,17 +135,16 @@ class ScheduleSource:
 
     def pipeline_for(self, model_key: str, target: str | None = None) -> str | None:
         """The pass pipeline of the latest tuning run of the model with this key on this target
-        (or the same target with other threads), as `tune` logged it."""
-        candidates = self._targets(target)
-        for run in reversed(self.db.runs()):
-            info = run.info or {}
-            if (info.get("model_key") == model_key and isinstance(info.get("pipeline"), str)
-                    and schema.canonical_target(str(info.get("target", ""))) in candidates):
-                if info["pipeline"] == "plan":  # a layout search's run: its plan, or what beat it
-                    rec = self.db.layout_plan(model_key, str(info["target"]))
-                    return rec.winner if rec is not None else None
-                return info["pipeline"]
-        return None
+        (else on the same target with other threads, nearest thread count first), as `tune` logged
+        it; a layout search's run ("plan") gives what it chose: "plan" or the pipeline that beat it."""
+        got = self.db.latest_pipeline(model_key, self._targets(target))
+        if got is None:
+            return None
+        pipeline, run_target = got
+        if pipeline == "plan":
+            rec = self.db.layout_plan(model_key, run_target)
+            return rec.winner if rec is not None else None
+        return pipeline
 
     def layout_plan_for(self, model_key: str, target: str | None = None) -> dict[str, Any] | None:
         """The layout plan (JSON) the latest layout search of the model stored for this target, when

@@ -31,51 +31,88 @@ Bounds = dict[Var, tuple[int, int]]
 Linear = tuple[dict[Expr, int], int]
 
 
+class _Forms:
+    """Linear forms and atom sort keys, memoised by node identity for one simplification.
+
+    Bottom-up simplification rewrites every add, sub and mul through its linear form, and a child
+    is usually the output of the rewrite just below it: re-deriving the child's form walked its whole
+    subtree again, quadratic in the depth of an index expression (an unrolled convolution's indices
+    are deep). Here a rewrite's output is filed with the form it was built from, and every entry holds
+    its node, so no id is reused while the memo lives."""
+
+    def __init__(self) -> None:
+        self.forms: dict[int, tuple[Expr, Linear]] = {}
+        self.keys: dict[int, tuple[Expr, str]] = {}
+
+    def linear(self, e: Expr) -> Linear:
+        """`e` as ({atom: coefficient}, constant); non-linear sub-terms become atoms. The caller
+        must not change the dict it gets."""
+        hit = self.forms.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = self._linear(e)
+        self.forms[id(e)] = (e, out)
+        return out
+
+    def _linear(self, e: Expr) -> Linear:
+        if isinstance(e, Const):
+            return {}, int(e.value)
+        if isinstance(e, Bin) and e.op in ("add", "sub"):
+            ta, ca = self.linear(e.a)
+            tb, cb = self.linear(e.b)
+            sign = 1 if e.op == "add" else -1
+            out = dict(ta)
+            for k, v in tb.items():
+                out[k] = out.get(k, 0) + sign * v
+            return {k: v for k, v in out.items() if v != 0}, ca + sign * cb
+        if isinstance(e, Bin) and e.op == "mul":
+            ta, ca = self.linear(e.a)
+            tb, cb = self.linear(e.b)
+            if not ta:
+                return ({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb)
+            if not tb:
+                return ({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb)
+        return {e: 1}, 0
+
+    def atom_key(self, e: Expr) -> str:
+        hit = self.keys.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        from autorelay.tir.printer import expr_str
+
+        key = expr_str(e)
+        self.keys[id(e)] = (e, key)
+        return key
+
+    def from_linear(self, terms: dict[Expr, int], c: int, dtype: str = "int64") -> Expr:
+        out: Expr | None = None
+        for atom in sorted(terms, key=self.atom_key):
+            k = terms[atom]
+            mag = abs(k)
+            t = atom if mag == 1 else Bin("mul", atom, Const(mag, dtype), dtype)
+            if out is None:
+                out = t if k > 0 else Bin("sub", Const(0, dtype), t, dtype)
+            else:
+                out = Bin("add" if k > 0 else "sub", out, t, dtype)
+        if out is None:
+            return Const(c, dtype)
+        if c > 0:
+            out = Bin("add", out, Const(c, dtype), dtype)
+        elif c < 0:
+            out = Bin("sub", out, Const(-c, dtype), dtype)
+        if id(out) not in self.forms:  # its form is the one it was built from (an atom keeps its own)
+            self.forms[id(out)] = (out, (dict(terms), c))
+        return out
+
+
 def linear(e: Expr) -> Linear:
     """`e` as ({atom: coefficient}, constant); non-linear sub-terms become atoms."""
-    if isinstance(e, Const):
-        return {}, int(e.value)
-    if isinstance(e, Bin) and e.op in ("add", "sub"):
-        ta, ca = linear(e.a)
-        tb, cb = linear(e.b)
-        sign = 1 if e.op == "add" else -1
-        out = dict(ta)
-        for k, v in tb.items():
-            out[k] = out.get(k, 0) + sign * v
-        return {k: v for k, v in out.items() if v != 0}, ca + sign * cb
-    if isinstance(e, Bin) and e.op == "mul":
-        ta, ca = linear(e.a)
-        tb, cb = linear(e.b)
-        if not ta:
-            return ({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb)
-        if not tb:
-            return ({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb)
-    return {e: 1}, 0
-
-
-def _atom_key(e: Expr) -> str:
-    from autorelay.tir.printer import expr_str
-
-    return expr_str(e)
+    return _Forms().linear(e)
 
 
 def from_linear(terms: dict[Expr, int], c: int, dtype: str = "int64") -> Expr:
-    out: Expr | None = None
-    for atom in sorted(terms, key=_atom_key):
-        k = terms[atom]
-        mag = abs(k)
-        t = atom if mag == 1 else Bin("mul", atom, Const(mag, dtype), dtype)
-        if out is None:
-            out = t if k > 0 else Bin("sub", Const(0, dtype), t, dtype)
-        else:
-            out = Bin("add" if k > 0 else "sub", out, t, dtype)
-    if out is None:
-        return Const(c, dtype)
-    if c > 0:
-        out = Bin("add", out, Const(c, dtype), dtype)
-    elif c < 0:
-        out = Bin("sub", out, Const(-c, dtype), dtype)
-    return out
+    """The expression of a linear form, atoms in a fixed order (by their printed text)."""
+    return _Forms().from_linear(terms, c, dtype)
 
 
 def interval(e: Expr, bounds: Bounds) -> tuple[int, int] | None:
@@ -129,11 +166,11 @@ def _lin_interval(terms: dict[Expr, int], c: int, bounds: Bounds) -> tuple[int, 
     return lo, hi
 
 
-def _divmod(e: Bin, bounds: Bounds) -> Expr | None:
+def _divmod(e: Bin, bounds: Bounds, f: _Forms) -> Expr | None:
     c = int(e.b.value)  # type: ignore[union-attr]
     if c == 1:
         return e.a if e.op == "floordiv" else Const(0, e.dtype)
-    terms, k = linear(e.a)
+    terms, k = f.linear(e.a)
     q_terms = {a: v // c for a, v in terms.items() if v % c == 0}
     r_terms = {a: v for a, v in terms.items() if v % c != 0}
     kq, kr = divmod(k, c)
@@ -141,21 +178,22 @@ def _divmod(e: Bin, bounds: Bounds) -> Expr | None:
     if iv is not None and iv[0] // c == iv[1] // c:
         m = iv[0] // c
         if e.op == "floordiv":
-            return from_linear(q_terms, kq + m, e.dtype)
-        return from_linear(r_terms, kr - m * c, e.dtype)
+            return f.from_linear(q_terms, kq + m, e.dtype)
+        return f.from_linear(r_terms, kr - m * c, e.dtype)
     if not q_terms and kq == 0:
         return None
-    rest = from_linear(r_terms, kr, e.dtype)
+    rest = f.from_linear(r_terms, kr, e.dtype)
     if e.op == "floordiv":
         return _simp_lin(
-            Bin("add", from_linear(q_terms, kq, e.dtype), Bin("floordiv", rest, e.b, e.dtype), e.dtype)
+            Bin("add", f.from_linear(q_terms, kq, e.dtype), Bin("floordiv", rest, e.b, e.dtype), e.dtype), f
         )
     return Bin("mod", rest, e.b, e.dtype)
 
 
-def _merge_divmod(terms: dict[Expr, int], c: int) -> Linear:
+def _merge_divmod(terms: dict[Expr, int], c: int, f: _Forms) -> Linear:
     """Fold `k*c*(x // c) + k*(x % c)` back into `k*x`: a fused loop's index split into (row,
     column) and flattened again is the fused index, so loads along it stay contiguous."""
+    terms = dict(terms)  # a memoised form: not ours to change
     merged = True
     while merged:
         merged = False
@@ -166,7 +204,7 @@ def _merge_divmod(terms: dict[Expr, int], c: int) -> Linear:
             if terms.get(div) != k * int(atom.b.value):
                 continue
             del terms[atom], terms[div]
-            xt, xc = linear(atom.a)
+            xt, xc = f.linear(atom.a)
             for a, v in xt.items():
                 terms[a] = terms.get(a, 0) + k * v
             c += k * xc
@@ -176,9 +214,9 @@ def _merge_divmod(terms: dict[Expr, int], c: int) -> Linear:
     return terms, c
 
 
-def _simp_lin(e: Expr) -> Expr:
-    terms, c = _merge_divmod(*linear(e))
-    return from_linear(terms, c, e.dtype)
+def _simp_lin(e: Expr, f: _Forms) -> Expr:
+    terms, c = _merge_divmod(*f.linear(e), f)
+    return f.from_linear(terms, c, e.dtype)
 
 
 def _cmp_const(op: str, lo: int, hi: int) -> bool | None:
@@ -196,7 +234,7 @@ def _cmp_const(op: str, lo: int, hi: int) -> bool | None:
     return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
 
 
-def _rule(e: Expr, bounds: Bounds) -> Expr | None:
+def _rule(e: Expr, bounds: Bounds, f: _Forms) -> Expr | None:
     if isinstance(e, Bin):
         a, b = e.a, e.b
         if e.op in ("and", "or"):
@@ -215,9 +253,9 @@ def _rule(e: Expr, bounds: Bounds) -> Expr | None:
         ):
             return Const(INT_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
         if e.op in ("add", "sub", "mul"):
-            return _simp_lin(e)
+            return _simp_lin(e, f)
         if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
-            return _divmod(e, bounds)
+            return _divmod(e, bounds, f)
         if e.op in ("min", "max"):
             ia, ib = interval(a, bounds), interval(b, bounds)
             if ia is not None and ib is not None:
@@ -228,8 +266,8 @@ def _rule(e: Expr, bounds: Bounds) -> Expr | None:
         return None
     if isinstance(e, Cmp):
         if is_int(e.a.dtype):
-            d = _simp_lin(Bin("sub", e.a, e.b, "int64"))
-            terms, c = linear(d)
+            d = _simp_lin(Bin("sub", e.a, e.b, "int64"), f)
+            terms, c = f.linear(d)
             iv = _lin_interval(terms, c, bounds)
             if iv is not None:
                 r = _cmp_const(e.op, *iv)
@@ -245,13 +283,22 @@ def _rule(e: Expr, bounds: Bounds) -> Expr | None:
     return None
 
 
-def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
+def simplify(e: Expr, bounds: Bounds | None = None, mapping: dict[Var, Expr] | None = None) -> Expr:
     """Bottom-up rewriting by `_rule`, except that a select whose condition simplifies to a constant
     is replaced by its live branch before the dead one is visited: unrolled code (a Winograd
     transform's positions) is a chain of selects on the unrolled index, of which one branch lives.
-    A subtree shared by several parents (the same object) is simplified once."""
-    b = bounds or {}
+    A subtree shared by several parents (the same object) is simplified once. `mapping`: variables
+    replaced on the way (the result is that of simplifying `substitute(e, mapping)`)."""
+    return _simplify(e, bounds or {}, _Forms(), mapping or {})
+
+
+def _is_linear(n: Expr) -> bool:
+    return isinstance(n, Bin) and n.op in ("add", "sub", "mul") and is_int(n.dtype)
+
+
+def _simplify(e: Expr, b: Bounds, forms: _Forms, mapping: dict[Var, Expr]) -> Expr:
     memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
+    lin_memo: dict[int, Linear] = {}
 
     def go(n: Expr) -> Expr:
         done = memo.get(id(n))
@@ -259,7 +306,39 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
             done = memo[id(n)] = visit(n)
         return done
 
+    def lform(n: Expr) -> Linear:
+        """The linear form `_rule` would give `n` after its children were rewritten, without
+        building the rewritten sums below it: a chain of k additions rewritten level by level
+        built k canonical sums of up to k terms each, all but the last thrown away."""
+        done = lin_memo.get(id(n))
+        if done is not None:
+            return done
+        if not _is_linear(n):
+            done = forms.linear(go(n))
+        else:
+            (ta, ca), (tb, cb) = lform(n.a), lform(n.b)  # type: ignore[attr-defined]
+            if n.op != "mul":  # type: ignore[attr-defined]
+                sign = 1 if n.op == "add" else -1  # type: ignore[attr-defined]
+                out = dict(ta)
+                for k, v in tb.items():
+                    out[k] = out.get(k, 0) + sign * v
+                done = _merge_divmod({k: v for k, v in out.items() if v != 0}, ca + sign * cb, forms)
+            elif not ta:
+                done = _merge_divmod({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb, forms)
+            elif not tb:
+                done = _merge_divmod({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb, forms)
+            else:  # a product of two non-constant terms is an atom of the sum above it
+                ka, kb = go(n.a), go(n.b)  # type: ignore[attr-defined]
+                done = ({n if ka is n.a and kb is n.b else rebuild(n, (ka, kb)): 1}, 0)  # type: ignore[attr-defined]
+        lin_memo[id(n)] = done
+        return done
+
     def visit(n: Expr) -> Expr:
+        if isinstance(n, Var):
+            r = mapping.get(n)
+            return n if r is None else r if isinstance(r, Const) else _simplify(r, b, forms, {})
+        if _is_linear(n):
+            return forms.from_linear(*lform(n), n.dtype)
         if isinstance(n, Select):
             cond = go(n.cond)
             if isinstance(cond, Const):
@@ -272,36 +351,47 @@ def simplify(e: Expr, bounds: Bounds | None = None) -> Expr:
                 new = tuple(go(k) for k in kids)
                 if any(x is not k for x, k in zip(new, kids)):
                     n = rebuild(n, new)
-        out = _rule(n, b)
+        out = _rule(n, b, forms)
         return n if out is None else out
 
     return go(e)
 
 
-def simplify_stmt(s: Stmt, bounds: Bounds | None = None) -> Stmt | None:
-    """Simplify every expression; drop conditions the loop bounds prove; inline 1-trip loops."""
-    b: Bounds = dict(bounds or {})
+def simplify_stmt(s: Stmt, bounds: Bounds | None = None,
+                  mapping: dict[Var, Expr] | None = None) -> Stmt | None:
+    """Simplify every expression; drop conditions the loop bounds prove; inline 1-trip loops.
+    `mapping`: variables replaced on the way, as `substitute_stmt` would first."""
+    return _simplify_stmt(s, dict(bounds or {}), _Forms(), dict(mapping or {}))
+
+
+def _simplify_stmt(s: Stmt, b: Bounds, forms: _Forms, mapping: dict[Var, Expr]) -> Stmt | None:
+    def expr(e: Expr) -> Expr:
+        return _simplify(e, b, forms, mapping)
+
+    def stmt(t: Stmt, inner: Bounds = b, m: dict[Var, Expr] = mapping) -> Stmt | None:
+        return _simplify_stmt(t, inner, forms, m)
+
     if isinstance(s, For):
         if s.extent == 1 and s.kind != "parallel":
-            return simplify_stmt(substitute_stmt(s.body, {s.var: Const(0, "int64")}), b)
-        b[s.var] = (0, s.extent - 1)
-        body = simplify_stmt(s.body, b)
+            return stmt(s.body, b, {**mapping, s.var: Const(0, "int64")})
+        inner = {**b, s.var: (0, s.extent - 1)}
+        body = stmt(s.body, inner)
         return None if body is None else For(s.var, s.extent, body, s.kind)
     if isinstance(s, Store):
-        return Store(s.buffer, simplify(s.index, b), simplify(s.value, b))
+        return Store(s.buffer, expr(s.index), expr(s.value))
     if isinstance(s, Seq):
-        items = [x for x in (simplify_stmt(t, b) for t in s.stmts) if x is not None]
+        items = [x for x in (stmt(t) for t in s.stmts) if x is not None]
         return seq(items) if items else None
     if isinstance(s, Allocate):
-        body = simplify_stmt(s.body, b)
+        body = stmt(s.body)
         return None if body is None else Allocate(s.buffer, body)
     if isinstance(s, If):
-        cond = simplify(s.cond, b)
+        cond = expr(s.cond)
         if isinstance(cond, Const):
             branch = s.then if cond.value else s.orelse
-            return None if branch is None else simplify_stmt(branch, b)
-        then = simplify_stmt(s.then, b)
-        orelse = simplify_stmt(s.orelse, b) if s.orelse is not None else None
+            return None if branch is None else stmt(branch)
+        then = stmt(s.then)
+        orelse = stmt(s.orelse) if s.orelse is not None else None
         if then is None and orelse is None:
             return None
         if then is None:

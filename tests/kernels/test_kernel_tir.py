@@ -152,3 +152,64 @@ def test_verifier_catches_lowering_bugs():
     loaded = Seq((For(i, 8, Store(buf, i, Load(buf, i, "float32"))),))
     verify(_func(loaded, buf))
     assert substitute(i + 1, {i: const(2)}) == Bin("add", const(2), const(1), "int64")
+
+
+def _random_index(rng, depth, leaves):
+    """A random integer index expression: sums, differences, products by constants, products of
+    two terms, floor division and modulo by constants, over `leaves`."""
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice(leaves) if rng.random() < 0.8 else const(rng.randrange(-5, 9))
+    a = _random_index(rng, depth - 1, leaves)
+    op = rng.choice(["add", "add", "sub", "mul", "mulc", "floordiv", "mod"])
+    if op in ("add", "sub", "mul"):
+        return Bin(op, a, _random_index(rng, depth - 1, leaves), "int64")
+    c = const(rng.choice([2, 3, 4, 8, 16]))
+    return Bin("mul" if op == "mulc" else op, a, c, "int64")
+
+
+def test_simplify_with_a_mapping_is_substitute_then_simplify_and_keeps_the_value():
+    """Deep random index expressions: simplifying with `mapping` (how unrolled copies and vector
+    lanes are emitted) gives exactly the text of substituting first, and the value of the input."""
+    import random
+
+    rng = random.Random(0)
+    z = Var("z")
+    bounds = {x: (0, 5), y: (0, 15), z: (0, 3)}
+    for _ in range(150):
+        e = _random_index(rng, 6, [x, y, z])
+        for zv in range(4):
+            mapping = {z: Const(zv, "int64")}
+            fused = simplify(e, bounds, mapping)
+            assert expr_str(fused) == expr_str(simplify(substitute(e, mapping), bounds))
+            for xv, yv in itertools.product(range(0, 6, 2), range(0, 16, 5)):
+                env = {x: xv, y: yv, z: zv}
+                assert _eval(fused, env) == _eval(e, env), f"{expr_str(e)} -> {expr_str(fused)}"
+
+
+def test_simplify_stmt_with_a_mapping_is_substitute_stmt_then_simplify_stmt():
+    from autorelay.tir.printer import stmt_lines
+    from autorelay.tir.simplify import substitute_stmt
+
+    buf = Buffer("out", (64,), "int64")
+    body = Seq((If(Cmp("lt", x * 4 + y, const(20)), Store(buf, (x * 4 + y) % 64, y * 3 - x)),
+                For(Var("k"), 1, Store(buf, x, (x * 16 + y) // 16), "serial")))
+    for xv in range(6):
+        m = {x: Const(xv, "int64")}
+        assert stmt_lines(simplify_stmt(body, {y: (0, 3)}, m)) == stmt_lines(
+            simplify_stmt(substitute_stmt(body, m), {y: (0, 3)}))
+
+
+def test_the_emitters_lane_dependence_agrees_with_free_vars():
+    import random
+
+    from autorelay.codegen.llvm.exprs import ExprEmitter
+    from autorelay.te.expr import free_vars
+
+    rng = random.Random(1)
+    z = Var("z")
+    em = ExprEmitter()
+    for _ in range(100):
+        e = _random_index(rng, 5, [x, y, z])
+        for sub in walk(e):
+            for v in (x, y, z):
+                assert em.reads(sub, v) == (v in free_vars(sub))

@@ -101,3 +101,27 @@ def test_wrong_target_is_an_error_not_a_silent_default(logged: tuning_db.TuningD
     with pytest.raises(TuningDBError, match="schedule source for target 'llvm -mcpu=x' was asked about"):
         src.lookup("c56", "cuda")
     assert src.lookup("c56", "llvm   -mcpu=x").config == {"tile": 8}  # same target, other spacing
+
+
+def test_pipeline_comes_from_the_exact_target_first_then_the_nearest_thread_count(
+        db: tuning_db.TuningDB) -> None:
+    one, two, four = (f"{T} -threads={n}" for n in (1, 2, 4))
+    for target in (one, two, four):
+        db.record("c56", target, {"tile": 8}, [1e-3])
+    db.start_run(model="net", info={"target": one, "model_key": "k", "pipeline": "nchwc"})
+    db.start_run(model="net", info={"target": two, "model_key": "k", "pipeline": "default"})
+    db.start_run(model="net", info={"target": one, "model_key": "other", "pipeline": "nchwc16"})
+    # the newer 2-thread run does not hide the 1-thread run from a 1-thread build
+    assert db.schedule_source(one).pipeline_for("k") == "nchwc"
+    assert db.schedule_source(two).pipeline_for("k") == "default"
+    # no 4-thread run: the nearest thread count's (2 before 1)
+    assert db.schedule_source(four).pipeline_for("k") == "default"
+    assert db.schedule_source(one).pipeline_for("unknown") is None
+    # a layout search's run gives what its search chose
+    db.start_run(model="net", info={"target": one, "model_key": "k", "pipeline": "plan"})
+    assert db.schedule_source(one).pipeline_for("k") is None  # no plan stored for it
+    db.store_layout_plan("k", one, {"blocks": {"conv2d_0": 8}}, latency_ms=2.0, chosen=False,
+                         info={"winner": "nchwc16"})
+    assert db.schedule_source(one).pipeline_for("k") == "nchwc16"
+    db.store_layout_plan("k", one, {"blocks": {"conv2d_0": 8}}, latency_ms=1.0, chosen=True)
+    assert db.schedule_source(one).pipeline_for("k") == "plan"

@@ -33,7 +33,7 @@ from autorelay.te.expr import (
     walk,
 )
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autorelay.tir.simplify import simplify, simplify_stmt, substitute_stmt
+from autorelay.tir.simplify import simplify, simplify_stmt
 
 
 class SegmentEmitter(DotLoopEmitter):
@@ -90,12 +90,9 @@ class SegmentEmitter(DotLoopEmitter):
         else:
             raise TypeError(f"codegen: unknown statement {type(s).__name__}")
 
-    def _simplified(self, s: Stmt) -> Stmt | None:
-        return simplify_stmt(s, self.bounds)
-
     def _unroll(self, s: For) -> None:
         for c in range(s.extent):
-            body = self._simplified(substitute_stmt(s.body, {s.var: Const(c, "int64")}))
+            body = simplify_stmt(s.body, self.bounds, {s.var: Const(c, "int64")})
             if body is not None:
                 self.stmt_(body)
 
@@ -321,7 +318,7 @@ def expand_unrolled(s: Stmt, bounds: dict[Var, tuple[int, int]]) -> Stmt:
         if s.kind == "unrolled":
             copies = []
             for c in range(s.extent):
-                body = simplify_stmt(substitute_stmt(s.body, {s.var: Const(c, "int64")}), bounds)
+                body = simplify_stmt(s.body, bounds, {s.var: Const(c, "int64")})
                 if body is not None:
                     copies.append(expand_unrolled(body, bounds))
             return Seq(tuple(copies))

@@ -31,9 +31,8 @@ from autorelay.te.expr import (
     Not,
     Select,
     Var,
-    free_vars,
+    children,
     is_float,
-    substitute,
 )
 from autorelay.tir.nodes import Buffer
 from autorelay.tir.simplify import linear, simplify
@@ -69,6 +68,19 @@ class ExprEmitter:
         self.vector_var: Var | None = None
         self.lanes = 0
         self.declared: set[str] = set()
+        # (id of an expression, id of a variable) -> (the expression, whether it reads the variable)
+        self._reads: dict[tuple[int, int], tuple[Expr, bool]] = {}
+
+    def reads(self, e: Expr, v: Var) -> bool:
+        """Whether `e` reads `v`, memoised per node: emitting a vector expression asks this of every
+        subexpression, and walking each one's subtree again made that quadratic in its depth."""
+        key = (id(e), id(v))
+        hit = self._reads.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = e is v or any(self.reads(k, v) for k in children(e))
+        self._reads[key] = (e, out)
+        return out
 
     def tmp(self) -> str:
         self.counter += 1
@@ -115,14 +127,14 @@ class ExprEmitter:
     def vexpr(self, e: Expr) -> Val:
         """Emit in the current vector context: a vector if `e` depends on the lane variable."""
         v = self.vector_var
-        if v is None or v not in free_vars(e):
+        if v is None or not self.reads(e, v):
             return self.scalar(e)
         if isinstance(e, Load):
             return self._vload(e)
         if e.dtype in ("int64", "int32") and not isinstance(e, Load):
             coef = _lane_coef(e, v)
             if coef is not None:  # a linear index: broadcast base + <0, c, 2c, ...>
-                base = self.broadcast(self.scalar(simplify(substitute(e, {v: Const(0, "int64")}))))
+                base = self.broadcast(self.scalar(simplify(e, mapping={v: Const(0, "int64")})))
                 t = self.ty(e.dtype, self.lanes)
                 ramp = "<" + ", ".join(f"{llvm_type(e.dtype)} {coef * k}" for k in range(self.lanes)) + ">"
                 return self.op(f"add {t} {base.ref}, {ramp}", e.dtype, self.lanes)
@@ -140,15 +152,15 @@ class ExprEmitter:
         first and last lanes are inside the clamp, checked at run time."""
         v = self.vector_var
         assert v is not None
-        clamps = [a for a in linear(e.index)[0] if a is not v and v in free_vars(a) and _clamp(a, v)]
+        clamps = [a for a in linear(e.index)[0] if a is not v and self.reads(a, v) and _clamp(a, v)]
         if not clamps:
             return self._direct_load(e)
         checks = []
         plain = {}
         for a in clamps:
             inner, lo, hi = _clamp(a, v)  # type: ignore[misc]
-            first = simplify(substitute(inner, {v: Const(0, "int64")}))
-            last = simplify(substitute(inner, {v: Const(self.lanes - 1, "int64")}))
+            first = simplify(inner, mapping={v: Const(0, "int64")})
+            last = simplify(inner, mapping={v: Const(self.lanes - 1, "int64")})
             checks += [Cmp("ge", first, lo), Cmp("le", last, hi)]
             plain[a] = inner
         ok = self.scalar(_all(checks))
@@ -175,8 +187,8 @@ class ExprEmitter:
         assert v is not None
         terms, _ = linear(e.index)
         coef = terms.get(v, 0)
-        if coef in (1, 2) and not any(v in free_vars(a) for a in terms if a is not v):
-            base = self.scalar(simplify(substitute(e.index, {v: Const(0, "int64")})))
+        if coef in (1, 2) and not any(self.reads(a, v) for a in terms if a is not v):
+            base = self.scalar(simplify(e.index, mapping={v: Const(0, "int64")}))
             p = self.gep(e.buffer, base.ref)
             w, vt = self.lanes, f"<{self.lanes} x {mem_type(e.dtype)}>"
             align = mem_align(e.dtype)
@@ -214,7 +226,7 @@ class ExprEmitter:
         vec = "poison"
         t = self.ty(e.dtype, 0)
         for lane in range(self.lanes):
-            x = self.scalar(simplify(substitute(e, {v: Const(lane, "int64")})))
+            x = self.scalar(simplify(e, mapping={v: Const(lane, "int64")}))
             vec = self.op(
                 f"insertelement <{self.lanes} x {t}> {vec}, {t} {x.ref}, i32 {lane}", e.dtype, self.lanes
             ).ref

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autorelay.te.expr import Bin, Cmp, Const, Expr, Var, free_vars, substitute
+from autorelay.te.expr import Bin, Cmp, Const, Expr, Var, free_vars
 from autorelay.tir.simplify import linear, simplify
 
 
@@ -66,9 +66,9 @@ def for_all(cond: Expr, extents: dict[Var, int]) -> Expr | None:
         if k is None:
             return None
         corner[v] = Const(ext - 1 if (k > 0) == upper else 0, "int64")
-    return simplify(substitute(cond, corner))
+    return simplify(cond, mapping=corner)
 
 
 def at_lane(e: Expr, v: Var, lane: int) -> Expr:
     """`e` at one lane of the vector variable `v` (simplified)."""
-    return simplify(substitute(e, {v: Const(lane, "int64")}))
+    return simplify(e, mapping={v: Const(lane, "int64")})
