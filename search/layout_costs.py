@@ -240,7 +240,8 @@ class _GraphReader:
     def node(self, name: str, kind: str, args: list[Expr], kernel: dict[int, float] | None = None) -> int:
         ins = [(self.value[id(a)], a) for a in args if self.value.get(id(a)) is not None]
         self.nodes.append(Node(name, kind, tuple(i for i, _ in ins), kernel or {},
-                               tuple(self._transforms(static_shape(a)) for _, a in ins)))
+                               tuple(self._transforms(static_shape(a)) for _, a in ins),
+                               tuple(id(a) for _, a in ins)))  # one expression: one transform
         return len(self.nodes) - 1
 
     def visit(self, e: Expr) -> None:

@@ -12,19 +12,21 @@ blocks only) and the cost the program minimises describe the same graph:
 
 Total cost = sum of the chosen kernel times + sum, over every edge whose producer's layout differs
 from the layout its consumer reads it in, of that edge's transform time (`Node.transform[i]` maps
-(from, to) to seconds; an equal pair costs nothing).
+(from, to) to seconds; an equal pair costs nothing). Edges that carry the same value (`Node.values`:
+a residual block's input read by its first conv and by the join) share one transform to a layout,
+as `ConvertLayout` emits it once: the first consumer in node order pays it.
 
 The program walks the nodes in order with a state per assignment of layouts to the *live* values
-(produced, still to be consumed): exact for every graph, at cost layouts^(live values). A chain has
-one live value; a ResNet block two (the shortcut and the branch); an Inception block one per open
-branch plus the fork — small. Where the frontier is wider than `max_states`, only the `max_states`
-cheapest partial assignments are kept (a beam): the answer is then an approximation and
-`Solution.exact` is False.
+(produced, still to be consumed), and the transforms of live values already made: exact for every
+graph, at cost (layouts x transforms made)^(live values). A chain has one live value; a ResNet block
+two (the shortcut and the branch); an Inception block one per open branch plus the fork — small.
+Where the frontier is wider than `max_states`, only the `max_states` cheapest partial assignments
+are kept (a beam): the answer is then an approximation and `Solution.exact` is False.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 INPUT, CONV, JOIN, CONCAT, OPAQUE = "input", "conv", "join", "concat", "opaque"
@@ -34,19 +36,27 @@ KINDS = (INPUT, CONV, JOIN, CONCAT, OPAQUE)
 @dataclass(frozen=True)
 class Node:
     """One value of the graph. `kernel`: a conv's candidate layouts -> kernel seconds;
-    `transform[i]`: (from layout, to layout) -> seconds to re-layout input i for this node."""
+    `transform[i]`: (from layout, to layout) -> seconds to re-layout input i for this node;
+    `values[i]`: the value input i carries (edges carrying the same one share its transforms),
+    None or absent: a value of its own."""
 
     name: str
     kind: str
     inputs: tuple[int, ...] = ()
     kernel: Mapping[int, float] = field(default_factory=dict)
     transform: tuple[Mapping[tuple[int, int], float], ...] = ()
+    values: tuple[Hashable | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"layout graph node {self.name}: unknown kind {self.kind!r}")
         if self.kind == CONV and (len(self.inputs) != 1 or not self.kernel):
             raise ValueError(f"layout graph node {self.name}: a conv has one input and candidate layouts")
+
+    def value(self, i: int, k: int) -> Hashable:
+        """What input i of this node (node k) carries: its `values` entry, else the edge itself."""
+        v = self.values[i] if i < len(self.values) else None
+        return ("edge", k, i) if v is None else v
 
     def edge(self, i: int, src: int, dst: int) -> float:
         """Seconds to bring input i from layout `src` to `dst`."""
@@ -69,15 +79,19 @@ def output_layout(node: Node, ins: tuple[int, ...], choice: int = 0) -> int:
     return 0
 
 
-def node_cost(node: Node, ins: tuple[int, ...], out: int) -> tuple[float, float]:
-    """(kernel seconds, transform seconds) of `node` producing `out` from inputs in `ins`."""
-    kernel = node.kernel[out] if node.kind == CONV else 0.0
-    return kernel, sum(node.edge(i, lay, out) for i, lay in enumerate(ins))
+Made = frozenset[tuple[Hashable, int]]  # (value, layout): transforms already emitted
 
 
-def _choices(node: Node, ins: tuple[int, ...]) -> list[tuple[int, float]]:
-    outs = list(node.kernel) if node.kind == CONV else [output_layout(node, ins)]
-    return [(out, sum(node_cost(node, ins, out))) for out in outs]
+def _transforms(node: Node, k: int, ins: tuple[int, ...], out: int, made: Made) -> tuple[float, Made]:
+    """Seconds of the transforms node k needs to read its inputs (in layouts `ins`) in `out`, those
+    in `made` being free; and `made` with the ones it emitted."""
+    cost, new = 0.0, set()
+    for i, lay in enumerate(ins):
+        key = (node.value(i, k), out)
+        if lay != out and key not in made and key not in new:
+            cost += node.edge(i, lay, out)
+            new.add(key)
+    return cost, made | new if new else made
 
 
 @dataclass(frozen=True)
@@ -105,8 +119,14 @@ class Solution:
 
 
 def breakdown(graph: LayoutGraph, layouts: tuple[int, ...]) -> list[tuple[float, float]]:
-    """Per node, (kernel seconds, transform seconds on its inputs) under `layouts`."""
-    return [node_cost(n, tuple(layouts[u] for u in n.inputs), layouts[k]) for k, n in enumerate(graph.nodes)]
+    """Per node, (kernel seconds, transform seconds on its inputs) under `layouts` (a transform
+    shared by several consumers counted at the first)."""
+    made: Made = frozenset()
+    out = []
+    for k, n in enumerate(graph.nodes):
+        t, made = _transforms(n, k, tuple(layouts[u] for u in n.inputs), layouts[k], made)
+        out.append((n.kernel[layouts[k]] if n.kind == CONV else 0.0, t))
+    return out
 
 
 def solve(graph: LayoutGraph, max_states: int = 4096) -> Solution:
@@ -114,24 +134,28 @@ def solve(graph: LayoutGraph, max_states: int = 4096) -> Solution:
     `max_states`."""
     nodes = graph.nodes
     last_use: dict[int, int] = {}
+    last_read: dict[Hashable, int] = {}  # value -> the last node reading it (its transforms die there)
     for k, n in enumerate(nodes):
-        for u in n.inputs:
+        for i, u in enumerate(n.inputs):
             last_use[u] = k
+            last_read[n.value(i, k)] = k
     live: list[int] = []
-    states: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {(): (0.0, ())}
+    State = tuple[tuple[int, ...], Made]  # the live values' layouts, the transforms made of them
+    states: dict[State, tuple[float, tuple[int, ...]]] = {((), frozenset()): (0.0, ())}
     exact, widest = True, 1
     for k, node in enumerate(nodes):
         pos = {u: i for i, u in enumerate(live)}
         kept = [u for u in live if last_use[u] != k]
         produces = k in last_use
         new_live = kept + ([k] if produces else [])
-        nxt: dict[tuple[int, ...], tuple[float, tuple[int, ...]]] = {}
-        for key, (cost, assign) in states.items():
+        nxt: dict[State, tuple[float, tuple[int, ...]]] = {}
+        for (key, made), (cost, assign) in states.items():
             ins = tuple(key[pos[u]] for u in node.inputs)
             base = tuple(key[pos[u]] for u in kept)
-            for out, c in _choices(node, ins):
-                nkey = (*base, out) if produces else base
-                total = cost + c
+            for out in (list(node.kernel) if node.kind == CONV else [output_layout(node, ins)]):
+                t, now = _transforms(node, k, ins, out, made)
+                total = cost + t + (node.kernel[out] if node.kind == CONV else 0.0)
+                nkey = ((*base, out) if produces else base, frozenset(m for m in now if last_read[m[0]] > k))
                 if nkey not in nxt or total < nxt[nkey][0]:
                     nxt[nkey] = (total, (*assign, out))
         if len(nxt) > max_states:
@@ -156,4 +180,4 @@ def assign(graph: LayoutGraph, conv_layouts: Mapping[str, int]) -> tuple[int, ..
 
 
 __all__ = ["CONCAT", "CONV", "INPUT", "JOIN", "KINDS", "OPAQUE", "LayoutGraph", "Node", "Solution",
-           "assign", "breakdown", "node_cost", "output_layout", "plan_cost", "solve"]
+           "assign", "breakdown", "output_layout", "plan_cost", "solve"]

@@ -47,7 +47,7 @@ class CNN:
 
 
 # The Relay paper's vision models (Sec. 5.2, Fig. 6), at their published input sizes.
-SECONDS_PER_TRIAL = 1.5  # a tuning candidate's build and timing on a quiet 2-core machine (for the ETA)
+SECONDS_PER_TRIAL = 0.8  # a tuning candidate's build and timing on a quiet 2-core machine (for the ETA)
 FULL = (CNN("resnet-18"), CNN("mobilenet-v2"), CNN("vgg-16"), CNN("nature-dqn"), CNN("dcgan"))
 
 

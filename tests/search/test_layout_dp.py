@@ -1,7 +1,9 @@
 """The layout dynamic program against brute-force enumeration of every conv's layout, on small
 graphs (chains, ResNet residual blocks, a 3-branch concatenation, a graph that is not
 series-parallel) with random costs. The oracle below re-derives each node's layout and cost on its
-own, from the rules stated in `search.layout_dp`'s docstring, and tries every assignment."""
+own, from the rules stated in `search.layout_dp`'s docstring, and tries every assignment. As in a
+model, every edge leaving a node carries that node's value, with the same transform costs, so a
+value read in one layout by two consumers is transformed once."""
 
 from __future__ import annotations
 
@@ -19,17 +21,17 @@ class Builder:
     def __init__(self, rng: random.Random, layouts: tuple[int, ...] = LAYOUTS) -> None:
         self.rng, self.layouts, self.nodes = rng, layouts, []
 
-    def _transforms(self, n: int) -> tuple[dict, ...]:
-        pairs = [(a, b) for a in self.layouts for b in self.layouts if a != b]
-        return tuple({p: self.rng.uniform(0.0, 3.0) for p in pairs} for _ in range(n))
+        self.relayout: list[dict] = []  # per node: (from, to) -> seconds to re-layout its value
 
     def add(self, kind: str, *inputs: int) -> int:
         kernel = {}
         if kind == CONV:
             cands = [lay for lay in self.layouts if self.rng.random() < 0.8] or [0]
             kernel = {lay: self.rng.uniform(0.5, 10.0) for lay in cands}
+        pairs = [(a, b) for a in self.layouts for b in self.layouts if a != b]
+        self.relayout.append({p: self.rng.uniform(0.0, 3.0) for p in pairs})
         self.nodes.append(Node(f"n{len(self.nodes)}", kind, tuple(inputs), kernel,
-                               self._transforms(len(inputs))))
+                               tuple(self.relayout[u] for u in inputs), tuple(inputs)))
         return len(self.nodes) - 1
 
     def graph(self) -> LayoutGraph:
@@ -43,6 +45,7 @@ def brute_force(graph: LayoutGraph) -> tuple[float, tuple[int, ...]]:
         chosen = dict(zip(convs, picks))
         lay: list[int] = []
         total = 0.0
+        made: set[tuple[int, int]] = set()  # (producer, layout) transforms already emitted
         for k, n in enumerate(graph.nodes):
             ins = [lay[u] for u in n.inputs]
             if n.kind == CONV:
@@ -55,9 +58,10 @@ def brute_force(graph: LayoutGraph) -> tuple[float, tuple[int, ...]]:
                 out = ins[0] if len(set(ins)) == 1 else 0
             else:
                 out = 0
-            for i, x in enumerate(ins):
-                if x != out:
+            for i, (u, x) in enumerate(zip(n.inputs, ins)):
+                if x != out and (u, out) not in made:
                     total += n.transform[i][(x, out)]
+                    made.add((u, out))
             lay.append(out)
         if total < best[0]:
             best = (total, tuple(lay))
@@ -159,3 +163,24 @@ def test_beam_is_flagged_as_approximate() -> None:
 def test_rejects_forward_references() -> None:
     with pytest.raises(ValueError, match="earlier nodes"):
         LayoutGraph((Node("a", OPAQUE, (1,)), Node("b", INPUT)))
+
+
+def test_a_value_read_in_one_layout_by_two_consumers_is_transformed_once() -> None:
+    """A residual block whose input comes in NCHW and whose convs run in blocks of 16: the first
+    conv and the join read the input in 16c, which `ConvertLayout` transforms once."""
+    to16 = {(0, 16): 1.0, (16, 0): 1.0}
+    nodes = [Node("x", INPUT), Node("stem", CONV, (0,), {0: 5.0}, (to16,), (0,)),
+             Node("a", CONV, (1,), {0: 10.0, 16: 8.75}, (to16,), (1,)),
+             Node("b", CONV, (2,), {0: 10.0, 16: 8.75}, (to16,), (2,)),
+             Node("add", JOIN, (3, 1), {}, (to16, to16), (3, 1)),
+             Node("out", OPAQUE, (4,), {}, (to16,), (4,))]
+    g = LayoutGraph(tuple(nodes))
+    layouts = (0, 0, 16, 16, 16, 0)
+    # stem's value to 16c once (for `a` and the join), the join's output back to NCHW once
+    assert breakdown(g, layouts) == [(0.0, 0.0), (5.0, 0.0), (8.75, 1.0), (8.75, 0.0), (0.0, 0.0), (0.0, 1.0)]
+    sol = solve(g)
+    assert sol.layouts == layouts and sol.cost == pytest.approx(24.5)  # against 25 all in NCHW
+    # edges that carry values of their own each pay: the blocked plan then costs 25.5, NCHW wins
+    apart = LayoutGraph(tuple(Node(n.name, n.kind, n.inputs, n.kernel, n.transform) for n in nodes))
+    assert sum(t for _, t in breakdown(apart, layouts)) == pytest.approx(3.0)
+    assert solve(apart).layouts == (0,) * 6

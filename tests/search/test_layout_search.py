@@ -24,11 +24,11 @@ from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from search import tune_model
 from search.cli import main
-from search.layout_dp import assign, plan_cost
+from search.layout_dp import assign, breakdown, plan_cost
 from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
 from search.models import compile_model, load_model, run_inputs, tuning_target
-from search.pipeline_choice import PLAN, candidates
+from search.pipeline_choice import PLAN, candidates, prepare_plan
 
 pytestmark = pytest.mark.cpu
 
@@ -38,6 +38,39 @@ FAST = TimingSettings(number=1, repeat=2, min_repeat_ms=2.0, warmup=1, timeout=1
 @pytest.fixture(scope="module")
 def model():
     return load_model("resnet-18", image_size=32)
+
+
+def _layout_transforms(mod) -> int:
+    """The `layout_transform` calls a prepared module runs (in @main and in its fused functions)."""
+    seen: set[int] = set()
+
+    def walk(body) -> None:
+        for x in post_order(body):
+            if isinstance(x, Call) and id(x) not in seen:
+                seen.add(id(x))
+                if isinstance(x.op, Function):
+                    walk(x.op.body)
+                elif getattr(x.op, "name", "") == "layout_transform":
+                    seen.add(-id(x))
+    walk(mod["main"].body)
+    return sum(1 for k in seen if k < 0)
+
+
+def test_the_programs_transforms_are_the_ones_the_plan_build_runs(model, monkeypatch):
+    """With every transform costing one second, the program's transform seconds for a plan are the
+    number of `layout_transform`s the plan's build runs: a value two consumers read in one layout
+    (a residual block's input, for its first conv and its join) is transformed once, and charged once."""
+    import search.layout_costs as layout_costs
+
+    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: 1.0)
+    layers = conv_layers(model.mod)
+    costs = {n: layout_costs.LayerCost(kernel={0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}
+    graph = layout_costs.layout_graph(model, costs, (8, 16), autorelay.codegen.resolve_target("llvm", 1))
+    rng = random.Random(0)
+    for _ in range(6):
+        blocks = {n: rng.choice([0, 8, 16]) for n in layers}
+        charged = sum(t for _, t in breakdown(graph, assign(graph, blocks)))
+        assert charged == _layout_transforms(prepare_plan(model, "llvm", 1, LayoutPlan(blocks)).module)
 
 
 def _store(db, model, plan: LayoutPlan, chosen: bool = True, winner: str = PLAN) -> int:
