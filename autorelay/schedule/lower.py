@@ -35,8 +35,9 @@ from autorelay.te.expr import (
     transform,
     walk,
 )
+from autorelay.tir.linear_form import from_linear, linear
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
-from autorelay.tir.simplify import from_linear, interval, linear, simplify, simplify_stmt
+from autorelay.tir.simplify import interval, simplify, simplify_stmt
 
 MAX_VECTOR = 64
 MAX_UNROLL = 64

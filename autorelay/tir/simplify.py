@@ -25,94 +25,10 @@ from autorelay.te.expr import (
     substitute,
     transform,
 )
+from autorelay.tir.linear_form import Forms, Linear, combine
 from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
 
 Bounds = dict[Var, tuple[int, int]]
-Linear = tuple[dict[Expr, int], int]
-
-
-class _Forms:
-    """Linear forms and atom sort keys, memoised by node identity for one simplification.
-
-    Bottom-up simplification rewrites every add, sub and mul through its linear form, and a child
-    is usually the output of the rewrite just below it: re-deriving the child's form walked its whole
-    subtree again, quadratic in the depth of an index expression (an unrolled convolution's indices
-    are deep). Here a rewrite's output is filed with the form it was built from, and every entry holds
-    its node, so no id is reused while the memo lives."""
-
-    def __init__(self) -> None:
-        self.forms: dict[int, tuple[Expr, Linear]] = {}
-        self.keys: dict[int, tuple[Expr, str]] = {}
-
-    def linear(self, e: Expr) -> Linear:
-        """`e` as ({atom: coefficient}, constant); non-linear sub-terms become atoms. The caller
-        must not change the dict it gets."""
-        hit = self.forms.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        out = self._linear(e)
-        self.forms[id(e)] = (e, out)
-        return out
-
-    def _linear(self, e: Expr) -> Linear:
-        if isinstance(e, Const):
-            return {}, int(e.value)
-        if isinstance(e, Bin) and e.op in ("add", "sub"):
-            ta, ca = self.linear(e.a)
-            tb, cb = self.linear(e.b)
-            sign = 1 if e.op == "add" else -1
-            out = dict(ta)
-            for k, v in tb.items():
-                out[k] = out.get(k, 0) + sign * v
-            return {k: v for k, v in out.items() if v != 0}, ca + sign * cb
-        if isinstance(e, Bin) and e.op == "mul":
-            ta, ca = self.linear(e.a)
-            tb, cb = self.linear(e.b)
-            if not ta:
-                return ({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb)
-            if not tb:
-                return ({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb)
-        return {e: 1}, 0
-
-    def atom_key(self, e: Expr) -> str:
-        hit = self.keys.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        from autorelay.tir.printer import expr_str
-
-        key = expr_str(e)
-        self.keys[id(e)] = (e, key)
-        return key
-
-    def from_linear(self, terms: dict[Expr, int], c: int, dtype: str = "int64") -> Expr:
-        out: Expr | None = None
-        for atom in sorted(terms, key=self.atom_key):
-            k = terms[atom]
-            mag = abs(k)
-            t = atom if mag == 1 else Bin("mul", atom, Const(mag, dtype), dtype)
-            if out is None:
-                out = t if k > 0 else Bin("sub", Const(0, dtype), t, dtype)
-            else:
-                out = Bin("add" if k > 0 else "sub", out, t, dtype)
-        if out is None:
-            return Const(c, dtype)
-        if c > 0:
-            out = Bin("add", out, Const(c, dtype), dtype)
-        elif c < 0:
-            out = Bin("sub", out, Const(-c, dtype), dtype)
-        if id(out) not in self.forms:  # its form is the one it was built from (an atom keeps its own)
-            self.forms[id(out)] = (out, (dict(terms), c))
-        return out
-
-
-def linear(e: Expr) -> Linear:
-    """`e` as ({atom: coefficient}, constant); non-linear sub-terms become atoms."""
-    return _Forms().linear(e)
-
-
-def from_linear(terms: dict[Expr, int], c: int, dtype: str = "int64") -> Expr:
-    """The expression of a linear form, atoms in a fixed order (by their printed text)."""
-    return _Forms().from_linear(terms, c, dtype)
 
 
 def interval(e: Expr, bounds: Bounds) -> tuple[int, int] | None:
@@ -166,7 +82,7 @@ def _lin_interval(terms: dict[Expr, int], c: int, bounds: Bounds) -> tuple[int, 
     return lo, hi
 
 
-def _divmod(e: Bin, bounds: Bounds, f: _Forms) -> Expr | None:
+def _divmod(e: Bin, bounds: Bounds, f: Forms) -> Expr | None:
     c = int(e.b.value)  # type: ignore[union-attr]
     if c == 1:
         return e.a if e.op == "floordiv" else Const(0, e.dtype)
@@ -190,7 +106,7 @@ def _divmod(e: Bin, bounds: Bounds, f: _Forms) -> Expr | None:
     return Bin("mod", rest, e.b, e.dtype)
 
 
-def _merge_divmod(terms: dict[Expr, int], c: int, f: _Forms) -> Linear:
+def _merge_divmod(terms: dict[Expr, int], c: int, f: Forms) -> Linear:
     """Fold `k*c*(x // c) + k*(x % c)` back into `k*x`: a fused loop's index split into (row,
     column) and flattened again is the fused index, so loads along it stay contiguous."""
     terms = dict(terms)  # a memoised form: not ours to change
@@ -214,7 +130,7 @@ def _merge_divmod(terms: dict[Expr, int], c: int, f: _Forms) -> Linear:
     return terms, c
 
 
-def _simp_lin(e: Expr, f: _Forms) -> Expr:
+def _simp_lin(e: Expr, f: Forms) -> Expr:
     terms, c = _merge_divmod(*f.linear(e), f)
     return f.from_linear(terms, c, e.dtype)
 
@@ -234,7 +150,9 @@ def _cmp_const(op: str, lo: int, hi: int) -> bool | None:
     return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
 
 
-def _rule(e: Expr, bounds: Bounds, f: _Forms) -> Expr | None:
+def _rule(e: Expr, bounds: Bounds, f: Forms) -> Expr | None:
+    """One rewrite of a node whose children are rewritten (integer add, sub and mul never come here:
+    `_simplify` gives them their canonical linear form)."""
     if isinstance(e, Bin):
         a, b = e.a, e.b
         if e.op in ("and", "or"):
@@ -252,8 +170,6 @@ def _rule(e: Expr, bounds: Bounds, f: _Forms) -> Expr | None:
             and not (e.op in ("floordiv", "mod") and b.value == 0)
         ):
             return Const(INT_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
-        if e.op in ("add", "sub", "mul"):
-            return _simp_lin(e, f)
         if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
             return _divmod(e, bounds, f)
         if e.op in ("min", "max"):
@@ -289,14 +205,14 @@ def simplify(e: Expr, bounds: Bounds | None = None, mapping: dict[Var, Expr] | N
     transform's positions) is a chain of selects on the unrolled index, of which one branch lives.
     A subtree shared by several parents (the same object) is simplified once. `mapping`: variables
     replaced on the way (the result is that of simplifying `substitute(e, mapping)`)."""
-    return _simplify(e, bounds or {}, _Forms(), mapping or {})
+    return _simplify(e, bounds or {}, Forms(), mapping or {})
 
 
 def _is_linear(n: Expr) -> bool:
     return isinstance(n, Bin) and n.op in ("add", "sub", "mul") and is_int(n.dtype)
 
 
-def _simplify(e: Expr, b: Bounds, forms: _Forms, mapping: dict[Var, Expr]) -> Expr:
+def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Expr:
     memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
     lin_memo: dict[int, Linear] = {}
 
@@ -313,23 +229,15 @@ def _simplify(e: Expr, b: Bounds, forms: _Forms, mapping: dict[Var, Expr]) -> Ex
         done = lin_memo.get(id(n))
         if done is not None:
             return done
-        if not _is_linear(n):
+        if not isinstance(n, Bin) or not _is_linear(n):
             done = forms.linear(go(n))
         else:
-            (ta, ca), (tb, cb) = lform(n.a), lform(n.b)  # type: ignore[attr-defined]
-            if n.op != "mul":  # type: ignore[attr-defined]
-                sign = 1 if n.op == "add" else -1  # type: ignore[attr-defined]
-                out = dict(ta)
-                for k, v in tb.items():
-                    out[k] = out.get(k, 0) + sign * v
-                done = _merge_divmod({k: v for k, v in out.items() if v != 0}, ca + sign * cb, forms)
-            elif not ta:
-                done = _merge_divmod({k: v * ca for k, v in tb.items() if v * ca != 0}, ca * cb, forms)
-            elif not tb:
-                done = _merge_divmod({k: v * cb for k, v in ta.items() if v * cb != 0}, ca * cb, forms)
+            got = combine(n.op, lform(n.a), lform(n.b))
+            if got is not None:
+                done = _merge_divmod(*got, forms)
             else:  # a product of two non-constant terms is an atom of the sum above it
-                ka, kb = go(n.a), go(n.b)  # type: ignore[attr-defined]
-                done = ({n if ka is n.a and kb is n.b else rebuild(n, (ka, kb)): 1}, 0)  # type: ignore[attr-defined]
+                ka, kb = go(n.a), go(n.b)
+                done = ({n if ka is n.a and kb is n.b else rebuild(n, (ka, kb)): 1}, 0)
         lin_memo[id(n)] = done
         return done
 
@@ -361,10 +269,10 @@ def simplify_stmt(s: Stmt, bounds: Bounds | None = None,
                   mapping: dict[Var, Expr] | None = None) -> Stmt | None:
     """Simplify every expression; drop conditions the loop bounds prove; inline 1-trip loops.
     `mapping`: variables replaced on the way, as `substitute_stmt` would first."""
-    return _simplify_stmt(s, dict(bounds or {}), _Forms(), dict(mapping or {}))
+    return _simplify_stmt(s, dict(bounds or {}), Forms(), dict(mapping or {}))
 
 
-def _simplify_stmt(s: Stmt, b: Bounds, forms: _Forms, mapping: dict[Var, Expr]) -> Stmt | None:
+def _simplify_stmt(s: Stmt, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Stmt | None:
     def expr(e: Expr) -> Expr:
         return _simplify(e, b, forms, mapping)
 

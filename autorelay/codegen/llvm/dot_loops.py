@@ -16,8 +16,9 @@ from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.values import Val, mem_type
 from autorelay.target import Target
 from autorelay.te.expr import Bin, Call, Cast, Const, Expr, Load, Select, Var, free_vars, substitute
+from autorelay.tir.linear_form import linear
 from autorelay.tir.nodes import For, Store
-from autorelay.tir.simplify import linear, simplify
+from autorelay.tir.simplify import simplify
 
 
 class DotLoopEmitter(ExprEmitter):

@@ -34,8 +34,9 @@ from autorelay.te.expr import (
     children,
     is_float,
 )
+from autorelay.tir.linear_form import linear
 from autorelay.tir.nodes import Buffer
-from autorelay.tir.simplify import linear, simplify
+from autorelay.tir.simplify import simplify
 
 __all__ = ["ExprEmitter"]
 

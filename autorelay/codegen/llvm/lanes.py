@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from autorelay.te.expr import Bin, Cmp, Const, Expr, Var, free_vars
-from autorelay.tir.simplify import linear, simplify
+from autorelay.tir.linear_form import linear
+from autorelay.tir.simplify import simplify
 
 
 def lane_coef(e: Expr, v: Var) -> int | None:
