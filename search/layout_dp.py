@@ -58,6 +58,10 @@ class Node:
         v = self.values[i] if i < len(self.values) else None
         return ("edge", k, i) if v is None else v
 
+    def seconds(self, out: int) -> float:
+        """Kernel seconds of this node producing layout `out` (a conv's candidate; others are free)."""
+        return self.kernel[out] if self.kind == CONV else 0.0
+
     def edge(self, i: int, src: int, dst: int) -> float:
         """Seconds to bring input i from layout `src` to `dst`."""
         if src == dst:
@@ -125,7 +129,7 @@ def breakdown(graph: LayoutGraph, layouts: tuple[int, ...]) -> list[tuple[float,
     out = []
     for k, n in enumerate(graph.nodes):
         t, made = _transforms(n, k, tuple(layouts[u] for u in n.inputs), layouts[k], made)
-        out.append((n.kernel[layouts[k]] if n.kind == CONV else 0.0, t))
+        out.append((n.seconds(layouts[k]), t))
     return out
 
 
@@ -154,7 +158,7 @@ def solve(graph: LayoutGraph, max_states: int = 4096) -> Solution:
             base = tuple(key[pos[u]] for u in kept)
             for out in (list(node.kernel) if node.kind == CONV else [output_layout(node, ins)]):
                 t, now = _transforms(node, k, ins, out, made)
-                total = cost + t + (node.kernel[out] if node.kind == CONV else 0.0)
+                total = cost + t + node.seconds(out)
                 nkey = ((*base, out) if produces else base, frozenset(m for m in now if last_read[m[0]] > k))
                 if nkey not in nxt or total < nxt[nkey][0]:
                     nxt[nkey] = (total, (*assign, out))

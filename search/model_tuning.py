@@ -352,7 +352,8 @@ def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: Ke
     the model's tasks (a layout search's), else it is bound to `prepared`'s own extraction."""
     model = prepared.model
     before = build_model(model, None, prepared=prepared, memo=memo)
-    source = source or schedule_source(db, model, prepared=prepared)
+    if source is None:
+        source = schedule_source(db, model, prepared=prepared)
     after = build_model(model, source, prepared=prepared, memo=memo)
     args = run_inputs(before, model)
     result.max_abs_diff = max_difference(before(*args), after(*args))
