@@ -202,8 +202,9 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
     p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",
-                   help="pass pipeline: default, nchwc, tune, O0, or auto (default): the one this model was "
-                        "tuned with in the log, else the faster of default and nchwc, measured; plan: "
+                   help="pass pipeline: default, nchwc, nchwc16, nchwc-direct, nchwc16-direct, O0, or auto "
+                        "(default): the one this model was tuned with in the log, else the fastest of those "
+                        "the target suits (autorelay.transform.pipelines), measured; plan: "
                         "a channel block per conv layer (tune: chosen by dynamic programming over "
                         "measured costs; compile/run: the log's plan)")
 

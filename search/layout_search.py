@@ -24,6 +24,7 @@ import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.primitive import KernelMemo
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
+from autorelay.transform.pipelines import pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import LayerCost, candidate_blocks, candidate_plans, kernel_costs, layout_graph
@@ -118,9 +119,9 @@ def layout_label(block: int, tile: int) -> str:
 
 def per_model_layouts(costs: dict[str, LayerCost], pipeline: str) -> dict[str, int]:
     """The block each layer gets under a per-model pipeline: NCHW for `default` and for the convs
-    Winograd takes first; the pipeline's block for the others."""
-    block = {"default": 0, "nchwc": 8, "nchwc16": 16}.get(pipeline, 0)
-    return {name: 0 if c.winograd else block for name, c in costs.items()}
+    Winograd takes first (unless the pipeline is direct); the pipeline's block for the others."""
+    block, winograd = pipeline_layout(pipeline)
+    return {name: 0 if c.winograd and winograd else block for name, c in costs.items()}
 
 
 def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,

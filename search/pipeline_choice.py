@@ -44,13 +44,17 @@ CANDIDATES = ("default", "nchwc")
 
 def candidates(target: str, threads: int | None) -> tuple[str, ...]:
     """The pipelines `auto` measures on `target`: NCHW, NCHW8c, and NCHW16c where a vector holds 16
-    floats (AVX-512), since the channel block that fills one vector is not known to win in advance.
-    GPU targets have one: `gpu` (direct NCHW convolutions, which the GPU templates tile)."""
+    floats (AVX-512), since the channel block that fills one vector is not known to win in advance;
+    and the widest block with every convolution direct (no Winograd), since whether Winograd's
+    kernels and the layout transforms around them beat a direct blocked kernel depends on the
+    model and the machine. GPU targets have one: `gpu` (direct NCHW convolutions, which the GPU
+    templates tile)."""
     tgt = resolve_target(target, threads)
     if tgt.kind == "cuda":
         return (default_pipeline(tgt.kind),)
-    wide = tgt.vector_lanes() >= 16
-    return (*CANDIDATES, "nchwc16") if wide else CANDIDATES
+    if tgt.vector_lanes() >= 16:
+        return (*CANDIDATES, "nchwc16", "nchwc16-direct")
+    return (*CANDIDATES, "nchwc-direct")
 
 
 @dataclass

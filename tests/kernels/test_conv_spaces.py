@@ -91,3 +91,51 @@ def test_pointwise_register_tiles_match_numpy():
         cfg = Config("conv2d_1x1_nchw", knobs)
         got = compile_kernel(cdef, cfg, target).run(xs, ws)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
+
+
+def _conv_nchwc(stride: int, height: int, width: int, block: int):
+    x = te.placeholder((1, 32 // block, height, width, block), name="X")
+    w = te.placeholder((64 // block, 32 // block, 3, 3, block, block), name="W")
+    return te.make_def([x, w], nn.conv2d_nchwc(x, w, stride, 1), "conv_nchwc")
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_nchwc_row_tiles_match_numpy(stride):
+    """Every row tile of the NCHW[x]c template, ragged against 9 (stride 1) or 5 output rows and
+    with ragged width tiles, in both reduction orders and both paddings."""
+    target = host_target(threads=2)
+    block = target.vector_lanes()
+    cdef = _conv_nchwc(stride, 9, 11, block)
+    space = template_for(cdef).space(cdef, target)
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((1, 32, 9, 11), dtype=np.float32)
+    ws = rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
+    expect = H.to_nchwc(H.conv_nchw(xs, ws, stride, 1), block)
+    args = (H.to_nchwc(xs, block), H.kernel_to_oihwio(ws, block, block))
+    rows = space.knob("tile_oh").values
+    assert len(rows) > 1
+    for toh, (tow, tb), order, pad in zip(rows, itertools.cycle([(4, 2), (3, 1), (2, 4)]),
+                                          itertools.cycle(("c_hw_ci", "hw_c_ci")), itertools.cycle(("inline", "root"))):
+        tb = min(tb, 64 // block)
+        cfg = Config("conv2d_nchwc", (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", order),
+                                      ("unroll_kw", 1), ("pad", pad), ("tile_oh", toh)))
+        got = compile_kernel(cdef, cfg, target).run(*args)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
+
+
+@pytest.mark.parametrize("cpu", ["znver3", "znver5"])
+def test_nchwc_default_tile_fills_the_registers_without_spilling(cpu):
+    """On either vector width the default register tile (rows x pixels x channel blocks) leaves
+    room for the weight vectors and one broadcast, and a 7-pixel-wide output, too narrow to fill
+    the registers in one row on either width, gets a tile of several rows."""
+    from autorelay.codegen import resolve_target
+
+    target = resolve_target(f"llvm -mcpu={cpu}", 1)
+    lanes = target.vector_lanes()
+    for height in (7, 28):
+        cdef = _conv_nchwc(1, height, height, lanes)
+        c = template_for(cdef).default(cdef, target)
+        vectors = c["tile_oc_blocks"]  # one vector per block: the block is the vector width here
+        assert (c["tile_oh"] * c["tile_ow"] + 1) * vectors + 1 <= target.vector_registers, c
+        if height == 7:
+            assert c["tile_oh"] > 1, c

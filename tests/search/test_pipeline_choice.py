@@ -123,5 +123,5 @@ def test_a_python_build_uses_the_pipeline_tune_logged_for_the_model(tmp_path):
 
 
 def test_the_candidates_follow_the_vector_width():
-    assert candidates("llvm -mcpu=znver3", 1) == ("default", "nchwc")
-    assert candidates("llvm -mcpu=znver5", 1) == ("default", "nchwc", "nchwc16")
+    assert candidates("llvm -mcpu=znver3", 1) == ("default", "nchwc", "nchwc-direct")
+    assert candidates("llvm -mcpu=znver5", 1) == ("default", "nchwc", "nchwc16", "nchwc16-direct")

@@ -99,7 +99,8 @@ def test_pipeline_rejects_bad_arguments():
 
 
 def test_named_pipelines_are_explicit_lists():
-    assert set(PIPELINES) == {"O0", "default", "nchwc", "nchwc16", "tune", "gpu"}
+    assert set(PIPELINES) == {"O0", "default", "nchwc", "nchwc16", "nchwc-direct", "nchwc16-direct", "tune",
+                              "gpu"}
     for name in PIPELINES:
         passes = pipeline_passes(name)
         assert [p.name for p in pipeline(name).passes] == [p.name for p in passes]
@@ -107,12 +108,15 @@ def test_named_pipelines_are_explicit_lists():
     assert [p.name for p in pipeline_passes("O0")] == ["SimplifyInference", "FuseOps"]
     default = [p.name for p in pipeline_passes("default")]
     assert default[-1] == "FuseOps" and "FoldScaleAxis" in default and "FoldConstant" in default
-    assert "ConvertLayout" in [p.name for p in pipeline_passes("tune")]
+    for name in ("nchwc-direct", "nchwc16-direct", "tune"):  # blocked, and no conv taken by Winograd
+        names = [p.name for p in pipeline_passes(name)]
+        assert "ConvertLayout" in names and "WinogradConv" not in names
+    assert "WinogradConv" in [p.name for p in pipeline_passes("nchwc16")]
     gpu = [p.name for p in pipeline_passes("gpu")]  # direct convolutions: no Winograd, no packing
     assert gpu[-1] == "FuseOps" and "WinogradConv" not in gpu and "ConvertLayout" not in gpu
 
 
-@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "nchwc16", "tune", "gpu"])
+@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "nchwc16", "nchwc-direct", "nchwc16-direct", "gpu"])
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_named_pipelines_preserve_meaning(name, net):
     mod = typed(NETS[net]())
