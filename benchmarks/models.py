@@ -6,7 +6,7 @@
 With `--db`, AutoRelay builds with the best schedules in that tuning log (what `autorelay tune`
 wrote, looked up as `autorelay compile` does) and the heuristic-default build is timed too, as
 the column `default ms`. The pass pipeline is chosen as `autorelay compile` chooses it (`auto`:
-the one the log tuned the model with, else the faster of default and nchwc with default schedules).
+the one the log tuned the model with, else the fastest candidate pipeline with default schedules).
 `--rival-db` adds a second AutoRelay build, from another tuning log with the pipeline or layout
 plan that log holds, timed in the same alternation as the column `rival ms` (two tuning runs of
 one model — a per-layer plan against the per-model pick — compared in one run).

@@ -242,7 +242,7 @@ def tune_model(
     `round_trials` trials (default: the budget per task in whole batches, between `batch` and 16).
     `executor`: where candidates are built and timed (None/'local': here; 'dask://HOST:PORT': a Dask
     cluster, see `search.measure.dask_executor`). `pipeline` "auto": the pipeline this model was
-    last tuned with in `db`, else the fastest of `pipeline_choice.CANDIDATES` (measured); the run
+    last tuned with in `db`, else the fastest of `pipeline_choice.candidates` (measured); the run
     records the pipeline it tuned with."""
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")

@@ -114,8 +114,9 @@ def test_nchwc_row_tiles_match_numpy(stride):
     args = (H.to_nchwc(xs, block), H.kernel_to_oihwio(ws, block, block))
     rows = space.knob("tile_oh").values
     assert len(rows) > 1
-    for toh, (tow, tb), order, pad in zip(rows, itertools.cycle([(4, 2), (3, 1), (2, 4)]),
-                                          itertools.cycle(("c_hw_ci", "hw_c_ci")), itertools.cycle(("inline", "root"))):
+    tiles = itertools.cycle([(4, 2), (3, 1), (2, 4)])
+    orders, pads = itertools.cycle(("c_hw_ci", "hw_c_ci")), itertools.cycle(("inline", "root"))
+    for toh, (tow, tb), order, pad in zip(rows, tiles, orders, pads):
         tb = min(tb, 64 // block)
         cfg = Config("conv2d_nchwc", (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", order),
                                       ("unroll_kw", 1), ("pad", pad), ("tile_oh", toh)))

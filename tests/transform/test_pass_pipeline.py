@@ -116,7 +116,8 @@ def test_named_pipelines_are_explicit_lists():
     assert gpu[-1] == "FuseOps" and "WinogradConv" not in gpu and "ConvertLayout" not in gpu
 
 
-@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "nchwc16", "nchwc-direct", "nchwc16-direct", "gpu"])
+@pytest.mark.parametrize("name", ["O0", "default", "nchwc", "nchwc16", "nchwc-direct", "nchwc16-direct",
+                                  "gpu"])
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_named_pipelines_preserve_meaning(name, net):
     mod = typed(NETS[net]())

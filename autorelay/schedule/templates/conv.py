@@ -155,7 +155,8 @@ class Conv2dNCHWcTemplate(Template):
         lanes = min(target.vector_lanes(), ocb)
         _n, oc, oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        steps += nchwc_output_tile(cdef, out, acc, config["tile_oc_blocks"], config["tile_ow"], config["tile_oh"])
+        steps += nchwc_output_tile(cdef, out, acc, config["tile_oc_blocks"], config["tile_ow"],
+                                   config["tile_oh"])
         steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
         red_order = (
             (f"{rc}_o", rh, rw, f"{rc}_i")
