@@ -26,6 +26,7 @@ import numpy as np
 
 from autorelay.codegen import backend_for, resolve_target
 from autorelay.codegen.base import BackendCode
+from autorelay.codegen.llvm.cache_evict import evict
 from autorelay.codegen.llvm.jit import CompiledModule
 from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.schedule.apply import apply
@@ -151,13 +152,27 @@ class BoundKernel:
             else:
                 fn(*args, 0, par)
 
-    def time(self, number: int) -> float:
+    def time(self, number: int, cold: Sequence[np.ndarray] = ()) -> float:
         """Seconds per call over `number` back-to-back calls (wall clock; a GPU kernel's bound
-        form times device launches instead)."""
-        t0 = time.perf_counter()
+        form times device launches instead). `cold`: arrays evicted from the caches before each
+        call, outside the timed part (`autorelay.codegen.llvm.cache_evict`)."""
+        if not cold:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                self()
+            return (time.perf_counter() - t0) / number
+        total = 0.0
         for _ in range(number):
+            evict(cold)
+            t0 = time.perf_counter()
             self()
-        return (time.perf_counter() - t0) / number
+            total += time.perf_counter() - t0
+        return total / number
+
+    def constant_inputs(self) -> list[np.ndarray]:
+        """The bound buffers of the inputs that are a model's constants (weights, re-laid-out as
+        the kernel reads them): what a model's inference finds out of cache."""
+        return [a for a, t in zip(self.inputs, self.kernel.cdef.inputs) if t.value is not None]
 
 
 def as_compute_def(compute: Any) -> ComputeDef:

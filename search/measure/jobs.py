@@ -37,13 +37,17 @@ FaultHook = Callable[[str, Config, Sequence[np.ndarray]], None]
 @dataclass(frozen=True)
 class TimingSettings:
     """How a candidate is timed: `warmup` untimed calls, then `repeat` timings of `number` calls
-    each, `number` raised until one timing lasts at least `min_repeat_ms`."""
+    each, `number` raised until one timing lasts at least `min_repeat_ms`. `cold_constants`: a
+    CPU kernel's constant inputs (a model's weights) are evicted from the caches before each timed
+    call, as a model's inference finds them (see `autorelay.codegen.llvm.cache_evict`); tasks
+    without constants (standalone workloads) are timed back to back either way."""
 
     number: int = 1
     repeat: int = 3
     min_repeat_ms: float = 20.0
     warmup: int = 1
     timeout: float = 10.0
+    cold_constants: bool = True
 
 
 _TASKS: dict[str, Task] = {}
@@ -134,15 +138,18 @@ def _calibrate(bound: BoundKernel, s: TimingSettings) -> int:
     number = s.number
     goal = s.min_repeat_ms / 1000.0
     for _ in range(8):
-        t = _time(bound, number) * number
+        t = _time(bound, number, s) * number
         if t >= goal:
             break
         number = max(number * 2, math.ceil(number * goal / max(t, 1e-9) * 1.2))
     return number
 
 
-def _time(bound: BoundKernel, number: int) -> float:
-    """Seconds per call: wall clock on the CPU, device time (CUDA events) for GPU kernels."""
+def _time(bound: BoundKernel, number: int, s: TimingSettings) -> float:
+    """Seconds per call: wall clock on the CPU (constants evicted first, with `cold_constants`),
+    device time (CUDA events) for GPU kernels."""
+    if s.cold_constants and isinstance(bound, BoundKernel):
+        return bound.time(number, cold=bound.constant_inputs())
     return bound.time(number)
 
 
@@ -154,7 +161,7 @@ def run_job(task: Task, config: Config, cache_dir: str, settings: TimingSettings
     if isinstance(got, MeasureResult):
         return MeasureResult.failed(got.error, got.message, run_s=time.perf_counter() - t0)
     number = _calibrate(got, settings)
-    costs = tuple(_time(got, number) for _ in range(settings.repeat))
+    costs = tuple(_time(got, number, settings) for _ in range(settings.repeat))
     return MeasureResult(costs, ErrorKind.NONE, "", 0.0, time.perf_counter() - t0, {"number": number})
 
 
@@ -170,7 +177,7 @@ def interleaved_job(task: Task, configs: Sequence[Config], cache_dir: str, setti
     for r in range(rounds):
         order = live[r % len(live):] + live[: r % len(live)] if live else []
         for i in order:
-            costs[i].append(_time(prepared[i], numbers[i]))
+            costs[i].append(_time(prepared[i], numbers[i], settings))
     return [p if isinstance(p, MeasureResult)
             else MeasureResult(tuple(costs[i]), extra={"number": numbers[i]})
             for i, p in enumerate(prepared)]
