@@ -59,6 +59,9 @@ def test_calibration_makes_one_timing_last_min_repeat(monkeypatch, call_us):
         def __call__(self) -> None:
             now[0] += call_us * 1e-6
 
+        def constant_inputs(self) -> list:
+            return []
+
     settings = TimingSettings(number=1, repeat=3, min_repeat_ms=2.0, warmup=1)
     number = jobs._calibrate(Call(), settings)
     lasted = number * call_us * 1e-6
@@ -101,3 +104,51 @@ def test_a_slow_reference_is_not_a_candidate_timeout():
     with Measurer(build_workers=1, settings=settings) as m:
         res = m.measure(task, [MeasureInput(task.default, task.index(task.default))])
     assert res[0].ok, res[0].message
+
+
+def _model_task():
+    """The first task of the zoo's MLP: a dense layer whose weight and bias are model constants."""
+    from search.models import load_model, prepare_model
+
+    model = load_model("mlp")
+    return prepare_model(model, "llvm", threads=1, pipeline="default").extraction.tasks[0]
+
+
+def test_timing_evicts_a_models_constants_before_every_call(monkeypatch):
+    """With `cold_constants` (the default) every timed call of a model kernel is preceded by
+    evicting exactly its constant inputs (the weights, as bound); without, nothing is evicted."""
+    import tempfile
+
+    from autorelay import kernel as kernel_module
+    from search.measure import jobs
+
+    task = _model_task()
+    evicted: list[list[int]] = []
+    monkeypatch.setattr(kernel_module, "evict", lambda arrays: evicted.append([a.nbytes for a in arrays]))
+    constants = [t for t in task.cdef.inputs if t.value is not None]
+    assert constants and len(constants) < len(task.cdef.inputs)  # weights and a run-time input
+    cache = tempfile.mkdtemp()
+    res = jobs.run_job(task, task.default, cache, TimingSettings(number=1, repeat=3, min_repeat_ms=1.0))
+    assert res.ok and len(evicted) >= 3 * res.extra["number"]
+    # one buffer per constant (re-laid-out as the kernel reads it: packing may pad it)
+    least = sorted(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize for t in constants)
+    assert all(len(e) == len(constants) and all(a >= b for a, b in zip(sorted(e), least)) for e in evicted)
+    evicted.clear()
+    res = jobs.run_job(task, task.default, cache, TimingSettings(min_repeat_ms=1.0, cold_constants=False))
+    assert res.ok and evicted == []
+
+
+def test_evicting_keeps_the_data_and_the_kernel_still_computes():
+    from autorelay.codegen.llvm.cache_evict import evict
+
+    task = _model_task()
+    args = task.inputs()
+    kernel = compile_kernel(task.cdef, task.default, task.target)
+    bound = kernel.bind(*args)
+    before = [a.copy() for a in bound.constant_inputs()]
+    assert bound.time(3, cold=bound.constant_inputs()) > 0
+    evict(bound.inputs)
+    for a, b in zip(before, bound.constant_inputs()):
+        np.testing.assert_array_equal(a, b)
+    bound()
+    assert task.check(bound.outputs) is None
