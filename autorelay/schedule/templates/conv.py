@@ -41,6 +41,11 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
     return steps, out, red.name, red
 
 
+# an output of at most this many pixels per image reads each weight so few times that the layer
+# streams its weights from memory (ResNet's 7x7 layers: 49; its 14x14 layers, 196, do not)
+STREAMING_PIXELS = 64
+
+
 def _padded(cdef: ComputeDef) -> bool:
     """Whether the convolution has a padding stage (the `pad` knob then chooses root or inline)."""
     return any(t.op is not None and t.op.tag == "pad" for t in pattern(cdef).others)
@@ -129,12 +134,22 @@ class Conv2dNCHWcTemplate(Template):
         1x1 layers (AVX-512, blocks of 16): this beats a tile chosen for the fewest loads per
         multiply-add (4 blocks x 4-6 pixels) by 1.1-1.5x on every layer, because the loads are
         not the bottleneck (two FMAs a cycle, two loads a cycle) while a taller pixel tile reuses
-        each weight vector over more pixels."""
+        each weight vector over more pixels.
+
+        Where each weight serves few pixels (a 7x7 output: the layer streams its weights from
+        memory) a quarter of the registers go to weight vectors instead: more channel blocks
+        read at once keep more of memory's bandwidth busy (timed with the weights evicted, as in
+        a model: 1 row x 7 pixels x 4 blocks 726 us, 2 rows x 7 x 2 blocks 802 us). AVX-512
+        multiply-adds can take the broadcast input from memory, so there the accumulators may use
+        every register the weights leave (LLVM then spills a value at most)."""
         red = pattern(cdef).reduce
         oh, ow, ocb = red.shape[2], red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
         nv = max(1, ocb // min(target.vector_lanes(), ocb))
-        tb = max(t for t in self._block_tiles(red) if t * nv <= max(2, nv))  # type: ignore[arg-type]
-        room = target.vector_registers - tb * nv - 1  # accumulators: the rest, after weights and a broadcast
+        streaming = oh * ow <= STREAMING_PIXELS
+        per_pixel = target.vector_registers // 8 if streaming else 2  # weight vectors in a tile
+        tb = max(t for t in self._block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
+        broadcast = 0 if target.has("avx512f") else 1
+        room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
         best = (0.0, 0, 1, 1)
         for toh in (t for t in (1, 2, 3, 4) if t <= oh):
             for tow in _width_tiles(ow, 16):
