@@ -119,7 +119,7 @@ def test_nchwc_row_tiles_match_numpy(stride):
     for toh, (tow, tb), order, pad in zip(rows, tiles, orders, pads):
         tb = min(tb, 64 // block)
         cfg = Config("conv2d_nchwc", (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", order),
-                                      ("unroll_kw", 1), ("pad", pad), ("tile_oh", toh)))
+                                      ("unroll_kw", 1), ("pad", pad), ("tile_oh", toh), ("pass_rows", 0)))
         got = compile_kernel(cdef, cfg, target).run(*args)
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))
 
@@ -142,7 +142,33 @@ def test_nchwc_default_tile_fits_the_registers(cpu):
         c = template_for(cdef).default(cdef, target)
         vectors = c["tile_oc_blocks"]  # one vector per block: the block is the vector width here
         assert (c["tile_oh"] * c["tile_ow"] + 1) * vectors + spare <= target.vector_registers, c
-        if height == 7:
+        if height == 7:  # the weights stream from memory: one pass over them for the whole output
             assert c["tile_oh"] > 1 or vectors > 2, c
+            assert c["pass_rows"] == height, c
+        else:
+            assert c["pass_rows"] == 0, c
         blocks[height] = vectors
     assert blocks[7] >= blocks[28]
+
+
+@pytest.mark.parametrize("order", ["c_hw_ci", "hw_c_ci"])
+def test_nchwc_weight_passes_match_numpy(order):
+    """Every number of rows a weight pass may span (ragged against 9 output rows), with ragged row
+    and width tiles inside it, in both reduction orders."""
+    target = host_target(threads=2)
+    block = target.vector_lanes()
+    cdef = _conv_nchwc(1, 9, 11, block)
+    space = template_for(cdef).space(cdef, target)
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal((1, 32, 9, 11), dtype=np.float32)
+    ws = rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
+    expect = H.to_nchwc(H.conv_nchw(xs, ws, 1, 1), block)
+    args = (H.to_nchwc(xs, block), H.kernel_to_oihwio(ws, block, block))
+    passes = [r for r in space.knob("pass_rows").values if r]
+    assert passes and max(passes) == 9
+    for rows, (tow, toh) in zip(passes, itertools.cycle([(4, 2), (3, 1), (11, 3)])):
+        cfg = Config("conv2d_nchwc", (("tile_ow", tow), ("tile_oc_blocks", min(2, 64 // block)),
+                                      ("reduce_order", order), ("unroll_kw", 1), ("pad", "root"),
+                                      ("tile_oh", toh), ("pass_rows", rows)))
+        got = compile_kernel(cdef, cfg, target).run(*args)
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4, err_msg=str(cfg.as_dict()))

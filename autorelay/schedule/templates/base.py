@@ -58,6 +58,7 @@ def _load() -> None:
     from autorelay.schedule.templates import (  # noqa: F401 - registers templates
         bf16,
         conv,
+        conv_nchwc,
         cuda,
         cuda_conv,
         cuda_igemm,

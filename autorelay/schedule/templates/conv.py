@@ -1,4 +1,5 @@
-"""Direct (im2col-free) convolution templates: NCHW[x]c and NCHW (depthwise ones: `depthwise`).
+"""Direct (im2col-free) convolution templates: NCHW here, NCHW[x]c in `conv_nchwc` (depthwise ones:
+`depthwise`), and the tilings they share with their bf16 and int8 variants.
 
 Both keep a register tile of output accumulators in a local buffer computed at the output's
 tile loop: NCHWc tiles output width x one or more channel blocks (a channel block is the vector,
@@ -39,11 +40,6 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
         steps.append(S.CacheWrite(out))
         return steps, out, f"{out}_local", red
     return steps, out, red.name, red
-
-
-# an output of at most this many pixels per image reads each weight so few times that the layer
-# streams its weights from memory (ResNet's 7x7 layers: 49; its 14x14 layers, 196, do not)
-STREAMING_PIXELS = 64
 
 
 def _padded(cdef: ComputeDef) -> bool:
@@ -95,102 +91,6 @@ def nchwc_output_tile(cdef: ComputeDef, out: str, acc: str, oc_blocks: int, tile
         S.Parallel(out, f"{on}_{ooc}_o_{rows[0]}"),
         S.ComputeAt(acc, out, f"{oow}_o"),
     ]
-
-
-class Conv2dNCHWcTemplate(Template):
-    """Direct NCHW[x]c convolution: the register tile is `tile_ow` output pixels x `tile_oc_blocks`
-    output channel blocks (each block one or more vectors). Per input channel, each pixel's input
-    value is broadcast once and serves every block of the tile, each block's weight vector is
-    loaded once and serves every pixel: with one block, every multiply-add needs its own
-    broadcast, which is what bounds 1x1 convolutions (MLAS's NCHWc kernels likewise span several
-    output blocks). Knobs: the tile, the reduction order, unrolling the kernel width, padding."""
-
-    name = "conv2d_nchwc"
-    tags = ("conv2d_nchwc",)
-
-    @staticmethod
-    def _block_tiles(red: Tensor) -> list[int]:
-        blocks = red.shape[1]
-        return [t for t in (1, 2, 3, 4) if blocks % t == 0]
-
-    def space(self, cdef: ComputeDef, target: Target) -> Space:
-        red = pattern(cdef).reduce
-        ow = red.shape[3]  # type: ignore[union-attr]
-        return Space(
-            self.name,
-            (
-                Knob("tile_ow", _width_tiles(ow, 16)),
-                Knob("tile_oc_blocks", self._block_tiles(red)),  # type: ignore[arg-type]
-                Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
-                Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
-                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= red.shape[2]]),  # type: ignore[union-attr]
-            ),
-        )
-
-    def default(self, cdef: ComputeDef, target: Target) -> Config:
-        """Two vectors of output channels per pixel and as many pixels as the registers hold
-        (rows x width, the widest on a tie), less ragged waste. Measured on ResNet-18's 3x3 and
-        1x1 layers (AVX-512, blocks of 16): this beats a tile chosen for the fewest loads per
-        multiply-add (4 blocks x 4-6 pixels) by 1.1-1.5x on every layer, because the loads are
-        not the bottleneck (two FMAs a cycle, two loads a cycle) while a taller pixel tile reuses
-        each weight vector over more pixels.
-
-        Where each weight serves few pixels (a 7x7 output: the layer streams its weights from
-        memory) a quarter of the registers go to weight vectors instead: more channel blocks
-        read at once keep more of memory's bandwidth busy (timed with the weights evicted, as in
-        a model: 1 row x 7 pixels x 4 blocks 726 us, 2 rows x 7 x 2 blocks 802 us). AVX-512
-        multiply-adds can take the broadcast input from memory, so there the accumulators may use
-        every register the weights leave (LLVM then spills a value at most)."""
-        red = pattern(cdef).reduce
-        oh, ow, ocb = red.shape[2], red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        nv = max(1, ocb // min(target.vector_lanes(), ocb))
-        streaming = oh * ow <= STREAMING_PIXELS
-        per_pixel = target.vector_registers // 8 if streaming else 2  # weight vectors in a tile
-        tb = max(t for t in self._block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
-        broadcast = 0 if target.has("avx512f") else 1
-        room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
-        best = (0.0, 0, 1, 1)
-        for toh in (t for t in (1, 2, 3, 4) if t <= oh):
-            for tow in _width_tiles(ow, 16):
-                if toh * tow * tb * nv > room:
-                    continue
-                useful = toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh))
-                if (useful, tow) > best[:2]:
-                    best = (useful, tow, toh, tow)
-        _, _, toh, tow = best
-        knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"),
-                 ("unroll_kw", 1), ("pad", "root" if _padded(cdef) else "inline"), ("tile_oh", toh))
-        return Config(self.name, knobs)
-
-    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
-        self.check(config)
-        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
-        icb, ocb = red.op.attrs["ic_bn"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        lanes = min(target.vector_lanes(), ocb)
-        _n, oc, oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
-        rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
-        steps += nchwc_output_tile(cdef, out, acc, config["tile_oc_blocks"], config["tile_ow"],
-                                   config["tile_oh"])
-        steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
-        red_order = (
-            (f"{rc}_o", rh, rw, f"{rc}_i")
-            if config["reduce_order"] == "c_hw_ci"
-            else (rh, rw, f"{rc}_o", f"{rc}_i")
-        )
-        steps += [
-            S.Reorder(acc, (*red_order, oh, ow, oc, f"{oci}_o", f"{oci}_i")),
-            S.Unroll(acc, oh),
-            S.Unroll(acc, ow),
-            S.Unroll(acc, oc),
-            S.Unroll(acc, f"{oci}_o"),
-            S.Vectorize(acc, f"{oci}_i"),
-        ]
-        if config["unroll_kw"]:
-            steps.append(S.Unroll(acc, rw))
-        ooci = pattern(cdef).output.op.axes[-1].name  # type: ignore[union-attr]  # the output's lanes
-        steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
-        return tuple(steps)
 
 
 class Conv2dNCHWTemplate(Template):
@@ -316,5 +216,4 @@ class Conv2dNCHWTemplate(Template):
         return tuple(steps)
 
 
-register(Conv2dNCHWcTemplate())
 register(Conv2dNCHWTemplate())

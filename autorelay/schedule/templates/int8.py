@@ -1,6 +1,6 @@
 """Int8 templates: the NCHWc convolution and the dense of `autorelay.te.nn_int8`, int32 accumulators.
 
-Both are the fp32 register tiles (`conv.Conv2dNCHWcTemplate`, `dense.DenseTemplate`) with the
+Both are the fp32 register tiles (`conv_nchwc.Conv2dNCHWcTemplate`, `dense.DenseTemplate`) with the
 innermost reduction loop over a weight's channel group tensorized as an integer dot product
 (`steps.Tensorize(stage, axis, "dot")`): per vector of int32 accumulators, one `vpdpbusd` with
 AVX-512 VNNI, two `vpmaddwd` per group of 4 with AVX2, exact widening arithmetic elsewhere (the

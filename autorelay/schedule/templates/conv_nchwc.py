@@ -1,0 +1,155 @@
+"""The direct NCHW[x]c convolution template (its int8 variant: `int8`).
+
+The register tile is `tile_oh` rows x `tile_ow` output pixels x `tile_oc_blocks` output channel
+blocks (each block one or more vectors). Per input channel, each pixel's input value is broadcast
+once and serves every block of the tile, each block's weight vector is loaded once and serves
+every pixel: with one block, every multiply-add needs its own broadcast, which is what bounds 1x1
+convolutions (MLAS's NCHWc kernels likewise span several output blocks).
+
+Where the reduction runs (`pass_rows`):
+
+* 0: inside each register tile, over every input channel: the tile's accumulators stay in
+  registers from the first multiply-add to the store. Each tile reads all of its blocks' weights,
+  so a layer reads its weights once per row (tile) of output, from the cache after the first.
+* r > 0: a parallel unit is r rows of the output for one tile of channel blocks, its accumulators
+  live in a buffer (in L1), and the loop over blocks of input channels runs outside the unit's
+  pixel tiles: each block of weights is read once per unit and serves all of its r rows while
+  cached. A layer whose weights do not stay cached between inferences (ResNet-18's 7x7 layers:
+  9.4 MB, read from memory in a model) then streams them once, alongside the arithmetic, instead
+  of stalling the first row of every tile on them: 880 against 1276 us for a 7x7 512-channel
+  layer, 476 against 705 us for the stride-2 layer into it (weights evicted before each call, as
+  in a model; the register tile the same).
+"""
+
+from __future__ import annotations
+
+from autorelay.schedule import steps as S
+from autorelay.schedule.space import Config, Knob, Space
+from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
+from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchwc_output_tile
+from autorelay.target import Target
+from autorelay.te.tensor import ComputeDef, Tensor
+
+# an output of at most this many pixels per image reads each weight so few times that the layer
+# streams its weights from memory (ResNet's 7x7 layers: 49; its 14x14 layers, 196, do not)
+STREAMING_PIXELS = 64
+
+
+def _pass_rows(oh: int) -> list[int]:
+    """0 (the reduction inside each register tile) and the row counts a weight pass may span."""
+    return [0, *sorted({r for r in (2, 4, 8) if r < oh} | {oh})]
+
+
+class Conv2dNCHWcTemplate(Template):
+    """Direct NCHW[x]c convolution (see the module docstring). Knobs: the register tile, the
+    reduction order, unrolling the kernel width, padding, and the rows a weight pass spans."""
+
+    name = "conv2d_nchwc"
+    tags = ("conv2d_nchwc",)
+
+    @staticmethod
+    def _block_tiles(red: Tensor) -> list[int]:
+        blocks = red.shape[1]
+        return [t for t in (1, 2, 3, 4) if blocks % t == 0]
+
+    def space(self, cdef: ComputeDef, target: Target) -> Space:
+        red = pattern(cdef).reduce
+        oh, ow = red.shape[2], red.shape[3]  # type: ignore[union-attr]
+        return Space(
+            self.name,
+            (
+                Knob("tile_ow", _width_tiles(ow, 16)),
+                Knob("tile_oc_blocks", self._block_tiles(red)),  # type: ignore[arg-type]
+                Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
+                Knob("unroll_kw", (0, 1)),
+                Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
+                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
+                Knob("pass_rows", _pass_rows(oh)),
+            ),
+        )
+
+    def default(self, cdef: ComputeDef, target: Target) -> Config:
+        """Two vectors of output channels per pixel and as many pixels as the registers hold
+        (rows x width, the widest on a tie), less ragged waste. Measured on ResNet-18's 3x3 and
+        1x1 layers (AVX-512, blocks of 16): this beats a tile chosen for the fewest loads per
+        multiply-add (4 blocks x 4-6 pixels) by 1.1-1.5x on every layer, because the loads are
+        not the bottleneck (two FMAs a cycle, two loads a cycle) while a taller pixel tile reuses
+        each weight vector over more pixels.
+
+        Where each weight serves few pixels (a 7x7 output: the layer streams its weights from
+        memory) a quarter of the registers go to weight vectors instead, since more channel
+        blocks read at once keep more of memory's bandwidth busy (timed with the weights evicted,
+        as in a model: 1 row x 7 pixels x 4 blocks 726 us, 2 rows x 7 x 2 blocks 802 us), and
+        one weight pass spans the whole output (where the channel-block tiles are enough to keep
+        every thread busy). AVX-512 multiply-adds can take the broadcast
+        input from memory, so there the accumulators may use every register the weights leave
+        (LLVM then spills a value at most)."""
+        red = pattern(cdef).reduce
+        oh, ow, ocb = red.shape[2], red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
+        nv = max(1, ocb // min(target.vector_lanes(), ocb))
+        streaming = oh * ow <= STREAMING_PIXELS
+        per_pixel = target.vector_registers // 8 if streaming else 2  # weight vectors in a tile
+        tb = max(t for t in self._block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
+        broadcast = 0 if target.has("avx512f") else 1
+        room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
+        best = (0.0, 0, 1, 1)
+        for toh in (t for t in (1, 2, 3, 4) if t <= oh):
+            for tow in _width_tiles(ow, 16):
+                if toh * tow * tb * nv > room:
+                    continue
+                useful = toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh))
+                if (useful, tow) > best[:2]:
+                    best = (useful, tow, toh, tow)
+        _, _, toh, tow = best
+        units = red.shape[0] * red.shape[1] // tb  # type: ignore[union-attr]  # one per channel-block tile
+        one_pass = streaming and units >= target.threads  # else a thread would idle
+        knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"),
+                 ("unroll_kw", 1), ("pad", "root" if _padded(cdef) else "inline"), ("tile_oh", toh),
+                 ("pass_rows", oh if one_pass else 0))
+        return Config(self.name, knobs)
+
+    def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
+        self.check(config)
+        steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
+        icb, ocb = red.op.attrs["ic_bn"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
+        lanes = min(target.vector_lanes(), ocb)
+        _n, oc, oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+        rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        tb, tow, toh = config["tile_oc_blocks"], config["tile_ow"], config["tile_oh"]
+        steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
+        channels = (f"{rc}_o",) if config["reduce_order"] == "c_hw_ci" else (rh, rw, f"{rc}_o")
+        inner = (f"{rc}_i",) if config["reduce_order"] == "hw_c_ci" else (rh, rw, f"{rc}_i")
+        if config["pass_rows"]:  # the unit's pixel tiles inside the loop over input-channel blocks
+            steps += weight_pass_tile(cdef, out, acc, tb, config["pass_rows"])
+            steps += [S.Split(acc, oh, toh), S.Split(acc, ow, tow)]
+            tile = (f"{oh}_i", f"{ow}_i", oc, f"{oci}_o", f"{oci}_i")
+            steps.append(S.Reorder(acc, (*channels, f"{oh}_o", f"{ow}_o", *inner, *tile)))
+        else:
+            steps += nchwc_output_tile(cdef, out, acc, tb, tow, toh)
+            tile = (oh, ow, oc, f"{oci}_o", f"{oci}_i")
+            steps.append(S.Reorder(acc, (*channels, *inner, *tile)))
+        steps += [S.Unroll(acc, axis) for axis in tile[:4]]
+        steps.append(S.Vectorize(acc, tile[4]))
+        if config["unroll_kw"]:
+            steps.append(S.Unroll(acc, rw))
+        ooci = pattern(cdef).output.op.axes[-1].name  # type: ignore[union-attr]  # the output's lanes
+        steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
+        return tuple(steps)
+
+
+def weight_pass_tile(cdef: ComputeDef, out: str, acc: str, oc_blocks: int, rows: int) -> list[S.Step]:
+    """The output loop nest of a weight pass: units of `oc_blocks` channel blocks x `rows` rows,
+    (batch, block tile, row block) fused and parallel, the accumulator buffer computed per unit."""
+    on, ooc, ooh, oow, ooci = (a.name for a in pattern(cdef).output.op.axes)  # type: ignore[union-attr]
+    return [
+        S.Split(out, ooc, oc_blocks),
+        S.Split(out, ooh, rows),
+        S.Reorder(out, (on, f"{ooc}_o", f"{ooh}_o", f"{ooh}_i", oow, f"{ooc}_i", ooci)),
+        S.Fuse(out, on, f"{ooc}_o"),
+        S.Fuse(out, f"{on}_{ooc}_o", f"{ooh}_o"),
+        S.Parallel(out, f"{on}_{ooc}_o_{ooh}_o"),
+        S.ComputeAt(acc, out, f"{on}_{ooc}_o_{ooh}_o"),
+    ]
+
+
+register(Conv2dNCHWcTemplate())
