@@ -106,7 +106,8 @@ def test_a_slow_reference_is_not_a_candidate_timeout():
     assert res[0].ok, res[0].message
 
 
-def _model_task():
+@pytest.fixture(scope="module")
+def model_task():
     """The first task of the zoo's MLP: a dense layer whose weight and bias are model constants."""
     from search.models import load_model, prepare_model
 
@@ -114,7 +115,7 @@ def _model_task():
     return prepare_model(model, "llvm", threads=1, pipeline="default").extraction.tasks[0]
 
 
-def test_timing_evicts_a_models_constants_before_every_call(monkeypatch):
+def test_timing_evicts_a_models_constants_before_every_call(monkeypatch, model_task):
     """With `cold_constants` (the default) every timed call of a model kernel is preceded by
     evicting exactly its constant inputs (the weights, as bound); without, nothing is evicted."""
     import tempfile
@@ -122,7 +123,7 @@ def test_timing_evicts_a_models_constants_before_every_call(monkeypatch):
     from autorelay import kernel as kernel_module
     from search.measure import jobs
 
-    task = _model_task()
+    task = model_task
     evicted: list[list[int]] = []
     monkeypatch.setattr(kernel_module, "evict", lambda arrays: evicted.append([a.nbytes for a in arrays]))
     constants = [t for t in task.cdef.inputs if t.value is not None]
@@ -138,10 +139,10 @@ def test_timing_evicts_a_models_constants_before_every_call(monkeypatch):
     assert res.ok and evicted == []
 
 
-def test_evicting_keeps_the_data_and_the_kernel_still_computes():
+def test_evicting_keeps_the_data_and_the_kernel_still_computes(model_task):
     from autorelay.codegen.llvm.cache_evict import evict
 
-    task = _model_task()
+    task = model_task
     args = task.inputs()
     kernel = compile_kernel(task.cdef, task.default, task.target)
     bound = kernel.bind(*args)

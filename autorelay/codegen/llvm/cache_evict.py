@@ -18,13 +18,13 @@ nothing and `available()` says so.
 from __future__ import annotations
 
 import ctypes
-import threading
+import functools
 from collections.abc import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
-from autorelay.codegen.llvm.host import init_llvm
+from autorelay.codegen.llvm.host import host_target, init_llvm, new_machine
 
 _IR = """
 declare void @{flush}(ptr)
@@ -47,38 +47,33 @@ done:
 }}
 """
 
-_LOCK = threading.Lock()
-_EVICT: list = []  # [engine, function] once compiled in this process
 
-
+@functools.cache
 def available() -> bool:
     """Whether this machine can evict cache lines (x86)."""
+    init_llvm()
     return llvm.get_process_triple().startswith(("x86_64", "i686"))
 
 
-def _function():
-    with _LOCK:
-        if not _EVICT:
-            init_llvm()
-            triple = llvm.get_process_triple()
-            cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features()
-            flush = "llvm.x86.clflushopt" if features.get("clflushopt") else "llvm.x86.sse2.clflush"
-            mod = llvm.parse_assembly(_IR.format(flush=flush))
-            mod.triple = triple
-            mod.verify()
-            target = llvm.Target.from_triple(triple)
-            machine = target.create_target_machine(cpu=cpu, features=features.flatten())
-            engine = llvm.create_mcjit_compiler(mod, machine)
-            engine.finalize_object()
-            fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address("evict"))
-            _EVICT.extend([engine, fn])
-        return _EVICT[1]
+@functools.cache
+def _compiled() -> tuple[llvm.ExecutionEngine, ctypes._CFuncPtr]:
+    """The evict function, JIT-compiled once per process for the host CPU (the engine is kept
+    with it: the function's code lives as long as its engine)."""
+    host = host_target()
+    flush = "llvm.x86.clflushopt" if host.has("clflushopt") else "llvm.x86.sse2.clflush"
+    mod = llvm.parse_assembly(_IR.format(flush=flush))
+    mod.triple = host.triple
+    mod.verify()
+    engine = llvm.create_mcjit_compiler(mod, new_machine(host))
+    engine.finalize_object()
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address("evict"))
+    return engine, fn
 
 
 def evict(arrays: Sequence[np.ndarray]) -> None:
     """Flush every cache line of each (contiguous) array out of all cache levels."""
     if not arrays or not available():
         return
-    fn = _function()
+    fn = _compiled()[1]
     for a in arrays:
         fn(a.ctypes.data, a.nbytes)

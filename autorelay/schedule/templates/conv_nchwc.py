@@ -92,15 +92,14 @@ class Conv2dNCHWcTemplate(Template):
         tb = max(t for t in self._block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
         broadcast = 0 if target.has("avx512f") else 1
         room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
-        best = (0.0, 0, 1, 1)
+        # (useful pixels, width, -rows): the most useful tile, the widest on a tie, then the shortest
+        best = (0.0, 0, -1)
         for toh in (t for t in (1, 2, 3, 4) if t <= oh):
             for tow in _width_tiles(ow, 16):
-                if toh * tow * tb * nv > room:
-                    continue
-                useful = toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh))
-                if (useful, tow) > best[:2]:
-                    best = (useful, tow, toh, tow)
-        _, _, toh, tow = best
+                if toh * tow * tb * nv <= room:
+                    best = max(best, (toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh)), tow, -toh))
+        _, tow, neg_rows = best
+        toh = -neg_rows
         units = red.shape[0] * red.shape[1] // tb  # type: ignore[union-attr]  # one per channel-block tile
         one_pass = streaming and units >= target.threads  # else a thread would idle
         knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"),
