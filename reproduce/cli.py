@@ -31,6 +31,9 @@ def add_reproduce_command(sub: Any, db_help: str) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--replot", action="store_true", help="redraw from the log; measure nothing")
     p.add_argument("--remeasure", action="store_true", help="measure every unit again (new rows)")
+    p.add_argument("--units", metavar="PATTERN", action="append", default=[],
+                   help="measure only the units whose key matches this shell pattern (repeatable; "
+                        "e.g. 'C3/*'); the report still draws every stored unit")
     p.add_argument("--all-machines", action="store_true",
                    help="report every machine's rows in the log side by side (after a db merge)")
     p.set_defaults(func=cmd_reproduce)
@@ -69,7 +72,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
               f"about {clock(exp.expected_minutes(args.quick) * 60)} on a 2-core machine", file=sys.stderr)
     try:
         summary = run_experiment(exp, ctx, replot=args.replot, remeasure=args.remeasure,
-                                 all_machines=args.all_machines)
+                                 all_machines=args.all_machines, only=args.units)
     except ReproduceError as e:
         print(f"autorelay reproduce: {e}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ retries it; the others are kept.
 
 from __future__ import annotations
 
+import fnmatch
 import time
 import traceback
 from collections.abc import Sequence
@@ -62,10 +63,23 @@ def _rows(ctx: Context, exp: Experiment, machine: str | None, fresh: set[str]) -
                 code_version=r.code_version, reused=r.unit not in fresh) for r in stored]
 
 
+def select_units(units: Sequence[Unit], patterns: Sequence[str]) -> list[Unit]:
+    """The units whose key matches one of the shell-style `patterns` (all of them when there are
+    none): a long experiment measured in slices, one workload at a time, say."""
+    if not patterns:
+        return list(units)
+    chosen = [u for u in units if any(fnmatch.fnmatchcase(u.key, p) for p in patterns)]
+    if not chosen:
+        raise ReproduceError(f"no unit matches {', '.join(patterns)}; the units are "
+                             f"{', '.join(u.key for u in units[:8])}{' ...' if len(units) > 8 else ''}")
+    return chosen
+
+
 def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remeasure: bool = False,
-                   all_machines: bool = False) -> RunSummary:
-    """Measure what `exp` lacks in the log (nothing with `replot`; everything with `remeasure`),
-    then write its report into `ctx.out_dir`; progress goes to `ctx.log`."""
+                   all_machines: bool = False, only: Sequence[str] = ()) -> RunSummary:
+    """Measure what `exp` lacks in the log (nothing with `replot`; everything with `remeasure`;
+    with `only`, just the units matching those patterns), then write its report from every stored
+    unit into `ctx.out_dir`; progress goes to `ctx.log`."""
     out = ctx.log
     info = machine_info()
     machine = fingerprint(info)
@@ -74,7 +88,7 @@ def run_experiment(exp: Experiment, ctx: Context, *, replot: bool = False, remea
         why = exp.available()
         if why:
             raise ReproduceError(f"{exp.name} cannot run here: {why}")
-        units = list(exp.units(ctx))
+        units = select_units(exp.units(ctx), only)
         stored = [] if remeasure else ctx.db.experiment_results(exp.name, ctx.mode, machine)
         have = {r.unit for r in stored}
         todo = [u for u in units if u.key not in have]
@@ -133,4 +147,4 @@ def _report(exp: Experiment, ctx: Context, rows: list[Row]) -> Report:
     return merged
 
 
-__all__ = ["ReproduceError", "RunSummary", "run_experiment"]
+__all__ = ["ReproduceError", "RunSummary", "run_experiment", "select_units"]

@@ -95,11 +95,12 @@ def available_tuners(ctx: Context, tuners: Sequence[str]) -> list[str]:
 def units(ctx: Context) -> list[Unit]:
     p = plan(ctx)
     tuners = available_tuners(ctx, p.tuners)
-    # the bar's two tuners first, so a long run stopped part-way has answered the bar; each of
-    # their runs next to its peer (same workload and seed), so both meet the same machine load
-    bar = [t for t in tuners if t in (MODEL_TUNER, BASELINE_TUNER)]
-    order = [(w, s, t) for w in p.workloads for s in range(p.seeds) for t in bar]
-    order += [(w, s, t) for t in tuners if t not in bar for w in p.workloads for s in range(p.seeds)]
+    # workload by workload, every tuner of it together: the target speed of a workload is the best
+    # any of its runs reached, so its runs must meet the same machine (a host's speed drifts between
+    # sessions); within a workload, seed by seed, the bar's two tuners first
+    ranked = [t for t in tuners if t in (MODEL_TUNER, BASELINE_TUNER)]
+    ranked += [t for t in tuners if t not in ranked]
+    order = [(w, s, t) for w in p.workloads for s in range(p.seeds) for t in ranked]
     return [Unit(f"{w.name}/{t}/s{s}", {"workload": w.name, "tuner": t, "seed": s}, p.expected_s(w))
             for w, s, t in order]
 
