@@ -68,8 +68,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     ctx = Context(quick=args.quick, threads=args.threads or host_threads(), db_url=db.url, db=db,
                   out_dir=Path(args.out) / exp.name, seed=args.seed)
     if not args.replot:
-        print(f"{exp.name}: {exp.title} ({exp.reference}); {'quick' if args.quick else 'full'} run, expected "
-              f"about {clock(exp.expected_minutes(args.quick) * 60)} on a 2-core machine", file=sys.stderr)
+        extent = (f"the units matching {', '.join(args.units)} of a" if args.units else "expected about "
+                  f"{clock(exp.expected_minutes(args.quick) * 60)} on a 2-core machine for the whole")
+        print(f"{exp.name}: {exp.title} ({exp.reference}); {extent} {'quick' if args.quick else 'full'} run",
+              file=sys.stderr)
     try:
         summary = run_experiment(exp, ctx, replot=args.replot, remeasure=args.remeasure,
                                  all_machines=args.all_machines, only=args.units)

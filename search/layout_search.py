@@ -118,10 +118,11 @@ def layout_label(block: int, tile: int) -> str:
 
 
 def per_model_layouts(costs: dict[str, LayerCost], pipeline: str) -> dict[str, int]:
-    """The block each layer gets under a per-model pipeline: NCHW for `default` and for the convs
-    Winograd takes first (unless the pipeline is direct); the pipeline's block for the others."""
-    block, winograd = pipeline_layout(pipeline)
-    return {name: 0 if c.winograd and winograd else block for name, c in costs.items()}
+    """The block each layer gets under a per-model pipeline: NCHW for `default`, the pipeline's
+    block for every conv of a blocked one (its Winograd convs are blocked too; their cost here is
+    the direct blocked kernel's, since the per-layer tables hold no blocked Winograd form)."""
+    block, _ = pipeline_layout(pipeline)
+    return dict.fromkeys(costs, block)
 
 
 def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,

@@ -6,6 +6,8 @@ by frontends.
   computes it once at build time.
 * `nn.conv2d_winograd(data, U)`: NCHW data, stride 1, the given padding -> [N, K, OH, OW]; the
   output tile follows from U's first axis. Fuses elementwise consumers like `nn.conv2d`.
+  With `data_layout="NCHW{x}c"` (what `ConvertLayout` makes of it among blocked layers) the data
+  is [N, C/x, H, W, x], U is [P, K/y, C, y] and the output [N, K/y, OH, OW, y] (NCHW{y}c).
 
 The transforms themselves are documented in `autorelay.te.winograd`. These ops are inference
 rewrites and have no gradient rules: a program that is differentiated is differentiated before the
@@ -55,14 +57,28 @@ def _weight_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     return weight_transform(inputs[0], attrs["tile"])
 
 
+def data_block(layout: str) -> int:
+    """The channel block of a `data_layout`: 0 for NCHW, x for NCHW{x}c."""
+    if layout == "NCHW":
+        return 0
+    digits = layout[4:-1]
+    if layout.startswith("NCHW") and layout.endswith("c") and digits.isdigit() and int(digits) > 0:
+        return int(digits)
+    raise rel_error(CONV, f"data_layout must be NCHW or NCHW<x>c, got {layout!r}")
+
+
 def _conv_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     data = tensor_arg(CONV, arg_types, 0, "data")
     u = tensor_arg(CONV, arg_types, 1, "weight")
-    if len(data.shape) != 4:
-        raise rel_error(CONV, f"data of shape {fmt_shape(data.shape)} is not NCHW")
-    if len(u.shape) != 3 or u.shape[0] not in POSITIONS:
-        raise rel_error(CONV, f"transformed weight of shape {fmt_shape(u.shape)} is not [16 or 36, K, C]")
-    n, c, h, w = data.shape
+    block = data_block(attrs["data_layout"])
+    if len(data.shape) != (5 if block else 4) or (block and data.shape[4] != block):
+        raise rel_error(CONV, f"data of shape {fmt_shape(data.shape)} is not {attrs['data_layout']}")
+    expect = "[16 or 36, K/y, C, y]" if block else "[16 or 36, K, C]"
+    if len(u.shape) != (4 if block else 3) or u.shape[0] not in POSITIONS:
+        raise rel_error(CONV, f"transformed weight of shape {fmt_shape(u.shape)} is not {expect}")
+    n, c, h, w = data.shape[:4]
+    if block and isinstance(c, int):
+        c *= block
     if isinstance(c, int) and isinstance(u.shape[2], int) and c != u.shape[2]:
         raise rel_error(CONV, f"channel mismatch: data of shape {fmt_shape(data.shape)} has {c} channels, "
                               f"transformed weight of shape {fmt_shape(u.shape)} expects {u.shape[2]}")
@@ -74,22 +90,32 @@ def _conv_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     if (isinstance(oh, int) and oh < 1) or (isinstance(ow, int) and ow < 1):
         raise rel_error(CONV, f"data of shape {fmt_shape(data.shape)} with padding {attrs['padding']} "
                               "is smaller than the 3x3 window")
+    if block:
+        return TensorType((n, u.shape[1], oh, ow, u.shape[3]), data.dtype)
     return TensorType((n, u.shape[1], oh, ow), data.dtype)
 
 
 def conv_reference(attrs: Attrs, data: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """The same algorithm in NumPy (float64 inside): input transform, the GEMMs, output transform."""
+    """The same algorithm in NumPy (float64 inside): input transform, the GEMMs, output transform
+    (blocked operands are unblocked around it)."""
     from autorelay.te.winograd import conv_reference as winograd_reference
 
-    return winograd_reference(data, u, tuple(attrs["padding"]))
+    if not data_block(attrs.get("data_layout", "NCHW")):
+        return winograd_reference(data, u, tuple(attrs["padding"]))
+    n, cb, h, w, ic = data.shape
+    p, kb, c, oc = u.shape
+    flat = data.transpose(0, 1, 4, 2, 3).reshape(n, cb * ic, h, w)
+    y = winograd_reference(flat, u.transpose(0, 1, 3, 2).reshape(p, kb * oc, c), tuple(attrs["padding"]))
+    return np.ascontiguousarray(y.reshape(n, kb, oc, *y.shape[2:]).transpose(0, 1, 3, 4, 2))
 
 
 def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     from autorelay.op import te_compute as tc
-    from autorelay.te.winograd import conv2d_winograd_nchw
+    from autorelay.te.winograd import conv2d_winograd_nchw, conv2d_winograd_nchwc
 
     tc.check_dtypes(inputs, ("float32", "float64"))
-    return conv2d_winograd_nchw(inputs[0], inputs[1], attrs["padding"])
+    compute = conv2d_winograd_nchwc if data_block(attrs["data_layout"]) else conv2d_winograd_nchw
+    return compute(inputs[0], inputs[1], attrs["padding"])
 
 
 register(OpDef(
@@ -109,10 +135,10 @@ register(OpDef(
     arg_names=("data", "weight"),
     type_rel=_conv_rel,
     pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-    attrs={"padding": (1, 1, 1, 1)},
+    attrs={"padding": (1, 1, 1, 1), "data_layout": "NCHW"},
     reference=conv_reference,
     compute=_conv_compute,
     normalize_attrs=lambda a: {**a, "padding": pad_tuple(CONV, a["padding"], 2)},
-    doc="Stride-1 3x3 NCHW convolution by Winograd F(2x2, 3x3) or F(4x4, 3x3) on a transformed weight "
-        "[16 or 36, K, C].",
+    doc="Stride-1 3x3 convolution by Winograd F(2x2, 3x3) or F(4x4, 3x3) on a transformed weight: "
+        "NCHW data with [16 or 36, K, C], or NCHW{x}c data with [16 or 36, K/y, C, y].",
 ))

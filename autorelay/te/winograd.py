@@ -22,9 +22,12 @@ For m = 2 the last rows of Bt and G are negated: every row of Bt is then `d[q] -
 unrolls the positions and the output tile, so the per-row selects below fold to straight-line
 arithmetic.
 
-Layouts keep every transform's inner loop contiguous over tiles along a row: V and M are
-[P, C or K, T] with T = N * TH * TW tiles in row-major order, so the GEMM's column vectors are
-tiles and the output transform reads M's columns as vectors.
+Layouts keep every transform's inner loop contiguous: in NCHW (`conv2d_winograd_nchw`) V and M
+are [P, C or K, T] with T = N * TH * TW tiles in row-major order, so the GEMM's column vectors are
+tiles along a row (read by strided loads) and the output transform reads M's columns as vectors.
+In channel blocks (`conv2d_winograd_nchwc`, data NCHW[x]c) a block of channels is innermost in
+every stage instead, so every load and store of the transforms is a whole vector, and the layers
+around the convolution keep their blocked layout: no layout transform on either side.
 """
 
 from __future__ import annotations
@@ -130,6 +133,29 @@ def _by_row(q: E.Expr, matrix: np.ndarray, f: Callable[[int], E.Expr], dtype: st
     return out
 
 
+def _input_value(t: Transforms, th: int, tw: int, z: E.Expr, p: E.Expr,
+                 load: Callable[[E.Expr, E.Expr, E.Expr], E.Expr], dtype: str) -> E.Expr:
+    """V at position z of tile p (tiles in row-major order, image by image): (Bt d B)[z] of the
+    tile's window, `load(image, row, column)` reading the padded input."""
+    xi, nu = z // t.alpha, z % t.alpha
+    tx, rest = p % tw, p // tw
+    ty, b = rest % th, rest // th
+    r0, c0 = ty * t.m, tx * t.m
+    # (d B)[a, nu], built once per row and shared by every select branch that reads it
+    rows = [_by_row(nu, t.bt, lambda s, a=a: load(b, r0 + a, c0 + s), dtype) for a in range(t.alpha)]
+    return _by_row(xi, t.bt, lambda a: rows[a], dtype)
+
+
+def _output_value(t: Transforms, th: int, tw: int, b: E.Expr, y: E.Expr, x: E.Expr,
+                  load: Callable[[E.Expr, E.Expr], E.Expr], dtype: str) -> E.Expr:
+    """Output pixel (y, x) of image b: (At M A) of its tile, `load(position, tile)` reading M."""
+    i, j = y % t.m, x % t.m
+    p = (b * th + y // t.m) * tw + x // t.m
+    # (M A)[a, j], built once per row and shared by every select branch that reads it
+    cols = [_by_row(j, t.at, lambda q, a=a: load(a * t.alpha + q, p), dtype) for a in range(t.alpha)]
+    return _by_row(i, t.at, lambda a: cols[a], dtype)
+
+
 def conv2d_winograd_nchw(
     data: Tensor, u: Tensor, padding=1, name: str = "conv2d_winograd"
 ) -> Tensor:
@@ -140,7 +166,7 @@ def conv2d_winograd_nchw(
     t = transforms_for_positions(positions)
     if cu != c:
         raise ValueError(f"conv2d_winograd: data {data.shape} and transformed weight {u.shape} disagree")
-    m, alpha, dtype = t.m, t.alpha, data.dtype
+    m, dtype = t.m, data.dtype
     pt, pl, pb, pr = _pad4(padding)
     oh, ow = h + pt + pb - 2, w + pl + pr - 2
     th, tw = tiles(oh, ow, m)
@@ -149,14 +175,7 @@ def conv2d_winograd_nchw(
     xp = pad(data, (0, 0, pt, pl), (0, 0, m * th + 2 - h - pt, m * tw + 2 - w - pl), name=f"{name}_pad")
 
     def input_tile(z: E.Expr, ch: E.Expr, p: E.Expr) -> E.Expr:
-        xi, nu = z // alpha, z % alpha
-        tx, rest = p % tw, p // tw
-        ty, b = rest % th, rest // th
-        r0, c0 = ty * m, tx * m
-
-        # (d B)[a, nu], built once per row and shared by every select branch that reads it
-        rows = [_by_row(nu, t.bt, lambda s, a=a: xp[b, ch, r0 + a, c0 + s], dtype) for a in range(alpha)]
-        return _by_row(xi, t.bt, lambda a: rows[a], dtype)
+        return _input_value(t, th, tw, z, p, lambda b, r, col: xp[b, ch, r, col], dtype)
 
     v = te.compute((positions, c, p_total), input_tile, name=f"{name}_V", tag="winograd_input")
     rc = te.reduce_axis(c, "rc")
@@ -169,14 +188,53 @@ def conv2d_winograd_nchw(
     )
 
     def output(b: E.Expr, kk: E.Expr, y: E.Expr, x: E.Expr) -> E.Expr:
-        i, j = y % m, x % m
-        p = (b * th + y // m) * tw + x // m
-
-        # (M A)[a, j], built once per row and shared by every select branch that reads it
-        cols = [_by_row(j, t.at, lambda q, a=a: mm[a * alpha + q, kk, p], dtype) for a in range(alpha)]
-        return _by_row(i, t.at, lambda a: cols[a], dtype)
+        return _output_value(t, th, tw, b, y, x, lambda z, p: mm[z, kk, p], dtype)
 
     return te.compute((n, k, oh, ow), output, name=name, tag="winograd_output")
+
+
+def conv2d_winograd_nchwc(
+    data: Tensor, u: Tensor, padding=1, name: str = "conv2d_winograd"
+) -> Tensor:
+    """data [N, C/ic, H, W, ic], transformed weight U [P, K/oc, C, oc] -> [N, K/oc, OH, OW, oc]
+    (stride 1, 3x3): the same algorithm in channel blocks. Every stage keeps a block of channels
+    innermost (V [P, C/ic, T, ic], M [P, K/oc, T, oc]), so both transforms read and write whole
+    vectors of channels, contiguous, with no gathers or strided stores, and each GEMM broadcasts
+    V and loads U's vectors of output channels, as the direct NCHW[x]c kernel does."""
+    n, cb, h, w, ic = data.shape
+    positions, kb, cu, oc = u.shape
+    t = transforms_for_positions(positions)
+    if cu != cb * ic:
+        raise ValueError(f"conv2d_winograd: data {data.shape} and transformed weight {u.shape} disagree")
+    m, dtype = t.m, data.dtype
+    pt, pl, pb, pr = _pad4(padding)
+    oh, ow = h + pt + pb - 2, w + pl + pr - 2
+    th, tw = tiles(oh, ow, m)
+    xp = pad(data, (0, 0, pt, pl, 0), (0, 0, m * th + 2 - h - pt, m * tw + 2 - w - pl, 0), name=f"{name}_pad")
+
+    def input_tile(z: E.Expr, cbo: E.Expr, p: E.Expr, ci: E.Expr) -> E.Expr:
+        return _input_value(t, th, tw, z, p, lambda b, r, col: xp[b, cbo, r, col, ci], dtype)
+
+    v = te.compute((positions, cb, n * th * tw, ic), input_tile, name=f"{name}_V", tag="winograd_input")
+    rc = te.reduce_axis(cu, "rc")
+    mm = te.compute(
+        (positions, kb, n * th * tw, oc),
+        lambda z, kk, p, o: te.sum(v[z, rc // ic, p, rc % ic] * u[z, kk, rc, o], rc),
+        name=f"{name}_M",
+        tag="conv2d_winograd_nchwc",
+        attrs={"tiles_h": th, "tiles_w": tw, "tile": m, "ic_bn": ic, "oc_bn": oc},
+    )
+
+    def output(b: E.Expr, kk: E.Expr, y: E.Expr, x: E.Expr, o: E.Expr) -> E.Expr:
+        return _output_value(t, th, tw, b, y, x, lambda z, p: mm[z, kk, p, o], dtype)
+
+    return te.compute((n, kb, oh, ow, oc), output, name=name, tag="winograd_output")
+
+
+def block_weight_np(u: np.ndarray, oc: int) -> np.ndarray:
+    """U [P, K, C] -> [P, K/oc, C, oc]: the transformed weight of the blocked kernel."""
+    p, k, c = u.shape
+    return np.ascontiguousarray(u.reshape(p, k // oc, oc, c).transpose(0, 1, 3, 2))
 
 
 def weight_transform(weight: Tensor, tile: int = 2, name: str = "winograd_weight") -> Tensor:

@@ -14,7 +14,8 @@ ops whose other operand is a scalar, a same-shaped tensor or a per-channel const
 converted layout. A `layout_transform` is inserted only where a value enters or leaves such a
 region (function inputs and outputs, `reshape`,
 `batch_flatten`, …); weights are transformed here with NumPy; and a transform that would undo the
-one just before it cancels instead of being emitted.
+one just before it cancels instead of being emitted. A Winograd convolution (`WinogradConv` ran
+first) is blocked like a direct one, its transformed weight re-laid out with NumPy.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op import registry
 from autorelay.op.layout import from_canonical_array, parse_layout
 from autorelay.op.registry import OpPattern
+from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.te.winograd import block_weight_np
 from autorelay.transform.convert_layout_qnn import RULES as QNN_RULES
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.util import op_name, static_shape, tensor_type
@@ -112,6 +115,8 @@ class _Converter(ExprMutator):
             return None
         if name == "nn.conv2d":
             return self._conv(c)
+        if name == WINOGRAD_CONV:
+            return self._winograd(c)
         if name in QNN_RULES:
             return QNN_RULES[name](self, c)
         if name == "nn.bias_add":
@@ -162,6 +167,22 @@ class _Converter(ExprMutator):
         w = self.ensure(super().visit(c.args[1]), kernel, kern)
         attrs = a.replace(data_layout=data, kernel_layout=kern, out_layout=out if out != data else "")
         return Call(c.op, (self.ensure(x, lay, data), w), attrs), out
+
+    def _winograd(self, c: Call) -> tuple[Expr, str | None] | None:
+        """A Winograd conv whose transformed weight is a constant joins the blocked layers around
+        it (data NCHW{x}c, weight [P, K/y, C, y], output NCHW{y}c), its blocks chosen as for a
+        conv that `conv_blocks` does not address: with `block=0` it stays NCHW."""
+        if self.dst != "NCHWc" or c.attrs["data_layout"] != "NCHW" or not isinstance(c.args[1], Constant):
+            return None
+        u = c.args[1].data
+        x, lay = self.track(c.args[0])
+        ic, oc = self._blocks(c, lay, u.shape[2], u.shape[1])
+        if ic == 0 or oc == 0:
+            return None
+        data = f"NCHW{ic}c"
+        call = Call(c.op, (self.ensure(x, lay, data), _const(block_weight_np(u, oc))),
+                    c.attrs.replace(data_layout=data))
+        return call, f"NCHW{oc}c"
 
     def _blocks(self, c: Call, lay: str | None, in_c: int, out_c: int) -> tuple[int, int]:
         i = self.convs.get(id(c), -1)

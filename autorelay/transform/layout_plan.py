@@ -163,14 +163,15 @@ def conv_signature_and_block(c: Call) -> tuple[tuple, int] | None:
     data, out = tensor_type(c.args[0]), tensor_type(c)
     if data is None or out is None:
         return None
-    if name == WINOGRAD_CONV:
-        return (tuple(data.shape), tuple(out.shape)), 0
-    if name != "nn.conv2d":
+    if name not in ("nn.conv2d", WINOGRAD_CONV):
         return None
     lay = c.attrs["data_layout"]
     if lay != "NCHW" and not (lay.startswith("NCHW") and lay.endswith("c")):
         return None
-    out_lay = c.attrs["out_layout"] or lay
+    if name == "nn.conv2d":
+        out_lay = c.attrs["out_layout"] or lay
+    else:  # Winograd: the output is blocked as its transformed weight's last axis
+        out_lay = lay if lay == "NCHW" else f"NCHW{out.shape[-1]}c"
     return (_canonical(tuple(data.shape), lay), _canonical(tuple(out.shape), out_lay)), _block(lay)
 
 

@@ -64,6 +64,18 @@ def test_replot_with_nothing_stored_is_a_clear_error(ctx: Context) -> None:
         run_experiment(_toy([]), ctx, replot=True)
 
 
+def test_a_slice_measures_only_its_units_and_reports_every_stored_one(ctx: Context) -> None:
+    calls: list[str] = []
+    first = run_experiment(_toy(calls), ctx, only=["n1", "n2"])
+    assert calls == ["n1", "n2"] and first.measured == ["n1", "n2"]
+    second = run_experiment(_toy(calls), ctx, only=["n[0-9]"])
+    assert calls == ["n1", "n2", "n0"] and second.reused == ["n1", "n2"]
+    with (ctx.out_dir / "toy.csv").open() as f:
+        assert sorted(int(r["square"]) for r in csv.DictReader(f)) == [0, 1, 4]
+    with pytest.raises(ReproduceError, match=r"no unit matches C3/\*; the units are n0, n1, n2"):
+        run_experiment(_toy(calls), ctx, only=["C3/*"])
+
+
 def test_modes_and_machines_are_kept_apart(ctx: Context, tmp_path: Path) -> None:
     calls: list[str] = []
     run_experiment(_toy(calls), ctx)

@@ -69,6 +69,7 @@ def _load() -> None:
         int8,
         pointwise,
         winograd,
+        winograd_nchwc,
     )
 
 
