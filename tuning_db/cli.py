@@ -18,6 +18,7 @@ from .cli_args import positive_int
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, TuningDBError
 from .queries import INTERLEAVED
+from .results_jsonl import export_results, import_results
 
 
 def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -53,11 +54,15 @@ def add_db_commands(subparsers: Any) -> argparse.ArgumentParser:
               _layout_plan)
     lay.add_argument("--model", required=True, metavar="M", help="the model's name as tuned (or its key)")
     lay.add_argument("--target", help="only this target (default: the latest plan of every target)")
-    exp = add("export", "write every measurement as JSON lines", _export)
+    exp = add("export", "write every measurement (or experiment result) as JSON lines", _export)
     exp.add_argument("file", help="output .jsonl file")
-    imp = add("import", "read measurements from JSON lines", _import)
+    exp.add_argument("--results", action="store_true",
+                     help="write the `autorelay reproduce` results instead of the measurements")
+    exp.add_argument("--experiment", metavar="NAME", help="with --results: only this experiment's")
+    imp = add("import", "read measurements (or experiment results) from JSON lines", _import)
     imp.add_argument("file", help="input .jsonl file")
     imp.add_argument("--strict", action="store_true", help="import nothing if any line is bad")
+    imp.add_argument("--results", action="store_true", help="the file holds experiment results")
     mer = add("merge", "copy in every measurement and experiment result of another log that this one lacks",
               _merge)
     mer.add_argument("other", metavar="OTHER_URL", help="the other log (path or URL)")
@@ -237,12 +242,24 @@ def _best(db: TuningDB, args: argparse.Namespace) -> int:
 
 
 def _export(db: TuningDB, args: argparse.Namespace) -> int:
+    if args.results:
+        n = export_results(db.engine, args.file, args.experiment)
+        print(f"exported {n} experiment results to {args.file}")
+        return 0
+    if args.experiment:
+        raise TuningDBError("--experiment applies to --results only")
     n = db.export_jsonl(args.file)
     print(f"exported {n} measurements to {args.file}")
     return 0
 
 
 def _import(db: TuningDB, args: argparse.Namespace) -> int:
+    if args.results:
+        added, present, errors = import_results(db.engine, args.file)
+        _print_bad_lines(args.file, errors)
+        print(f"imported {added} experiment results from {args.file} ({present} already present, "
+              f"{len(errors)} bad lines)")
+        return 1 if errors else 0
     try:
         report = db.import_jsonl(args.file, strict=args.strict)
     except JSONLImportError as e:

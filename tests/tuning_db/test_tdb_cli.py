@@ -65,6 +65,35 @@ def test_export_import_merge_prune(logged: str, tmp_path: Path, capsys: pytest.C
     assert tuning_db.open(logged).stats()["measurements"] == 2
 
 
+def test_experiment_results_travel_as_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --results` / `import --results`: every row with its uid, machine and code version;
+    reading the file again adds nothing; a bad line is named by its number and the rest is read."""
+    src = str(tmp_path / "a.sqlite")
+    db = tuning_db.open(src)
+    for unit in ("C1/xgb/s0", "C2/xgb/s0"):
+        db.store_experiment_result("curves", "full-t2", unit, "m1", {"gflops": [1.5, 2.0]},
+                                   machine_info={"cpu": "x"}, code_version="0.1+abc")
+    db.store_experiment_result("other", "quick-t1", "u", "m1", {"x": 1})
+    db.close()
+    out = tmp_path / "r.jsonl"
+    assert main(["db", "--db", src, "export", "--results", "--experiment", "curves", str(out)]) == 0
+    assert "exported 2 experiment results" in capsys.readouterr().out
+    dst = str(tmp_path / "b.sqlite")
+    assert main(["db", "--db", dst, "import", "--results", str(out)]) == 0
+    assert "imported 2 experiment results" in capsys.readouterr().out
+    rows = tuning_db.open(dst).experiment_results("curves", "full-t2")
+    assert [(r.unit, r.result, r.machine_info, r.code_version) for r in rows] == [
+        (u, {"gflops": [1.5, 2.0]}, {"cpu": "x"}, "0.1+abc") for u in ("C1/xgb/s0", "C2/xgb/s0")]
+    with out.open("a") as f:
+        f.write('{"uid": "z", "experiment": "curves"}\n')
+    assert main(["db", "--db", dst, "import", "--results", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "0 experiment results" in captured.out and "2 already present, 1 bad lines" in captured.out
+    assert f"{out}:3: missing field(s) mode, unit" in captured.err
+    assert main(["db", "--db", src, "export", "--experiment", "curves", str(out)]) == 1
+    assert "--experiment applies to --results only" in capsys.readouterr().err
+
+
 def test_bad_usage_fails(logged: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["db", "--db", logged, "prune"])
