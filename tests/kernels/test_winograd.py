@@ -113,7 +113,7 @@ def test_tiles_are_validated():
         WinogradConv(tiles=((0, 3),))
 
 
-def _resnet_block(channels: int, size: int = 12) -> IRModule:
+def resnet_block(channels: int, size: int = 12) -> IRModule:
     rng = np.random.default_rng(4)
 
     def conv(x, cin, cout, stride=1):
@@ -134,7 +134,7 @@ def _ops(mod: IRModule) -> list[str]:
 
 
 def test_pass_rewrites_only_eligible_convolutions_and_keeps_the_result():
-    mod = infer_types(_resnet_block(32))
+    mod = infer_types(resnet_block(32))
     out = Pipeline([WinogradConv(), FoldConstant()])(mod)
     names = _ops(out)
     assert names.count("nn.conv2d_winograd") == 2 and names.count("nn.conv2d") == 1
@@ -145,7 +145,7 @@ def test_pass_rewrites_only_eligible_convolutions_and_keeps_the_result():
 
 
 def test_pass_leaves_narrow_and_non_constant_convolutions():
-    narrow = infer_types(_resnet_block(8))
+    narrow = infer_types(resnet_block(8))
     assert "nn.conv2d_winograd" not in _ops(WinogradConv()(narrow))
     x, w = Var("x", TensorType((1, 64, 8, 8))), Var("w", TensorType((64, 64, 3, 3)))
     conv = call("nn.conv2d", x, w, padding=[1, 1])
@@ -162,11 +162,11 @@ def test_per_conv_tiles_override_the_rule_and_keep_the_result():
     """`tiles` names convs by post-order index: conv 0 as F(4x4), conv 1 direct, the stride-2 conv 2
     left direct although named (the op cannot compute it); the 8-channel block is below the
     rule's threshold but a named conv is rewritten anyway."""
-    mod = infer_types(_resnet_block(8))
+    mod = infer_types(resnet_block(8))
     out = Pipeline([WinogradConv(tiles=((0, 4), (1, 0), (2, 4))), FoldConstant()])(mod)
     assert _weight_positions(out) == [36]
     assert _ops(out).count("nn.conv2d") == 2
-    both = Pipeline([WinogradConv(tiles=((0, 4),)), FoldConstant()])(infer_types(_resnet_block(32)))
+    both = Pipeline([WinogradConv(tiles=((0, 4),)), FoldConstant()])(infer_types(resnet_block(32)))
     assert sorted(_weight_positions(both)) == [16, 36]  # conv 1 follows the rule: F(2x2)
     x = np.random.default_rng(5).standard_normal((1, 8, 12, 12)).astype("float32")
     np.testing.assert_allclose(autorelay.evaluate(out, x), autorelay.evaluate(mod, x), rtol=1e-4, atol=1e-4)
@@ -175,13 +175,13 @@ def test_per_conv_tiles_override_the_rule_and_keep_the_result():
 def test_small_feature_maps_stay_direct():
     """Outputs under 7x7 pixels (ResNet-18's deep layers on small images) keep the direct conv."""
     for size, rewritten in ((6, False), (7, True)):
-        block = infer_types(_resnet_block(32, size=size))
+        block = infer_types(resnet_block(32, size=size))
         assert ("nn.conv2d_winograd" in _ops(WinogradConv()(block))) == rewritten, size
-    assert "nn.conv2d_winograd" in _ops(WinogradConv(min_size=6)(infer_types(_resnet_block(32, size=6))))
+    assert "nn.conv2d_winograd" in _ops(WinogradConv(min_size=6)(infer_types(resnet_block(32, size=6))))
 
 
 def test_built_model_matches_the_interpreter_and_runs_winograd_kernels():
-    mod = _resnet_block(32, size=10)
+    mod = resnet_block(32, size=10)
     exe = autorelay.build(mod, threads=2)
     templates = [r.detail.split(" ", 1)[0] for r in exe.report.rows if r.kind == "kernel"]
     assert templates.count("conv2d_winograd") == 2, templates

@@ -10,12 +10,13 @@ import random
 import kernel_oracles as H
 import numpy as np
 import pytest
+from test_winograd import resnet_block
 
 import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import TypeCheckError
-from autorelay.ir import Call, Function, IRModule, TensorType, Var, const, post_order
+from autorelay.ir import Call, Function, IRModule, TensorType, Var, post_order
 from autorelay.ir.attrs import Attrs
 from autorelay.kernel import compile_kernel
 from autorelay.op.registry import call
@@ -119,30 +120,15 @@ def test_type_errors_name_the_op_and_the_shapes():
         infer((1, 2, 6, 6, 4), (16, 3, 12, 4), "NCHW4c")
 
 
-def _residual_block(channels: int, size: int) -> IRModule:
-    rng = np.random.default_rng(4)
-
-    def conv(x, cin, cout, stride=1):
-        w = const((rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype("float32"))
-        y = call("nn.conv2d", x, w, strides=[stride, stride], padding=[1, 1], channels=cout,
-                 kernel_size=[3, 3])
-        return call("nn.bias_add", y, const(rng.standard_normal(cout).astype("float32")))
-
-    x = Var("x", TensorType((1, channels, size, size)))
-    y = call("nn.relu", conv(x, channels, channels, stride=2))  # direct, blocked
-    y = call("nn.relu", call("add", conv(y, channels, channels), y))  # Winograd between blocked layers
-    return IRModule.from_expr(Function((x,), conv(y, channels, 2 * channels)))
-
-
 def _op_names(mod: IRModule) -> list[str]:
     return [n.op.name for n in post_order(mod["main"]) if isinstance(n, Call) and hasattr(n.op, "name")]
 
 
 @pytest.mark.parametrize("tile", W.TILE_SIZES)
 def test_convert_layout_blocks_winograd_between_blocked_layers(tile):
-    """Among blocked layers a Winograd conv takes their block: the only layout transforms left are
-    the model's input and output, and the built model matches the interpreter."""
-    mod = infer_types(_residual_block(32, 20))
+    """A Winograd conv takes the block of the layers around it: the only layout transforms left are
+    the model's input and output, and the result matches the interpreter's."""
+    mod = infer_types(resnet_block(32, 20))
     passes = [WinogradConv(tile=tile), FoldConstant(), ConvertLayout(dst="NCHWc", block=16), FoldConstant()]
     out = Pipeline(passes)(mod)
     names = _op_names(out)
@@ -155,7 +141,7 @@ def test_convert_layout_blocks_winograd_between_blocked_layers(tile):
 
 @pytest.mark.parametrize(("size", "winograd"), [(2 * BLOCKED_WINOGRAD_MIN_SIZE, 2), (20, 0)])
 def test_the_nchwc16_pipeline_builds_blocked_winograd_kernels_on_large_maps(size, winograd):
-    mod = _residual_block(32, size)
+    mod = resnet_block(32, size)
     exe = autorelay.build(mod, threads=2, pipeline="nchwc16")
     templates = [r.detail.split(" ", 1)[0] for r in exe.report.rows if r.kind == "kernel"]
     assert templates.count("conv2d_winograd_nchwc") == winograd, templates
@@ -166,7 +152,7 @@ def test_the_nchwc16_pipeline_builds_blocked_winograd_kernels_on_large_maps(size
 
 def test_an_nchw_plan_keeps_winograd_in_nchw():
     """`ConvertLayout(block=0)` (a layout plan's unnamed layers) leaves a Winograd conv in NCHW."""
-    mod = infer_types(_residual_block(32, 20))
+    mod = infer_types(resnet_block(32, 20))
     out = Pipeline([WinogradConv(), FoldConstant(), ConvertLayout(dst="NCHWc", block=0)])(mod)
     layouts = {n.attrs["data_layout"] for n in post_order(out["main"])
                if isinstance(n, Call) and getattr(n.op, "name", "") == "nn.conv2d_winograd"}

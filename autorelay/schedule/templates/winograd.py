@@ -26,16 +26,23 @@ from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
 
-def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-    """(V, M, output, stages to inline) of a winograd kernel."""
+def winograd_stages(cdef: ComputeDef, gemm_tag: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """(V, M, the other stages) of a Winograd kernel whose GEMM stage is tagged `gemm_tag` (the
+    blocked template shares it)."""
     pat = pattern(cdef)
     m = pat.reduce
-    if m is None or m.op is None or m.op.tag != "conv2d_winograd":
-        raise ScheduleError(f"{cdef.name}: the winograd template needs a conv2d_winograd stage")
+    if m is None or m.op is None or m.op.tag != gemm_tag:
+        raise ScheduleError(f"{cdef.name}: the {gemm_tag} template needs a {gemm_tag} stage")
     vs = [t for t in pat.others if t.op is not None and t.op.tag == "winograd_input"]
     if len(vs) != 1:
         raise ScheduleError(f"{cdef.name}: expected one winograd input transform, found {len(vs)}")
-    return vs[0], m, pat.output, [t for t in pat.others if t is not vs[0]]
+    return vs[0], m, [t for t in pat.others if t is not vs[0]]
+
+
+def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
+    """(V, M, output, stages to inline) of a winograd kernel."""
+    v, m, rest = winograd_stages(cdef, "conv2d_winograd")
+    return v, m, pattern(cdef).output, rest
 
 
 class Conv2dWinogradTemplate(Template):

@@ -20,10 +20,10 @@ input transform's loads (`inline`: a bounds select per vector).
 
 from __future__ import annotations
 
-from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
+from autorelay.schedule.templates.winograd import winograd_stages
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
@@ -32,16 +32,9 @@ TILE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 
 def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor | None, list[Tensor]]:
     """(V, M, the padding stage or None, stages to inline) of a blocked Winograd kernel."""
-    pat = pattern(cdef)
-    m = pat.reduce
-    if m is None or m.op is None or m.op.tag != "conv2d_winograd_nchwc":
-        raise ScheduleError(f"{cdef.name}: the blocked winograd template needs a conv2d_winograd_nchwc stage")
-    vs = [t for t in pat.others if t.op is not None and t.op.tag == "winograd_input"]
-    if len(vs) != 1:
-        raise ScheduleError(f"{cdef.name}: expected one winograd input transform, found {len(vs)}")
-    pads = [t for t in pat.others if t.op is not None and t.op.tag == "pad"]
-    rest = [t for t in pat.others if t is not vs[0] and t not in pads[:1]]
-    return vs[0], m, (pads[0] if pads else None), rest
+    v, m, rest = winograd_stages(cdef, "conv2d_winograd_nchwc")
+    pad = next((t for t in rest if t.op is not None and t.op.tag == "pad"), None)
+    return v, m, pad, [t for t in rest if t is not pad]
 
 
 def _vectors(block: int, lanes: int) -> int:
