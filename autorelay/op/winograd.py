@@ -22,7 +22,7 @@ import numpy as np
 
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, Type
-from autorelay.op.layout import pad_tuple
+from autorelay.op.layout import from_canonical_array, pad_tuple, parse_layout, to_canonical_array
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
 from autorelay.op.shape_utils import fmt_shape, tensor_arg
 from autorelay.te.winograd import TILE_SIZES, transforms
@@ -102,11 +102,10 @@ def conv_reference(attrs: Attrs, data: np.ndarray, u: np.ndarray) -> np.ndarray:
 
     if not data_block(attrs.get("data_layout", "NCHW")):
         return winograd_reference(data, u, tuple(attrs["padding"]))
-    n, cb, h, w, ic = data.shape
     p, kb, c, oc = u.shape
-    flat = data.transpose(0, 1, 4, 2, 3).reshape(n, cb * ic, h, w)
+    flat = to_canonical_array(data, parse_layout(CONV, attrs["data_layout"], "NCHW"), "NCHW")
     y = winograd_reference(flat, u.transpose(0, 1, 3, 2).reshape(p, kb * oc, c), tuple(attrs["padding"]))
-    return np.ascontiguousarray(y.reshape(n, kb, oc, *y.shape[2:]).transpose(0, 1, 3, 4, 2))
+    return np.ascontiguousarray(from_canonical_array(y, parse_layout(CONV, f"NCHW{oc}c", "NCHW"), "NCHW"))
 
 
 def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
