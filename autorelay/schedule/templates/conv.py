@@ -25,7 +25,9 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
     for t in pat.others:
         if t.op is not None and t.op.tag == "pad" and pad_mode == "root":
             axes = [a.name for a in t.op.axes]
-            fs, fused = _outer_fuse(t.name, axes[:2])
+            # batch, channels (blocks) and rows in parallel: a 3-channel stem has one (batch,
+            # block) pair, which alone would copy its padded image on one thread
+            fs, fused = _outer_fuse(t.name, axes[:3])
             steps += fs
             if fused is not None:
                 steps.append(S.Parallel(t.name, fused))
