@@ -2,8 +2,9 @@
 candidate layout, per edge the time of the re-layout it would need.
 
 Kernel times come from whole-model builds, one per candidate layout with every convertible conv in
-it (block 0: plain NCHW, built twice: with F(2x2) Winograd where `default` applies it, and with
-F(4x4) Winograd wherever the op computes it; a layer's NCHW cost is its faster), built with the
+it, each built twice (plain NCHW: with F(2x2) Winograd where `default` applies it, and with F(4x4)
+Winograd wherever the op computes it; a channel block: direct, and with F(4x4) wherever the op
+computes it), so that a layer's cost in a layout is its fastest form there, built with the
 tuning log's schedules: a kernel the log has tuned runs its best measured config, any other its
 default one. The builds are profiled kernel by kernel on the model's sample inputs, round-robin
 (`kernel_costs`). Profiling in place times the kernel as the model runs it — fused epilogue, cache
@@ -102,22 +103,37 @@ def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
     return (time.perf_counter() - t0) / number
 
 
+Form = tuple[int, int]  # (channel block, 0 for NCHW; Winograd output tile, 0 for direct)
+
+
 @dataclass
 class LayerCost:
-    """One conv layer's measured kernel seconds per candidate layout and where its config came from;
-    its NCHW entry is the fastest of its NCHW forms (`nchw`: direct 0 or a Winograd tile -> seconds)."""
+    """One conv layer's measured kernel seconds per form (`forms`: (block, Winograd tile) ->
+    seconds) and, per candidate layout, its fastest form's seconds (`kernel`, what the layout
+    program sees) and where that form's config came from (`source`)."""
 
     kernel: dict[int, float] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
     winograd: bool = False  # `default` runs it as Winograd (so the per-model nchwc pipelines keep it NCHW)
-    nchw: dict[int, float] = field(default_factory=dict)
+    forms: dict[Form, float] = field(default_factory=dict)
     # every form a candidate build gave it, measured or not: (block, Winograd tile) -> workload key
-    keys: dict[tuple[int, int], str] = field(default_factory=dict)
+    keys: dict[Form, str] = field(default_factory=dict)
 
-    @property
-    def tile(self) -> int:
-        """The Winograd tile of its fastest NCHW form (0: direct)."""
-        return min(self.nchw, key=self.nchw.__getitem__) if self.nchw else 0
+    def tile(self, block: int) -> int:
+        """The Winograd tile of its fastest form in `block` (0: direct, or none measured)."""
+        mine = {t: s for (b, t), s in self.forms.items() if b == block}
+        return min(mine, key=mine.__getitem__) if mine else 0
+
+    def add(self, form: Form, seconds: float, source: str) -> None:
+        """Record a measured form (the same form in two builds keeps the faster timing); the
+        form's layout then costs its fastest form."""
+        if seconds >= self.forms.get(form, float("inf")):
+            return
+        self.forms[form] = seconds
+        block = form[0]
+        if seconds <= self.kernel.get(block, float("inf")):
+            self.kernel[block] = seconds
+            self.source[block] = source
 
 
 def winograd_tile(fn: Function) -> int:
@@ -166,30 +182,27 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
             seconds = statistics.median(s[i] for s in samples)
             by_key.setdefault(row.workload_key, []).append((seconds, row.source))
         for name, (got, fn) in built_layers(graph, fused).items():
-            key, tile, cost = workload_key(fn), 0 if got else winograd_tile(fn), out[name]
-            cost.keys[(got, tile)] = key
+            key, tile, cost = workload_key(fn), winograd_tile(fn), out[name]
+            form = (block if got else 0, tile)  # by the block asked for (built shrunk to a divisor)
+            cost.keys[form] = key
             rows = by_key.get(key, [])
             if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
                 continue
-            seconds = statistics.median(t for t, _ in rows)
-            if block == 0:
-                if not plan.winograd:
-                    cost.winograd = tile > 0
-                if tile in cost.nchw:  # the same form in both NCHW builds: keep the faster timing
-                    seconds = min(seconds, cost.nchw[tile])
-                cost.nchw[tile] = seconds
-                if seconds > cost.kernel.get(0, float("inf")):
-                    continue
-            cost.kernel[block] = seconds
-            cost.source[block] = rows[0][1]
+            if block == 0 and not plan.winograd:
+                cost.winograd = tile > 0
+            cost.add(form, statistics.median(t for t, _ in rows), rows[0][1])
     return out
 
 
 def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:
     """The uniform plans whose builds hold every form a layer may take: NCHW with `default`'s F(2x2)
-    rule, NCHW with F(4x4) wherever it applies, and each channel block."""
+    rule, NCHW with F(4x4) wherever it applies, and each channel block direct and with F(4x4)
+    wherever it applies. Blocked F(2x2) is left out: in blocks of 16 it ran 1.5x slower than
+    F(4x4) on ResNet-18's 56- and 28-pixel layers and level with it on the 14-pixel one
+    (`benchmarks/winograd_blocked.py`), and each form is a task per layer for the tuner."""
     return [LayoutPlan.uniform(layers, 0), LayoutPlan.uniform(layers, 0, winograd=4),
-            *(LayoutPlan.uniform(layers, b) for b in blocks)]
+            *(LayoutPlan.uniform(layers, b) for b in blocks),
+            *(LayoutPlan.uniform(layers, b, winograd=4) for b in blocks)]
 
 
 # ---- the graph ------------------------------------------------------------------------------------
@@ -301,5 +314,5 @@ def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, .
     return LayoutGraph(tuple(reader.nodes))
 
 
-__all__ = ["LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
+__all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
            "transform_seconds"]

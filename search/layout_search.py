@@ -1,7 +1,9 @@
-"""The graph-level layout search (`autorelay tune --pipeline plan`): a channel block per conv layer.
+"""The graph-level layout search (`autorelay tune --pipeline plan`): a channel block and a form (direct
+or Winograd) per conv layer.
 
-1. `plan_tasks`: the kernels to tune are those of every layout a layer may take — the per-model
-   pipelines' and the uniform plans' (each conv in NCHW, or packed in each candidate block).
+1. `plan_tasks`: the kernels to tune are those of every form a layer may take — the per-model
+   pipelines' and the uniform plans' (each conv in NCHW or packed in each candidate block, direct
+   or as Winograd).
 2. After tuning, `search_layout` measures the costs (`search.layout_costs`: per layer its kernel
    time in each layout with the log's schedules, per edge its re-layout time), solves the layout
    program (`search.layout_dp`), builds the resulting plan and the per-model pipelines end to end
@@ -23,12 +25,21 @@ from typing import Any
 import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.primitive import KernelMemo
-from autorelay.transform.layout_plan import LayoutPlan, conv_layers
-from autorelay.transform.pipelines import pipeline_layout
-from search.extract import BoundSource, Extraction, ModelTask
+from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes, pipeline_layout
+from search.extract import BoundSource, Extraction, ModelTask, optimize
 from search.kernel_prefetch import prefetch_kernels
-from search.layout_costs import LayerCost, candidate_blocks, candidate_plans, kernel_costs, layout_graph
-from search.layout_dp import LayoutGraph, Solution, assign, breakdown, plan_cost, solve
+from search.layout_costs import (
+    Form,
+    LayerCost,
+    candidate_blocks,
+    candidate_plans,
+    kernel_costs,
+    layout_graph,
+    winograd_tile,
+)
+from search.layout_dp import CONV, LayoutGraph, Solution, assign, breakdown, plan_cost, solve
 from search.models import (
     Model,
     PreparedModel,
@@ -66,12 +77,12 @@ def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[Prepared
 class LayerRow:
     layer: str
     block: int
-    tile: int  # its Winograd tile when NCHW (0: direct)
+    tile: int  # its Winograd tile (0: direct)
     kernel_s: dict[int, float]  # per candidate layout
     transform_s: float  # re-layouts paid on its input under the plan
     source: str  # where the chosen kernel's schedule came from (tuned / transferred / default)
     per_model_block: int  # its layout under the fastest per-model pipeline
-    per_model_tile: int  # its Winograd tile there (NCHW: F(2x2) where `default` applies it, else 0)
+    per_model_tile: int  # its Winograd tile there (0: direct)
     per_model_s: float  # its kernel time there
 
 
@@ -97,7 +108,8 @@ class LayoutSearchResult:
         blocks = sorted({b for r in self.rows for b in r.kernel_s})
         head = f"{'layer':<10} {'layout':>7} " + " ".join(f"{f'k@{b} us':>9}" for b in blocks) + \
             f" {'xform us':>9} {'per-model':>9} {'source':<11}"
-        lines = [head, "-" * len(head), "(k@0: the fastest NCHW form; layout 0/F2, 0/F4: NCHW as Winograd)"]
+        lines = [head, "-" * len(head),
+                 "(k@b: the fastest form in layout b; 0/F2, 16/F4: as Winograd in that layout)"]
         for r in self.rows:
             ks = " ".join(f"{r.kernel_s[b] * 1e6:9.1f}" if b in r.kernel_s else f"{'-':>9}" for b in blocks)
             lay, ref = layout_label(r.block, r.tile), layout_label(r.per_model_block, r.per_model_tile)
@@ -113,16 +125,29 @@ class LayoutSearchResult:
 
 
 def layout_label(block: int, tile: int) -> str:
-    """A layer's form for reports: its block, or `0/F4` for NCHW as Winograd F(4x4)."""
-    return f"0/F{tile}" if block == 0 and tile else str(block)
+    """A layer's form for reports: its block, then `/F4` when it runs as Winograd F(4x4)."""
+    return f"{block}/F{tile}" if tile else str(block)
 
 
-def per_model_layouts(costs: dict[str, LayerCost], pipeline: str) -> dict[str, int]:
-    """The block each layer gets under a per-model pipeline: NCHW for `default`, the pipeline's
-    block for every conv of a blocked one (its Winograd convs are blocked too; their cost here is
-    the direct blocked kernel's, since the per-layer tables hold no blocked Winograd form)."""
-    block, _ = pipeline_layout(pipeline)
-    return dict.fromkeys(costs, block)
+def per_model_forms(model: Model, prepared: PreparedModel) -> dict[str, Form]:
+    """Each conv layer's form, (block, Winograd tile), in a per-model pipeline's build; its block as
+    the pipeline asks for it, as the layer costs name it (a conv with fewer channels is built in a
+    divisor of it)."""
+    asked, _ = pipeline_layout(prepared.pipeline)
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    built = built_layers(graph, prepared.module)
+    return {name: (asked if block else 0, winograd_tile(fn)) for name, (block, fn) in built.items()}
+
+
+def modeled_cost(graph: LayoutGraph, costs: dict[str, LayerCost], forms: dict[str, Form]) -> float:
+    """The layout program's cost of a build whose layers take `forms`: the cost of their layouts,
+    each conv node's kernel then moved from its layout's fastest form to the form it takes."""
+    total = plan_cost(graph, assign(graph, {name: block for name, (block, _) in forms.items()}))
+    for node in graph.nodes:
+        cost, form = costs.get(node.name), forms.get(node.name)
+        if node.kind == CONV and cost is not None and form in cost.forms and form[0] in cost.kernel:
+            total += cost.forms[form] - cost.kernel[form[0]]
+    return total
 
 
 def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,
@@ -131,7 +156,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     """Choose, build, time and (with `store`) log the per-layer layout plan of `model`; see the
     module docstring. `db` None: default schedules, nothing stored.
 
-    Its eight builds share `memo` (a fresh one when None), and, given `tasks` (those of every form
+    Its builds share `memo` (a fresh one when None), and, given `tasks` (those of every form
     a layer may take: `plan_tasks`' extraction, before any screening), one schedule source bound
     to them; without, each build binds the log to its own extraction (about 6 s on ResNet-18).
     `workers` > 1: the builds' kernels are compiled ahead on that many processes."""
@@ -143,8 +168,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     graph = layout_graph(model, costs, blocks, tgt)
     sol = solve(graph)
     layouts = sol.conv_layouts(graph)
-    plan = LayoutPlan(layouts, {name: costs[name].tile for name, b in layouts.items()
-                                if b == 0 and costs[name].nchw})
+    plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
+                                if any(form[0] == b for form in costs[name].forms)})
     prepared = {PLAN: prepare_plan(model, target, threads, plan)}
     for p in candidates(target, threads):
         prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
@@ -157,20 +182,16 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     diff = max_difference(exes[PLAN](*args), exes["default"](*args))
     times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
     winner = min(times, key=times.__getitem__)
-    modeled = {PLAN: sol.cost}
-    for p in candidates(target, threads):
-        modeled[p] = plan_cost(graph, assign(graph, per_model_layouts(costs, p)))
+    forms = {p: per_model_forms(model, prepared[p]) for p in candidates(target, threads)}
+    modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
     best_model = min((p for p in times if p != PLAN), key=times.__getitem__)
-    reference = per_model_layouts(costs, best_model)
     parts = breakdown(graph, sol.layouts)
     rows = []
     for k in graph.convs():
         name, block = graph.nodes[k].name, sol.layouts[k]
-        c, ref = costs[name], reference.get(name, 0)
-        ref_tile = 0 if ref else 2 if c.winograd else 0
-        ref_s = c.kernel.get(ref, math.nan) if ref else c.nchw.get(ref_tile, math.nan)
-        rows.append(LayerRow(name, block, plan.winograd.get(name, 0) if block == 0 else 0,
-                             dict(c.kernel), parts[k][1], c.source.get(block, "-"), ref, ref_tile, ref_s))
+        c, ref = costs[name], forms[best_model].get(name, (0, 0))
+        rows.append(LayerRow(name, block, plan.winograd.get(name, 0), dict(c.kernel), parts[k][1],
+                             c.source.get(block, "-"), *ref, c.forms.get(ref, math.nan)))
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
                                 source=sources[winner])
     if store and db is not None:
@@ -196,5 +217,5 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
                                 compiler_version=autorelay.__version__, info=info)
 
 
-__all__ = ["LayerRow", "LayoutSearchResult", "layout_label", "per_model_layouts", "plan_tasks",
+__all__ = ["LayerRow", "LayoutSearchResult", "layout_label", "modeled_cost", "per_model_forms", "plan_tasks",
            "search_layout"]

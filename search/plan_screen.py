@@ -2,9 +2,10 @@
 which tasks the scheduler treats as alternatives of one layer.
 
 The plan tunes the kernels of every form a layer may take (NCHW direct, Winograd F(2x2) and
-F(4x4), each channel block): on ResNet-18 that is 71 tasks where the per-model pick tunes 19, so an
-800-trial budget gave each about 11 trials (8 of them its warm-up round) against 42, and the plan
-lost to the per-model pick at equal budgets (0.97x) although it can choose every layer's form.
+F(4x4), each channel block direct and as F(4x4)): on ResNet-18, before blocked F(4x4) was one of
+them, that was 71 tasks where the per-model pick tunes 19, so an 800-trial budget gave each
+about 11 trials (8 of them its warm-up round) against 42, and the plan lost to the per-model pick
+at equal budgets (0.97x) although it can choose every layer's form.
 Most of those forms never had a chance: a block of 8 on an AVX-512 host, or direct NCHW where
 Winograd applies, ran 1.4-2.6x slower than the layer's best form with the best config the tuner
 found. Two measures spend the budget where it can change the model's latency:
@@ -37,14 +38,11 @@ from dataclasses import dataclass, field
 from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from search.extract import Extraction, Skipped
-from search.layout_costs import LayerCost, candidate_blocks, kernel_costs
+from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs
 from search.models import Model
 
 PRUNE_RATIO = 1.5  # a form this much slower than the layer's best (default schedules) is not tuned
 TRAILING_RATIO = 1.5  # a tuned form this much slower than its layers' best is not re-measured at the end
-
-Form = tuple[int, int]  # (channel block, Winograd tile when the block is 0)
-
 
 @dataclass
 class PlanScreen:
@@ -82,8 +80,7 @@ def layer_forms(costs: dict[str, LayerCost]) -> dict[str, dict[str, Form]]:
 
 def form_seconds(cost: LayerCost, form: Form) -> float | None:
     """A layer's measured seconds in one form (None: not measured, e.g. a form the op refuses)."""
-    block, tile = form
-    return cost.kernel.get(block) if block else cost.nchw.get(tile)
+    return cost.forms.get(form)
 
 
 def screen_plan_tasks(model: Model, target: Target, *, ratio: float = PRUNE_RATIO, rounds: int = 3,
@@ -115,7 +112,7 @@ def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
             mine = form_seconds(cost, form) if cost is not None else None
             if cost is None or mine is None:
                 break
-            fastest = min([s for b, s in cost.kernel.items() if b] + list(cost.nchw.values()) + [mine])
+            fastest = min([*cost.forms.values(), mine])
             behind.append(mine / fastest)
         if behind and len(behind) == len(served) and min(behind) > ratio:
             screen.pruned[key] = (f"its layout runs {min(behind):.2f}x the layer's fastest form with "

@@ -4,9 +4,10 @@
 for NCHW, `HWIO` for NHWC) to `dst`; `dst="NCHWc"` packs channels in blocks: data `NCHW{x}c`,
 weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW{x}c`), with
 the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
-order, else `block`, shrunk to a divisor of the channel count; a block of 0 — `(0, 0)` there, or
-`block=0` for every conv `conv_blocks` does not address — leaves that conv in NCHW, which is how a
-per-layer `LayoutPlan` keeps layers plain). Other grouped convolutions stay.
+order, Winograd convs counted among them, else `block`, shrunk to a divisor of the channel count;
+a block of 0 — `(0, 0)` there, or `block=0` for every conv `conv_blocks` does not address — leaves
+that conv in NCHW, which is how a per-layer `LayoutPlan` keeps layers plain). Other grouped
+convolutions stay.
 
 The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
 ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
@@ -304,13 +305,19 @@ class ConvertLayout(FunctionPass):
                              f"{self.conv_blocks}")
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
-        convs = [n for n in post_order(fn) if op_name(n) == "nn.conv2d"]
-        index = {id(n): i for i, n in enumerate(convs)}
+        index = {id(n): i for i, n in enumerate(addressable_convs(fn))}
         conv = _Converter(self.src, self.dst, self.block, self.conv_blocks, index)
         body = conv.visit(fn.body)
         return fn if body is fn.body else fn.replace(body=body)
 
 
+def addressable_convs(fn: Function) -> list[Call]:
+    """The convolutions `conv_blocks` addresses, in post order: direct and Winograd ones alike, so a
+    conv keeps its index whether or not `WinogradConv` rewrote it first (its transformed weight,
+    folded to a constant, holds no conv)."""
+    return [n for n in post_order(fn) if op_name(n) in ("nn.conv2d", WINOGRAD_CONV)]
+
+
 def conv_count(fn: Function) -> int:
-    """How many conv2d calls `conv_blocks` may address in `fn` (for a search over block sizes)."""
-    return sum(1 for n in post_order(fn) if op_name(n) == "nn.conv2d")
+    """How many convolutions `conv_blocks` may address in `fn` (for a search over block sizes)."""
+    return len(addressable_convs(fn))

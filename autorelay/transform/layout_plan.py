@@ -8,14 +8,17 @@ survive the inference rewrites that run before the layout is chosen). Block 0 ke
 plain NCHW; a block b packs it as NCHW{b}c (shrunk to a divisor of its channel counts, as
 `ConvertLayout` does). Layers the plan does not name stay in NCHW.
 
-An NCHW layer may run as Winograd: `winograd[layer]` is its output tile (2: F(2x2, 3x3), 4:
-F(4x4, 3x3), 0: direct); a layer it does not name gets F(2x2) exactly where `default` applies it.
-Winograd keeps the NCHW layout, so the tile is a choice local to the layer (the layout program
-takes its NCHW cost as the best tile's) that never changes a transform between layers.
+A layer may run as Winograd: `winograd[layer]` is its output tile (2: F(2x2, 3x3), 4: F(4x4,
+3x3), 0: direct), in the layer's layout: plain NCHW, or the blocked Winograd kernel in NCHW{b}c. A
+layer it does not name runs direct when blocked, and in NCHW gets F(2x2) exactly where `default`
+applies it. Winograd reads and writes the layer's own layout, so the tile is a choice local to the
+layer (the layout program takes a layout's cost as its fastest form's) that never changes a
+transform between layers.
 
-`plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, `ConvertLayout`
-with one block per conv (so layout transforms appear only where neighbouring layers disagree),
-then Winograd for the NCHW layers with the plan's tiles, then fusion.
+`plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, Winograd with the
+plan's tiles (every conv it does not name in NCHW by `default`'s rule, the blocked ones direct),
+`ConvertLayout` with one block per conv, Winograd or direct (so layout transforms appear only where
+neighbouring layers disagree), then fusion.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def _checked(kind: str, mapping: Mapping[str, int], ok: Callable[[int], bool], w
 @dataclass(frozen=True)
 class LayoutPlan:
     """`blocks[layer]`: 0 (NCHW) or the channel block of that conv layer; unnamed layers are 0.
-    `winograd[layer]`: the Winograd output tile of an NCHW layer (0: direct); unnamed: the rule."""
+    `winograd[layer]`: the layer's Winograd output tile (0: direct); unnamed: direct when blocked,
+    `default`'s rule in NCHW."""
 
     blocks: Mapping[str, int] = field(default_factory=dict)
     winograd: Mapping[str, int] = field(default_factory=dict)
@@ -92,21 +96,25 @@ class LayoutPlan:
         return tuple((self.block(f"{PREFIX}{i}"),) * 2 for i in range(n))
 
     def conv_tiles(self) -> tuple[tuple[int, int], ...]:
-        """`WinogradConv.tiles`: (i, tile) for each `conv2d_i` the plan gives a Winograd tile."""
-        return tuple((_index(name), t) for name, t in self.winograd.items())
+        """`WinogradConv.tiles`: (i, tile) for each `conv2d_i` the plan gives a Winograd tile, and
+        (i, 0) for each blocked one it gives none (direct: the rule is for NCHW layers)."""
+        blocked = [name for name, b in self.blocks.items() if b and name not in self.winograd]
+        tiles = {**dict.fromkeys(blocked, 0), **self.winograd}
+        return tuple(sorted((_index(name), t) for name, t in tiles.items()))
 
     @staticmethod
     def uniform(layers: Iterable[str], block: int, winograd: int | None = None) -> LayoutPlan:
-        """Every layer in one block; with `winograd`, every layer given that tile (the pass still
-        rewrites only the NCHW ones it can compute)."""
+        """Every layer in one block; with `winograd`, every layer given that tile (the pass
+        rewrites the ones the op can compute: 3x3, stride 1)."""
         names = list(layers)
         return LayoutPlan({n: block for n in names}, {} if winograd is None else {n: winograd for n in names})
 
     def describe(self) -> str:
-        """`conv2d_0:0 conv2d_1:8 …` (compact, for reports), `/F4` after a layer with a Winograd tile."""
+        """`conv2d_0:0 conv2d_1:16/F4 …` (compact, for reports): `/F4` after a layer with a Winograd
+        tile, `/direct` after an NCHW layer the plan keeps direct."""
         def one(name: str, b: int) -> str:
             t = self.winograd.get(name)
-            return f"{name}:{b}" + ("" if t is None or b else f"/F{t}" if t else "/direct")
+            return f"{name}:{b}" + (f"/F{t}" if t else "/direct" if t == 0 and not b else "")
 
         return " ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)"
 
@@ -134,8 +142,8 @@ class LayoutPlan:
 def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks())
-    return [*graph_passes(), convert, FoldConstant(), SimplifyExpr(), WinogradConv(tiles=plan.conv_tiles()),
-            FoldConstant(), FuseOps()]
+    return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
+            SimplifyExpr(), FuseOps()]
 
 
 def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:

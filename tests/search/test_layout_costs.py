@@ -71,7 +71,22 @@ def test_kernel_costs_cover_every_layer_in_every_layout():
     for c in costs.values():
         assert set(c.kernel) == {0, *blocks} and all(s > 0 for s in c.kernel.values())
         assert set(c.source.values()) == {"default"}
-        assert c.kernel[0] == min(c.nchw.values())  # NCHW costs its fastest form
-    # its one 3x3 stride-1 conv (64 channels, 7x7) was measured direct or F(2x2) and as F(4x4)
-    forms = sorted(tuple(sorted(c.nchw)) for c in costs.values())
-    assert forms == [(0,), (0,), (0, 4)] or forms == [(0,), (0,), (2, 4)], forms
+        for block in c.kernel:  # a layout costs its fastest form there
+            assert c.kernel[block] == min(s for (b, _), s in c.forms.items() if b == block)
+    # its one 3x3 stride-1 conv (64 channels, 7x7) was measured direct or F(2x2) and as F(4x4) in
+    # NCHW, and direct and as F(4x4) in each block
+    nchw = sorted(tuple(sorted(t for b, t in c.forms if b == 0)) for c in costs.values())
+    assert nchw == [(0,), (0,), (0, 4)] or nchw == [(0,), (0,), (2, 4)], nchw
+    for block in blocks:
+        tiles = sorted(tuple(sorted(t for b, t in c.forms if b == block)) for c in costs.values())
+        assert tiles == [(0,), (0,), (0, 4)], (block, tiles)
+
+
+def test_a_layout_costs_its_fastest_form_and_names_its_tile():
+    cost = LayerCost()
+    cost.add((16, 0), 2.0, "tuned")
+    cost.add((16, 4), 1.5, "default")
+    cost.add((16, 4), 1.8, "tuned")  # the same form measured again, slower: the faster timing stays
+    cost.add((0, 2), 3.0, "tuned")
+    assert cost.kernel == {16: 1.5, 0: 3.0} and cost.source == {16: "default", 0: "tuned"}
+    assert cost.tile(16) == 4 and cost.tile(0) == 2 and cost.tile(8) == 0

@@ -93,7 +93,8 @@ def _reference(model) -> np.ndarray:
 def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
     layers = conv_layers(model.mod)
     rng = random.Random(3)
-    plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers})
+    plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers},
+                      {name: rng.choice([0, 2, 4]) for name in layers})  # Winograd in any layout
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with tuning_db.open(url) as db:
         _store(db, model, plan)
@@ -175,7 +176,8 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     for b in (0, 8, 16):
         layouts = {n: b if b in costs[n].kernel_s else 0 for n in names}
         assert r.solution.cost <= plan_cost(graph, assign(graph, layouts)) + 1e-12
-    assert r.modeled["default"] == pytest.approx(plan_cost(graph, assign(graph, {})))
+    # `default` is all NCHW, each layer in the form it builds: at least the fastest NCHW form's cost
+    assert plan_cost(graph, assign(graph, {})) <= r.modeled["default"] + 1e-12
     assert main(["db", "plan", "--db", url, "--model", model.name]) == 0
     out = capsys.readouterr().out
     assert sum(line.startswith("conv2d_") for line in out.splitlines()) == len(names)

@@ -14,8 +14,9 @@ from search.plan_screen import PRUNE_RATIO, TRAILING_RATIO, PlanScreen, decide, 
 def _costs() -> dict[str, LayerCost]:
     """Two layers: on `a` block 16 leads (NCHW direct 3x, block 8 1.2x behind); on `b` F(2x2) leads."""
     return {
-        "a": LayerCost(kernel={0: 3.0, 8: 1.2, 16: 1.0}, nchw={0: 3.0}),
-        "b": LayerCost(kernel={0: 1.0, 8: 2.0, 16: 1.6}, nchw={0: 4.0, 2: 1.0}),
+        "a": LayerCost(kernel={0: 3.0, 8: 1.2, 16: 1.0}, forms={(0, 0): 3.0, (8, 0): 1.2, (16, 0): 1.0}),
+        "b": LayerCost(kernel={0: 1.0, 8: 2.0, 16: 1.6},
+                       forms={(0, 0): 4.0, (0, 2): 1.0, (8, 0): 2.0, (16, 0): 1.6}),
     }
 
 
