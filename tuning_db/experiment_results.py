@@ -13,7 +13,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,15 +102,28 @@ def all_results(conn: Connection) -> list[ExperimentResult]:
     return [_record(r) for r in conn.execute(select(t).order_by(t.c.id))]
 
 
-def copy_missing_results(conn: Connection, rows: list[ExperimentResult]) -> int:
-    """Insert the rows whose uid this log lacks (a merge); returns how many were new."""
+def copy_missing_results(conn: Connection, rows: Iterable[ExperimentResult],
+                         on_error: Callable[[int, TuningDBError], None] | None = None) -> int:
+    """Insert the rows whose uid this log lacks (a merge; a uid repeated in `rows` is inserted
+    once); returns how many were new. A row `insert_result` refuses raises, unless `on_error` takes
+    it (with the row's index in `rows`), and the others are still inserted."""
     have = set(conn.execute(select(t.c.uid)).scalars())
-    new = [r for r in rows if r.uid not in have]
-    for r in new:
-        insert_result(conn, experiment=r.experiment, mode=r.mode, unit=r.unit, machine=r.machine,
-                      result=r.result, machine_info=r.machine_info, code_version=r.code_version,
-                      uid=r.uid, recorded_at=r.recorded_at)
-    return len(new)
+    added = 0
+    for i, r in enumerate(rows):
+        if r.uid in have:
+            continue
+        try:
+            insert_result(conn, experiment=r.experiment, mode=r.mode, unit=r.unit, machine=r.machine,
+                          result=r.result, machine_info=r.machine_info, code_version=r.code_version,
+                          uid=r.uid, recorded_at=r.recorded_at)
+        except TuningDBError as e:
+            if on_error is None:
+                raise
+            on_error(i, e)
+            continue
+        have.add(r.uid)
+        added += 1
+    return added
 
 
 __all__ = ["ExperimentResult", "all_results", "copy_missing_results", "insert_result", "latest_results"]

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
-from . import schema
 from .engine import read_tx, write_tx
 from .errors import TuningDBError
-from .experiment_results import ExperimentResult, all_results, insert_result
+from .experiment_results import ExperimentResult, all_results, copy_missing_results
 from .jsonl import read_lines
 
 FIELDS = ("uid", "experiment", "mode", "unit", "machine", "machine_info", "code_version", "result",
@@ -54,29 +52,27 @@ def _row(obj: dict[str, Any]) -> ExperimentResult:
 def import_results(engine: Engine, path: str | os.PathLike[str]) -> tuple[int, int, list[tuple[int, str]]]:
     """Read a file `export_results` wrote: (rows added, rows already present, bad lines as
     (line number, message))."""
-    added = present = 0
     errors: list[tuple[int, str]] = []
-    lines: Iterable[tuple[int, dict[str, Any] | str]] = read_lines(path)
-    with write_tx(engine) as conn:
-        have = set(conn.execute(select(schema.experiment_results.c.uid)).scalars())
-        for lineno, obj in lines:
+    rows: list[ExperimentResult] = []
+    linenos: list[int] = []
+    for lineno, obj in read_lines(path):
+        try:
             if isinstance(obj, str):
-                errors.append((lineno, obj))
-                continue
-            try:
-                r = _row(obj)
-                if r.uid in have:
-                    present += 1
-                    continue
-                insert_result(conn, experiment=r.experiment, mode=r.mode, unit=r.unit, machine=r.machine,
-                              result=r.result, machine_info=r.machine_info, code_version=r.code_version,
-                              uid=r.uid, recorded_at=r.recorded_at)
-            except TuningDBError as e:
-                errors.append((lineno, str(e)))
-                continue
-            have.add(r.uid)
-            added += 1
-    return added, present, errors
+                raise TuningDBError(obj)
+            rows.append(_row(obj))
+            linenos.append(lineno)
+        except TuningDBError as e:
+            errors.append((lineno, str(e)))
+    refused: list[int] = []
+
+    def refuse(i: int, e: TuningDBError) -> None:
+        refused.append(i)
+        errors.append((linenos[i], str(e)))
+
+    with write_tx(engine) as conn:
+        added = copy_missing_results(conn, rows, on_error=refuse)
+    errors.sort()
+    return added, len(rows) - added - len(refused), errors
 
 
 __all__ = ["export_results", "import_results"]

@@ -59,11 +59,11 @@ def _weight_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
 
 def data_block(layout: str) -> int:
     """The channel block of a `data_layout`: 0 for NCHW, x for NCHW{x}c."""
-    if layout == "NCHW":
+    lay = parse_layout(CONV, layout, "NCHW", "data_layout")
+    if lay.axes == ("N", "C", "H", "W"):
         return 0
-    digits = layout[4:-1]
-    if layout.startswith("NCHW") and layout.endswith("c") and digits.isdigit() and int(digits) > 0:
-        return int(digits)
+    if lay.axes == ("N", "C", "H", "W", "c"):
+        return lay.factors["c"]
     raise rel_error(CONV, f"data_layout must be NCHW or NCHW<x>c, got {layout!r}")
 
 

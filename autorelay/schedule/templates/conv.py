@@ -13,7 +13,7 @@ from __future__ import annotations
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
-from autorelay.schedule.templates.generic import _outer_fuse
+from autorelay.schedule.templates.generic import _outer_fuse, vector_axis
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
@@ -24,15 +24,7 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
     steps: list[S.Step] = []
     for t in pat.others:
         if t.op is not None and t.op.tag == "pad" and pad_mode == "root":
-            axes = [a.name for a in t.op.axes]
-            # batch, channels (blocks) and rows in parallel: a 3-channel stem has one (batch,
-            # block) pair, which alone would copy its padded image on one thread
-            fs, fused = _outer_fuse(t.name, axes[:3])
-            steps += fs
-            if fused is not None:
-                steps.append(S.Parallel(t.name, fused))
-            if t.shape[-1] >= lanes:  # the copy runs as vectors; border lanes are clamped loads
-                steps += [S.Split(t.name, axes[-1], lanes), S.Vectorize(t.name, f"{axes[-1]}_i")]
+            steps += root_pad_copy(t, lanes)
         else:
             steps.append(S.ComputeInline(t.name))
     red = pat.reduce
@@ -42,6 +34,23 @@ def _prologue(cdef: ComputeDef, pad_mode: str, lanes: int = 8) -> tuple[list[S.S
         steps.append(S.CacheWrite(out))
         return steps, out, f"{out}_local", red
     return steps, out, red.name, red
+
+
+def root_pad_copy(pad: Tensor, lanes: int) -> list[S.Step]:
+    """A padding stage as its own pass into a workspace: batch, channels (or channel blocks) and
+    rows fused into the parallel loop (a 3-channel stem has one (batch, block) pair, which alone
+    would copy its padded image on one thread), the innermost axis as vectors: a channel block
+    whole (`vector_axis`), an NCHW row in vectors of `lanes` when it is that wide (border lanes
+    are clamped loads)."""
+    axes = [a.name for a in pad.op.axes]  # type: ignore[union-attr]
+    steps, fused = _outer_fuse(pad.name, axes[:3])
+    if fused is not None:
+        steps.append(S.Parallel(pad.name, fused))
+    if pad.ndim == 5:  # NCHW[x]c
+        return steps + vector_axis(pad.name, axes[-1], pad.shape[-1], lanes)
+    if pad.shape[-1] >= lanes:
+        steps += [S.Split(pad.name, axes[-1], lanes), S.Vectorize(pad.name, f"{axes[-1]}_i")]
+    return steps
 
 
 def _padded(cdef: ComputeDef) -> bool:

@@ -36,6 +36,14 @@ def _outer_fuse(out: str, axes: list[str]) -> tuple[list[S.Step], str | None]:
     return steps, name
 
 
+def vector_axis(stage: str, axis: str, extent: int, lanes: int) -> list[S.Step]:
+    """Vectorise a channel-block axis: one vector when it fits, else whole vectors of `lanes`,
+    unrolled (a block of 32 on AVX2: four vectors side by side)."""
+    if extent <= lanes:
+        return [S.Vectorize(stage, axis)]
+    return [S.Split(stage, axis, lanes), S.Unroll(stage, f"{axis}_o"), S.Vectorize(stage, f"{axis}_i")]
+
+
 def _vector_last(out: str, last: str, vec: int, unroll: int) -> tuple[list[S.Step], str]:
     """Split the last axis into [outer, (unroll), vector]; returns steps and the outer loop name."""
     steps: list[S.Step] = []

@@ -23,6 +23,8 @@ from __future__ import annotations
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
+from autorelay.schedule.templates.conv import root_pad_copy
+from autorelay.schedule.templates.generic import vector_axis
 from autorelay.schedule.templates.winograd import winograd_stages
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
@@ -82,24 +84,11 @@ class Conv2dWinogradNCHWcTemplate(Template):
         lanes = target.vector_lanes()
         steps: list[S.Step] = [S.ComputeInline(t.name) for t in inlined]
         if pad is not None:
-            steps += _pad_copy(pad, lanes) if config["pad"] == "root" else [S.ComputeInline(pad.name)]
+            steps += root_pad_copy(pad, lanes) if config["pad"] == "root" else [S.ComputeInline(pad.name)]
         steps += _input_transform(v, m.op.attrs["tiles_w"], lanes)  # type: ignore[union-attr]
         steps += _gemm(m, config, lanes)
         steps += _output_transform(pattern(cdef).output, m.op.attrs["tile"], lanes)  # type: ignore[union-attr]
         return tuple(steps)
-
-
-def _vector_axis(stage: str, axis: str, extent: int, lanes: int) -> list[S.Step]:
-    """Vectorise a channel-block axis: whole vectors of `lanes`, unrolled, when the block is wider."""
-    if extent <= lanes:
-        return [S.Vectorize(stage, axis)]
-    return [S.Split(stage, axis, lanes), S.Unroll(stage, f"{axis}_o"), S.Vectorize(stage, f"{axis}_i")]
-
-
-def _pad_copy(pad: Tensor, lanes: int) -> list[S.Step]:
-    n, cb, h, _w, c = (a.name for a in pad.op.axes)  # type: ignore[union-attr]
-    return [S.Fuse(pad.name, n, cb), S.Fuse(pad.name, f"{n}_{cb}", h), S.Parallel(pad.name, f"{n}_{cb}_{h}"),
-            *_vector_axis(pad.name, c, pad.shape[-1], lanes)]
 
 
 def _input_transform(v: Tensor, tw: int, lanes: int) -> list[S.Step]:
@@ -110,7 +99,7 @@ def _input_transform(v: Tensor, tw: int, lanes: int) -> list[S.Step]:
         S.Fuse(v.name, cb, f"{p}_row"),
         S.Parallel(v.name, f"{cb}_{p}_row"),
         S.Unroll(v.name, z),
-        *_vector_axis(v.name, c, v.shape[-1], lanes),
+        *vector_axis(v.name, c, v.shape[-1], lanes),
     ]
 
 
@@ -129,7 +118,7 @@ def _gemm(m: Tensor, config: Config, lanes: int) -> list[S.Step]:
         S.Fuse(name, z, blocks[0]),
         S.Parallel(name, f"{z}_{blocks[0]}"),
         S.Unroll(name, f"{k}_i"),
-        *_vector_axis(name, o, m.shape[-1], lanes),
+        *vector_axis(name, o, m.shape[-1], lanes),
         # the register tile: input channels outermost, then every tile x block x vector unrolled
         S.Split(acc, rc, ic),
         S.Split(acc, o, min(lanes, m.shape[-1])),
@@ -152,7 +141,7 @@ def _output_transform(out: Tensor, tile: int, lanes: int) -> list[S.Step]:
         S.Parallel(out.name, f"{n}_{k}_{y}_o"),
         S.Unroll(out.name, f"{y}_i"),
         S.Unroll(out.name, f"{x}_i"),
-        *_vector_axis(out.name, o, out.shape[-1], lanes),
+        *vector_axis(out.name, o, out.shape[-1], lanes),
     ]
 
 
