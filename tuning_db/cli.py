@@ -190,7 +190,7 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
         for row in layers:  # the JSON is the compiler's; only these display fields are read
             kernel = row.get("kernel_ms", {})
             block, tile = row.get("block", "?"), row.get("winograd_tile", 0)
-            rows.append([row.get("layer", "?"), f"0 (F{tile} Winograd)" if block == 0 and tile else block]
+            rows.append([row.get("layer", "?"), f"{block} (F{tile} Winograd)" if tile else block]
                         + [_ms(kernel.get(str(b))) for b in blocks]
                         + [_ms(row.get("transform_ms")), row.get("source", "-")])
         print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source"],
