@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from search.textfile import read_program_text
 from tuning_db.cli_args import nonneg_int, positive_float, positive_int
@@ -187,7 +189,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         where = f"on {gpu}, host copies included; device time {device:.3f} ms"
     print(f"{model.name}: built in {res.compile.seconds:.1f} s; first call {res.first_call_s * 1e3:.3f} ms, "
           f"median of {args.repeat} calls {res.latency_s * 1e3:.3f} ms ({where})")
+    if args.segments and exe.target.kind != "cuda":
+        _print_segments(exe, exe.profile_segments(*run_inputs(exe, model), repeat=min(args.repeat, 10)))
     return 0
+
+
+def _print_segments(exe: Any, segments: list[list[tuple[str, float]]]) -> None:
+    """The kernels that run as several loop nests, each nest's median time."""
+    print("kernels run as several loop nests (us, median per nest):")
+    for i, (row, nests) in enumerate(zip(exe.report.rows, segments)):
+        if len(nests) > 1:
+            print(f"{i:>3} {row.name[:34]:<34} "
+                  + ", ".join(f"{re.sub(r'^k_[0-9a-f]+_', '', n)} {t * 1e6:.1f}" for n, t in nests))
 
 
 def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
@@ -248,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(run, log_help + "data directory)")
     run.add_argument("--repeat", type=positive_int, default=10,
                      help="timed calls after the first (median shown)")
+    run.add_argument("--segments", action="store_true",
+                     help="also time each loop nest of the kernels that run as several (a padded copy, "
+                          "the stages of a Winograd convolution)")
     add_precision_args(run)
     run.set_defaults(func=_cmd_run)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import autorelay
 from autorelay.codegen import resolve_target
+from autorelay.ir.module import IRModule
 from autorelay.primitive import KernelMemo
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
@@ -129,12 +130,12 @@ def layout_label(block: int, tile: int) -> str:
     return f"{block}/F{tile}" if tile else str(block)
 
 
-def per_model_forms(model: Model, prepared: PreparedModel) -> dict[str, Form]:
-    """Each conv layer's form, (block, Winograd tile), in a per-model pipeline's build; its block as
-    the pipeline asks for it, as the layer costs name it (a conv with fewer channels is built in a
+def per_model_forms(graph: IRModule, prepared: PreparedModel) -> dict[str, Form]:
+    """Each conv layer of `graph` (the model after the graph optimisations, where layers are
+    named) -> its form, (block, Winograd tile), in a per-model pipeline's build; its block as the
+    pipeline asks for it, as the layer costs name it (a conv with fewer channels is built in a
     divisor of it)."""
     asked, _ = pipeline_layout(prepared.pipeline)
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     built = built_layers(graph, prepared.module)
     return {name: (asked if block else 0, winograd_tile(fn)) for name, (block, fn) in built.items()}
 
@@ -182,7 +183,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     diff = max_difference(exes[PLAN](*args), exes["default"](*args))
     times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
     winner = min(times, key=times.__getitem__)
-    forms = {p: per_model_forms(model, prepared[p]) for p in candidates(target, threads)}
+    named = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    forms = {p: per_model_forms(named, prepared[p]) for p in candidates(target, threads)}
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
     best_model = min((p for p in times if p != PLAN), key=times.__getitem__)
     parts = breakdown(graph, sol.layouts)

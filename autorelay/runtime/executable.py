@@ -72,10 +72,8 @@ class KernelArtifact:
             emu = (code.emulation.text, list(code.emulation.segments)) if code.emulation else None
             return KernelArtifact(k.code.key, code.ptx, list(code.segments), len(k.func.params) + len(ws), ws,
                                   k.module, [(la.grid, la.block) for la in code.launches], emu)
-        symbol = f"k_{k.module.key[:16]}"  # compile_kernel's symbol naming (emit_module appends _sK)
-        segs = [(f"{symbol}_s{i}", par) for i, (_, par) in enumerate(k.module.functions)]
         nbuf = len(k.func.params) + len(ws)
-        return KernelArtifact(k.module.key, k.module.llvm_ir, segs, nbuf, ws, k.module)
+        return KernelArtifact(k.module.key, k.module.llvm_ir, list(k.code.code.segments), nbuf, ws, k.module)
 
     def spec(self) -> KernelSpec:
         return KernelSpec(self.key, self.workspaces, list(self.module.functions), list(self.module.jobs))
@@ -150,13 +148,30 @@ class Executable:
 
         Without inputs, random ones of the right shapes are used.
         """
-        if not inputs:
-            rng = np.random.default_rng(0)
-            inputs = tuple(rng.standard_normal(self.plan.slots[s].shape).astype(self.plan.slots[s].dtype)
-                           for s in self.plan.input_slots)
-        times = self._executor.profile(self._check(inputs), repeat)
+        times = self._executor.profile(self._check(self._or_random(inputs)), repeat)
         self.report.set_times(times)
         return self.report
+
+    def _or_random(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        if inputs:
+            return inputs
+        rng = np.random.default_rng(0)
+        return tuple(rng.standard_normal(self.plan.slots[s].shape).astype(self.plan.slots[s].dtype)
+                     for s in self.plan.input_slots)
+
+    def profile_segments(self, *inputs: Any, repeat: int = 10) -> list[list[tuple[str, float]]]:
+        """Per step of the report, (segment, median seconds) of each loop nest its kernel runs as
+        its own call (a padded copy, the three stages of a Winograd convolution, a parallel
+        loop); a step that is not a compiled kernel is one entry named by its kind. CPU only;
+        without inputs, random ones as for `profile`."""
+        if not isinstance(self._executor, GraphExecutor):
+            raise TypeError("profile_segments: only CPU executables run their kernels segment by segment")
+        times = self._executor.profile_calls(self._check(self._or_random(inputs)), repeat)
+        out = []
+        for st, secs in zip(self.plan.steps, times):
+            names = [n for n, _ in self.kernels[st.kernel].segments] if st.kind == "kernel" else [st.kind]
+            out.append(list(zip(names, secs)) if len(names) == len(secs) else [(st.kind, sum(secs))])
+        return out
 
     def device_ms(self, *inputs: Any, repeat: int = 20) -> float:
         """GPU executables: milliseconds of device time per forward pass, the inputs already on the

@@ -169,18 +169,28 @@ class GraphExecutor:
         outs = [self.arrays[o].copy() for o in self.plan.output_slots]
         return tuple(outs) if self.plan.output_is_tuple else outs[0]
 
-    def profile(self, args: Sequence[np.ndarray], repeat: int = 10) -> list[float]:
-        """Median seconds of each step over `repeat` runs (after one warm-up run)."""
+    def _timed_runs(self, args: Sequence[np.ndarray], repeat: int) -> np.ndarray:
+        """Seconds of every call in each of `repeat` runs, [repeat, calls], after a warm-up run."""
         self.run(args)
-        times = np.zeros((repeat, len(self.plan.steps)))
+        times = np.zeros((repeat, len(self.calls)))
         for r in range(repeat):
             self.bind_inputs(args)
-            for k, (lo, hi) in enumerate(self.step_ranges):
+            for i, (f, a) in enumerate(self.calls):
                 t0 = time.perf_counter()
-                for f, a in self.calls[lo:hi]:
-                    f(*a)
-                times[r, k] = time.perf_counter() - t0
-        return [float(x) for x in np.median(times, axis=0)]
+                f(*a)
+                times[r, i] = time.perf_counter() - t0
+        return times
+
+    def profile(self, args: Sequence[np.ndarray], repeat: int = 10) -> list[float]:
+        """Median seconds of each step over `repeat` runs (after one warm-up run)."""
+        times = self._timed_runs(args, repeat)
+        return [float(np.median(times[:, lo:hi].sum(axis=1))) for lo, hi in self.step_ranges]
+
+    def profile_calls(self, args: Sequence[np.ndarray], repeat: int = 10) -> list[list[float]]:
+        """Per step, the median seconds of each of its calls over `repeat` runs: a kernel makes
+        one call per loop nest it compiled to (its segments: a padded copy, a Winograd stage)."""
+        med = np.median(self._timed_runs(args, repeat), axis=0)
+        return [[float(x) for x in med[lo:hi]] for lo, hi in self.step_ranges]
 
 
 def _input_views(plan: GraphPlan) -> dict[int, tuple[int, int]]:

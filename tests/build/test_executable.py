@@ -93,6 +93,23 @@ def test_profile_fills_shares(net):
     assert "conv2d" in text and "memory: peak" in text
 
 
+def test_profile_segments_time_each_loop_nest_by_its_stage(net, tmp_path):
+    """A blocked conv with a padded copy runs as two loop nests; each is timed and named by the
+    stage its outer loop computes, and a saved executable keeps the names."""
+    mod, params, x, _, _ = net
+    exe = autorelay.build(mod, params=params, pipeline="nchwc-direct")
+    segments = exe.profile_segments(x, repeat=2)
+    assert len(segments) == len(exe.report.rows)
+    assert all(t > 0 for nests in segments for _, t in nests)
+    convs = [nests for row, nests in zip(exe.report.rows, segments) if row.name.startswith("conv2d")]
+    assert convs and all(len(nests) == 2 and nests[0][0].endswith("_pad") for nests in convs), convs
+    exe.save(tmp_path / "net.zip")
+    again = autorelay.load(tmp_path / "net.zip")
+    assert [[n for n, _ in nests] for nests in again.profile_segments(x, repeat=1)] == \
+        [[n for n, _ in nests] for nests in segments]
+    np.testing.assert_allclose(again(x)[0], exe(x)[0], rtol=1e-6)
+
+
 def test_threads_do_not_change_results(net):
     _, _, x, _, exe = net
     one = exe(x)

@@ -15,6 +15,7 @@ dot loops become dot-product instructions (`dot_loops.DotLoopEmitter`, which thi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
@@ -369,6 +370,17 @@ def segments(f: PrimFunc) -> list[Stmt]:
     return list(f.body.stmts) if isinstance(f.body, Seq) else [f.body]
 
 
+def segment_label(seg: Stmt) -> str:
+    """`_<stage>` for a segment that is a loop nest (the stage its outer loop computes, e.g.
+    `_conv2d_nchwc_pad`), so a profile of a kernel's segments says which loop nest each one is."""
+    while isinstance(seg, Allocate):
+        seg = seg.body
+    if not isinstance(seg, For):
+        return ""
+    stage = re.sub(r"[^A-Za-z0-9_]", "_", seg.var.name.split(".")[0])[:40]
+    return f"_{stage}" if stage else ""
+
+
 def driver_name(segment: str) -> str:
     return f"{segment}_par"
 
@@ -441,7 +453,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
     funcs, info = [], []
     declared: set[str] = set()
     for k, seg in enumerate(segments(f)):
-        name = f"{symbol}_s{k}"
+        name = f"{symbol}_s{k}{segment_label(seg)}"
         em = SegmentEmitter(name, buffers, seg, target)
         funcs.append(em.emit())
         declared |= em.declared

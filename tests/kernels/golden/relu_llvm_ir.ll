@@ -1,4 +1,4 @@
-define void @relu_s0(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end) #0 {
+define void @relu_s0_relu(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end) #0 {
 entry:
   br label %hdr1
 hdr1:
