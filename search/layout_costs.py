@@ -114,7 +114,6 @@ class LayerCost:
 
     kernel: dict[int, float] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
-    winograd: bool = False  # `default` runs it as Winograd (so the per-model nchwc pipelines keep it NCHW)
     forms: dict[Form, float] = field(default_factory=dict)
     # every form a candidate build gave it, measured or not: (block, Winograd tile) -> workload key
     keys: dict[Form, str] = field(default_factory=dict)
@@ -188,8 +187,6 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
             rows = by_key.get(key, [])
             if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
                 continue
-            if block == 0 and not plan.winograd:
-                cost.winograd = tile > 0
             cost.add(form, statistics.median(t for t, _ in rows), rows[0][1])
     return out
 

@@ -170,7 +170,7 @@ class Executable:
         out = []
         for st, secs in zip(self.plan.steps, times):
             names = [n for n, _ in self.kernels[st.kernel].segments] if st.kind == "kernel" else [st.kind]
-            out.append(list(zip(names, secs)) if len(names) == len(secs) else [(st.kind, sum(secs))])
+            out.append(list(zip(names, secs, strict=True)))  # one call per segment
         return out
 
     def device_ms(self, *inputs: Any, repeat: int = 20) -> float:
