@@ -92,6 +92,14 @@ class Target:
     def vector_registers(self) -> int:
         return 32 if self.has("avx512f") else 16
 
+    @property
+    def local_bytes(self) -> int:
+        """Bytes one CPU kernel segment may hold in local buffers. They are allocas in its frame,
+        and a segment runs on whichever thread calls the kernel (and on the team's workers): a
+        Linux thread's stack is 8 MiB by default and the caller's own frames share it, so a
+        quarter of that is left to a kernel."""
+        return 2 << 20
+
     # ---- GPU limits (cuda targets; `autorelay.codegen.nvptx.device` fills them in) -----------
     @property
     def arch(self) -> str:

@@ -152,26 +152,26 @@ class Lowerer:
     def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int]]:
         """Base expressions and extents of `prod` read by `cons` inside its attach loop."""
         assert prod.attach is not None
-        readers: list[tuple[Stage, list[Var]]] = []
+        readers: list[tuple[Stage, list[Var], dict[Var, tuple[int, int]]]] = []
         for c in self.stages:
             if c is prod or not any(r.tensor is prod.tensor for r in _reads(self.bodies[c.name])):
                 continue
+            nested = self._loops_inside(c, prod.attach) if c is not cons else None
             if c is cons:
-                readers.append((c, cons.leaves[cons.leaves.index(prod.attach[1]) + 1 :]))
-            elif c.attach == prod.attach and c.name in self.layout:
-                readers.append((c, c.leaves))
+                readers.append((c, cons.leaves[cons.leaves.index(prod.attach[1]) + 1 :],
+                                self._leaf_bounds(c, c.leaves)))
+            elif nested is not None:
+                readers.append((c, list(nested), nested))
             else:
                 raise ScheduleError(
                     f"ComputeAt {prod.name}: {c.name} also reads it but is neither {cons.name} nor "
-                    f"computed at the same loop"
+                    f"computed inside the same loop"
                 )
         # a block's shared copy serves all its threads: thread indices count as inner loops
         relax = self._thread_bounds() if prod.scope == "shared" else {}
         reads = []
-        for c, inner_vars in readers:
-            lay = self.layout[c.name]
+        for c, inner_vars, all_b in readers:
             vals = self._root_vals(c)
-            all_b = {v: (0, lay.leaf_ext[v] - 1) for v in c.leaves}
             inner = {**relax, **{v: all_b[v] for v in inner_vars}}
             for n in _reads(self.bodies[c.name]):
                 if n.tensor is prod.tensor:
@@ -214,6 +214,30 @@ class Lowerer:
         out_base = [simplify(Bin("add", b, Const(lh[0], "int64"), "int64")) for b, lh in zip(bases, lo_hi)]
         exts = [lh[1] - lh[0] + 1 for lh in lo_hi]
         return out_base, exts
+
+    def _loops_inside(self, st: Stage, loop: tuple[str, Var]) -> dict[Var, tuple[int, int]] | None:
+        """Bounds of the loops a read by `st` varies over within one iteration of `loop`: those of
+        `st` and of every stage it is computed inside, up to one computed at `loop` or at a loop
+        nested in it (a GEMM's register tile computed inside a stage that is itself computed at
+        an output's loop reads its input over both stages' loops). None when `st` is not computed
+        inside `loop` or a stage on the way is not laid out yet."""
+        bounds: dict[Var, tuple[int, int]] = {}
+        while st.attach is not None and st.name in self.layout:
+            bounds.update(self._leaf_bounds(st, st.leaves))
+            if st.attach == loop:
+                return bounds
+            owner = self.state.stage(st.attach[0])
+            if owner.name == loop[0]:  # at a loop of the same stage: inside `loop` if nested in it
+                leaves = owner.leaves
+                if loop[1] not in leaves or leaves.index(st.attach[1]) <= leaves.index(loop[1]):
+                    return None
+                return {**bounds, **self._leaf_bounds(owner, leaves[leaves.index(loop[1]) + 1 :])}
+            st = owner
+        return None
+
+    def _leaf_bounds(self, st: Stage, leaves: list[Var]) -> dict[Var, tuple[int, int]]:
+        lay = self.layout[st.name]
+        return {v: (0, lay.leaf_ext[v] - 1) for v in leaves}
 
     def _thread_bounds(self) -> dict[Var, tuple[int, int]]:
         """Bounds of every loop bound to a GPU thread index in the stages laid out so far."""

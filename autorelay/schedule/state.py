@@ -99,6 +99,16 @@ class State:
                 return s
         return None
 
+    def computed_inside(self, st: Stage, outer: Stage) -> bool:
+        """Whether `st` is computed at a loop of `outer`, directly or through stages that are."""
+        seen = set()
+        while st.attach is not None and st.name not in seen:
+            seen.add(st.name)
+            if st.attach[0] == outer.name:
+                return True
+            st = self.stage(st.attach[0])
+        return False
+
     def consumers(self, st: Stage) -> list[Stage]:
         """Stages that read `st` once inlined stages are substituted."""
         return [
@@ -198,8 +208,9 @@ def apply_step(state: State, step: S.Step) -> None:
         tgt = state.stage(step.target)
         if st.is_output or st.inline:
             raise ScheduleError(f"ComputeAt {st.name}: an output or inlined stage cannot be moved")
-        if tgt not in state.consumers(st):
-            raise ScheduleError(f"ComputeAt {st.name}: target {tgt.name} does not read it")
+        if not any(tgt is c or state.computed_inside(c, tgt) for c in state.consumers(st)):
+            raise ScheduleError(f"ComputeAt {st.name}: target {tgt.name} does not read it (neither itself "
+                                "nor through a stage computed inside it)")
         st.attach = (tgt.name, tgt.leaf(step.axis))
         st.scope = "shared" if st.scope == "shared" else "local"
     elif isinstance(step, S.ComputeInline):

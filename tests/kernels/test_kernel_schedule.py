@@ -201,6 +201,47 @@ def test_compute_at_region_is_the_tile():
     assert "alloc C_local_l: float32[4, 8] local" in text
 
 
+def _scaled_matmul(m=16, n=24, k=20):
+    """C = (2 A) W^T with the scaling its own stage P, so P can be computed at a loop of C."""
+    a, w = te.placeholder((m, k), name="A"), te.placeholder((n, k), name="W")
+    p = te.compute((m, k), lambda i, r: a[i, r] * 2.0, name="P", tag="injective")
+    kk = te.reduce_axis(k, "k")
+    c = te.compute((m, n), lambda i, j: te.sum(p[i, kk] * w[j, kk], kk), name="C")
+    return te.make_def([a, w], c)
+
+
+def test_compute_at_reaches_a_reader_computed_inside_the_target():
+    """P is read only by C's register tile C_local, itself computed at C's loop j_o: P can still
+    be computed at C's outer loop i_o, over every row that iteration's tiles read."""
+    cdef = _scaled_matmul()
+    steps = [
+        S.CacheWrite("C"),
+        S.Split("C", "i", 4),
+        S.Split("C", "j", 8),
+        S.Reorder("C", ("i_o", "j_o", "i_i", "j_i")),
+        S.ComputeAt("C_local", "C", "j_o"),
+        S.ComputeAt("P", "C", "i_o"),
+    ]
+    assert "alloc P_l: float32[4, 20] local" in func_str(apply(cdef, steps)[0])
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((16, 20), dtype=np.float32), rng.standard_normal((24, 20), dtype=np.float32)
+    np.testing.assert_allclose(compile_kernel(cdef, steps).run(a, w), 2 * a @ w.T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ScheduleError, match="target C does not read it"):  # C_local is not inside C
+        apply(cdef, [*steps[:4], S.ComputeAt("P", "C", "i_o")])
+
+
+def test_local_buffers_over_the_targets_budget_are_a_schedule_error():
+    """A region too large for a stack frame is refused when the kernel is emitted, not entered."""
+    target = host_target()
+    rows = target.local_bytes // (4 * 256) + 1  # one row more than the budget holds
+    cdef = _scaled_matmul(m=rows, n=8, k=256)
+    steps = [S.Split("C", "i", rows), S.ComputeAt("P", "C", "i_o")]
+    with pytest.raises(ScheduleError, match=r"P_l\[\d+, 256\]\) exceed the target's \d+-byte budget"):
+        compile_kernel(cdef, steps, target)
+    small = [S.Split("C", "i", rows - 1), S.ComputeAt("P", "C", "i_o")]
+    assert compile_kernel(cdef, small, target) is not None
+
+
 def _short_rows_kernels():
     """Kernels over (1, 32, 7, 7): a plain elementwise add, a bias add (broadcast) and an NCHW16c ->
     NCHW layout transform, with their inputs."""

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
 from autorelay.codegen.llvm.lanes import at_lane, for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
-from autorelay.codegen.llvm.values import Val, mem_align, mem_type
+from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
+from autorelay.errors import ScheduleError
 from autorelay.target import Target
 from autorelay.te.expr import (
     Bin,
@@ -447,6 +448,18 @@ def parallel_driver(segment: str, nbuffers: int) -> str:
     )
 
 
+def check_local_bytes(seg: Stmt, name: str, limit: int) -> None:
+    """Refuse a segment whose local buffers exceed `limit` bytes (`Target.local_bytes`) as a
+    schedule error the tuner records, instead of crashing the process when its frame is entered."""
+    local = [s.buffer for s in walk_stmts(seg) if isinstance(s, Allocate)]
+    total = sum(b.size * mem_bytes(b.dtype) for b in local)
+    if total > limit:
+        big = max(local, key=lambda b: b.size * mem_bytes(b.dtype))
+        raise ScheduleError(
+            f"{name}: {total} bytes of local buffers (the largest {big.name}{list(big.shape)}) exceed the "
+            f"target's {limit}-byte budget for them; compute a smaller region at once")
+
+
 def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tuple[str, int]]]:
     """LLVM IR text for `f`, and per segment (function name, parallel extent or 0)."""
     buffers = list(f.params) + list(f.workspaces)
@@ -454,6 +467,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
     declared: set[str] = set()
     for k, seg in enumerate(segments(f)):
         name = f"{symbol}_s{k}{segment_label(seg)}"
+        check_local_bytes(seg, name, target.local_bytes)
         em = SegmentEmitter(name, buffers, seg, target)
         funcs.append(em.emit())
         declared |= em.declared

@@ -31,6 +31,11 @@ def mem_type(dtype: str) -> str:
     return "i8" if dtype == "bool" else _TYPES[dtype]
 
 
+def mem_bytes(dtype: str) -> int:
+    """Bytes per element of `dtype` in memory."""
+    return {"i8": 1, "i16": 2, "i32": 4, "float": 4}.get(mem_type(dtype), 8)
+
+
 def mem_align(dtype: str) -> int:
     """Alignment promised on loads/stores: the element size, capped at 4 (buffers are at least
     element-aligned; a byte buffer may start at any address, so promising 4 there would be wrong)."""

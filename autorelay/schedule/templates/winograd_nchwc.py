@@ -13,9 +13,15 @@ three loop nests in one kernel, every one of them vectorised over a block of cha
    and tile along it: the P vectors of M are loaded once and the m x m outputs computed from them
    (unrolled), each stored as a contiguous vector of channels.
 
-Knobs: the GEMM's register tile, which of its block loops is outer, and whether the padding is
-materialised first (`root`: one vectorised copy, then unconditional loads) or folded into the
-input transform's loads (`inline`: a bounds select per vector).
+Or fused (`fuse_rows` r > 0): one parallel loop over groups of r tile rows, each unit computing
+its rows' V, then their GEMMs over every output block, then its output transform, so V and M live
+in a per-unit buffer that stays in the core's caches instead of going out to memory between the
+stages. Each unit reads all of U, so fusing pays where U stays cached (see `fused_rows`).
+
+Knobs: the GEMM's register tile, which of its block loops is outer, whether the
+padding is materialised first (`root`: one vectorised copy, then unconditional loads) or folded
+into the input transform's loads (`inline`: a bounds select per vector), and the tile rows of a
+fused unit (0: the three stages apart).
 """
 
 from __future__ import annotations
@@ -30,6 +36,15 @@ from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
 
 TILE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
+FUSED_ROWS = (1, 2, 4)
+# a fused unit of about this many tiles: ResNet-18's 56- and 28-pixel layers (F(4x4), AVX-512, 2
+# threads, weights evicted) ran 418-480 us at 2 rows x 14 tiles against 445-500 at 1 x 14 and
+# 600-680 staged, and 504 us at 4 rows x 7 tiles against 603 at 2 x 7 and 620 staged
+UNIT_TILES = 28
+# fuse only where U (every unit reads all of it) stays in the caches between units: the 64- and
+# 128-channel layers' U (0.6 and 2.4 MB) did, at 1.2-1.4x the staged kernel; the 256- and
+# 512-channel layers' (9.4 and 38 MB) did not, at 0.75-0.9x
+FUSED_WEIGHT_BYTES = 4 << 20
 
 
 def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor | None, list[Tensor]]:
@@ -37,6 +52,31 @@ def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor | None, list[Tenso
     v, m, rest = winograd_stages(cdef, "conv2d_winograd_nchwc")
     pad = next((t for t in rest if t.op is not None and t.op.tag == "pad"), None)
     return v, m, pad, [t for t in rest if t is not pad]
+
+
+def unit_rows(m: Tensor, target: Target) -> list[int]:
+    """The fused unit sizes (tile rows) for GEMM stage `m` whose V and M buffers fit the target's
+    budget for local buffers, with a quarter of it left for the rounding of their regions and the
+    register tile."""
+    positions, kb, _, oc = m.shape
+    ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
+    th, tw = m.op.attrs["tiles_h"], m.op.attrs["tiles_w"]  # type: ignore[union-attr]
+    row_bytes = positions * (ic + kb * oc) * tw * 4
+    return [r for r in FUSED_ROWS if r <= th and r * row_bytes <= target.local_bytes * 3 // 4]
+
+
+def fused_rows(m: Tensor, target: Target) -> int:
+    """Tile rows per unit of the fused form for GEMM stage `m`, 0 for the staged form: the
+    fewest rows that make a unit of about `UNIT_TILES` tiles, while every thread still gets a
+    unit, and only where U is small enough to stay cached."""
+    positions, kb, _, oc = m.shape
+    ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
+    if positions * kb * oc * ic * 4 > FUSED_WEIGHT_BYTES:
+        return 0
+    th, tw = m.op.attrs["tiles_h"], m.op.attrs["tiles_w"]  # type: ignore[union-attr]
+    fits = unit_rows(m, target)
+    usable = [r for r in fits if -(-th // r) >= min(target.threads, th)] or fits[:1]
+    return next((r for r in usable if r * tw >= UNIT_TILES), usable[-1] if usable else 0)
 
 
 def _vectors(block: int, lanes: int) -> int:
@@ -58,6 +98,7 @@ class Conv2dWinogradNCHWcTemplate(Template):
                 Knob("tile_k_blocks", [t for t in (1, 2, 3, 4) if kb % t == 0]),
                 Knob("outer", ("k", "p")),
                 Knob("pad", ("root", "inline") if pad is not None else ("inline",)),
+                Knob("fuse_rows", [0, *unit_rows(m, target)]),
             ),
         )
 
@@ -76,7 +117,8 @@ class Conv2dWinogradNCHWcTemplate(Template):
         fits = [t for t in TILE_COUNTS if t <= p and t * tk * nv <= room] or [1]
         tp = max(fits, key=lambda t: (t / tile_waste(p, t), t))
         return Config(self.name, (("tile_p", tp), ("tile_k_blocks", tk), ("outer", "k"),
-                                  ("pad", "root" if pad is not None else "inline")))
+                                  ("pad", "root" if pad is not None else "inline"),
+                                  ("fuse_rows", fused_rows(m, target))))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
@@ -85,10 +127,51 @@ class Conv2dWinogradNCHWcTemplate(Template):
         steps: list[S.Step] = [S.ComputeInline(t.name) for t in inlined]
         if pad is not None:
             steps += root_pad_copy(pad, lanes) if config["pad"] == "root" else [S.ComputeInline(pad.name)]
-        steps += _input_transform(v, m.op.attrs["tiles_w"], lanes)  # type: ignore[union-attr]
-        steps += _gemm(m, config, lanes)
-        steps += _output_transform(pattern(cdef).output, m.op.attrs["tile"], lanes)  # type: ignore[union-attr]
+        out, tile = pattern(cdef).output, m.op.attrs["tile"]  # type: ignore[union-attr]
+        if config["fuse_rows"]:
+            unit = _fused_unit(out)
+            steps += _fused_output(out, tile, config["fuse_rows"], lanes)
+            steps += _gemm(m, config, lanes, at=unit)
+            steps += _fused_input(v, lanes, at=unit)
+        else:
+            steps += _input_transform(v, m.op.attrs["tiles_w"], lanes)  # type: ignore[union-attr]
+            steps += _gemm(m, config, lanes)
+            steps += _output_transform(out, tile, lanes)
         return tuple(steps)
+
+
+def _fused_unit(out: Tensor) -> tuple[str, str]:
+    """(stage, loop) of a fused unit: the output's parallel loop over (image, row group)."""
+    n, _, y, _, _ = (a.name for a in out.op.axes)  # type: ignore[union-attr]
+    return out.name, f"{n}_{y}_o"
+
+
+def _fused_output(out: Tensor, tile: int, rows: int, lanes: int) -> list[S.Step]:
+    """The output transform's loops in fused units: (image, group of `rows` tile rows) parallel,
+    then every output block, tile row, tile and the tile's pixels."""
+    n, k, y, x, o = (a.name for a in out.op.axes)  # type: ignore[union-attr]
+    return [
+        S.Split(out.name, y, tile * rows),
+        S.Split(out.name, x, tile),
+        S.Split(out.name, f"{y}_i", tile),
+        S.Reorder(out.name, (n, f"{y}_o", k, f"{y}_i_o", f"{x}_o", f"{y}_i_i", f"{x}_i", o)),
+        S.Fuse(out.name, n, f"{y}_o"),
+        S.Parallel(out.name, f"{n}_{y}_o"),
+        S.Unroll(out.name, f"{y}_i_i"),
+        S.Unroll(out.name, f"{x}_i"),
+        *vector_axis(out.name, o, out.shape[-1], lanes),
+    ]
+
+
+def _fused_input(v: Tensor, lanes: int, at: tuple[str, str]) -> list[S.Step]:
+    """A fused unit's input transform: its tiles of every input block, positions unrolled."""
+    z, cb, p, c = (a.name for a in v.op.axes)  # type: ignore[union-attr]
+    return [
+        S.ComputeAt(v.name, *at),
+        S.Reorder(v.name, (cb, p, z, c)),
+        S.Unroll(v.name, z),
+        *vector_axis(v.name, c, v.shape[-1], lanes),
+    ]
 
 
 def _input_transform(v: Tensor, tw: int, lanes: int) -> list[S.Step]:
@@ -103,20 +186,23 @@ def _input_transform(v: Tensor, tw: int, lanes: int) -> list[S.Step]:
     ]
 
 
-def _gemm(m: Tensor, config: Config, lanes: int) -> list[S.Step]:
+def _gemm(m: Tensor, config: Config, lanes: int, at: tuple[str, str] | None = None) -> list[S.Step]:
+    """The GEMMs' register tiles: parallel over (position, outer block), or computed at a fused
+    unit's loop `at` over the unit's tiles."""
     z, k, p, o = (a.name for a in m.op.axes)  # type: ignore[union-attr]
     rc = m.op.reduce_axes[0].name  # type: ignore[union-attr]
     ic = m.op.attrs["ic_bn"]  # type: ignore[union-attr]
     name, acc = m.name, f"{m.name}_local"
     blocks = (f"{k}_o", f"{p}_o") if config["outer"] == "k" else (f"{p}_o", f"{k}_o")
+    where = [S.ComputeAt(name, *at)] if at else [S.Fuse(name, z, blocks[0]),
+                                                 S.Parallel(name, f"{z}_{blocks[0]}")]
     return [
         S.CacheWrite(name),
         S.Split(name, k, config["tile_k_blocks"]),
         S.Split(name, p, config["tile_p"]),
         S.Reorder(name, (z, *blocks, f"{k}_i", f"{p}_i", o)),
         S.ComputeAt(acc, name, blocks[1]),
-        S.Fuse(name, z, blocks[0]),
-        S.Parallel(name, f"{z}_{blocks[0]}"),
+        *where,
         S.Unroll(name, f"{k}_i"),
         *vector_axis(name, o, m.shape[-1], lanes),
         # the register tile: input channels outermost, then every tile x block x vector unrolled
