@@ -18,12 +18,12 @@ from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import TypeCheckError
 from autorelay.ir import Call, Function, IRModule, TensorType, Var, post_order
 from autorelay.ir.attrs import Attrs
-from autorelay.kernel import compile_kernel
+from autorelay.kernel import compile_kernel, emit_kernel
 from autorelay.op.registry import call
 from autorelay.op.winograd import conv_reference
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
-from autorelay.schedule.templates.winograd_nchwc import FUSED_WEIGHT_BYTES
+from autorelay.schedule.templates.winograd_nchwc import STAGED
 from autorelay.te import tensor as te
 from autorelay.te import winograd as W
 from autorelay.transform import FoldConstant, Pipeline
@@ -82,32 +82,42 @@ def test_kernel_matches_a_direct_convolution_under_sampled_configs(n, c, k, h, w
 @pytest.mark.parametrize("target", [host_target(threads=2), AVX2], ids=["host", "avx2"])
 @pytest.mark.parametrize(("n", "c", "k", "h", "w", "pad", "ic", "oc"), SHAPES)
 def test_every_fused_unit_matches_a_direct_convolution(n, c, k, h, w, pad, ic, oc, target):
-    """The fused form (V and M per unit of tile rows) under every unit size, with either GEMM
-    loop order outer: units that overhang the last tile row, span two images, or hold them all."""
+    """The fused form (V and M per unit of tile rows x output blocks) under every unit, with
+    either GEMM loop order outer: units that overhang the last tile row, span a whole image, or
+    split the output blocks (each computing the same V)."""
     cdef, args, want = _case(n, c, k, h, w, pad, ic, oc, 4)
     tmpl = template_for(cdef)
     base = tmpl.default(cdef, target).as_dict()
-    rows = [r for r in tmpl.space(cdef, target).knob("fuse_rows").values if r]
-    assert rows
-    for i, r in enumerate(rows):
-        cfg = Config(tmpl.name, tuple({**base, "fuse_rows": r, "outer": "kp"[i % 2]}.items()))
+    units = [u for u in tmpl.space(cdef, target).knob("unit").values if u != STAGED]
+    assert len({r for r, _ in units}) > 1
+    for i, unit in enumerate(units):
+        cfg = Config(tmpl.name, tuple({**base, "unit": unit, "outer": "kp"[i % 2]}.items()))
         got = compile_kernel(cdef, cfg, target).run(*args)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4 * np.abs(want).max(),
                                    err_msg=str(cfg.as_dict()))
 
 
-@pytest.mark.parametrize(("channels", "size"), [(64, 56), (128, 28), (256, 14), (512, 7), (64, 224)])
-def test_default_fuses_where_the_weights_stay_cached(channels, size):
-    """Fused where U fits the cache budget, with a unit for every thread; staged otherwise."""
+@pytest.mark.parametrize(("channels", "size"),
+                         [(64, 56), (128, 28), (256, 14), (512, 7), (64, 224), (256, 56)])
+def test_default_unit_fits_and_gives_every_thread_work(channels, size):
+    """Every offered unit fits the local-buffer budget when built; the default is one of them
+    (or staged), and a fused default leaves no thread without a unit. Staged where neither one
+    image's tiles nor a cached U allow fusing (VGG's 256-channel 56-pixel layer)."""
     target = host_target(threads=2)
     x = te.placeholder((1, channels // 16, size, size, 16), name="X")
     u = te.placeholder((36, channels // 16, channels, 16), name="U")
     cdef = te.make_def([x, u], W.conv2d_winograd_nchwc(x, u, 1), "winograd")
-    rows = template_for(cdef).default(cdef, target)["fuse_rows"]
-    assert (rows > 0) == (u.shape[0] * u.shape[1] * u.shape[2] * u.shape[3] * 4 <= FUSED_WEIGHT_BYTES)
-    tiles_h = -(-size // 4)
-    if rows:
-        assert -(-tiles_h // rows) >= min(target.threads, tiles_h)
+    tmpl = template_for(cdef)
+    units = tmpl.space(cdef, target).knob("unit").values
+    rows, blocks = unit = tmpl.default(cdef, target)["unit"]
+    assert unit in units
+    if unit != STAGED:
+        tiles_h = -(-size // 4)
+        assert -(-tiles_h // rows) * (channels // 16 // blocks) >= target.threads
+    assert (unit == STAGED) == ((channels, size) == (256, 56))
+    biggest = max((u for u in units if u != STAGED), key=lambda u: u[0] * (channels + u[1] * 16))
+    cfg = Config(tmpl.name, tuple({**tmpl.default(cdef, target).as_dict(), "unit": biggest}.items()))
+    emit_kernel(cdef, cfg, target)  # raises ScheduleError past the budget
 
 
 @pytest.mark.parametrize("cpu", ["znver3", "znver5"])

@@ -13,15 +13,16 @@ three loop nests in one kernel, every one of them vectorised over a block of cha
    and tile along it: the P vectors of M are loaded once and the m x m outputs computed from them
    (unrolled), each stored as a contiguous vector of channels.
 
-Or fused (`fuse_rows` r > 0): one parallel loop over groups of r tile rows, each unit computing
-its rows' V, then their GEMMs over every output block, then its output transform, so V and M live
-in a per-unit buffer that stays in the core's caches instead of going out to memory between the
-stages. Each unit reads all of U, so fusing pays where U stays cached (see `fused_rows`).
+Or fused (`unit` (r, g)): one parallel loop over units of r tile rows x g output channel blocks
+(of one image), each computing its rows' V (every input block), then the GEMMs of its g blocks,
+then their output transform, so V and M live in per-unit buffers that stay in the core's caches
+instead of going to memory between the stages. A unit reads the U of its g blocks; units that
+split the blocks compute the same V each (see `default_unit` for when each pays).
 
-Knobs: the GEMM's register tile, which of its block loops is outer, whether the
-padding is materialised first (`root`: one vectorised copy, then unconditional loads) or folded
-into the input transform's loads (`inline`: a bounds select per vector), and the tile rows of a
-fused unit (0: the three stages apart).
+Knobs: the GEMM's register tile, which of its block loops is outer, whether the padding is
+materialised first (`root`: one vectorised copy, then unconditional loads) or folded into the
+input transform's loads (`inline`: a bounds select per vector), and the fused unit ((0, 0): the
+three stages apart).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from autorelay.te.tensor import ComputeDef, Tensor
 
 TILE_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16)
 FUSED_ROWS = (1, 2, 4)
-# a fused unit of about this many tiles: ResNet-18's 56- and 28-pixel layers (F(4x4), AVX-512, 2
-# threads, weights evicted) ran 418-480 us at 2 rows x 14 tiles against 445-500 at 1 x 14 and
-# 600-680 staged, and 504 us at 4 rows x 7 tiles against 603 at 2 x 7 and 620 staged
+STAGED = (0, 0)
+# a unit of tile rows of about this many tiles: ResNet-18's 56- and 28-pixel layers (F(4x4),
+# AVX-512, 2 threads, weights evicted) ran 418-480 us at 2 rows x 14 tiles against 445-500 at
+# 1 x 14 and 600-680 staged, and 504 us at 4 rows x 7 tiles against 603 at 2 x 7 and 620 staged
 UNIT_TILES = 28
-# fuse only where U (every unit reads all of it) stays in the caches between units: the 64- and
-# 128-channel layers' U (0.6 and 2.4 MB) did, at 1.2-1.4x the staged kernel; the 256- and
+# units of rows (each reading all of U) only where U stays in the caches between units: the 64-
+# and 128-channel layers' U (0.6 and 2.4 MB) did, at 1.2-1.4x the staged kernel; the 256- and
 # 512-channel layers' (9.4 and 38 MB) did not, at 0.75-0.9x
 FUSED_WEIGHT_BYTES = 4 << 20
 
@@ -54,29 +56,44 @@ def _stages(cdef: ComputeDef) -> tuple[Tensor, Tensor, Tensor | None, list[Tenso
     return v, m, pad, [t for t in rest if t is not pad]
 
 
-def unit_rows(m: Tensor, target: Target) -> list[int]:
-    """The fused unit sizes (tile rows) for GEMM stage `m` whose V and M buffers fit the target's
-    budget for local buffers, with a quarter of it left for the rounding of their regions and the
-    register tile."""
-    positions, kb, _, oc = m.shape
+def _unit_bytes(m: Tensor, rows: int, blocks: int) -> int:
+    """Bytes of a fused unit's V (every input channel) and M (its output blocks) buffers."""
+    positions, _, _, oc = m.shape
     ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
-    th, tw = m.op.attrs["tiles_h"], m.op.attrs["tiles_w"]  # type: ignore[union-attr]
-    row_bytes = positions * (ic + kb * oc) * tw * 4
-    return [r for r in FUSED_ROWS if r <= th and r * row_bytes <= target.local_bytes * 3 // 4]
+    return positions * (ic + blocks * oc) * rows * m.op.attrs["tiles_w"] * 4  # type: ignore[union-attr]
 
 
-def fused_rows(m: Tensor, target: Target) -> int:
-    """Tile rows per unit of the fused form for GEMM stage `m`, 0 for the staged form: the
-    fewest rows that make a unit of about `UNIT_TILES` tiles, while every thread still gets a
-    unit, and only where U is small enough to stay cached."""
+def fused_units(m: Tensor, target: Target) -> list[tuple[int, int]]:
+    """The fused units (tile rows, output blocks) of GEMM stage `m` whose buffers fit the target's
+    budget for local buffers, less a quarter for the rounding of their regions and the register
+    tile: rows from `FUSED_ROWS` or all of an image's, blocks all or a half, quarter or eighth."""
+    kb, th = m.shape[1], m.op.attrs["tiles_h"]  # type: ignore[union-attr]
+    rows = sorted({r for r in FUSED_ROWS if r < th} | {th})
+    blocks = sorted({kb // d for d in (1, 2, 4, 8) if kb % d == 0}, reverse=True)
+    return [(r, g) for r in rows for g in blocks if _unit_bytes(m, r, g) <= target.local_bytes * 3 // 4]
+
+
+def default_unit(m: Tensor, target: Target) -> tuple[int, int]:
+    """The default form of GEMM stage `m`'s kernel:
+
+    * where one image's V and a thread's share of its output blocks fit (small maps): a unit per
+      thread of all rows x the thread's blocks, so U is read once in all and V computed once per
+      thread. In such units ResNet-18's 14-pixel layer ran 682 us against 920 staged (and 925
+      direct), its 28-pixel layer 383 against 441 in units of 4 rows (weights evicted);
+    * else, where U stays cached (`FUSED_WEIGHT_BYTES`): units of the fewest rows that make about
+      `UNIT_TILES` tiles, while every thread still gets one;
+    * else the three stages apart."""
     positions, kb, _, oc = m.shape
-    ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
-    if positions * kb * oc * ic * 4 > FUSED_WEIGHT_BYTES:
-        return 0
     th, tw = m.op.attrs["tiles_h"], m.op.attrs["tiles_w"]  # type: ignore[union-attr]
-    fits = unit_rows(m, target)
-    usable = [r for r in fits if -(-th // r) >= min(target.threads, th)] or fits[:1]
-    return next((r for r in usable if r * tw >= UNIT_TILES), usable[-1] if usable else 0)
+    units = fused_units(m, target)
+    share = kb // target.threads if kb % target.threads == 0 else 0
+    if (th, share) in units:
+        return th, share
+    ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
+    rows = [r for r, g in units if g == kb and -(-th // r) >= min(target.threads, th)]
+    if positions * kb * oc * ic * 4 > FUSED_WEIGHT_BYTES or not rows:
+        return STAGED
+    return next((r for r in rows if r * tw >= UNIT_TILES), rows[-1]), kb
 
 
 def _vectors(block: int, lanes: int) -> int:
@@ -98,7 +115,7 @@ class Conv2dWinogradNCHWcTemplate(Template):
                 Knob("tile_k_blocks", [t for t in (1, 2, 3, 4) if kb % t == 0]),
                 Knob("outer", ("k", "p")),
                 Knob("pad", ("root", "inline") if pad is not None else ("inline",)),
-                Knob("fuse_rows", [0, *unit_rows(m, target)]),
+                Knob("unit", [STAGED, *fused_units(m, target)]),
             ),
         )
 
@@ -118,7 +135,7 @@ class Conv2dWinogradNCHWcTemplate(Template):
         tp = max(fits, key=lambda t: (t / tile_waste(p, t), t))
         return Config(self.name, (("tile_p", tp), ("tile_k_blocks", tk), ("outer", "k"),
                                   ("pad", "root" if pad is not None else "inline"),
-                                  ("fuse_rows", fused_rows(m, target))))
+                                  ("unit", default_unit(m, target))))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
@@ -128,9 +145,9 @@ class Conv2dWinogradNCHWcTemplate(Template):
         if pad is not None:
             steps += root_pad_copy(pad, lanes) if config["pad"] == "root" else [S.ComputeInline(pad.name)]
         out, tile = pattern(cdef).output, m.op.attrs["tile"]  # type: ignore[union-attr]
-        if config["fuse_rows"]:
-            unit = _fused_unit(out)
-            steps += _fused_output(out, tile, config["fuse_rows"], lanes)
+        if config["unit"] != STAGED:
+            unit_steps, unit = _fused_output(out, tile, *config["unit"], lanes)
+            steps += unit_steps
             steps += _gemm(m, config, lanes, at=unit)
             steps += _fused_input(v, lanes, at=unit)
         else:
@@ -140,27 +157,26 @@ class Conv2dWinogradNCHWcTemplate(Template):
         return tuple(steps)
 
 
-def _fused_unit(out: Tensor) -> tuple[str, str]:
-    """(stage, loop) of a fused unit: the output's parallel loop over (image, row group)."""
-    n, _, y, _, _ = (a.name for a in out.op.axes)  # type: ignore[union-attr]
-    return out.name, f"{n}_{y}_o"
-
-
-def _fused_output(out: Tensor, tile: int, rows: int, lanes: int) -> list[S.Step]:
-    """The output transform's loops in fused units: (image, group of `rows` tile rows) parallel,
-    then every output block, tile row, tile and the tile's pixels."""
+def _fused_output(out: Tensor, tile: int, rows: int, blocks: int, lanes: int
+                  ) -> tuple[list[S.Step], tuple[str, str]]:
+    """The output transform's loops in fused units, and the unit loop (stage, axis): (image,
+    group of `blocks` output blocks, group of `rows` tile rows) fused and parallel, then the
+    unit's blocks, tile rows, tiles and each tile's pixels."""
     n, k, y, x, o = (a.name for a in out.op.axes)  # type: ignore[union-attr]
+    unit = f"{n}_{k}_o_{y}_o"
     return [
+        S.Split(out.name, k, blocks),
         S.Split(out.name, y, tile * rows),
         S.Split(out.name, x, tile),
         S.Split(out.name, f"{y}_i", tile),
-        S.Reorder(out.name, (n, f"{y}_o", k, f"{y}_i_o", f"{x}_o", f"{y}_i_i", f"{x}_i", o)),
-        S.Fuse(out.name, n, f"{y}_o"),
-        S.Parallel(out.name, f"{n}_{y}_o"),
+        S.Reorder(out.name, (n, f"{k}_o", f"{y}_o", f"{k}_i", f"{y}_i_o", f"{x}_o", f"{y}_i_i", f"{x}_i", o)),
+        S.Fuse(out.name, n, f"{k}_o"),
+        S.Fuse(out.name, f"{n}_{k}_o", f"{y}_o"),
+        S.Parallel(out.name, unit),
         S.Unroll(out.name, f"{y}_i_i"),
         S.Unroll(out.name, f"{x}_i"),
         *vector_axis(out.name, o, out.shape[-1], lanes),
-    ]
+    ], (out.name, unit)
 
 
 def _fused_input(v: Tensor, lanes: int, at: tuple[str, str]) -> list[S.Step]:
