@@ -4,6 +4,10 @@ timed warm (back to back) and cold (its weights evicted from the caches before e
 model's inference finds them), kernels alternating call by call, medians of `--repeat` calls.
 
     python benchmarks/winograd_blocked.py [--threads 2] [--sweep 0] [--repeat 15] [--layers 64@56,128@28]
+                                          [--units]
+
+With `--units`, F(4x4) is also timed under every fused unit its space offers (`unit` (r, g): r tile
+rows x g output blocks per parallel unit; (0, 0) the three stages apart), the other knobs the default's.
 
 All inputs and weights are in blocks of the target's vector width; the direct kernel is
 `conv2d_nchwc`, the Winograd ones `conv2d_winograd_nchwc` at F(2x2) and F(4x4). Read the ratios:
@@ -26,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from autorelay.codegen.llvm.host import host_target
 from autorelay.errors import ScheduleError
 from autorelay.kernel import BoundKernel, compile_kernel
+from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from autorelay.te import nn, winograd
 from autorelay.te import tensor as te
@@ -61,6 +66,16 @@ def _timer(kernel: BoundKernel, cold: bool) -> Callable[[], float]:
     return lambda: kernel.time(1, cold=weight if cold else ())
 
 
+def _unit_forms(forms: dict[str, tuple[ComputeDef, list]], target
+                ) -> dict[str, tuple[ComputeDef, list, Config]]:
+    """F(4x4) under each unit of its space (the other knobs its default's), named `F4 (r, g)`."""
+    cdef, arrays = forms["F(4x4)"]
+    tmpl = template_for(cdef)
+    base = tmpl.default(cdef, target).as_dict()
+    return {f"F4 {unit}": (cdef, arrays, Config(tmpl.name, tuple({**base, "unit": unit}.items())))
+            for unit in tmpl.space(cdef, target).knob("unit").values}
+
+
 def _alternating(timers: list[Callable[[], float]], repeat: int) -> list[float]:
     samples: list[list[float]] = [[] for _ in timers]
     for _ in range(repeat):
@@ -84,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--layers", default=",".join(f"{c}@{h}" for c, h in RESNET_3X3),
                     help="channels@size of stride-1 3x3 layers")
+    ap.add_argument("--units", action="store_true", help="also time F(4x4) under every fused unit")
     args = ap.parse_args(argv)
     target = host_target(args.threads)
     block = target.vector_lanes()
@@ -92,7 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     for spec in args.layers.split(","):
         c, h = (int(v) for v in spec.split("@"))
         kernels = {}
-        for name, (cdef, arrays) in _forms(c, h, block, rng).items():
+        forms = _forms(c, h, block, rng)
+        for name, (cdef, arrays, cfg) in (_unit_forms(forms, target) if args.units else {}).items():
+            k = compile_kernel(cdef, cfg, target).bind(*arrays)
+            k()
+            kernels[name] = (0.0, cfg, k)
+        for name, (cdef, arrays) in forms.items():
             best = None
             for cfg in _candidates(cdef, target, args.sweep, c):
                 try:
@@ -104,13 +125,13 @@ def main(argv: list[str] | None = None) -> None:
                 if best is None or t < best[0]:
                     best = (t, cfg, k)
             kernels[name] = best
-        names = list(kernels)
+        names = sorted(kernels, key=lambda n: n != "direct")  # the direct kernel first: the ratios' base
         ks = [kernels[n][2] for n in names]
         warm = _alternating([_timer(k, False) for k in ks], args.repeat)
         cold = _alternating([_timer(k, True) for k in ks], args.repeat)
         print(f"{c} channels, {h}x{h}:")
         for n, tw, tc in zip(names, warm, cold):
-            print(f"  {n:10s} warm {tw * 1e6:7.0f}  cold {tc * 1e6:7.0f}  direct/this (cold) "
+            print(f"  {n:12s} warm {tw * 1e6:7.0f}  cold {tc * 1e6:7.0f}  direct/this (cold) "
                   f"{cold[0] / tc:5.2f}   {kernels[n][1].as_dict()}", flush=True)
 
 

@@ -3,10 +3,10 @@
 Tunes the kernels of every layout a conv layer may take (`autorelay tune --pipeline plan`, `--trials`
 measurements in all), then runs the layout search: per conv layer its measured kernel time in NCHW
 (its fastest NCHW form: direct, Winograd F(2x2) or F(4x4)) and in each channel block (its fastest
-form there: direct or F(4x4)), the dynamic program's choice and the re-layout time it pays, against
-the form the fastest per-model pipeline gives that layer; then the end-to-end latencies of the plan and of every per-model pipeline, timed
-interleaved with the log's schedules. A `--db` that already holds the trials measures no more of
-them and only reruns the layout search.
+form there: direct, F(2x2) or F(4x4)), the dynamic program's choice and the re-layout time it pays,
+against the form the fastest per-model pipeline gives that layer; then the end-to-end latencies of
+the plan and of every per-model pipeline, timed interleaved with the log's schedules. A `--db` that
+already holds the trials measures no more of them and only reruns the layout search.
 
     python experiments/layout_plan_resnet18.py --trials 100 [--image-size 224] [--threads 2]
         [--db PATH] [--out experiments/results/layout_plan_resnet18.md] [--plot FIG.png]

@@ -193,13 +193,14 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
 
 def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:
     """The uniform plans whose builds hold every form a layer may take: NCHW with `default`'s F(2x2)
-    rule, NCHW with F(4x4) wherever it applies, and each channel block direct and with F(4x4)
-    wherever it applies. Blocked F(2x2) is left out: in blocks of 16 it ran 1.5x slower than
-    F(4x4) on ResNet-18's 56- and 28-pixel layers and level with it on the 14-pixel one
-    (`benchmarks/winograd_blocked.py`), and each form is a task per layer for the tuner."""
+    rule, NCHW with F(4x4) wherever it applies, and each channel block direct, with F(2x2) and with
+    F(4x4) wherever they apply. Blocked F(2x2) joined once its stages ran fused: with default
+    schedules (blocks of 16, weights evicted) it ran ResNet-18's 14-pixel layer in 544 us against
+    689 for F(4x4) and 877 direct, though 1.3x slower than F(4x4) on the 56- and 28-pixel layers
+    (`benchmarks/winograd_blocked.py --units`)."""
     return [LayoutPlan.uniform(layers, 0), LayoutPlan.uniform(layers, 0, winograd=4),
             *(LayoutPlan.uniform(layers, b) for b in blocks),
-            *(LayoutPlan.uniform(layers, b, winograd=4) for b in blocks)]
+            *(LayoutPlan.uniform(layers, b, winograd=t) for t in (2, 4) for b in blocks)]
 
 
 # ---- the graph ------------------------------------------------------------------------------------

@@ -74,12 +74,12 @@ def test_kernel_costs_cover_every_layer_in_every_layout():
         for block in c.kernel:  # a layout costs its fastest form there
             assert c.kernel[block] == min(s for (b, _), s in c.forms.items() if b == block)
     # its one 3x3 stride-1 conv (64 channels, 7x7) was measured direct or F(2x2) and as F(4x4) in
-    # NCHW, and direct and as F(4x4) in each block
+    # NCHW, and direct, as F(2x2) and as F(4x4) in each block
     nchw = sorted(tuple(sorted(t for b, t in c.forms if b == 0)) for c in costs.values())
     assert nchw == [(0,), (0,), (0, 4)] or nchw == [(0,), (0,), (2, 4)], nchw
     for block in blocks:
         tiles = sorted(tuple(sorted(t for b, t in c.forms if b == block)) for c in costs.values())
-        assert tiles == [(0,), (0,), (0, 4)], (block, tiles)
+        assert tiles == [(0,), (0,), (0, 2, 4)], (block, tiles)
 
 
 def test_a_layout_costs_its_fastest_form_and_names_its_tile():
