@@ -2,6 +2,7 @@
 
     python benchmarks/quantized.py [--models resnet-18] [--threads 2] [--rounds 10] [--db URL]
                                    [--calibration 16] [--method percentile] [--target 'llvm -mcpu=znver3']
+                                   [--precision-plan [--max-drop X]]
 
 The same zoo network and weights four ways, each in its own worker process, timed in alternating
 blocks (`benchmarks/peers.py`):
@@ -10,6 +11,8 @@ blocks (`benchmarks/peers.py`):
 * `int8`      AutoRelay's all-int8 plan, quantized exactly as `autorelay tune|compile --precision int8
               --calibration-random N` does it (so `--db` holds its tuned int8 kernels);
               each with the pipeline `--pipeline auto` picks (the log's, else the measured fastest);
+* `plan`      with `--precision-plan`: the precision plan `autorelay quantize` stored in `--db`, as
+              `autorelay run --precision plan` builds it (on the fp32 layout plan, where it was);
 * `ort_fp32`  ONNX Runtime on the ONNX export of the network (see `benchmarks/models.py`);
 * `ort_int8`  ONNX Runtime on that export quantized by its own `quantize_static` (QDQ format,
               per-channel int8 weights, uint8 activations) calibrated on the same inputs.
@@ -99,6 +102,26 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     return (lambda: exe(*args)), np.asarray(exe(*args))
 
 
+def make_precision_plan(name: str, options: dict[str, Any], threads: int, db_url: str, target: str = "llvm",
+                        max_drop: float | None = None) -> tuple[Callable[[], Any], np.ndarray]:
+    """The precision plan `autorelay quantize` picked in the log (with `max_drop`: the fastest
+    stored one within it), built as `autorelay run --precision plan [--max-drop X]` builds it: its
+    stored calibration, on the layout plan it was measured on where it was."""
+    import tuning_db
+    from search.models import Model, compile_model
+    from search.quantize_cli import apply_precision
+
+    mod, params, inputs = _zoo_model(name, options)
+    how = argparse.Namespace(precision="plan", max_drop=max_drop, calibration=None, calibration_random=None,
+                             method="max", pipeline="auto", target=target)
+    with tuning_db.open(db_url) as db:
+        qmodel, pipeline, note = apply_precision(how, Model(name, mod, params, inputs), db, threads)
+        exe = compile_model(qmodel, db, target, threads=threads, pipeline=pipeline).exe
+    print(f"  {name}: {note}", file=sys.stderr)
+    args = [inputs[n] for n in exe.input_names]
+    return (lambda: exe(*args)), np.asarray(exe(*args))
+
+
 def make_ort_int8(name: str, options: dict[str, Any], threads: int, count: int
                   ) -> tuple[Callable[[], Any], np.ndarray]:
     """ONNX Runtime on the export quantized by `onnxruntime.quantization.quantize_static`."""
@@ -142,6 +165,8 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "fp32": (make_fp32, (name, opts, args.threads, args.db, args.target)),
         "int8": (make_int8, (name, opts, args.threads, args.db, args.calibration, args.method, args.target)),
     }
+    if args.precision_plan:
+        peers["plan"] = (make_precision_plan, (name, opts, args.threads, args.db, args.target, args.max_drop))
     try:
         import onnxruntime  # noqa: F401
 
@@ -157,7 +182,7 @@ def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
             continue
         row[peer] = (t.median_ms, *t.spread_ms)
     ref = timed["fp32"].output
-    for peer in ("int8", "ort_int8"):
+    for peer in ("int8", "plan", "ort_int8"):
         out = timed[peer].output if peer in timed else None
         if ref is not None and out is not None and not timed[peer].error:
             row[f"{peer}_rel_err"] = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
@@ -179,12 +204,19 @@ def main() -> None:
                     help="random calibration inputs (as `--calibration-random N`; the CLI's default 8)")
     ap.add_argument("--method", default="max", choices=("max", "percentile", "kl"),
                     help="range calibration (the CLI's default: max)")
+    ap.add_argument("--precision-plan", action="store_true",
+                    help="also time the precision plan `autorelay quantize` stored in --db (peer `plan`)")
+    ap.add_argument("--max-drop", type=float, default=None,
+                    help="with --precision-plan: the fastest stored plan within this drop, not the pick")
     args = ap.parse_args()
+    if args.precision_plan and not args.db:
+        ap.error("--precision-plan reads the plan from --db")
     print(f"target {args.target}, batch 1, {args.threads} threads, {args.rounds} rounds; each peer in its "
           f"own process, "
           f"alternating blocks of {args.block_ms:.0f} ms; median ms [p10-p90 of block medians]")
-    cols = ("fp32", "int8", "ort_fp32", "ort_int8")
-    print(f"{'model':<14}" + "".join(f"{c:>22}" for c in cols) + f"{'fp32/int8':>11}{'ort_int8/int8':>15}")
+    cols = ("fp32", "int8", *(("plan",) if args.precision_plan else ()), "ort_fp32", "ort_int8")
+    print(f"{'model':<14}" + "".join(f"{c:>22}" for c in cols) + f"{'fp32/int8':>11}{'ort_int8/int8':>15}"
+          + (f"{'fp32/plan':>11}{'ort_fp32/plan':>15}" if args.precision_plan else ""))
     for name in args.models.split(","):
         r = bench(name, args)
         line = f"{name:<14}"
@@ -192,6 +224,11 @@ def main() -> None:
             line += f"{r[c][0]:>8.3f} [{r[c][1]:.2f}-{r[c][2]:.2f}]" if c in r else f"{'-':>22}"
         speed = r["fp32"][0] / r["int8"][0] if "fp32" in r and "int8" in r else float("nan")
         vs_ort = r["ort_int8"][0] / r["int8"][0] if "ort_int8" in r and "int8" in r else float("nan")
+        if args.precision_plan:
+            nan = (float("nan"),)
+            plan = r.get("plan", nan)[0]
+            line += f"{speed:>11.2f}{vs_ort:>15.2f}"
+            speed, vs_ort = r.get("fp32", nan)[0] / plan, r.get("ort_fp32", nan)[0] / plan
         print(line + f"{speed:>11.2f}{vs_ort:>15.2f}")
         errs = ", ".join(f"{k[:-8]} {r[k]:.3f}" for k in r if k.endswith("_rel_err"))
         if errs:

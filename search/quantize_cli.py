@@ -4,6 +4,9 @@ pick) and the `--precision plan|int8|bf16|fp32` option `compile`, `run` and `tun
     autorelay quantize --model M (--calibration DIR | --calibration-random N) [--validation DIR]
                        [--method max|percentile|kl] --max-drop X --db URL [--trials N] [--plot out.png]
     autorelay compile --model M --db URL --precision plan      # the plan `quantize` stored
+
+On a log whose float model has a layout plan (`tune --pipeline plan`), `quantize` measures the
+precision plans on it and `--precision plan` rebuilds the quantized model with it.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
         quantize_model,
     )
     from search.models import Model
+    from search.pipeline_choice import PLAN
     from search.quantize_search import quantized
 
     if args.precision == "bf16":  # bf16 has no ranges to calibrate: rounding is the whole mapping
@@ -126,9 +130,11 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
             data = _stored_calibration(str(info.get("calibration_source", "")), model)
             args.method = rec.calibration
             how = f"calibrated {args.method} on {data.source}"
-        if pipeline == "auto" and isinstance(info.get("pipeline"), str):
-            pipeline = info["pipeline"]  # a named pipeline: `run_quantize` never stores "plan"
-        note = (f"precision plan #{rec.id} ({rec.metric} drop {rec.accuracy_drop:.4g}, measured "
+        if pipeline == "auto" and isinstance(info.get("pipeline"), str) and info["pipeline"] != PLAN:
+            pipeline = info["pipeline"]  # the named pipeline it was measured with
+        # measured on a layout plan: `auto` finds the quantized model's renamed plan in the log
+        on_layout = " on the stored layout plan" if info.get("pipeline") == PLAN else ""
+        note = (f"precision plan #{rec.id} ({rec.metric} drop {rec.accuracy_drop:.4g}, measured{on_layout} "
                 f"{rec.latency_ms:.4g} ms vs fp32 {rec.fp32_latency_ms:.4g} ms; {how})")
     if calib is None:
         calib = calibrate(model.mod, model.params, data.batches, method=args.method, progress=False)
@@ -184,17 +190,16 @@ def run_quantize(args: argparse.Namespace, model: Model, threads: int) -> int:
         progress(f"no --validation: scoring the relative output error on {valid.source} inputs")
     db, _ = open_db(args.db)
     with db:
-        pipeline = args.pipeline
+        pipeline, layout = args.pipeline, None
         if pipeline in ("auto", "plan"):  # the float model's (logged, else measured): every plan uses it
-            from search.pipeline_choice import PLAN, choose_pipeline, measure_pipelines
+            from search.pipeline_choice import choose_pipeline
 
-            pipeline = choose_pipeline(pipeline, model, db, args.target, threads).pipeline
-            if pipeline == PLAN:  # a layout plan names float convolutions: quantized ones need a name
-                pipeline = measure_pipelines(model, args.target, threads).pipeline
-            progress(f"pipeline {pipeline} (the fp32 model's)")
+            choice = choose_pipeline(pipeline, model, db, args.target, threads)
+            pipeline, layout = choice.pipeline, choice.plan  # a layout plan: int8 layers run blocked
+            progress(f"{choice.describe()}: the fp32 model's, which every precision plan keeps")
         result = search_precisions(model, calib, valid, max_drop=args.max_drop, db=db, target=args.target,
                                    threads=threads, pipeline=pipeline, method=args.method,
-                                   trials=args.trials, seed=args.seed, progress=progress)
+                                   trials=args.trials, seed=args.seed, progress=progress, layout=layout)
     print(result.table())
     if args.plot:
         _plot(result, args.plot)

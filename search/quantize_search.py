@@ -18,6 +18,14 @@ set and timed interleaved with the fp32 build, so a noisy moment hits both and e
 its own baseline. Accuracy is top-1 against labels when the validation set has them, else the
 relative error of the outputs against the fp32 model's (`drop` is then that error).
 
+Precision is the last of the graph-level choices: given the float model's per-layer layout plan
+(`layout`, what `autorelay tune --pipeline plan` stored), every point keeps it — each float layer in
+its block and Winograd tile, the int8 convolutions blocked for the dot-product instructions
+(`LayoutPlan.on_quantized`) — and the log gets, next to each front point, the plan its quantized
+model was built with, under that model's key, so `--precision plan` builds rebuild it exactly. The
+layouts are not searched again per precision plan: the int8 layers take the target's vector block,
+which the plan's float layers mostly use already.
+
     result = search_precisions(model, calib, valid, max_drop=0.01, db=db, trials=16)
     print(result.table()); result.chosen.plan
 """
@@ -36,11 +44,13 @@ import numpy as np
 import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.lower import model_key
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from autorelay.transform.quantize import (
     QuantizePlan,
     annotate,
     bf16_support,
     calibrate,
+    float_layers,
     prepare_for_quantize,
     quantizable_layers,
     quantize_model,
@@ -54,59 +64,13 @@ from search.models import (
     schedule_source,
     tuning_target,
 )
+from search.pipeline_choice import PLAN, prepare_plan
+from search.precision_points import PlanPoint, pareto_front, plan_key, relative_error, top1
 from search.quant_data import DataSet
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("int8", "fp32")  # bf16 joins where the target has AVX512-BF16 (`default_precisions`)
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class PlanPoint:
-    """One measured plan: the precision of every quantizable layer and what it measured to."""
-
-    plan: Mapping[str, str]  # layer -> "int8" | "bf16" | "fp32", every quantizable layer named
-    latency_ms: float  # median of the interleaved timing rounds
-    spread_ms: tuple[float, float]  # (10th, 90th) percentile of the rounds
-    fp32_latency_ms: float  # the fp32 build in the same rounds
-    accuracy: float  # top-1 (fraction) or relative output error
-    drop: float  # accuracy lost against fp32 (top-1 points as a fraction, or the relative error)
-    stage: str  # "sensitivity", "seed" or "search": who proposed it first
-
-    @property
-    def int8_layers(self) -> list[str]:
-        return [n for n, p in self.plan.items() if p == "int8"]
-
-    def summary(self) -> str:
-        """`int8 all`, `fp32 all`, or the minority precision's layers (with bf16 in the plan: the
-        count of each precision and the bf16 layers)."""
-        int8, n = self.int8_layers, len(self.plan)
-        bf16 = [x for x, p in self.plan.items() if p == "bf16"]
-        if bf16:
-            fp32 = n - len(int8) - len(bf16)
-            return f"int8 {len(int8)}/{n}, fp32 {fp32}/{n}, bf16: " + ", ".join(bf16)
-        if len(int8) == n:
-            return "int8 all"
-        if not int8:
-            return "fp32 all"
-        if len(int8) * 2 <= n:
-            return f"int8 {len(int8)}/{n}: " + ", ".join(int8)
-        return f"int8 {len(int8)}/{n}, fp32: " + ", ".join(x for x in self.plan if x not in int8)
-
-
-def plan_key(plan: Mapping[str, str]) -> str:
-    return json.dumps(dict(sorted(plan.items())))
-
-
-def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
-    """The points no other point beats on both latency and drop (ties kept once), fastest first."""
-    front = []
-    for p in points:
-        dominated = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop
-                        and (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in points)
-        if not dominated and all(plan_key(p.plan) != plan_key(f.plan) for f in front):
-            front.append(p)
-    return sorted(front, key=lambda p: (p.latency_ms, p.drop))
 
 
 def _outputs(exe: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[np.ndarray]:
@@ -117,20 +81,6 @@ def _outputs(exe: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[np.ndar
         first = res[0] if isinstance(res, list | tuple) else res
         out.append(np.array(first, dtype=np.float64))
     return out
-
-
-def top1(outputs: Sequence[np.ndarray], labels: np.ndarray) -> float:
-    """Share of samples whose largest output is the label's class."""
-    pred = np.concatenate([o.reshape(o.shape[0], -1).argmax(axis=1) for o in outputs])
-    return float(np.mean(pred == labels))
-
-
-def relative_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    """||y - y_fp32|| / ||y_fp32|| over the whole validation set."""
-    y = np.concatenate([o.ravel() for o in outputs])
-    ref = np.concatenate([r.ravel() for r in reference])
-    norm = float(np.linalg.norm(ref))
-    return float(np.linalg.norm(y - ref)) / (norm if norm > 0 else 1.0)
 
 
 def quantized(model: Model, calibration: Any, plan: Mapping[str, str] | Any, target: str = "llvm",
@@ -161,6 +111,9 @@ class SearchResult:
     front: list[PlanPoint]
     chosen: PlanPoint | None  # the fastest front point with drop <= max_drop
     stored: list[int] = field(default_factory=list)  # ids in the log's quantization_plans
+    layout: LayoutPlan | None = None  # the float model's layout plan every build kept, if any
+    # plan_key -> the quantized model's key and the layout plan it was built with (None: a named pipeline)
+    quantized: dict[str, tuple[str, LayoutPlan | None]] = field(default_factory=dict)
 
     def table(self) -> str:
         """The front as text: plan summary, latency (spread), accuracy, drop, speedup; * = chosen."""
@@ -192,20 +145,26 @@ class _Evaluator:
     """Builds, scores and times plans, once each; the fp32 build is the baseline of every timing."""
 
     def __init__(self, model: Model, calibration: Any, valid: DataSet, layers: list[str], *, db: Any,
-                 target: str, threads: int | None, pipeline: str, rounds: int, min_seconds: float,
-                 progress: Progress) -> None:
+                 target: str, threads: int | None, pipeline: str, layout: LayoutPlan | None, rounds: int,
+                 min_seconds: float, progress: Progress) -> None:
         self.model, self.calibration, self.valid, self.layers = model, calibration, valid, layers
         self.db, self.target, self.threads, self.pipeline = db, target, threads, pipeline
+        self.layout, self.conv_layers = layout, conv_layers(model.mod)
+        self.int8_block = resolve_target(target, threads).vector_lanes()  # int32 sums: one vector
         self.rounds, self.min_seconds, self.progress = rounds, min_seconds, progress
         self.points: dict[str, PlanPoint] = {}
-        self.fp32_exe = self._build(model)
+        self.quantized: dict[str, tuple[str, LayoutPlan | None]] = {}  # plan key -> model key, layout
+        self.fp32_exe = self._build(model, layout)
         self.reference = _outputs(self.fp32_exe, valid.batches)
         self.metric = "top1" if valid.labels is not None else "rel_error"
         self.fp32_accuracy = self._score(self.reference)
         self.timing_inputs = [valid.batches[0][n] for n in self.fp32_exe.input_names]
 
-    def _build(self, model: Model) -> Any:
-        prepared = prepare_model(model, self.target, threads=self.threads, pipeline=self.pipeline)
+    def _build(self, model: Model, layout: LayoutPlan | None) -> Any:
+        if layout is not None:
+            prepared = prepare_plan(model, self.target, self.threads, layout)
+        else:
+            prepared = prepare_model(model, self.target, threads=self.threads, pipeline=self.pipeline)
         src = schedule_source(self.db, model, prepared=prepared) if self.db is not None else None
         return build_model(model, src, prepared=prepared)
 
@@ -224,7 +183,13 @@ class _Evaluator:
         if all(p == "fp32" for p in plan.values()):
             exe = self.fp32_exe  # the plan that quantizes nothing is the fp32 model itself
         else:
-            exe = self._build(quantized(self.model, self.calibration, plan, self.target, self.threads))
+            qmodel = quantized(self.model, self.calibration, plan, self.target, self.threads)
+            layout = None
+            if self.layout is not None:  # the float layers keep their layouts, int8 ones take a vector
+                kept = [n for n in float_layers(qmodel.mod) if n in self.conv_layers]
+                layout = self.layout.on_quantized(kept, self.int8_block)
+            self.quantized[key] = (model_key(qmodel.mod), layout)
+            exe = self._build(qmodel, layout)
         accuracy = self._score(_outputs(exe, self.valid.batches))
         exes = [exe] if exe is self.fp32_exe else [exe, self.fp32_exe]
         samples = interleaved_samples(exes, self.timing_inputs, rounds=self.rounds,
@@ -289,13 +254,16 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
                       db: Any = None, target: str = "llvm", threads: int | None = None,
                       pipeline: str = "default", method: str = "max", trials: int = 16, seed: int = 0,
                       rounds: int = 7, min_seconds: float = 0.02, store: bool = True,
-                      progress: Progress | None = None, precisions: Sequence[str] | None = None
-                      ) -> SearchResult:
+                      progress: Progress | None = None, precisions: Sequence[str] | None = None,
+                      layout: LayoutPlan | None = None) -> SearchResult:
     """Search per-layer precisions of `model` (see the module docstring). `trials`: plans the NSGA-II
     stage measures (seeds included; duplicates are not measured again); the sensitivity stage adds one
     build per layer. With `db` (a TuningDB) builds use its schedules and, when `store`, the front is
     stored in its `quantization_plans` table with the pick marked. `precisions`: the choices per
-    layer (default `default_precisions(target)`); bf16 is offered only to layers with a bf16 kernel."""
+    layer (default `default_precisions(target)`); bf16 is offered only to layers with a bf16 kernel.
+    `layout`: the float model's per-layer layout plan (`autorelay tune --pipeline plan`); every build
+    then keeps each float layer in its layout and runs the int8 ones blocked (`LayoutPlan.on_quantized`),
+    and `pipeline` is ignored."""
     import optuna
 
     if not (max_drop >= 0 and math.isfinite(max_drop)):
@@ -311,8 +279,11 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
     say(f"{model.name}: {len(layers)} quantizable layers; calibrating ({method}) on "
         f"{len(calibration_data.batches)} batches")
     calib = calibrate(model.mod, model.params, calibration_data.batches, method=method, progress=False)
+    if layout is not None:
+        pipeline = PLAN
     evaluate = _Evaluator(model, calib, validation, layers, db=db, target=target, threads=threads,
-                          pipeline=pipeline, rounds=rounds, min_seconds=min_seconds, progress=say)
+                          pipeline=pipeline, layout=layout, rounds=rounds, min_seconds=min_seconds,
+                          progress=say)
 
     choices = _choices(model, layers, precisions or default_precisions(target, threads))
     sensitivity = {n: evaluate({m: "int8" if m == n else "fp32" for m in layers}, "sensitivity").drop
@@ -344,7 +315,8 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
     within = [p for p in front if p.drop <= max_drop]
     chosen = min(within, key=lambda p: (p.latency_ms, p.drop)) if within else None
     result = SearchResult(model.name, tuning_target(target, threads), evaluate.metric, max_drop,
-                          evaluate.fp32_accuracy, {n: sensitivity[n] for n in order}, points, front, chosen)
+                          evaluate.fp32_accuracy, {n: sensitivity[n] for n in order}, points, front, chosen,
+                          layout=layout, quantized=evaluate.quantized)
     if db is not None and store:
         result.stored = store_front(db, model, result, calibration_data, validation, method=method,
                                     pipeline=pipeline, calibration=calib)
@@ -354,9 +326,12 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
 def store_front(db: Any, model: Model, result: SearchResult, calibration_data: DataSet, validation: DataSet,
                 *, method: str, pipeline: str, calibration: Any = None) -> list[int]:
     """Store every front point of `result` (the pick marked chosen); returns the row ids."""
-    info: dict[str, Any] = {"pipeline": pipeline, "calibration_source": calibration_data.source,
+    info: dict[str, Any] = {"pipeline": PLAN if result.layout is not None else pipeline,
+                            "calibration_source": calibration_data.source,
                             "validation_source": validation.source, "validation_samples": validation.samples,
                             "points_measured": len(result.points)}
+    if result.layout is not None:
+        info["layout_plan"] = result.layout.to_dict()
     if calibration is not None and hasattr(calibration, "to_json"):
         raw = calibration.to_json()
         info["calibration_ranges"] = json.loads(raw) if isinstance(raw, str) else raw
@@ -369,6 +344,13 @@ def store_front(db: Any, model: Model, result: SearchResult, calibration_data: D
             accuracy_drop=p.drop, max_drop=result.max_drop, fp32_latency_ms=p.fp32_latency_ms,
             fp32_accuracy=result.fp32_accuracy, chosen=p is result.chosen,
             compiler_version=autorelay.__version__, info={**info, "stage": p.stage}))
+        qkey, layout = result.quantized.get(plan_key(p.plan), (key, None))
+        if layout is not None:  # the quantized model's builds find the layouts it was measured with
+            db.store_layout_plan(qkey, result.target, layout.to_dict(), latency_ms=p.latency_ms,
+                                 model=f"{model.name}[{p.summary()}]", chosen=True,
+                                 compiler_version=autorelay.__version__,
+                                 info={"winner": PLAN, "precision_plan": ids[-1],
+                                       "float_layout_plan": info.get("layout_plan")})
     return ids
 
 

@@ -143,3 +143,37 @@ def test_tune_int8_then_compile_uses_the_tuned_int8_kernels(tmp_path, capsys):
     assert main(["compile", *common]) == 0
     out, _ = capsys.readouterr()
     assert "compiled mlp[quantized]" in out and re.search(r"kernels by source: .*tuned \d+", out), out
+
+
+def test_quantize_on_the_stored_layout_plan_then_build_it(tmp_path, capsys):
+    """With a layout plan in the log, `quantize` measures every precision plan on it, `db plan` shows
+    the pick per layer, and `compile --precision plan` builds the quantized model on that plan's
+    layouts (the int8 convolutions blocked)."""
+    from autorelay.transform.layout_plan import LayoutPlan, conv_layers
+    from search.models import tuning_target
+
+    url = f"sqlite:///{tmp_path / 'log.sqlite'}"
+    model = load_model("nature-dqn")
+    layers = conv_layers(model.mod)
+    plan = LayoutPlan(dict(zip(layers, (0, 8, 16))))
+    rows = [{"layer": n, "block": b} for n, b in plan.blocks.items()]  # what `db plan` tabulates
+    with tuning_db.open(url) as db:
+        db.store_layout_plan(model_key(model.mod), tuning_target("llvm", 1), plan.to_dict(), latency_ms=1.0,
+                             model="nature-dqn", chosen=True, info={"winner": "plan", "layers": rows})
+    common = ["--model", "nature-dqn", "--db", url, "--threads", "1"]
+    assert main(["quantize", *common, "--calibration-random", "2", "--max-drop", "1", "--trials", "2"]) == 0
+    _, err = capsys.readouterr()
+    assert "pipeline plan (layout plan #1 from the log)" in err
+    with tuning_db.open(url) as db:
+        pick = db.best_plan(model_key(model.mod), tuning_target("llvm", 1))
+    assert pick is not None and pick.info["layout_plan"] == plan.to_dict()
+    assert main(["db", "plan", "--db", url, "--model", "nature-dqn"]) == 0
+    out, _ = capsys.readouterr()
+    assert f"precision plan #{pick.id} measured on this layout plan" in out
+    table = [line.split() for line in out.splitlines() if line.startswith("conv2d_")]
+    precisions = {row[0]: row[-1] for row in table}
+    assert precisions == {n: pick.plan.get("precisions", {}).get(n, pick.plan.get("default", "int8"))
+                          for n in layers}
+    assert main(["compile", *common, "--precision", "plan"]) == 0
+    out, _ = capsys.readouterr()
+    assert "on the stored layout plan" in out and "(pipeline plan)" in out

@@ -184,6 +184,7 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
         if "modeled_ms" in info:
             print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
                   f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")
+        precision = _precision_on_layout(db, r)
         layers = info.get("layers", [])
         blocks = sorted({int(b) for row in layers for b in row.get("kernel_ms", {})})
         rows = []
@@ -192,10 +193,27 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
             block, tile = row.get("block", "?"), row.get("winograd_tile", 0)
             rows.append([row.get("layer", "?"), f"{block} (F{tile} Winograd)" if tile else block]
                         + [_ms(kernel.get(str(b))) for b in blocks]
-                        + [_ms(row.get("transform_ms")), row.get("source", "-")])
-        print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source"],
-                    rows))
+                        + [_ms(row.get("transform_ms")), row.get("source", "-")]
+                        + ([precision(row.get("layer", "?"))] if precision else []))
+        print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source",
+                     *(["precision"] if precision else [])], rows))
     return 0
+
+
+def _precision_on_layout(db: TuningDB, layout: Any) -> Any:
+    """The precision per layer (a function of the layer's name) of the quantization plan the latest
+    `autorelay quantize` picked on this layout plan, after printing a line about it; None if none."""
+    picked = [p for p in db.plans(layout.model_key, layout.target)
+              if p.chosen and (p.info or {}).get("layout_plan") == layout.plan]
+    if not picked:
+        return None
+    rec = max(picked, key=lambda p: (p.recorded_at, p.id))
+    precisions, default = rec.plan.get("precisions", {}), rec.plan.get("default", "int8")
+    print(f"precision plan #{rec.id} measured on this layout plan ({_when(rec.recorded_at)}): "
+          f"{rec.latency_ms:.4g} ms against fp32 {rec.fp32_latency_ms or float('nan'):.4g} ms, "
+          f"{rec.metric} drop {rec.accuracy_drop:.4g} (bound {rec.max_drop}); "
+          f"`--precision plan` builds it")
+    return lambda layer: precisions.get(layer, default) if isinstance(precisions, dict) else "?"
 
 
 def _ms(v: Any) -> str:

@@ -156,11 +156,10 @@ class Lowerer:
         for c in self.stages:
             if c is prod or not any(r.tensor is prod.tensor for r in _reads(self.bodies[c.name])):
                 continue
-            nested = self._loops_inside(c, prod.attach) if c is not cons else None
             if c is cons:
                 readers.append((c, cons.leaves[cons.leaves.index(prod.attach[1]) + 1 :],
                                 self._leaf_bounds(c, c.leaves)))
-            elif nested is not None:
+            elif (nested := self._loops_inside(c, prod.attach)) is not None:
                 readers.append((c, list(nested), nested))
             else:
                 raise ScheduleError(

@@ -6,8 +6,9 @@ weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW
 the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
 order, Winograd convs counted among them, else `block`, shrunk to a divisor of the channel count;
 a block of 0 — `(0, 0)` there, or `block=0` for every conv `conv_blocks` does not address — leaves
-that conv in NCHW, which is how a per-layer `LayoutPlan` keeps layers plain). Other grouped
-convolutions stay.
+that conv in NCHW, which is how a per-layer `LayoutPlan` keeps layers plain). Quantized
+convolutions (`qnn.conv2d`, see `convert_layout_qnn`) are not addressed: they take `qnn_block`
+(default `block`; 0 keeps them in NCHW). Other grouped convolutions stay.
 
 The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
 ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
@@ -63,9 +64,10 @@ def _const(arr: np.ndarray) -> Constant:
 
 
 class _Converter(ExprMutator):
-    def __init__(self, src: str, dst: str, block: int, conv_blocks: tuple, convs: dict[int, int]) -> None:
+    def __init__(self, src: str, dst: str, block: int, conv_blocks: tuple, convs: dict[int, int],
+                 qnn_block: int) -> None:
         super().__init__()
-        self.src, self.dst, self.block = src, dst, block
+        self.src, self.dst, self.block, self.qnn_block = src, dst, block, qnn_block
         self.conv_blocks, self.convs = conv_blocks, convs
         self.tracked: dict[int, tuple[Expr, str | None]] = {}
         self.ensured: dict[tuple[int, str | None], Expr] = {}
@@ -290,6 +292,7 @@ class ConvertLayout(FunctionPass):
     src: str = "NCHW"
     block: int = 16
     conv_blocks: tuple[tuple[int, int], ...] = ()
+    qnn_block: int | None = None  # the quantized convolutions' block (0: NCHW); None: `block`
 
     def __post_init__(self) -> None:
         if self.src not in KERNEL:
@@ -300,13 +303,15 @@ class ConvertLayout(FunctionPass):
             )
         if self.dst == "NCHWc" and self.src != "NCHW":
             raise ValueError("ConvertLayout: NCHWc packing starts from NCHW")
-        if self.block < 0 or any(b < 0 for pair in self.conv_blocks for b in pair):
+        blocks = (self.block, self.qnn_block or 0, *(b for pair in self.conv_blocks for b in pair))
+        if any(b < 0 for b in blocks):
             raise ValueError(f"ConvertLayout: blocks must be >= 0 (0: keep NCHW), got {self.block}, "
-                             f"{self.conv_blocks}")
+                             f"{self.conv_blocks}, qnn_block {self.qnn_block}")
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
         index = {id(n): i for i, n in enumerate(addressable_convs(fn))}
-        conv = _Converter(self.src, self.dst, self.block, self.conv_blocks, index)
+        qnn_block = self.block if self.qnn_block is None else self.qnn_block
+        conv = _Converter(self.src, self.dst, self.block, self.conv_blocks, index, qnn_block)
         body = conv.visit(fn.body)
         return fn if body is fn.body else fn.replace(body=body)
 

@@ -100,14 +100,16 @@ def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None]
 
 def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     a = c.attrs
-    if conv.dst != "NCHWc" or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
+    if conv.dst != "NCHWc" or conv.qnn_block == 0:
+        return None
+    if (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
         return None
     if a["out_layout"] not in ("", "NCHW") or tuple(a["dilation"]) != (1, 1):
         return None
     xt = tensor_type(c.args[0])
     if a["groups"] != 1:
         depthwise = xt is not None and a["groups"] == xt.shape[1] == static_shape(c.args[1])[0]  # type: ignore[index]
-        return qdepthwise(conv, c, conv.block) if depthwise else None
+        return qdepthwise(conv, c, conv.qnn_block) if depthwise else None
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
         return None
@@ -125,17 +127,15 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
         if lay is not None or not isinstance(zp, Constant) or not 0 <= np.asarray(zp.data).ravel()[0] < 256:
             return None
         x, w, in_c = _pad_channels(x, w, zp, in_c)
-    want = conv.block
+    want = conv.qnn_block
     if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
         want = int(lay[4:-1])  # the block the input already has, if a group divides it
-    icb = _input_block(in_c, want) or _input_block(in_c, conv.block)
+    icb = _input_block(in_c, want) or _input_block(in_c, conv.qnn_block)
     if icb is None:
         return None
-    i = conv.convs.get(id(c), -1)
-    ocb = conv.conv_blocks[i][1] if 0 <= i < len(conv.conv_blocks) else conv.block
     from autorelay.transform.convert_layout import _const, _divisor
 
-    ocb = _divisor(out_c, ocb)
+    ocb = _divisor(out_c, conv.qnn_block)  # `conv_blocks` addresses float convolutions only
     data, out = f"NCHW{icb}c", f"NCHW{ocb}c"
     kern = f"OIHW{icb // DOT_GROUP}i{ocb}o{DOT_GROUP}i"
     attrs = a.replace(data_layout=data, kernel_layout=kern, out_layout=out if out != data else "")

@@ -15,6 +15,11 @@ applies it. Winograd reads and writes the layer's own layout, so the tile is a c
 layer (the layout program takes a layout's cost as its fastest form's) that never changes a
 transform between layers.
 
+A plan may meet a model some of whose layers run in int8 (`autorelay quantize` measures precision
+plans on the float model's layout plan). Quantization turns those layers into `qnn.conv2d`, so
+the quantized model's conv layers are the float ones, numbered again; `on_quantized` renames the
+plan for it, and `int8_block` gives the quantized convolutions their block (0: NCHW).
+
 `plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, Winograd with the
 plan's tiles (every conv it does not name in NCHW by `default`'s rule, the blocked ones direct),
 `ConvertLayout` with one block per conv, Winograd or direct (so layout transforms appear only where
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +79,11 @@ class LayoutPlan:
 
     blocks: Mapping[str, int] = field(default_factory=dict)
     winograd: Mapping[str, int] = field(default_factory=dict)
+    int8_block: int = 0  # the block of the quantized (qnn) convolutions, which no name addresses
 
     def __post_init__(self) -> None:
+        if not isinstance(self.int8_block, int) or isinstance(self.int8_block, bool) or self.int8_block < 0:
+            raise ValueError(f"LayoutPlan: int8_block must be an int >= 0, got {self.int8_block!r}")
         object.__setattr__(self, "blocks", _checked("block", self.blocks, lambda b: b >= 0, "an int >= 0"))
         tiles = (0, *TILE_SIZES)
         object.__setattr__(self, "winograd", _checked("Winograd tile", self.winograd, lambda t: t in tiles,
@@ -109,6 +117,19 @@ class LayoutPlan:
         names = list(layers)
         return LayoutPlan({n: block for n in names}, {} if winograd is None else {n: winograd for n in names})
 
+    def on_quantized(self, kept: Sequence[str], int8_block: int) -> LayoutPlan:
+        """This plan for a quantized model whose conv layers are the float model's `kept` ones (their
+        float names, in order: `quantize.float_layers`), numbered again from 0: each keeps its block
+        and tile here, named explicitly (0 too, so no float layer takes the int8 block), and the
+        int8 convolutions run in `int8_block`."""
+        for name in kept:
+            _index(name)  # a conv layer's name, else ValueError
+        renamed = {name: f"{PREFIX}{i}" for i, name in enumerate(kept)}
+        if len(renamed) != len(kept):
+            raise ValueError(f"LayoutPlan.on_quantized: a layer is kept twice in {list(kept)}")
+        return LayoutPlan({new: self.block(old) for old, new in renamed.items()},
+                          {renamed[old]: t for old, t in self.winograd.items() if old in renamed}, int8_block)
+
     def describe(self) -> str:
         """`conv2d_0:0 conv2d_1:16/F4 …` (compact, for reports): `/F4` after a layer with a Winograd
         tile, `/direct` after an NCHW layer the plan keeps direct."""
@@ -116,7 +137,8 @@ class LayoutPlan:
             t = self.winograd.get(name)
             return f"{name}:{b}" + (f"/F{t}" if t else "/direct" if t == 0 and not b else "")
 
-        return " ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)"
+        int8 = f" int8:{self.int8_block}" if self.int8_block else ""
+        return (" ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)") + int8
 
     # ---- JSON ----------------------------------------------------------------------------------
 
@@ -124,6 +146,8 @@ class LayoutPlan:
         out: dict[str, Any] = {"blocks": dict(self.blocks)}
         if self.winograd:  # plans stored before tiles were a choice have none, and read back the same
             out["winograd"] = dict(self.winograd)
+        if self.int8_block:
+            out["int8_block"] = self.int8_block
         return out
 
     def to_json(self) -> str:
@@ -133,15 +157,16 @@ class LayoutPlan:
     def from_json(text: str | Mapping[str, Any]) -> LayoutPlan:
         """The inverse of `to_json` (also takes the parsed dict)."""
         data = json.loads(text) if isinstance(text, str) else dict(text)
-        extra = sorted(set(data) - {"blocks", "winograd"})
+        extra = sorted(set(data) - {"blocks", "winograd", "int8_block"})
         if extra:
             raise ValueError(f"LayoutPlan JSON has unknown key(s) {', '.join(extra)}")
-        return LayoutPlan(dict(data.get("blocks", {})), dict(data.get("winograd", {})))
+        return LayoutPlan(dict(data.get("blocks", {})), dict(data.get("winograd", {})),
+                          data.get("int8_block", 0))
 
 
 def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
-    convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks())
+    convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks(), qnn_block=plan.int8_block)
     return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
             SimplifyExpr(), FuseOps()]
 

@@ -9,13 +9,20 @@ import pytest
 
 import autorelay
 import tuning_db
+from autorelay.codegen import resolve_target
+from autorelay.ir.expr import Call, Function
+from autorelay.ir.visitor import post_order
 from autorelay.lower import model_key
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from autorelay.transform.quantize import calibrate, quantizable_layers
-from search.models import Model
+from autorelay.transform.util import op_name
+from search.models import Model, compile_model
+from search.pipeline_choice import choose_pipeline
 from search.quant_data import DataSet, random_batches
 from search.quantize_search import (
     PlanPoint,
     pareto_front,
+    plan_key,
     quantized,
     relative_error,
     search_precisions,
@@ -106,6 +113,53 @@ def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
         best = db.best_plan(model_key(model.mod), result.target)
         assert best.chosen and best.latency_ms == result.chosen.latency_ms
         assert best.metric == "rel_error" and best.max_drop == bound and best.fp32_accuracy == 0.0
+
+
+def test_a_layout_plan_joins_the_precision_search(tmp_path) -> None:
+    """Given the float model's layout plan, every quantized build keeps it (its float layers renamed,
+    the int8 convolutions blocked), the log holds the precision plans with that layout and each
+    front point's renamed plan under its quantized model's key, and `compile` with `auto` rebuilds a
+    stored point exactly so: its outputs are the reference interpreter's on the quantized model."""
+    model = tiny_convnet()
+    layers = conv_layers(model.mod)
+    layout = LayoutPlan({"conv2d_0": 8, "conv2d_1": 0}, {"conv2d_1": 2})
+    calib, valid = random_batches(model, 3, seed=0), random_batches(model, 4, seed=1)
+    url = str(tmp_path / "log.sqlite")
+    with tuning_db.open(url) as db:
+        result = search_precisions(model, calib, valid, max_drop=1.0, db=db, threads=1, trials=4, rounds=2,
+                                   min_seconds=0.001, precisions=("int8", "fp32"), layout=layout)
+    assert result.layout == layout and result.chosen is not None
+    cal = calibrate(model.mod, model.params, calib.batches, method="max", progress=False)
+    lanes = resolve_target("llvm", 1).vector_lanes()
+    for p in result.points:
+        int8 = [n for n, v in p.plan.items() if v == "int8"]
+        if not int8:
+            assert plan_key(p.plan) not in result.quantized  # all fp32: the float model's own build
+            continue
+        qkey, qlayout = result.quantized[plan_key(p.plan)]
+        assert qlayout == layout.on_quantized([n for n in layers if n not in int8], lanes)
+        assert qkey == model_key(quantized(model, cal, p.plan).mod)
+    with tuning_db.open(url) as db:
+        rows = db.plans(model_key(model.mod))
+        assert rows and all(r.info["pipeline"] == "plan" and r.info["layout_plan"] == layout.to_dict()
+                            for r in rows)
+        stored = [p for p in result.front if "int8" in p.plan.values()]
+        assert stored
+        for p in stored:
+            qmodel = quantized(model, cal, p.plan)
+            rec = db.layout_plan(model_key(qmodel.mod), result.target)
+            assert rec is not None and rec.chosen and LayoutPlan.from_json(rec.plan) == result.quantized[
+                plan_key(p.plan)][1]
+            built = compile_model(qmodel, db, threads=1, pipeline="auto")
+            assert built.pipeline == "plan"
+            prepared = choose_pipeline("auto", qmodel, db, "llvm", 1).prepared
+            qconvs = [n for n in post_order(prepared.module["main"].body) if isinstance(n, Call)
+                      and isinstance(n.op, Function) for m in post_order(n.op.body)
+                      if op_name(m) == "qnn.conv2d" and m.attrs["data_layout"] != "NCHW"]
+            assert len(qconvs) == sum(p.plan[n] == "int8" for n in layers)
+            got = [np.asarray(built.exe(b["x"]), np.float64) for b in valid.batches]
+            want = _reference_outputs(qmodel, valid.batches)
+            assert relative_error(got, want) < 1e-4
 
 
 def test_top1_with_labels_and_a_tight_bound(tmp_path) -> None:

@@ -1,6 +1,7 @@
 """LayoutPlan: JSON round trip, the per-layer blocks and Winograd tiles it asks for appear in the
 built graph, and a model built from a random plan computes what the reference interpreter and the
-default build do."""
+default build do; on a model with layers in int8, the float layers keep their plan and the int8 ones
+run blocked."""
 
 from __future__ import annotations
 
@@ -14,11 +15,19 @@ from autorelay.build_module import build_prepared
 from autorelay.codegen import resolve_target
 from autorelay.frontend import zoo
 from autorelay.ir import post_order
+from autorelay.ir.expr import Call, Function
 from autorelay.transform.convert_layout import channel_block
-from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
+from autorelay.transform.layout_plan import (
+    LayoutPlan,
+    built_layers,
+    conv_layers,
+    conv_signature_and_block,
+    plan_pipeline,
+)
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.prepare import prepare
+from autorelay.transform.quantize import QuantizePlan, calibrate, float_layers, quantize_model
 from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, tensor_type
 
@@ -51,6 +60,70 @@ def test_winograd_tiles_round_trip_and_reach_the_pass():
     assert LayoutPlan({}, {"conv2d_7": 2}).unknown_layers(["conv2d_0"]) == ["conv2d_7"]
     with pytest.raises(ValueError, match=r"Winograd tile of conv2d_0 must be one of \(0, 2, 4\)"):
         LayoutPlan({}, {"conv2d_0": 3})
+
+
+def test_on_quantized_renumbers_the_float_layers():
+    """The quantized model's conv layers are the kept float ones in order: each keeps its block and
+    tile, named explicitly (0 too), and the int8 convolutions take the given block."""
+    plan = LayoutPlan({"conv2d_0": 16, "conv2d_2": 8, "conv2d_4": 16}, {"conv2d_2": 4, "conv2d_3": 2})
+    got = plan.on_quantized(["conv2d_0", "conv2d_2", "conv2d_3"], 16)
+    want = LayoutPlan({"conv2d_0": 16, "conv2d_1": 8, "conv2d_2": 0}, {"conv2d_1": 4, "conv2d_2": 2}, 16)
+    assert got == want
+    assert got.conv_blocks() == ((16, 16), (8, 8), (0, 0))
+    assert LayoutPlan.from_json(got.to_json()) == got and got.to_dict()["int8_block"] == 16
+    assert "int8_block" not in plan.to_dict() and got.describe().endswith(" int8:16")
+    layers = [f"conv2d_{i}" for i in range(5)]
+    assert plan.on_quantized(layers, 16) == LayoutPlan({**dict.fromkeys(layers, 0), **plan.blocks},
+                                                       plan.winograd, 16)
+    with pytest.raises(ValueError, match="not a conv layer name"):
+        plan.on_quantized(["dense_0"], 16)
+    with pytest.raises(ValueError, match="kept twice"):
+        plan.on_quantized(["conv2d_1", "conv2d_1"], 16)
+    with pytest.raises(ValueError, match="int8_block must be an int >= 0"):
+        LayoutPlan({}, {}, -8)
+
+
+QUANTIZED = [("resnet-18", {"image_size": 32}), ("mobilenet-v2", {"image_size": 32})]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize(("name", "options"), QUANTIZED, ids=[m[0] for m in QUANTIZED])
+def test_a_plan_on_a_quantized_model(name: str, options: dict):
+    """Random layers in int8, a random plan for the float ones: each float layer is built in its
+    block, every int8 convolution blocked, and the outputs are the reference interpreter's on the
+    quantized model."""
+    mod, params = zoo.get(name, **options)
+    inputs = zoo.random_inputs(mod, params, seed=5)
+    layers = conv_layers(mod)
+    rng = random.Random(len(layers) + 1)
+    plan = LayoutPlan({layer: rng.choice([0, 8, 16]) for layer in layers},
+                      {layer: rng.choice([0, 2, 4]) for layer in layers})
+    int8 = [layer for layer in layers if rng.random() < 0.5]
+    calibration = calibrate(mod, params, [inputs], method="max", progress=False)
+    precisions = QuantizePlan({n: "int8" if n in int8 else "fp32" for n in layer_calls(mod)})
+    qmod, qparams = quantize_model(mod, params, calibration, precisions)
+    kept = [layer for layer in float_layers(qmod) if layer in layers]
+    assert kept == [layer for layer in layers if layer not in int8]  # every conv here has an int8 kernel
+    qplan = plan.on_quantized(kept, 16)
+    assert qplan.unknown_layers(conv_layers(qmod)) == [] and len(conv_layers(qmod)) == len(kept)
+    fused = prepare(qmod, qparams, plan_pipeline(qplan))
+    graph = prepare(qmod, qparams, Pipeline(graph_passes()))
+    built, calls = built_layers(graph, fused), layer_calls(graph)
+    signatures = [conv_signature_and_block(calls[new])[0] for new in conv_layers(qmod)]
+    for new, old, sig in zip(conv_layers(qmod), kept, signatures):
+        if signatures.count(sig) > 1:
+            continue  # `built_layers` tells layers of one signature apart only by their order
+        in_c = tensor_type(calls[new].args[0]).shape[1]
+        assert built[new][0] == channel_block(in_c, plan.block(old)), (new, old)
+    qconvs = [n for n in post_order(fused["main"].body) if isinstance(n, Call) and isinstance(n.op, Function)
+              for m in post_order(n.op.body) if op_name(m) == "qnn.conv2d"
+              and m.attrs["data_layout"].startswith("NCHW") and m.attrs["data_layout"] != "NCHW"]
+    assert len(qconvs) == len(int8)
+    got = np.asarray(build_prepared(fused, resolve_target("llvm"), None).run(**inputs))
+    args = [inputs[p.name_hint] if p.name_hint in inputs else qparams[p.name_hint]
+            for p in qmod["main"].params]
+    want = np.asarray(autorelay.evaluate(qmod, *args))
+    assert np.linalg.norm(got - want) <= 1e-3 * np.linalg.norm(want)
 
 
 MODELS = [("resnet-18", {"image_size": 32}), ("inception", {"image_size": 16}),

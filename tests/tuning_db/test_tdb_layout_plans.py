@@ -54,6 +54,36 @@ def test_db_plan_command_prints_per_layer_rows(tmp_path: Path, capsys: pytest.Ca
     assert main(["db", "plan", "--db", url, "--model", "missing"]) == 1
 
 
+def test_db_plan_shows_the_precision_picked_on_the_layout_plan(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """A quantization plan that `autorelay quantize` measured on the stored layout plan joins its
+    table as a precision column; one measured on another layout, or not picked, does not."""
+    url = str(tmp_path / "log.sqlite")
+    layout = {"blocks": {"conv2d_0": 8}}
+    fields = {"calibration": "max", "metric": "rel_error", "accuracy": 0.01, "accuracy_drop": 0.01,
+              "max_drop": 0.02, "fp32_latency_ms": 2.0}
+    with tuning_db.open(url) as db:
+        db.store_layout_plan("key-a", TARGET, layout, latency_ms=2.0, model="net", chosen=True, info=INFO)
+        db.store_plan("key-a", TARGET, {"default": "fp32", "precisions": {"conv2d_0": "int8"}}, model="net",
+                      latency_ms=1.0, chosen=False, info={"pipeline": "plan", "layout_plan": layout},
+                      **fields)
+        db.store_plan("key-a", TARGET, {"default": "int8", "precisions": {"conv2d_0": "fp32"}}, model="net",
+                      latency_ms=1.5, chosen=True, info={"pipeline": "nchwc"}, **fields)
+    assert main(["db", "plan", "--db", url, "--model", "net"]) == 0
+    out = capsys.readouterr().out
+    assert "precision plan #" not in out and "precision" not in out.splitlines()[-3]
+    with tuning_db.open(url) as db:
+        pick = db.store_plan("key-a", TARGET, {"default": "fp32", "precisions": {"conv2d_0": "int8"}},
+                             model="net", latency_ms=1.25, chosen=True,
+                             info={"pipeline": "plan", "layout_plan": layout}, **fields)
+    assert main(["db", "plan", "--db", url, "--model", "net"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(line for line in out if line.startswith(f"precision plan #{pick} "))
+    assert "1.25 ms against fp32 2 ms" in line
+    row = next(line.split() for line in out if line.startswith("conv2d_0"))
+    assert row == ["conv2d_0", "8", "1.5000", "1.2500", "0.1250", "tuned", "int8"]
+
+
 def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "v4.sqlite"
     engine = create_engine(f"sqlite:///{path}")

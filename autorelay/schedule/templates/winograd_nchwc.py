@@ -27,6 +27,8 @@ three stages apart).
 
 from __future__ import annotations
 
+import numpy as np
+
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
@@ -60,7 +62,8 @@ def _unit_bytes(m: Tensor, rows: int, blocks: int) -> int:
     """Bytes of a fused unit's V (every input channel) and M (its output blocks) buffers."""
     positions, _, _, oc = m.shape
     ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
-    return positions * (ic + blocks * oc) * rows * m.op.attrs["tiles_w"] * 4  # type: ignore[union-attr]
+    tiles = rows * m.op.attrs["tiles_w"]  # type: ignore[union-attr]
+    return positions * (ic + blocks * oc) * tiles * np.dtype(m.dtype).itemsize
 
 
 def fused_units(m: Tensor, target: Target) -> list[tuple[int, int]]:
@@ -91,7 +94,7 @@ def default_unit(m: Tensor, target: Target) -> tuple[int, int]:
         return th, share
     ic = m.op.reduce_axes[0].extent  # type: ignore[union-attr]
     rows = [r for r, g in units if g == kb and -(-th // r) >= min(target.threads, th)]
-    if positions * kb * oc * ic * 4 > FUSED_WEIGHT_BYTES or not rows:
+    if positions * kb * oc * ic * np.dtype(m.dtype).itemsize > FUSED_WEIGHT_BYTES or not rows:
         return STAGED
     return next((r for r in rows if r * tw >= UNIT_TILES), rows[-1]), kb
 

@@ -22,14 +22,14 @@ from autorelay.transform.quantize.calibrate import (
     range_percentile,
 )
 from autorelay.transform.quantize.layers import PRECISIONS, QuantizePlan, quantizable_layers
-from autorelay.transform.quantize.quantize import Quantize, quantize_model
+from autorelay.transform.quantize.quantize import Quantize, float_layers, quantize_model
 from autorelay.transform.quantize.realize import activation_qparams, quantize_weight
 from autorelay.transform.quantize.scheme import SCHEMES, QuantizeScheme
 
 __all__ = [
     "METHODS", "PRECISIONS", "SCHEMES", "Annotation", "Calibration", "Quantize", "QuantizePlan",
     "QuantizeScheme", "activation_qparams", "annotate", "bf16_support",
-    "calibrate", "choose_range", "kl_threshold", "layer_support", "prepare_for_quantize",
+    "calibrate", "choose_range", "float_layers", "kl_threshold", "layer_support", "prepare_for_quantize",
     "quantizable_layers", "quantize_model", "quantize_weight", "range_kl", "range_max", "range_percentile",
     "realize_bf16",
 ]

@@ -22,12 +22,13 @@ from autorelay.transform.pass_base import ModulePass
 from autorelay.transform.quantize.annotate import annotate, prepare_for_quantize
 from autorelay.transform.quantize.bf16 import realize_bf16
 from autorelay.transform.quantize.calibrate import Calibration
-from autorelay.transform.quantize.layers import QuantizePlan, quantizable_layers
+from autorelay.transform.quantize.layers import QuantizePlan, layer_calls, quantizable_layers
 from autorelay.transform.quantize.realize import realize
 from autorelay.transform.quantize.scheme import QuantizeScheme, scheme_named
 from autorelay.typing import infer_types
 from autorelay.utils.deep import deep
 
+WEIGHT_SUFFIX = "_weight"  # a float layer's lifted weight parameter: `<layer>_weight` (`float_layers`)
 # First argument position of each qnn op's scale / zero point arguments (kept inline).
 _QPARAMS_FROM = {"qnn.quantize": 1, "qnn.dequantize": 1, "qnn.requantize": 1, "qnn.conv2d": 2,
                  "qnn.dense": 2, "qnn.add": 2, "qnn.concatenate": 1}
@@ -82,13 +83,28 @@ def quantize_model(mod: IRModule, params: Mapping[str, np.ndarray] | None, calib
     fn, bf16_names = realize_bf16(fn, ann, plan)  # the plan's bf16 layers (autorelay...quantize.bf16)
     names = {**names, **bf16_names}
     for layer in ann.layers.values():
-        names.setdefault(id(layer.call.args[1]), f"{layer.name}_weight")
+        names.setdefault(id(layer.call.args[1]), f"{layer.name}{WEIGHT_SUFFIX}")
         if layer.bias_call is not None:
             names.setdefault(id(layer.bias_call.args[1]), f"{layer.name}_bias")
     lift = _Lift(names)
     body = lift.visit(fn.body)
     out = IRModule.from_expr(Function(tuple(fn.params) + tuple(lift.vars), body))
     return infer_types(out), lift.params
+
+
+def float_layers(qmod: IRModule) -> list[str]:
+    """The float model's names of the layers `quantize_model` left in float32 (the plan's fp32
+    layers, and int8/bf16 ones no kernel runs), in the quantized model's layer order: its
+    `conv2d_i`/`dense_i` are only those layers, numbered again, and each still reads the weight
+    parameter `<its float name>_weight` it was lifted to."""
+    out = []
+    for name, call in layer_calls(qmod).items():
+        weight = call.args[1]
+        if not (isinstance(weight, Var) and weight.name_hint.endswith(WEIGHT_SUFFIX)):
+            raise ValueError(f"float_layers: layer {name} of the quantized model reads no lifted weight "
+                             f"(not a model from quantize_model?)")
+        out.append(weight.name_hint[: -len(WEIGHT_SUFFIX)])
+    return out
 
 
 @dataclass(frozen=True)
