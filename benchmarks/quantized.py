@@ -38,7 +38,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import autorelay
 from reproduce.baselines import make_autorelay, make_onnxruntime, torch_module
 from reproduce.baselines import zoo_model as _zoo_model
 
@@ -52,8 +51,9 @@ def _calibration(name: str, mod: Any, params: dict, inputs: dict, count: int) ->
 
 
 def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int, db_url: str | None,
-                  target: str = "llvm") -> str:
-    """As `autorelay compile --pipeline auto` picks: the log's choice, else the measured fastest."""
+                  target: str = "llvm") -> tuple[str, str | None]:
+    """As `autorelay compile --pipeline auto` picks: the log's choice, else the measured fastest; with
+    the layout plan's JSON when that is a per-layer plan."""
     from search.models import Model
     from search.pipeline_choice import choose_pipeline
 
@@ -62,22 +62,24 @@ def pick_pipeline(name: str, mod: Any, params: dict, inputs: dict, threads: int,
         import tuning_db
 
         db = tuning_db.open(db_url)
-    return choose_pipeline("auto", Model(name, mod, params, inputs), db, target, threads).pipeline
+    choice = choose_pipeline("auto", Model(name, mod, params, inputs), db, target, threads)
+    return choice.pipeline, choice.plan.to_json() if choice.plan is not None else None
 
 
 def make_fp32(name: str, options: dict[str, Any], threads: int, db_url: str | None, target: str = "llvm"
               ) -> tuple[Callable[[], Any], np.ndarray]:
     mod, params, inputs = _zoo_model(name, options)
-    pipeline = pick_pipeline(name, mod, params, inputs, threads, db_url, target)
-    return make_autorelay(name, options, threads, pipeline, db_url, target=target)
+    pipeline, plan_json = pick_pipeline(name, mod, params, inputs, threads, db_url, target)
+    return make_autorelay(name, options, threads, pipeline, db_url, plan_json, target=target)
 
 
 def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | None, count: int,
               method: str, target: str = "llvm") -> tuple[Callable[[], Any], np.ndarray]:
-    """AutoRelay's all-int8 build of the zoo model."""
+    """AutoRelay's all-int8 build of the zoo model, as `autorelay compile --precision int8` builds it."""
     from autorelay.codegen import resolve_target
     from autorelay.transform.quantize import QuantizePlan, calibrate, quantize_model
     from autorelay.transform.quantize.scheme import scheme_for_target
+    from search.models import Model, compile_model
 
     mod, params, inputs = _zoo_model(name, options)
     calib = calibrate(mod, params, _calibration(name, mod, params, inputs, count), method=method,
@@ -85,16 +87,8 @@ def make_int8(name: str, options: dict[str, Any], threads: int, db_url: str | No
     # the integer scheme whose kernels are fastest on this host (7-bit weights on AVX2 without VNNI)
     scheme = scheme_for_target(resolve_target(target))
     qmod, qparams = quantize_model(mod, params, calib, QuantizePlan(), scheme)
-    pipeline = pick_pipeline(f"{name}[quantized]", qmod, qparams, inputs, threads, db_url, target)
-    source = None
-    if db_url is not None:
-        import tuning_db
-        from search.models import Model, schedule_source
-
-        source = schedule_source(tuning_db.open(db_url), Model(f"{name}[quantized]", qmod, qparams, inputs),
-                                 target, threads=threads, pipeline=pipeline)
-    exe = autorelay.build(qmod, target=target, params=qparams, threads=threads, schedules=source,
-                          pipeline=pipeline)
+    qmodel = Model(f"{name}[quantized]", qmod, qparams, inputs)
+    exe = compile_model(qmodel, db_url, target, threads=threads, pipeline="auto").exe
     if exe.report.fallbacks:
         print(f"  int8 build of {name}: {len(exe.report.fallbacks)} kernels fell back to NumPy",
               file=sys.stderr)

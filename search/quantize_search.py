@@ -347,7 +347,7 @@ def store_front(db: Any, model: Model, result: SearchResult, calibration_data: D
         qkey, layout = result.quantized.get(plan_key(p.plan), (key, None))
         if layout is not None:  # the quantized model's builds find the layouts it was measured with
             db.store_layout_plan(qkey, result.target, layout.to_dict(), latency_ms=p.latency_ms,
-                                 model=f"{model.name}[{p.summary()}]", chosen=True,
+                                 model=f"{model.name}[precision plan #{ids[-1]}]", chosen=True,
                                  compiler_version=autorelay.__version__,
                                  info={"winner": PLAN, "precision_plan": ids[-1],
                                        "float_layout_plan": info.get("layout_plan")})
