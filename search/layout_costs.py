@@ -250,9 +250,12 @@ class _GraphReader:
 
     def node(self, name: str, kind: str, args: list[Expr], kernel: dict[int, float] | None = None) -> int:
         ins = [(self.value[id(a)], a) for a in args if self.value.get(id(a)) is not None]
+        shapes = [static_shape(a) for _, a in ins]
+        channels = tuple(s[1] for s in shapes if s is not None and len(s) == 4)
         self.nodes.append(Node(name, kind, tuple(i for i, _ in ins), kernel or {},
-                               tuple(self._transforms(static_shape(a)) for _, a in ins),
-                               tuple(id(a) for _, a in ins)))  # one expression: one transform
+                               tuple(self._transforms(s) for s in shapes),
+                               tuple(id(a) for _, a in ins),  # one expression: one transform
+                               channels if kind == CONCAT and len(channels) == len(ins) else ()))
         return len(self.nodes) - 1
 
     def visit(self, e: Expr) -> None:

@@ -9,6 +9,9 @@ blocks only) and the cost the program minimises describe the same graph:
 * `join` (a binary op of two values, e.g. a residual add): the first input's layout that is not 0,
   else 0 — the other input is transformed to it;
 * `concat`: the common layout when all inputs share one, else 0 (each blocked input transformed).
+  Given the inputs' channel counts, "one layout" is the one `ConvertLayout` emits: each block shrunk
+  to a divisor of its input's channels (blocks of 16 on 8 and on 16 channels are two layouts; a
+  block of 16 on 8 channels and a block of 8 are one, and the result takes the label 8).
 
 Total cost = sum of the chosen kernel times + sum, over every edge whose producer's layout differs
 from the layout its consumer reads it in, of that edge's transform time (`Node.transform[i]` maps
@@ -29,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
+from autorelay.transform.convert_layout import channel_block
+
 INPUT, CONV, JOIN, CONCAT, OPAQUE = "input", "conv", "join", "concat", "opaque"
 KINDS = (INPUT, CONV, JOIN, CONCAT, OPAQUE)
 
@@ -46,6 +51,7 @@ class Node:
     kernel: Mapping[int, float] = field(default_factory=dict)
     transform: tuple[Mapping[tuple[int, int], float], ...] = ()
     values: tuple[Hashable | None, ...] = ()
+    channels: tuple[int, ...] = ()  # concat: each input's channel count (() : labels are the layouts)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -79,8 +85,21 @@ def output_layout(node: Node, ins: tuple[int, ...], choice: int = 0) -> int:
     if node.kind == JOIN:
         return next((lay for lay in ins if lay != 0), 0)
     if node.kind == CONCAT:
-        return ins[0] if ins and all(lay == ins[0] for lay in ins) else 0
+        return _concat_layout(node, ins)
     return 0
+
+
+def _concat_layout(node: Node, ins: tuple[int, ...]) -> int:
+    """A concatenation stays in its inputs' layout when they share one (see the module docstring),
+    as the candidate layout of that block; else, or when no candidate is that block, NCHW."""
+    if not ins:
+        return 0
+    if not node.channels:
+        return ins[0] if all(lay == ins[0] for lay in ins) else 0
+    actual = {channel_block(c, lay) for c, lay in zip(node.channels, ins)}
+    block = actual.pop() if len(actual) == 1 else 0
+    candidates = {src for table in node.transform for src, _ in table}
+    return block if block in candidates else 0
 
 
 Made = frozenset[tuple[Hashable, int]]  # (value, layout): transforms already emitted

@@ -145,10 +145,10 @@ def stored_plan(model: Model, db: Any, target: str, threads: int | None) -> Pipe
 def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: int | None,
                     keep_build: bool = False) -> PipelineChoice:
     """Resolve `pipeline`: a name stands for itself; `auto` is the log's pick for this model
-    (`db` may be None: no log), else the log's layout plan for it when one won its search, else the
-    measured fastest candidate (with its
-    default-schedule build when `keep_build`); `plan` (given, or the log's pick) is the log's layout
-    plan (`stored_plan`), else — with a `note` saying why — the measured per-model choice."""
+    (`db` may be None: no log), else the log's layout plan for it when one won its search (a
+    quantized model's, stored by `autorelay quantize`), else the measured fastest candidate (with
+    its default-schedule build when `keep_build`); `plan` (given, or the log's pick) is the log's
+    layout plan (`stored_plan`), else — with a `note` saying why — the measured per-model choice."""
     logged = logged_pipeline(db, model, target, threads) if db is not None and pipeline == AUTO else None
     if pipeline == PLAN or logged == PLAN:
         got = stored_plan(model, db, target, threads)
@@ -161,8 +161,8 @@ def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: 
         return PipelineChoice(pipeline, "given")
     if logged is not None:
         return PipelineChoice(logged, "logged")
-    if db is not None:  # never tuned, but a layout plan stored for it (`autorelay quantize` stores
-        got = stored_plan(model, db, target, threads)  # one per quantized model it measured)
+    if db is not None:  # never tuned, but a layout plan is stored for it
+        got = stored_plan(model, db, target, threads)
         if isinstance(got, PipelineChoice) and got.pipeline == PLAN:
             return got
     return measure_pipelines(model, target, threads, keep_build=keep_build)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import pytest
 
 from autorelay.codegen import resolve_target
-from autorelay.transform.layout_plan import conv_layers
+from autorelay.ir.expr import Call, Function
+from autorelay.ir.visitor import post_order
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
+from autorelay.transform.prepare import prepare
+from autorelay.transform.util import op_name, tensor_type
 from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph, transform_seconds
-from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE
+from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, assign
 from search.models import load_model
 
 pytestmark = pytest.mark.cpu
@@ -53,6 +57,27 @@ def test_inception_concatenation_collects_four_branches():
     concats = [n for n in g.nodes if n.kind == CONCAT]
     assert len(concats) == 2 and all(len(n.inputs) == 4 for n in concats)
     assert all(g.nodes[u].kind == CONV for u in concats[0].inputs)
+    assert [n.channels for n in concats] == [(16, 32, 8, 8), (32, 48, 16, 16)]
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_the_program_and_convert_layout_agree_on_concatenations(block: int):
+    """The layout program's rule for a concatenation is what `ConvertLayout` builds. Every layer in
+    blocks of 16: the first Inception block's branches end in 16 and in 8 channels (NCHW16c and
+    NCHW8c), so they concatenate in NCHW; the second's all in NCHW16c. In blocks of 8, both stay
+    blocked."""
+    model = load_model("inception", image_size=16)
+    tgt = resolve_target("llvm", 1)
+    blocks = candidate_blocks(tgt)
+    g = layout_graph(model, _fake_costs(model, blocks), blocks, tgt)
+    layers = conv_layers(model.mod)
+    layouts = assign(g, dict.fromkeys(layers, block))
+    modelled = [layouts[k] for k, n in enumerate(g.nodes) if n.kind == CONCAT]
+    fused = prepare(model.mod, model.params, plan_pipeline(LayoutPlan.uniform(layers, block)))
+    built = [tensor_type(m).shape[-1] if tensor_type(m).ndim == 5 else 0
+             for n in post_order(fused["main"].body) if isinstance(n, Call) and isinstance(n.op, Function)
+             for m in post_order(n.op.body) if op_name(m) == "concatenate"]
+    assert modelled == built == ([0, 16] if block == 16 else [8, 8])
 
 
 def test_transform_time_is_measured_and_cached():

@@ -12,7 +12,18 @@ import random
 
 import pytest
 
-from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, breakdown, solve
+from search.layout_dp import (
+    CONCAT,
+    CONV,
+    INPUT,
+    JOIN,
+    OPAQUE,
+    LayoutGraph,
+    Node,
+    breakdown,
+    output_layout,
+    solve,
+)
 
 LAYOUTS = (0, 8, 16)
 
@@ -23,7 +34,7 @@ class Builder:
 
         self.relayout: list[dict] = []  # per node: (from, to) -> seconds to re-layout its value
 
-    def add(self, kind: str, *inputs: int) -> int:
+    def add(self, kind: str, *inputs: int, channels: tuple[int, ...] = ()) -> int:
         kernel = {}
         if kind == CONV:
             cands = [lay for lay in self.layouts if self.rng.random() < 0.8] or [0]
@@ -31,7 +42,7 @@ class Builder:
         pairs = [(a, b) for a in self.layouts for b in self.layouts if a != b]
         self.relayout.append({p: self.rng.uniform(0.0, 3.0) for p in pairs})
         self.nodes.append(Node(f"n{len(self.nodes)}", kind, tuple(inputs), kernel,
-                               tuple(self.relayout[u] for u in inputs), tuple(inputs)))
+                               tuple(self.relayout[u] for u in inputs), tuple(inputs), channels))
         return len(self.nodes) - 1
 
     def graph(self) -> LayoutGraph:
@@ -54,6 +65,11 @@ def brute_force(graph: LayoutGraph) -> tuple[float, tuple[int, ...]]:
             elif n.kind == JOIN:
                 nonzero = [x for x in ins if x]
                 out = nonzero[0] if nonzero else 0
+            elif n.kind == CONCAT and n.channels:  # the blocks as built: shrunk to divisors
+                built = {max((d for d in range(1, x + 1) if c % d == 0), default=0)
+                         for c, x in zip(n.channels, ins)}
+                out = built.pop() if len(built) == 1 else 0
+                out = out if out in LAYOUTS else 0
             elif n.kind == CONCAT:
                 out = ins[0] if len(set(ins)) == 1 else 0
             else:
@@ -120,6 +136,31 @@ def test_three_branch_concat_matches_brute_force(seed: int) -> None:
     x = b.add(CONV, x)
     b.add(OPAQUE, x)
     _check(b.graph())
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_concat_of_channel_counts_matches_brute_force(seed: int) -> None:
+    """With channel counts, a concatenation stays blocked where its inputs' blocks, shrunk to
+    divisors of their channels, agree: 16 on 8 channels joins 8 on 24."""
+    rng = random.Random(500 + seed)
+    b = Builder(rng)
+    x = b.add(CONV, b.add(INPUT))
+    for _ in range(2):
+        outs = [chain(b, x, 1 + i % 2) for i in range(3)]
+        x = b.add(CONCAT, *outs, channels=tuple(rng.choice([8, 16, 24, 32]) for _ in outs))
+    b.add(OPAQUE, b.add(CONV, x))
+    _check(b.graph())
+
+
+def test_concat_follows_the_blocks_as_built() -> None:
+    to = {(a, c): 1.0 for a in LAYOUTS for c in LAYOUTS if a != c}
+    node = Node("cat", CONCAT, (0, 1), {}, (to, to), (0, 1), channels=(8, 16))
+    assert output_layout(node, (16, 16)) == 0  # NCHW8c and NCHW16c: not one layout
+    assert output_layout(node, (16, 8)) == 8 and output_layout(node, (8, 8)) == 8
+    assert output_layout(node, (0, 8)) == 0
+    assert output_layout(Node("cat", CONCAT, (0, 1), {}, (to, to), (0, 1)), (16, 16)) == 16  # no counts
+    odd = Node("cat", CONCAT, (0, 1), {}, (to, to), (0, 1), channels=(12, 12))
+    assert output_layout(odd, (8, 8)) == 0  # built as NCHW4c, which no candidate names
 
 
 @pytest.mark.parametrize("seed", range(25))
