@@ -191,7 +191,9 @@ def _block(layout: str) -> int:
 
 
 def conv_signature_and_block(c: Call) -> tuple[tuple, int] | None:
-    """(canonical input shape, canonical output shape), channel block of a conv call, or None."""
+    """(canonical input shape, canonical output shape, kernel height and width), channel block of a
+    conv call, or None. The kernel size tells apart layers of equal shapes, such as a ResNet block's
+    strided 3x3 convolution and its 1x1 shortcut."""
     name = op_name(c)
     data, out = tensor_type(c.args[0]), tensor_type(c)
     if data is None or out is None:
@@ -203,9 +205,14 @@ def conv_signature_and_block(c: Call) -> tuple[tuple, int] | None:
         return None
     if name == "nn.conv2d":
         out_lay = c.attrs["out_layout"] or lay
-    else:  # Winograd: the output is blocked as its transformed weight's last axis
+        weight, kernel_layout = tensor_type(c.args[1]), c.attrs["kernel_layout"]
+        if weight is None:
+            return None
+        kernel = (weight.shape[kernel_layout.index("H")], weight.shape[kernel_layout.index("W")])
+    else:  # Winograd: the output is blocked as its transformed weight's last axis; always 3x3
         out_lay = lay if lay == "NCHW" else f"NCHW{out.shape[-1]}c"
-    return (_canonical(tuple(data.shape), lay), _canonical(tuple(out.shape), out_lay)), _block(lay)
+        kernel = (3, 3)
+    return (_canonical(tuple(data.shape), lay), _canonical(tuple(out.shape), out_lay), kernel), _block(lay)
 
 
 def built_convs(fused: IRModule) -> list[tuple[tuple, int, Function]]:
@@ -225,7 +232,8 @@ def built_layers(graph: IRModule, fused: IRModule) -> dict[str, tuple[int, Funct
     """Each conv layer of `graph` (the module after `graph_passes`, where layers are named) ->
     (its channel block, its primitive function) in `fused`, a build of the same model. Fusion may
     visit a residual block's shortcut before its branch, so layers are matched to built convs by
-    their shapes, in order: exact unless two layers of the same shapes swapped places."""
+    their shapes and kernel sizes, in order: exact unless two layers of the same shapes and kernel
+    size swapped places."""
     built = built_convs(fused)
     used = [False] * len(built)
     out: dict[str, tuple[int, Function]] = {}
