@@ -326,8 +326,7 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
 def store_front(db: Any, model: Model, result: SearchResult, calibration_data: DataSet, validation: DataSet,
                 *, method: str, pipeline: str, calibration: Any = None) -> list[int]:
     """Store every front point of `result` (the pick marked chosen); returns the row ids."""
-    info: dict[str, Any] = {"pipeline": PLAN if result.layout is not None else pipeline,
-                            "calibration_source": calibration_data.source,
+    info: dict[str, Any] = {"pipeline": pipeline, "calibration_source": calibration_data.source,
                             "validation_source": validation.source, "validation_samples": validation.samples,
                             "points_measured": len(result.points)}
     if result.layout is not None:

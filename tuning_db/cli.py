@@ -17,6 +17,8 @@ from typing import Any
 from .cli_args import positive_int
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, TuningDBError
+from .layout_plans import LayoutPlanRecord
+from .plans import PlanRecord
 from .queries import INTERLEAVED
 from .results_jsonl import export_results, import_results
 
@@ -185,6 +187,11 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
             print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
                   f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")
         precision = _precision_on_layout(db, r)
+        if precision is not None:
+            print(f"precision plan #{precision.id} measured on this layout plan "
+                  f"({_when(precision.recorded_at)}): {precision.latency_ms:.4g} ms against fp32 "
+                  f"{precision.fp32_latency_ms or float('nan'):.4g} ms, {precision.metric} drop "
+                  f"{precision.accuracy_drop:.4g} (bound {precision.max_drop}); `--precision plan` builds it")
         layers = info.get("layers", [])
         blocks = sorted({int(b) for row in layers for b in row.get("kernel_ms", {})})
         rows = []
@@ -194,26 +201,24 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
             rows.append([row.get("layer", "?"), f"{block} (F{tile} Winograd)" if tile else block]
                         + [_ms(kernel.get(str(b))) for b in blocks]
                         + [_ms(row.get("transform_ms")), row.get("source", "-")]
-                        + ([precision(row.get("layer", "?"))] if precision else []))
+                        + ([_layer_precision(precision, row.get("layer", "?"))] if precision else []))
         print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source",
                      *(["precision"] if precision else [])], rows))
     return 0
 
 
-def _precision_on_layout(db: TuningDB, layout: Any) -> Any:
-    """The precision per layer (a function of the layer's name) of the quantization plan the latest
-    `autorelay quantize` picked on this layout plan, after printing a line about it; None if none."""
+def _precision_on_layout(db: TuningDB, layout: LayoutPlanRecord) -> PlanRecord | None:
+    """The quantization plan the latest `autorelay quantize` picked on this layout plan, if any."""
     picked = [p for p in db.plans(layout.model_key, layout.target)
               if p.chosen and (p.info or {}).get("layout_plan") == layout.plan]
-    if not picked:
-        return None
-    rec = max(picked, key=lambda p: (p.recorded_at, p.id))
-    precisions, default = rec.plan.get("precisions", {}), rec.plan.get("default", "int8")
-    print(f"precision plan #{rec.id} measured on this layout plan ({_when(rec.recorded_at)}): "
-          f"{rec.latency_ms:.4g} ms against fp32 {rec.fp32_latency_ms or float('nan'):.4g} ms, "
-          f"{rec.metric} drop {rec.accuracy_drop:.4g} (bound {rec.max_drop}); "
-          f"`--precision plan` builds it")
-    return lambda layer: precisions.get(layer, default) if isinstance(precisions, dict) else "?"
+    return max(picked, key=lambda p: (p.recorded_at, p.id), default=None)
+
+
+def _layer_precision(rec: PlanRecord, layer: str) -> str:
+    """A layer's precision in a stored quantization plan (its JSON is the compiler's: "precisions"
+    per layer, else "default")."""
+    precisions = rec.plan.get("precisions", {})
+    return precisions.get(layer, rec.plan.get("default", "int8")) if isinstance(precisions, dict) else "?"
 
 
 def _ms(v: Any) -> str:
