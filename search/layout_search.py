@@ -11,6 +11,10 @@ or Winograd) per conv layer.
    ranks layouts; the end-to-end timing decides, so a plan that the model overrates (a transform
    that fusion hides, a pool that is slower packed) cannot make the model slower than the
    per-model pick.
+   The plan's fusion is chosen in the same timing: its prologue edges (injective producers, such as
+   the layout transforms its blocks imply, that `FusionPlan.prologues` fuses into the kernel they
+   feed) give fusion variants of the plan (`search.fusion_choice`), timed with it; the fastest
+   variant is the plan.
 3. The plan is stored in the log (`tuning_db.layout_plans`) with its latency, the per-model
    latencies and the per-layer costs; `autorelay compile`/`run` on the log rebuild it exactly (see
    `search.pipeline_choice.stored_plan`), and `autorelay db plan --model M` prints it.
@@ -19,7 +23,7 @@ or Winograd) per conv layer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import autorelay
@@ -30,6 +34,7 @@ from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layer
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask, optimize
+from search.fusion_choice import fusion_variants, prologue_edges, prologue_tasks
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import (
     Form,
@@ -54,9 +59,12 @@ from search.models import (
 from search.pipeline_choice import PLAN, candidates, prepare_plan
 
 
-def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[PreparedModel, Extraction]:
-    """The default pipeline's prepared model and the union (by workload key and template) of the
-    tasks of every per-model pipeline and every uniform plan: what a layer may run as under any plan."""
+def plan_tasks(model: Model, target: str, threads: int | None
+               ) -> tuple[PreparedModel, Extraction, dict[str, frozenset[str]]]:
+    """The default pipeline's prepared model; the union (by workload key and template) of the
+    tasks of every per-model pipeline, every uniform plan and the uniform plans' prologue-fused
+    kernels (`search.fusion_choice`): what a layer may run as under any plan; and the conv layers
+    each prologue-fused task implements (its scheduler group)."""
     tgt = resolve_target(target, threads)
     layers = conv_layers(model.mod)
     base = prepare_model(model, target, threads=threads, pipeline="default")
@@ -71,7 +79,8 @@ def plan_tasks(model: Model, target: str, threads: int | None) -> tuple[Prepared
             if (t.key, t.template) not in seen and (t.key, None) not in seen:
                 seen.add((t.key, t.template))
                 tasks.append(t)
-    return base, Extraction(tasks, skipped, base.extraction.total_flops)
+    fused, groups = prologue_tasks(model, target, threads, candidate_blocks(tgt), {key for key, _ in seen})
+    return base, Extraction([*tasks, *fused], skipped, base.extraction.total_flops), groups
 
 
 @dataclass
@@ -100,6 +109,13 @@ class LayoutSearchResult:
     max_abs_diff: float  # plan build vs default build, same inputs
     record_id: int | None = None
     source: BoundSource | None = None  # the log as the winner's build read it (None: no log)
+    fusion: str = PLAN  # the plan's fusion variant that `plan` is (a key of `latencies`)
+    prologue_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # its candidates
+
+    @property
+    def plan_latency(self) -> float:
+        """Seconds per call of `plan` (its best fusion variant)."""
+        return self.latencies[self.fusion]
 
     def describe(self) -> str:
         times = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
@@ -120,6 +136,10 @@ class LayoutSearchResult:
             f"{k} {v * 1e3:.3f} ms" for k, v in self.modeled.items())
             + ("" if self.solution.exact else " (beam: approximate)"))
         measured = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
+        if self.prologue_edges:
+            edges = ", ".join(f"{a}->{c} ({name})" for (a, c), name in self.prologue_edges.items())
+            lines.append(f"prologue edges (fusion candidates): {edges}; the plan's best fusion: "
+                         f"{self.fusion}")
         lines.append(f"measured end to end: {measured}; kept {self.winner}; "
                      f"max |plan - default| = {self.max_abs_diff:.2g}")
         return "\n".join(lines)
@@ -171,7 +191,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     layouts = sol.conv_layouts(graph)
     plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
                                 if any(form[0] == b for form in costs[name].forms)})
-    prepared = {PLAN: prepare_plan(model, target, threads, plan)}
+    edges = prologue_edges(model, plan)
+    variants = {PLAN: plan, **{name: replace(plan, fusion=f) for name, f in fusion_variants(edges).items()}}
+    prepared = {name: prepare_plan(model, target, threads, p) for name, p in variants.items()}
     for p in candidates(target, threads):
         prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
     sources = {name: shared or (schedule_source(db, model, prepared=prep) if db is not None else None)
@@ -180,13 +202,18 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     exes = {name: build_model(model, sources[name], prepared=prep, memo=memo)
             for name, prep in prepared.items()}
     args = run_inputs(exes[PLAN], model)
-    diff = max_difference(exes[PLAN](*args), exes["default"](*args))
+    reference = exes["default"](*args)
+    diff = max(max_difference(exes[name](*args), reference) for name in variants)
     times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
+    fusion = min(variants, key=times.__getitem__)  # the plan's best fusion
+    plan = variants[fusion]
     winner = min(times, key=times.__getitem__)
+    winner = PLAN if winner in variants else winner
+    prepared[PLAN], sources[PLAN] = prepared[fusion], sources[fusion]
     named = optimize(model.mod, model.params, Pipeline(graph_passes()))
     forms = {p: per_model_forms(named, prepared[p]) for p in candidates(target, threads)}
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
-    best_model = min((p for p in times if p != PLAN), key=times.__getitem__)
+    best_model = min((p for p in times if p not in variants), key=times.__getitem__)
     parts = breakdown(graph, sol.layouts)
     rows = []
     for k in graph.convs():
@@ -195,7 +222,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
         rows.append(LayerRow(name, block, plan.winograd.get(name, 0), dict(c.kernel), parts[k][1],
                              c.source.get(block, "-"), *ref, c.forms.get(ref, math.nan)))
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
-                                source=sources[winner])
+                                source=sources[winner], fusion=fusion, prologue_edges=edges)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
     return result
@@ -213,8 +240,10 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
     info = {"winner": r.winner, "latencies_ms": {k: ms(v) for k, v in r.latencies.items()},
             "modeled_ms": ms(r.solution.cost), "exact": r.solution.exact,
             "per_model_modeled_ms": {k: ms(v) for k, v in r.modeled.items() if k != PLAN},
-            "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers}
-    return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.latencies[PLAN] * 1e3,
+            "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers,
+            "fusion": r.fusion,
+            "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()}}
+    return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.plan_latency * 1e3,
                                 model=model.name, chosen=r.winner == PLAN,
                                 compiler_version=autorelay.__version__, info=info)
 

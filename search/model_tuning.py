@@ -263,10 +263,11 @@ def tune_model(
         if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
             progress.stage("extracting the kernels of every layout a conv layer may take")
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
-            prepared, ex = plan_tasks(model, target, threads)
+            prepared, ex, prologue_groups = plan_tasks(model, target, threads)
             every_form = list(ex.tasks)
             progress.stage("screening every layout with default schedules: which forms are worth tuning")
             screen = screen_plan_tasks(model, prepared.target, memo=memo, workers=build_workers)
+            screen.groups.update(prologue_groups)  # a fused prologue's kernel: one more form of its layer
             before = len(ex.tasks)
             ex, groups = screen.apply(ex)
             progress.stage(f"screening kept {len(ex.tasks)} of {before} tasks ({screen.seconds:.0f} s); the "

@@ -186,6 +186,9 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
         if "modeled_ms" in info:
             print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
                   f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")
+        fusion = _fusion_line(r.plan, info)
+        if fusion:
+            print(fusion)
         precision = _precision_on_layout(db, r)
         if precision is not None:
             print(f"precision plan #{precision.id} measured on this layout plan "
@@ -205,6 +208,28 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
         print(table(["layer", "block", *[f"kernel@{b} ms" for b in blocks], "transform in ms", "source",
                      *(["precision"] if precision else [])], rows))
     return 0
+
+
+def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
+    """Which prologue edges (injective producers fused into the kernel they feed) the plan fuses,
+    from the search's candidates (`info["prologue_edges"]`) less the plan's disabled edges; "" for a
+    plan stored before fusion was a choice."""
+    edges = info.get("prologue_edges")
+    if not isinstance(edges, dict) or not edges:
+        return ""
+    fusion = plan.get("fusion")
+    if not isinstance(fusion, dict):
+        return f"fusion: Relay's rules (prologue candidates, none fused: {_edges(edges)})"
+    off = {f"{a}->{c}" for a, c in fusion.get("disabled_edges", [])}
+    fused = {k: v for k, v in edges.items() if k not in off}
+    rest = {k: v for k, v in edges.items() if k in off}
+    variant = info.get("fusion", "plan")
+    return (f"fusion ({variant}): Relay's rules, and as prologues {_edges(fused) or 'none'}"
+            + (f"; not fused: {_edges(rest)}" if rest else ""))
+
+
+def _edges(edges: dict[str, Any]) -> str:
+    return ", ".join(f"{k} ({v})" for k, v in edges.items())
 
 
 def _precision_on_layout(db: TuningDB, layout: LayoutPlanRecord) -> PlanRecord | None:

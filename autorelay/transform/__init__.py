@@ -10,7 +10,7 @@ from autorelay.transform.dce import DeadCodeElimination
 from autorelay.transform.dynamic_to_static import DynamicToStatic
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fold_scale_axis import FoldScaleAxis
-from autorelay.transform.fuse_ops import FuseOps, candidate_edges
+from autorelay.transform.fuse_ops import FuseOps, candidate_edges, fused_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.inline import InlineGlobals
 from autorelay.transform.matmul_to_dense import MatmulToDense
@@ -60,6 +60,7 @@ __all__ = [
     "count_ops",
     "default_pipeline",
     "describe",
+    "fused_edges",
     "op_histogram",
     "pipeline",
     "pipeline_passes",

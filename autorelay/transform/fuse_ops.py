@@ -32,6 +32,7 @@ from autorelay.op.registry import OpPattern
 from autorelay.transform.fusion_plan import ANCHORS, FusionPlan
 from autorelay.transform.normal_form import scoped_children
 from autorelay.transform.pass_base import FunctionPass
+from autorelay.transform.util import op_name
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -84,7 +85,8 @@ class _Grouping:
             if not isinstance(n, Function):
                 for k, _ in scoped_children(n):
                     uses[id(k)] += 1
-        self.index = {id(n): i for i, n in enumerate(x for x in order if _pattern(x) is not None)}
+        self.calls = [n for n in order if _pattern(n) is not None]  # op calls, numbered as edges number them
+        self.index = {id(n): i for i, n in enumerate(self.calls)}
         self.users: dict[int, list[Expr]] = {}
         for n in order:
             if not isinstance(n, Function):
@@ -92,6 +94,7 @@ class _Grouping:
                     self.users.setdefault(id(k), []).append(n)
         self.group: dict[int, _Group] = {}
         self.edges: list[tuple[int, int]] = []
+        self.merged: list[tuple[int, int]] = []  # the edges whose groups the plan joined
         for n in order:
             p = _pattern(n)
             if p is None:
@@ -134,6 +137,7 @@ class _Grouping:
             return
         if ga.anchors + gc.anchors > 1 or ga.ops + gc.ops > self.plan.max_depth:
             return
+        self.merged.append(edge)
         # still a dependency order: no member of `a`'s group reads one of c's (every user of c's
         # members is in c's group, and `a`'s group is not yet)
         gc.members = ga.members + gc.members
@@ -223,3 +227,11 @@ def candidate_edges(fn: Function, plan: FusionPlan | None = None) -> list[tuple[
     A search toggles subsets of these through `FusionPlan.disabled_edges`.
     """
     return list(_Grouping(fn.body, plan or FusionPlan.default()).edges)
+
+
+def fused_edges(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], str]:
+    """The edges `plan` fuses in `fn`'s body, each with a name for reports ("layout_transform ->
+    nn.conv2d"). Comparing two plans' sets says which producers one of them fuses that the other
+    leaves to their own kernels."""
+    g = _Grouping(fn.body, plan)
+    return {(a, c): f"{op_name(g.calls[a])} -> {op_name(g.calls[c])}" for a, c in g.merged}

@@ -16,6 +16,14 @@ convolutions or a convolution and a reduction are separate kernels.
 `FusionPlan.default()` reproduces Relay's rules: an out-elemwise-fusable op (conv2d, dense,
 pooling) with its elementwise/broadcast consumers; chains of injective ops; a reduction with its
 injective producers. `FusionPlan.none()` fuses nothing (each op becomes its own function).
+
+`FusionPlan.prologues()` adds what Relay leaves out: an out-elemwise-fusable op may also take its
+injective producers (`PROLOGUE_RULES`), as a reduction does. A layout transform or a flatten in
+front of a convolution or a dense layer then runs inside that kernel, where the lowering inlines
+it into the anchor's input (or its padding stage), instead of writing its result to memory for
+the next kernel to read back. Whether that pays depends on the layer and its schedule (an input
+read through a re-layout may no longer be read in vectors), so the layout search measures it per
+edge (`search.fusion_choice`) and the stored plan switches off the edges that lost.
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ RELAY_RULES: frozenset[tuple[OpPattern, OpPattern]] = frozenset(
     # an out-elemwise-fusable op (conv2d, dense) takes its elementwise/broadcast consumers
     | {(O, E), (O, B)}
 )
+
+# an out-elemwise-fusable op (conv2d, dense, pooling) takes its injective producers as a prologue
+PROLOGUE_RULES: frozenset[tuple[OpPattern, OpPattern]] = frozenset({(p, O) for p in (E, B, I)})
 
 ANCHORS = (OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.TUPLE, OpPattern.OPAQUE)
 
@@ -60,6 +71,11 @@ class FusionPlan:
         return FusionPlan(RELAY_RULES, max_depth)
 
     @staticmethod
+    def prologues(max_depth: int = 256) -> FusionPlan:
+        """Relay's rules and injective producers fused into the kernel they feed (see above)."""
+        return FusionPlan(RELAY_RULES | PROLOGUE_RULES, max_depth)
+
+    @staticmethod
     def none() -> FusionPlan:
         return FusionPlan(frozenset(), 1)
 
@@ -67,6 +83,8 @@ class FusionPlan:
         rules = f"{len(self.rules)} rules"
         if self.rules == RELAY_RULES:
             rules = "relay"
+        elif self.rules == RELAY_RULES | PROLOGUE_RULES:
+            rules = "relay+prologues"
         elif not self.rules:
             rules = "none"
         off = f", disabled_edges={sorted(self.disabled_edges)}" if self.disabled_edges else ""

@@ -20,6 +20,11 @@ plans on the float model's layout plan). Quantization turns those layers into `q
 the quantized model's conv layers are the float ones, numbered again; `on_quantized` renames the
 plan for it, and `int8_block` gives the quantized convolutions their block (0: NCHW).
 
+A plan may also carry a `FusionPlan` (`fusion`; None: Relay's rules): the layout search measures
+whether injective producers, such as the layout transforms its blocks imply, run inside the kernel
+they feed (`FusionPlan.prologues`), and keeps the edges that paid. Its edges are numbered in the
+graph the plan's layouts produce, so the fusion plan belongs to the layout plan.
+
 `plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, Winograd with the
 plan's tiles (every conv it does not name in NCHW by `default`'s rule, the blocked ones direct),
 `ConvertLayout` with one block per conv, Winograd or direct (so layout transforms appear only where
@@ -42,6 +47,7 @@ from autorelay.op.winograd import TILE_SIZES
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fuse_ops import FuseOps
+from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.pass_base import Pass, Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.quantize.layers import layer_calls
@@ -80,6 +86,7 @@ class LayoutPlan:
     blocks: Mapping[str, int] = field(default_factory=dict)
     winograd: Mapping[str, int] = field(default_factory=dict)
     int8_block: int = 0  # the block of the quantized (qnn) convolutions, which no name addresses
+    fusion: FusionPlan | None = None  # how the planned graph is fused (None: Relay's rules)
 
     def __post_init__(self) -> None:
         if not isinstance(self.int8_block, int) or isinstance(self.int8_block, bool) or self.int8_block < 0:
@@ -121,7 +128,8 @@ class LayoutPlan:
         """This plan for a quantized model whose conv layers are the float model's `kept` ones (their
         float names, in order: `quantize.float_layers`), numbered again from 0: each keeps its block
         and tile here, named explicitly (0 too, so no float layer takes the int8 block), and the
-        int8 convolutions run in `int8_block`."""
+        int8 convolutions run in `int8_block`. The fusion plan is not carried over: its edges number
+        the float graph's ops, and the quantized graph has others."""
         for name in kept:
             _index(name)  # a conv layer's name, else ValueError
         renamed = {name: f"{PREFIX}{i}" for i, name in enumerate(kept)}
@@ -138,7 +146,8 @@ class LayoutPlan:
             return f"{name}:{b}" + (f"/F{t}" if t else "/direct" if t == 0 and not b else "")
 
         int8 = f" int8:{self.int8_block}" if self.int8_block else ""
-        return (" ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)") + int8
+        fusion = f" fusion:{self.fusion!r}" if self.fusion is not None else ""
+        return (" ".join(one(k, v) for k, v in self.blocks.items()) or "(all NCHW)") + int8 + fusion
 
     # ---- JSON ----------------------------------------------------------------------------------
 
@@ -148,6 +157,8 @@ class LayoutPlan:
             out["winograd"] = dict(self.winograd)
         if self.int8_block:
             out["int8_block"] = self.int8_block
+        if self.fusion is not None:
+            out["fusion"] = self.fusion.to_json()
         return out
 
     def to_json(self) -> str:
@@ -157,18 +168,19 @@ class LayoutPlan:
     def from_json(text: str | Mapping[str, Any]) -> LayoutPlan:
         """The inverse of `to_json` (also takes the parsed dict)."""
         data = json.loads(text) if isinstance(text, str) else dict(text)
-        extra = sorted(set(data) - {"blocks", "winograd", "int8_block"})
+        extra = sorted(set(data) - {"blocks", "winograd", "int8_block", "fusion"})
         if extra:
             raise ValueError(f"LayoutPlan JSON has unknown key(s) {', '.join(extra)}")
+        fusion = FusionPlan.from_json(data["fusion"]) if data.get("fusion") is not None else None
         return LayoutPlan(dict(data.get("blocks", {})), dict(data.get("winograd", {})),
-                          data.get("int8_block", 0))
+                          data.get("int8_block", 0), fusion)
 
 
 def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks(), qnn_block=plan.int8_block)
     return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
-            SimplifyExpr(), FuseOps()]
+            SimplifyExpr(), FuseOps(plan=plan.fusion or FusionPlan.default())]
 
 
 def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:

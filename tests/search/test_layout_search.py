@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from autorelay.ir.expr import Call, Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import model_key, workload_key
 from autorelay.transform.convert_layout import channel_block
+from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
@@ -24,6 +26,7 @@ from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from search import tune_model
 from search.cli import main
+from search.fusion_choice import fusion_variants, prologue_edges
 from search.layout_dp import assign, breakdown, plan_cost
 from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
@@ -95,6 +98,9 @@ def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
     rng = random.Random(3)
     plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers},
                       {name: rng.choice([0, 2, 4]) for name in layers})  # Winograd in any layout
+    edges = sorted(prologue_edges(model, plan))  # and with some of its prologues fused
+    assert edges
+    plan = replace(plan, fusion=FusionPlan.prologues().without_edges(rng.sample(edges, len(edges) // 2)))
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with tuning_db.open(url) as db:
         _store(db, model, plan)
@@ -161,8 +167,12 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
         r = search_layout(model, db, "llvm", 1, repeat=3, rounds=3)
         rec = db.layout_plan(model_key(model.mod), tuning_target("llvm", 1))
         res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
-    assert r.solution.exact and set(r.latencies) == {PLAN, *candidates("llvm", 1)}
-    assert r.winner == min(r.latencies, key=r.latencies.__getitem__)
+    variants = {PLAN, *fusion_variants(r.prologue_edges)}
+    assert r.prologue_edges and set(r.latencies) == {*variants, *candidates("llvm", 1)}
+    assert r.solution.exact and r.fusion == min(variants, key=r.latencies.__getitem__)
+    fastest = min(r.latencies, key=r.latencies.__getitem__)
+    assert r.winner == (PLAN if fastest in variants else fastest)
+    assert (r.plan.fusion is None) == (r.fusion == PLAN)
     assert rec is not None and rec.id == r.record_id and rec.plan == r.plan.to_dict()
     assert rec.chosen == (r.winner == PLAN) and rec.winner == r.winner
     assert res.pipeline == r.winner
@@ -181,6 +191,7 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     assert main(["db", "plan", "--db", url, "--model", model.name]) == 0
     out = capsys.readouterr().out
     assert sum(line.startswith("conv2d_") for line in out.splitlines()) == len(names)
+    assert "fusion" in out and all(f"{a}->{c}" in out for a, c in r.prologue_edges)
 
 
 def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path):
@@ -188,7 +199,7 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
     model = load_model("nature-dqn")
     result = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
                         batch=4, pipeline="plan", compare=False)
-    _, every = plan_tasks(model, "llvm", 1)
+    _, every, _ = plan_tasks(model, "llvm", 1)
     forms = {t.key for t in every.tasks if t.template.startswith("conv2d")}
     tuned = {r.task.key for r in result.rows}
     screened = {s.key for s in result.skipped if "screening prunes" in s.reason}

@@ -6,7 +6,15 @@ from transform_nets import NETS, assert_same_outputs, ops, typed
 
 from autorelay.ir import Call, Function, IRModule, TensorType, Tuple, Var, const, post_order
 from autorelay.op.registry import OpPattern, call
-from autorelay.transform import FuseOps, FusionPlan, Pipeline, candidate_edges, pipeline, primitive_functions
+from autorelay.transform import (
+    FuseOps,
+    FusionPlan,
+    Pipeline,
+    candidate_edges,
+    fused_edges,
+    pipeline,
+    primitive_functions,
+)
 
 
 def _groups(out: IRModule) -> list[list[str]]:
@@ -105,6 +113,26 @@ def test_max_depth_and_plans_as_data():
     assert _fuse(lambda x: call("nn.relu", conv(x)), plan=no_conv) == [["nn.conv2d"], ["nn.relu"]]
     with pytest.raises(ValueError, match="max_depth"):
         FusionPlan(max_depth=0)
+
+
+def test_prologues_fuse_injective_producers_into_the_kernel_they_feed():
+    flip = lambda x: call("transpose", call("negative", x), axes=[0, 1, 3, 2])
+    body = lambda x: call("nn.relu", conv(flip(x)))
+    assert _fuse(body) == sorted([["negative", "transpose"], ["nn.conv2d", "nn.relu"]])
+    assert _fuse(body, plan=FusionPlan.prologues()) == [["negative", "nn.conv2d", "nn.relu", "transpose"]]
+    assert repr(FusionPlan.prologues()).startswith("FusionPlan(rules=relay+prologues")
+    # the edges it adds, named; switching that edge off gives Relay's grouping back
+    x = Var("x", TensorType((1, 4, 6, 6)))
+    fn = typed(IRModule.from_expr(Function((x,), body(x))))["main"]
+    relay, more = fused_edges(fn, FusionPlan.default()), fused_edges(fn, FusionPlan.prologues())
+    added = {e: name for e, name in more.items() if e not in relay}
+    assert list(added.values()) == ["transpose -> nn.conv2d"] and set(relay) < set(more)
+    assert _fuse(body, plan=FusionPlan.prologues().without_edges(added)) == _fuse(body)
+    # a producer two convolutions read is not fused into either (nor duplicated)
+    two = lambda x: call("add", conv(flip(x)), conv(call("exp", x)))
+    shared = lambda x: (lambda t: call("add", conv(t), conv(t)))(flip(x))
+    assert ["negative", "transpose"] in _fuse(shared, plan=FusionPlan.prologues())
+    assert len(_fuse(two, plan=FusionPlan.prologues())) == 2  # each conv takes its own producer
 
 
 @pytest.mark.parametrize("net", sorted(NETS))

@@ -1,0 +1,93 @@
+"""Fusion as a searched choice of the layout plan: which injective producers run inside the kernel
+they feed (`FusionPlan.prologues`).
+
+Relay's rules fuse a convolution or a dense layer with what follows it (bias, activation, a
+residual add), never with what precedes it. A layout plan puts layout transforms in front of
+convolutions (the model's NCHW input before a blocked stem, a re-layout between layers the plan
+puts in different blocks) and flattens in front of the classifier; each runs as its own kernel,
+writing a tensor the next kernel reads back. Fused as a prologue, the transform is inlined into
+the anchor's input (its padding stage, when the schedule pads at root), which saves that round
+trip but may read the input with a worse access pattern. Neither side wins by rule, so:
+
+1. `prologue_tasks`: the tuner tunes the fused kernels too. The uniform plans in each block (and
+   NCHW) are prepared with every prologue fused; their fused kernels are the tasks no other form
+   has (the stem reading the model's NCHW input into a block; a classifier reading a block through
+   its flatten), each grouped with the conv layer it implements, so the task scheduler treats it
+   as one more form of that layer. A fused re-layout between two blocked layers keeps the ranks of
+   the plain conv's tensors, so it takes a tuned conv's config by transfer.
+2. `fusion_variants`: after the layout program has chosen the plan, its prologue edges (those
+   `FusionPlan.prologues` fuses and Relay's rules do not) give the candidates: the plan with Relay's
+   rules, with every prologue fused, and, for a few edges, each edge alone. The layout search
+   builds and times them end to end, interleaved with the per-model pipelines, and stores the
+   winner's fusion plan with its layouts (`LayoutPlan.fusion`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autorelay.lower import workload_key
+from autorelay.transform.fuse_ops import fused_edges
+from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes
+from search.extract import ModelTask, optimize
+from search.models import Model
+from search.pipeline_choice import PLAN, prepare_plan
+
+SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, only "none" and "all" are timed
+
+Edge = tuple[int, int]
+
+
+def prologue_edges(model: Model, plan: LayoutPlan) -> dict[Edge, str]:
+    """The edges of `plan`'s graph (before fusion) that `FusionPlan.prologues` fuses and Relay's
+    rules do not, each named "producer -> consumer"."""
+    unfused = optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))
+    fn = unfused["main"]
+    relay = fused_edges(fn, FusionPlan.default())
+    return {e: name for e, name in fused_edges(fn, FusionPlan.prologues()).items() if e not in relay}
+
+
+def fusion_variants(edges: dict[Edge, str]) -> dict[str, FusionPlan]:
+    """The fusion plans worth timing on a plan with these prologue edges, by report name
+    (`plan+prologues`, `plan+prologue a->c`); Relay's rules, the plan itself, are not among them."""
+    if not edges:
+        return {}
+    every = FusionPlan.prologues()
+    out = {f"{PLAN}+prologues": every}
+    if 1 < len(edges) <= SINGLE_EDGE_LIMIT:
+        for edge in edges:
+            out[f"{PLAN}+prologue {edge[0]}->{edge[1]}"] = every.without_edges(e for e in edges if e != edge)
+    return out
+
+
+def prologue_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
+                   known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
+    """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
+    `blocks`) whose workload keys are not in `known`, and for each of those that implements conv
+    layers, the set of layers (its scheduler group: one more form of them)."""
+    layers = conv_layers(model.mod)
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    tasks: list[ModelTask] = []
+    groups: dict[str, frozenset[str]] = {}
+    seen = set(known)
+    for block in (0, *blocks):
+        plan = replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None),
+                       fusion=FusionPlan.prologues())
+        prepared = prepare_plan(model, target, threads, plan)
+        served: dict[str, set[str]] = {}
+        for name, (_, fn) in built_layers(graph, prepared.module).items():
+            served.setdefault(workload_key(fn), set()).add(name)
+        for t in prepared.extraction.tasks:
+            if t.key in seen:
+                continue
+            seen.add(t.key)
+            tasks.append(t)
+            if t.key in served:
+                groups[t.key] = frozenset(served[t.key])
+    return tasks, groups
+
+
+__all__ = ["SINGLE_EDGE_LIMIT", "fusion_variants", "prologue_edges", "prologue_tasks"]

@@ -1,0 +1,113 @@
+"""Fusion as a choice of the layout plan: prologue-fused builds of the zoo's CNNs equal the reference
+interpreter on AVX2 and AVX-512 targets; the plan carries its fusion through JSON; the tuner's
+prologue tasks are grouped with the layer they implement; the variants the search times."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import autorelay
+from autorelay.codegen import resolve_target
+from autorelay.ir.expr import Call, Function
+from autorelay.ir.visitor import post_order
+from autorelay.lower import workload_key
+from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
+from search.fusion_choice import SINGLE_EDGE_LIMIT, fusion_variants, prologue_edges, prologue_tasks
+from search.models import build_model, load_model, run_inputs
+from search.pipeline_choice import PLAN, prepare_plan
+
+pytestmark = pytest.mark.cpu
+
+CPUS = {"avx2": "llvm -mcpu=znver3", "avx512": "llvm -mcpu=skylake-avx512"}
+
+
+def _reference(model) -> np.ndarray:
+    mod = model.mod
+    args = [model.inputs[p.name_hint] if p.name_hint in model.inputs else model.params[p.name_hint]
+            for p in mod["main"].params]
+    return np.asarray(autorelay.evaluate(mod, *args))
+
+
+def _kernel_ops(module) -> list[list[str]]:
+    """The op names of each primitive function `@main` calls."""
+    out = []
+    for n in post_order(module["main"].body):
+        if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive:
+            body = post_order(n.op.body)
+            out.append([m.op.name for m in body if isinstance(m, Call) and hasattr(m.op, "name")])
+    return out
+
+
+@pytest.mark.parametrize("cpu", sorted(CPUS))
+@pytest.mark.parametrize("name", ["resnet-18", "mobilenet-v2", "inception"])
+def test_prologue_fused_builds_equal_the_interpreter(name, cpu):
+    model = load_model(name, image_size=32)
+    target = CPUS[cpu]
+    lanes = resolve_target(target, 1).vector_lanes()
+    layers = conv_layers(model.mod)
+    ref = _reference(model)
+    scale = max(float(np.abs(ref).max()), 1e-3)
+    for plan in (LayoutPlan.uniform(layers, lanes), LayoutPlan.uniform(layers, 8, winograd=4)):
+        edges = prologue_edges(model, plan)
+        # the model's NCHW input is re-laid out for the blocked stem: that transform is a candidate
+        assert any(v == "layout_transform -> nn.conv2d" for v in edges.values()), edges
+        fused = replace(plan, fusion=FusionPlan.prologues())
+        prepared = prepare_plan(model, target, 1, fused)
+        kernels = _kernel_ops(prepared.module)
+        stem = next(k for k in kernels if "nn.conv2d" in k)
+        assert "layout_transform" in stem  # the stem reads the NCHW input itself
+        exe = build_model(model, None, prepared=prepared)
+        assert not exe.report.fallbacks
+        out = np.asarray(exe(*run_inputs(exe, model)))
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_plan_json_carries_its_fusion_and_quantizing_drops_it():
+    fusion = FusionPlan.prologues().without_edges([(69, 70)])
+    plan = LayoutPlan({"conv2d_0": 16, "conv2d_1": 8}, {"conv2d_1": 4}, fusion=fusion)
+    back = LayoutPlan.from_json(plan.to_json())
+    assert back == plan and back.fusion == fusion
+    assert "fusion" not in LayoutPlan({"conv2d_0": 16}).to_dict()  # older plans read back the same
+    assert LayoutPlan.from_json({"blocks": {"conv2d_0": 16}}).fusion is None
+    assert "relay+prologues" in plan.describe()
+    assert plan.on_quantized(["conv2d_1"], 16).fusion is None  # its edges number the float graph
+
+
+def test_prologue_tasks_are_new_kernels_grouped_with_their_layer():
+    model = load_model("resnet-18", image_size=32)
+    target = "llvm -mcpu=skylake-avx512"
+    layers = conv_layers(model.mod)
+    known = {t.key for block in (0, 8, 16)
+             for t in prepare_plan(model, target, 1, LayoutPlan.uniform(layers, block)).extraction.tasks}
+    tasks, groups = prologue_tasks(model, target, 1, (8, 16), known)
+    assert tasks and not {t.key for t in tasks} & known
+    assert len({t.key for t in tasks}) == len(tasks)
+    names = {t.key: t.name for t in tasks}
+    stems = [k for k, layer_set in groups.items() if layer_set == frozenset({"conv2d_0"})]
+    assert stems and all("layout_transform" in names[k] for k in stems)
+    assert any("dense" in t.name and "batch_flatten" in t.name for t in tasks)  # the classifier's
+    assert set(groups) <= set(names)  # only conv kernels have a layer group
+    # the stem of the block-16 plan with prologues is one of them
+    fused = prepare_plan(model, target, 1, replace(LayoutPlan.uniform(layers, 16, winograd=0),
+                                                   fusion=FusionPlan.prologues()))
+    stem = next(n.op for n in post_order(fused.module["main"].body)
+                if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive
+                and "conv2d" in str([m.op for m in post_order(n.op.body) if isinstance(m, Call)]))
+    assert workload_key(stem) in stems
+
+
+def test_fusion_variants():
+    assert fusion_variants({}) == {}
+    one = fusion_variants({(0, 1): "layout_transform -> nn.conv2d"})
+    assert one == {f"{PLAN}+prologues": FusionPlan.prologues()}
+    edges = {(0, 1): "a", (5, 6): "b", (9, 10): "c"}
+    got = fusion_variants(edges)
+    assert got[f"{PLAN}+prologues"] == FusionPlan.prologues()
+    assert got[f"{PLAN}+prologue 5->6"].disabled_edges == {(0, 1), (9, 10)}
+    assert len(got) == 1 + len(edges)
+    many = {(i, i + 1): "x" for i in range(0, 2 * (SINGLE_EDGE_LIMIT + 1), 2)}
+    assert list(fusion_variants(many)) == [f"{PLAN}+prologues"]
