@@ -17,7 +17,9 @@ trip but may read the input with a worse access pattern. Neither side wins by ru
    the plain conv's tensors, so it takes a tuned conv's config by transfer.
 2. `fusion_variants`: after the layout program has chosen the plan, its prologue edges (those
    `FusionPlan.prologues` fuses and Relay's rules do not) give the candidates: the plan with Relay's
-   rules, with every prologue fused, and, for a few edges, each edge alone. The layout search
+   rules, with every prologue fused, for a few edges each edge alone, and, where several kernels
+   read one producer (a re-layout that a residual block's convolution and its shortcut share),
+   every prologue fused with such producers copied into each reader. The layout search
    builds and times them end to end, interleaved with the per-model pipelines, and stores the
    winner's fusion plan with its layouts (`LayoutPlan.fusion`).
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autorelay.lower import workload_key
-from autorelay.transform.fuse_ops import fused_edges
+from autorelay.transform.fuse_ops import copy_shared_producers, fused_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
 from autorelay.transform.pass_base import Pipeline
@@ -41,25 +43,34 @@ SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, only "none" and "al
 Edge = tuple[int, int]
 
 
-def prologue_edges(model: Model, plan: LayoutPlan) -> dict[Edge, str]:
+COPIES = replace(FusionPlan.prologues(), copy_shared=True)
+
+
+def prologue_edges(model: Model, plan: LayoutPlan) -> tuple[dict[Edge, str], bool]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.prologues` fuses and Relay's
-    rules do not, each named "producer -> consumer"."""
+    rules do not, each named "producer -> consumer"; and whether the graph has a producer that
+    several such readers share (which `FusionPlan.copy_shared` copies into each)."""
     unfused = optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))
     fn = unfused["main"]
     relay = fused_edges(fn, FusionPlan.default())
-    return {e: name for e, name in fused_edges(fn, FusionPlan.prologues()).items() if e not in relay}
+    edges = {e: name for e, name in fused_edges(fn, FusionPlan.prologues()).items() if e not in relay}
+    return edges, copy_shared_producers(fn.body, COPIES) is not fn.body
 
 
-def fusion_variants(edges: dict[Edge, str]) -> dict[str, FusionPlan]:
-    """The fusion plans worth timing on a plan with these prologue edges, by report name
-    (`plan+prologues`, `plan+prologue a->c`); Relay's rules, the plan itself, are not among them."""
-    if not edges:
-        return {}
-    every = FusionPlan.prologues()
-    out = {f"{PLAN}+prologues": every}
-    if 1 < len(edges) <= SINGLE_EDGE_LIMIT:
-        for edge in edges:
-            out[f"{PLAN}+prologue {edge[0]}->{edge[1]}"] = every.without_edges(e for e in edges if e != edge)
+def fusion_variants(edges: dict[Edge, str], shared: bool = False) -> dict[str, FusionPlan]:
+    """The fusion plans worth timing on a plan with these prologue edges (and, with `shared`, a
+    producer several of them read), by report name (`plan+prologues`, `plan+prologue a->c`,
+    `plan+prologues+copies`); Relay's rules, the plan itself, are not among them."""
+    out = {}
+    if edges:
+        every = FusionPlan.prologues()
+        out[f"{PLAN}+prologues"] = every
+        if 1 < len(edges) <= SINGLE_EDGE_LIMIT:
+            for edge in edges:
+                others = (e for e in edges if e != edge)
+                out[f"{PLAN}+prologue {edge[0]}->{edge[1]}"] = every.without_edges(others)
+    if shared:
+        out[f"{PLAN}+prologues+copies"] = COPIES
     return out
 
 
@@ -90,4 +101,4 @@ def prologue_tasks(model: Model, target: str, threads: int | None, blocks: tuple
     return tasks, groups
 
 
-__all__ = ["SINGLE_EDGE_LIMIT", "fusion_variants", "prologue_edges", "prologue_tasks"]
+__all__ = ["COPIES", "SINGLE_EDGE_LIMIT", "fusion_variants", "prologue_edges", "prologue_tasks"]

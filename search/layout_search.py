@@ -111,6 +111,7 @@ class LayoutSearchResult:
     source: BoundSource | None = None  # the log as the winner's build read it (None: no log)
     fusion: str = PLAN  # the plan's fusion variant that `plan` is (a key of `latencies`)
     prologue_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # its candidates
+    shared_producers: bool = False  # whether a producer several of them read was a copy candidate
 
     @property
     def plan_latency(self) -> float:
@@ -191,8 +192,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     layouts = sol.conv_layouts(graph)
     plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
                                 if any(form[0] == b for form in costs[name].forms)})
-    edges = prologue_edges(model, plan)
-    variants = {PLAN: plan, **{name: replace(plan, fusion=f) for name, f in fusion_variants(edges).items()}}
+    edges, copies = prologue_edges(model, plan)
+    variants = {PLAN: plan, **{name: replace(plan, fusion=fusion)
+                               for name, fusion in fusion_variants(edges, copies).items()}}
     prepared = {name: prepare_plan(model, target, threads, p) for name, p in variants.items()}
     for p in candidates(target, threads):
         prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
@@ -222,7 +224,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
         rows.append(LayerRow(name, block, plan.winograd.get(name, 0), dict(c.kernel), parts[k][1],
                              c.source.get(block, "-"), *ref, c.forms.get(ref, math.nan)))
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
-                                source=sources[winner], fusion=fusion, prologue_edges=edges)
+                                source=sources[winner], fusion=fusion, prologue_edges=edges,
+                                shared_producers=copies)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
     return result

@@ -224,8 +224,9 @@ def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
     fused = {k: v for k, v in edges.items() if k not in off}
     rest = {k: v for k, v in edges.items() if k in off}
     variant = info.get("fusion", "plan")
+    copies = "; a producer several of them read is copied into each" if fusion.get("copy_shared") else ""
     return (f"fusion ({variant}): Relay's rules, and as prologues {_edges(fused) or 'none'}"
-            + (f"; not fused: {_edges(rest)}" if rest else ""))
+            + (f"; not fused: {_edges(rest)}" if rest else "") + copies)
 
 
 def _edges(edges: dict[str, Any]) -> str:

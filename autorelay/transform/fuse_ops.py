@@ -13,6 +13,9 @@ of its users is already in `c`'s group: a diamond that closes inside the group, 
 last op, and every other member's users are members: no merge can create a cycle through outside
 nodes. A tuple that feeds an injective op (concatenate's input) joins that op's group.
 
+With `FusionPlan.copy_shared`, a cheap producer that several anchors read as their prologue is
+first copied once per reader (`copy_shared_producers`), so that each fuses its own copy.
+
 `let`, `if`, `match`, calls of functions and nested functions are boundaries; nested non-primitive
 functions are fused on their own. Existing primitive functions are left as they are.
 """
@@ -156,6 +159,7 @@ class _Fuser(ExprMutator):
         self.made = 0
 
     def fuse_body(self, body: Expr) -> Expr:
+        body = copy_shared_producers(body, self.plan)
         grouping = _Grouping(body, self.plan)
         self.groups.update(grouping.group)
         return self.visit(body)
@@ -207,6 +211,53 @@ class _Fuser(ExprMutator):
         return Call(fn, tuple(self.visit(a) for a in outside))
 
 
+def copy_shared_producers(body: Expr, plan: FusionPlan) -> Expr:
+    """`body` with each injective op call that more than one op reads, every reader an anchor that
+    takes it as a prologue under `plan`, copied once per reader (`FusionPlan.copy_shared`); `body`
+    itself when the plan does not copy or nothing qualifies."""
+    if not plan.copy_shared:
+        return body
+    users: dict[int, list[Expr]] = {}
+    for n in _region(body):
+        if not isinstance(n, Function):
+            for k, _ in scoped_children(n):
+                users.setdefault(id(k), []).append(n)
+
+    def takes_as_prologue(producer: OpPattern, reader: Expr) -> bool:
+        q = _pattern(reader)
+        return q is not None and q in ANCHORS and plan.allows(producer, q)
+
+    shared = {id(n) for n in _region(body)
+              if (p := _pattern(n)) is not None and p <= OpPattern.INJECTIVE and len(users.get(id(n), ())) > 1
+              and all(takes_as_prologue(p, u) for u in users[id(n)])}
+    return _Copier(shared).visit(body) if shared else body
+
+
+class _Copier(ExprMutator):
+    """Gives every reader of a shared producer its own copy, keeping checked types (FuseOps reads them)."""
+
+    def __init__(self, shared: set[int]) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def visit_call(self, c: Call) -> Expr:
+        new = super().visit_call(c)
+        if any(id(a) in self.shared for a in c.args):
+            assert isinstance(new, Call)
+            new = new.replace(args=tuple(_typed_copy(n) if id(a) in self.shared else n
+                                         for a, n in zip(c.args, new.args)))
+        if new is not c and c.has_checked_type:
+            new.set_checked_type(c.checked_type)
+        return new
+
+
+def _typed_copy(e: Expr) -> Expr:
+    copy = e.replace()
+    if e.has_checked_type:
+        copy.set_checked_type(e.checked_type)
+    return copy
+
+
 @dataclass(frozen=True)
 class FuseOps(FunctionPass):
     """Group op calls into primitive functions following `plan` (Relay's rules by default)."""
@@ -226,12 +277,13 @@ def candidate_edges(fn: Function, plan: FusionPlan | None = None) -> list[tuple[
 
     A search toggles subsets of these through `FusionPlan.disabled_edges`.
     """
-    return list(_Grouping(fn.body, plan or FusionPlan.default()).edges)
+    plan = plan or FusionPlan.default()
+    return list(_Grouping(copy_shared_producers(fn.body, plan), plan).edges)
 
 
 def fused_edges(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], str]:
     """The edges `plan` fuses in `fn`'s body, each with a name for reports ("layout_transform ->
     nn.conv2d"). Comparing two plans' sets says which producers one of them fuses that the other
     leaves to their own kernels."""
-    g = _Grouping(fn.body, plan)
+    g = _Grouping(copy_shared_producers(fn.body, plan), plan)
     return {(a, c): f"{op_name(g.calls[a])} -> {op_name(g.calls[c])}" for a, c in g.merged}

@@ -9,7 +9,12 @@ comes only from the plan:
 * `max_depth`: the most ops one fused function may hold;
 * `disabled_edges`: specific edges `(producer index, consumer index)` never to fuse, where an
   index numbers the op calls of a function in dependency (post-)order — `candidate_edges` lists
-  them, so a search can switch any subset off and measure.
+  them, so a search can switch any subset off and measure;
+* `copy_shared`: a cheap (injective) op call that several kernels read, each of them an anchor
+  that takes it as a prologue under `rules`, is first copied once per reader, so each reader
+  fuses its own copy: a re-layout that a residual block's first convolution and its shortcut
+  both read runs inside both instead of writing a tensor for them to read back. Indices (and
+  `disabled_edges`) then number the op calls after copying.
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
 convolutions or a convolution and a reduction are separate kernels.
@@ -56,6 +61,7 @@ class FusionPlan:
     rules: frozenset[tuple[OpPattern, OpPattern]] = RELAY_RULES
     max_depth: int = 256
     disabled_edges: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    copy_shared: bool = False
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -88,7 +94,8 @@ class FusionPlan:
         elif not self.rules:
             rules = "none"
         off = f", disabled_edges={sorted(self.disabled_edges)}" if self.disabled_edges else ""
-        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off})"
+        copies = ", copy_shared=True" if self.copy_shared else ""
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
         return (producer_group, consumer) in self.rules
@@ -102,6 +109,7 @@ class FusionPlan:
             "rules": sorted([int(p), int(c)] for p, c in self.rules),
             "max_depth": self.max_depth,
             "disabled_edges": sorted(list(e) for e in self.disabled_edges),
+            **({"copy_shared": True} if self.copy_shared else {}),
         }
 
     @staticmethod
@@ -110,4 +118,5 @@ class FusionPlan:
             frozenset((OpPattern(p), OpPattern(c)) for p, c in data["rules"]),
             int(data["max_depth"]),
             frozenset(tuple(e) for e in data.get("disabled_edges", ())),
+            bool(data.get("copy_shared", False)),
         )

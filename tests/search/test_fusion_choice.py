@@ -16,7 +16,7 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
-from search.fusion_choice import SINGLE_EDGE_LIMIT, fusion_variants, prologue_edges, prologue_tasks
+from search.fusion_choice import COPIES, SINGLE_EDGE_LIMIT, fusion_variants, prologue_edges, prologue_tasks
 from search.models import build_model, load_model, run_inputs
 from search.pipeline_choice import PLAN, prepare_plan
 
@@ -52,7 +52,7 @@ def test_prologue_fused_builds_equal_the_interpreter(name, cpu):
     ref = _reference(model)
     scale = max(float(np.abs(ref).max()), 1e-3)
     for plan in (LayoutPlan.uniform(layers, lanes), LayoutPlan.uniform(layers, 8, winograd=4)):
-        edges = prologue_edges(model, plan)
+        edges, _ = prologue_edges(model, plan)
         # the model's NCHW input is re-laid out for the blocked stem: that transform is a candidate
         assert any(v == "layout_transform -> nn.conv2d" for v in edges.values()), edges
         fused = replace(plan, fusion=FusionPlan.prologues())
@@ -111,3 +111,26 @@ def test_fusion_variants():
     assert len(got) == 1 + len(edges)
     many = {(i, i + 1): "x" for i in range(0, 2 * (SINGLE_EDGE_LIMIT + 1), 2)}
     assert list(fusion_variants(many)) == [f"{PLAN}+prologues"]
+    copies = fusion_variants(many, shared=True)[f"{PLAN}+prologues+copies"]
+    assert copies.copy_shared and copies.rules == FusionPlan.prologues().rules
+
+
+def test_a_shared_relayout_is_copied_into_each_convolution_that_reads_it():
+    """ResNet-18 with the stem's block differing from its first stage's: the re-layout after the
+    pool feeds two convolutions only where a block has a 1x1 shortcut; with the input stage in
+    another block than the stride-2 stage, that re-layout has two conv readers."""
+    model = load_model("resnet-18", image_size=32)
+    layers = conv_layers(model.mod)
+    stage2 = [n for n in layers if int(n.split("_")[1]) >= 5]  # from the first strided block on
+    plan = LayoutPlan({**{n: 8 for n in layers}, **{n: 16 for n in stage2}})
+    edges, shared = prologue_edges(model, plan)
+    assert shared and edges
+    copied = replace(plan, fusion=COPIES)
+    prepared = prepare_plan(model, "llvm", 1, copied)
+    relayouts = [k for k in _kernel_ops(prepared.module) if k == ["layout_transform"]]
+    plain = [k for k in _kernel_ops(prepare_plan(model, "llvm", 1, plan).module) if k == ["layout_transform"]]
+    assert len(relayouts) < len(plain)  # a shared re-layout no longer runs as its own kernel
+    exe = build_model(model, None, prepared=prepared)
+    ref = _reference(model)
+    np.testing.assert_allclose(np.asarray(exe(*run_inputs(exe, model))), ref, rtol=1e-4,
+                               atol=1e-4 * max(float(np.abs(ref).max()), 1e-3))

@@ -98,7 +98,7 @@ def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
     rng = random.Random(3)
     plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers},
                       {name: rng.choice([0, 2, 4]) for name in layers})  # Winograd in any layout
-    edges = sorted(prologue_edges(model, plan))  # and with some of its prologues fused
+    edges = sorted(prologue_edges(model, plan)[0])  # and with some of its prologues fused
     assert edges
     plan = replace(plan, fusion=FusionPlan.prologues().without_edges(rng.sample(edges, len(edges) // 2)))
     url = f"sqlite:///{tmp_path / 'log.db'}"
@@ -167,7 +167,7 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
         r = search_layout(model, db, "llvm", 1, repeat=3, rounds=3)
         rec = db.layout_plan(model_key(model.mod), tuning_target("llvm", 1))
         res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
-    variants = {PLAN, *fusion_variants(r.prologue_edges)}
+    variants = {PLAN, *fusion_variants(r.prologue_edges, r.shared_producers)}
     assert r.prologue_edges and set(r.latencies) == {*variants, *candidates("llvm", 1)}
     assert r.solution.exact and r.fusion == min(variants, key=r.latencies.__getitem__)
     fastest = min(r.latencies, key=r.latencies.__getitem__)

@@ -1,5 +1,7 @@
 """FuseOps with FusionPlan: Relay's default rules, the depth limit, plans as data, and meaning."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from transform_nets import NETS, assert_same_outputs, ops, typed
@@ -133,6 +135,23 @@ def test_prologues_fuse_injective_producers_into_the_kernel_they_feed():
     shared = lambda x: (lambda t: call("add", conv(t), conv(t)))(flip(x))
     assert ["negative", "transpose"] in _fuse(shared, plan=FusionPlan.prologues())
     assert len(_fuse(two, plan=FusionPlan.prologues())) == 2  # each conv takes its own producer
+
+
+def test_copy_shared_gives_each_reading_kernel_its_own_copy():
+    flip = lambda x: call("transpose", call("negative", x), axes=[0, 1, 3, 2])
+    shared = lambda x: (lambda t: call("add", conv(t), conv(t)))(flip(x))
+    copies = replace(FusionPlan.prologues(), copy_shared=True)
+    # the transpose is copied into both convolutions; `negative`, now read by both copies, is not
+    assert _fuse(shared, plan=copies) == sorted([["negative"], ["nn.conv2d", "transpose"],
+                                                 ["add", "nn.conv2d", "transpose"]])
+    assert FusionPlan.from_json(copies.to_json()) == copies and "copy_shared" in repr(copies)
+    assert "copy_shared" not in FusionPlan.prologues().to_json()
+    # nothing is copied for a reader that would not fuse it (Relay's rules take no prologues) ...
+    relay_copies = replace(FusionPlan.default(), copy_shared=True)
+    assert _fuse(shared, plan=relay_copies) == _fuse(shared)
+    # ... nor when a reader is not an anchor
+    mixed = lambda x: (lambda t: call("add", conv(t), call("exp", t)))(flip(x))
+    assert _fuse(mixed, plan=copies) == _fuse(mixed, plan=FusionPlan.prologues())
 
 
 @pytest.mark.parametrize("net", sorted(NETS))
