@@ -38,12 +38,10 @@ from search.extract import ModelTask, optimize
 from search.models import Model
 from search.pipeline_choice import PLAN, prepare_plan
 
-SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, only "none" and "all" are timed
+SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, no edge is timed alone
+COPIES = replace(FusionPlan.prologues(), copy_shared=True)  # every prologue, shared producers copied
 
 Edge = tuple[int, int]
-
-
-COPIES = replace(FusionPlan.prologues(), copy_shared=True)
 
 
 def prologue_edges(model: Model, plan: LayoutPlan) -> tuple[dict[Edge, str], bool]:

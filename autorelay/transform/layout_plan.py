@@ -91,6 +91,8 @@ class LayoutPlan:
     def __post_init__(self) -> None:
         if not isinstance(self.int8_block, int) or isinstance(self.int8_block, bool) or self.int8_block < 0:
             raise ValueError(f"LayoutPlan: int8_block must be an int >= 0, got {self.int8_block!r}")
+        if self.fusion is not None and not isinstance(self.fusion, FusionPlan):
+            raise ValueError(f"LayoutPlan: fusion must be a FusionPlan or None, got {self.fusion!r}")
         object.__setattr__(self, "blocks", _checked("block", self.blocks, lambda b: b >= 0, "an int >= 0"))
         tiles = (0, *TILE_SIZES)
         object.__setattr__(self, "winograd", _checked("Winograd tile", self.winograd, lambda t: t in tiles,

@@ -75,6 +75,8 @@ def test_plan_json_carries_its_fusion_and_quantizing_drops_it():
     assert LayoutPlan.from_json({"blocks": {"conv2d_0": 16}}).fusion is None
     assert "relay+prologues" in plan.describe()
     assert plan.on_quantized(["conv2d_1"], 16).fusion is None  # its edges number the float graph
+    with pytest.raises(ValueError, match="fusion must be a FusionPlan"):
+        LayoutPlan({"conv2d_0": 16}, fusion={"rules": []})
 
 
 def test_prologue_tasks_are_new_kernels_grouped_with_their_layer():
