@@ -22,7 +22,6 @@ functions are fused on their own. Existing primitive functions are left as they 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -44,6 +43,16 @@ def _pattern(e: Expr) -> OpPattern | None:
     if isinstance(e, Call) and isinstance(e.op, Op):
         return registry.get(e.op.name).pattern if registry.exists(e.op.name) else OpPattern.OPAQUE
     return None
+
+
+def _readers(order: list[Expr]) -> dict[int, list[Expr]]:
+    """Each node's readers among the nodes of `order` (by id; a reader once per argument it reads)."""
+    readers: dict[int, list[Expr]] = {}
+    for n in order:
+        if not isinstance(n, Function):
+            for k, _ in scoped_children(n):
+                readers.setdefault(id(k), []).append(n)
+    return readers
 
 
 def _region(root: Expr) -> list[Expr]:
@@ -82,19 +91,12 @@ class _Grouping:
 
     def __init__(self, body: Expr, plan: FusionPlan) -> None:
         self.plan = plan
-        order = _region(body)
-        uses: Counter = Counter()
-        for n in order:
-            if not isinstance(n, Function):
-                for k, _ in scoped_children(n):
-                    uses[id(k)] += 1
+        self.body = copy_shared_producers(body, plan)  # the body the groups are of
+        order = _region(self.body)
         self.calls = [n for n in order if _pattern(n) is not None]  # op calls, numbered as edges number them
         self.index = {id(n): i for i, n in enumerate(self.calls)}
-        self.users: dict[int, list[Expr]] = {}
-        for n in order:
-            if not isinstance(n, Function):
-                for k, _ in scoped_children(n):
-                    self.users.setdefault(id(k), []).append(n)
+        self.users = _readers(order)
+        uses = {key: len(readers) for key, readers in self.users.items()}
         self.group: dict[int, _Group] = {}
         self.edges: list[tuple[int, int]] = []
         self.merged: list[tuple[int, int]] = []  # the edges whose groups the plan joined
@@ -106,10 +108,10 @@ class _Grouping:
             self.group[id(n)] = g
             producers = self._producers(n)
             for a in producers:
-                if uses[id(a)] == 1:
+                if uses.get(id(a), 0) == 1:
                     self._try_merge(a, n)
             for a in producers:  # a diamond closing at n: every user of `a` is in n's group by now
-                if uses[id(a)] > 1 and not isinstance(a, Tuple) and self._users_in(a, g):
+                if uses.get(id(a), 0) > 1 and not isinstance(a, Tuple) and self._users_in(a, g):
                     self._try_merge(a, n)
 
     def _producers(self, n: Call) -> list[Expr]:
@@ -159,10 +161,9 @@ class _Fuser(ExprMutator):
         self.made = 0
 
     def fuse_body(self, body: Expr) -> Expr:
-        body = copy_shared_producers(body, self.plan)
         grouping = _Grouping(body, self.plan)
         self.groups.update(grouping.group)
-        return self.visit(body)
+        return self.visit(grouping.body)
 
     def visit_function(self, f: Function) -> Expr:
         if f.is_primitive:
@@ -217,17 +218,14 @@ def copy_shared_producers(body: Expr, plan: FusionPlan) -> Expr:
     itself when the plan does not copy or nothing qualifies."""
     if not plan.copy_shared:
         return body
-    users: dict[int, list[Expr]] = {}
-    for n in _region(body):
-        if not isinstance(n, Function):
-            for k, _ in scoped_children(n):
-                users.setdefault(id(k), []).append(n)
+    order = _region(body)
+    users = _readers(order)
 
     def takes_as_prologue(producer: OpPattern, reader: Expr) -> bool:
         q = _pattern(reader)
         return q is not None and q in ANCHORS and plan.allows(producer, q)
 
-    shared = {id(n) for n in _region(body)
+    shared = {id(n) for n in order
               if (p := _pattern(n)) is not None and p <= OpPattern.INJECTIVE and len(users.get(id(n), ())) > 1
               and all(takes_as_prologue(p, u) for u in users[id(n)])}
     return _Copier(shared).visit(body) if shared else body
@@ -277,13 +275,12 @@ def candidate_edges(fn: Function, plan: FusionPlan | None = None) -> list[tuple[
 
     A search toggles subsets of these through `FusionPlan.disabled_edges`.
     """
-    plan = plan or FusionPlan.default()
-    return list(_Grouping(copy_shared_producers(fn.body, plan), plan).edges)
+    return list(_Grouping(fn.body, plan or FusionPlan.default()).edges)
 
 
 def fused_edges(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], str]:
     """The edges `plan` fuses in `fn`'s body, each with a name for reports ("layout_transform ->
     nn.conv2d"). Comparing two plans' sets says which producers one of them fuses that the other
     leaves to their own kernels."""
-    g = _Grouping(copy_shared_producers(fn.body, plan), plan)
+    g = _Grouping(fn.body, plan)
     return {(a, c): f"{op_name(g.calls[a])} -> {op_name(g.calls[c])}" for a, c in g.merged}
