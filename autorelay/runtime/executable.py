@@ -43,7 +43,8 @@ from autorelay.runtime.report import BuildReport
 from autorelay.target import Target
 
 FORMAT = "autorelay-executable"
-VERSION = 3  # 2: parallel segments carry a `_job` thunk for the native thread team; 3: SHA-256 per file
+VERSION = 4  # 2: parallel segments carry a `_job` thunk for the native thread team; 3: SHA-256 per file;
+# 4: job thunks claim from per-thread home ranges (`codegen.llvm.parallel`)
 
 
 class InputError(AutoRelayError, ValueError):

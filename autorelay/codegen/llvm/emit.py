@@ -3,7 +3,7 @@
 Each segment is `void @<name>_s<k>(ptr noalias %buffers..., i64 %begin, i64 %end)`; if its outer
 loop is parallel the function runs iterations [begin, end) of it, so the runtime can hand chunks
 to threads; each parallel segment also gets a driver `@<name>_s<k>_par` that claims chunks of the
-loop from a shared atomic counter (see `parallel_driver`). Vectorized loops are emitted as
+loop for one thread of a team (see `parallel`). Vectorized loops are emitted as
 explicit vector instructions (contiguous accesses become vector loads/stores, invariant ones
 scalars that are broadcast, anything else lane by lane);
 a guard that depends on the vector lane is tested at the first and last lane (linear guards are
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
 from autorelay.codegen.llvm.lanes import at_lane, for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
+from autorelay.codegen.llvm.parallel import job_thunk, parallel_driver
 from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
@@ -380,72 +381,6 @@ def segment_label(seg: Stmt) -> str:
         return ""
     stage = re.sub(r"[^A-Za-z0-9_]", "_", seg.var.name.split(".")[0])[:40]
     return f"_{stage}" if stage else ""
-
-
-def driver_name(segment: str) -> str:
-    return f"{segment}_par"
-
-
-def job_name(segment: str) -> str:
-    return f"{segment}_job"
-
-
-def job_thunk(segment: str, nbuffers: int) -> str:
-    """`void @<segment>_job(ptr %argv, ptr %next, i64 %extent, i64 %grain)`: the segment's driver
-    behind one signature for every kernel (buffer addresses come from the array `argv`), which is
-    what the native thread team (`team.py`) calls."""
-    loads = [
-        line
-        for i in range(nbuffers)
-        for line in (f"  %p{i} = getelementptr ptr, ptr %argv, i64 {i}",
-                     f"  %b{i} = load ptr, ptr %p{i}, align 8")
-    ]
-    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
-    return "\n".join(
-        [
-            f"define void @{job_name(segment)}(ptr %argv, ptr %next, i64 %extent, i64 %grain) #0 {{",
-            "entry:",
-            *loads,
-            f"  call void @{driver_name(segment)}({args}, ptr %next, i64 %extent, i64 %grain)",
-            "  ret void",
-            "}",
-        ]
-    )
-
-
-def parallel_driver(segment: str, nbuffers: int) -> str:
-    """`void @<segment>_par(ptr %buffers..., ptr %next, i64 %extent, i64 %grain)`: runs chunks of
-    `grain` iterations of the segment's parallel loop, claiming each with an atomic add on the
-    shared counter `*next`, until the loop is exhausted.
-
-    Every thread of a parallel call runs this once (through the segment's job thunk), so chunks
-    are handed out dynamically at the cost of an atomic add: a thread on a core that another
-    process (or a BLAS library's spinning thread) is also using just takes fewer chunks. The
-    segment is called, not inlined (`#1`), so the O3 pipeline and instruction
-    selection handle its body once.
-    """
-    params = ", ".join(f"ptr noalias %b{i}" for i in range(nbuffers))
-    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
-    return "\n".join(
-        [
-            f"define void @{driver_name(segment)}({params}, ptr %next, i64 %extent, i64 %grain) #0 {{",
-            "entry:",
-            "  br label %claim",
-            "claim:",
-            "  %begin = atomicrmw add ptr %next, i64 %grain monotonic, align 8",
-            "  %more = icmp slt i64 %begin, %extent",
-            "  br i1 %more, label %run, label %done",
-            "run:",
-            "  %stop = add nsw i64 %begin, %grain",
-            "  %short = icmp slt i64 %stop, %extent",
-            "  %end = select i1 %short, i64 %stop, i64 %extent",
-            f"  call void @{segment}({args}, i64 %begin, i64 %end) #1",
-            "  br label %claim",
-            "done:",
-            "  ret void",
-            "}",
-        ]
-    )
 
 
 def check_local_bytes(seg: Stmt, name: str, limit: int) -> None:

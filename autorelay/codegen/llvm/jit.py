@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import llvmlite
 import llvmlite.binding as llvm
 
-from autorelay.codegen.llvm.emit import job_name
 from autorelay.codegen.llvm.host import init_llvm, new_machine, target_machine
+from autorelay.codegen.llvm.parallel import job_name
 from autorelay.target import Target
 
 

@@ -8,16 +8,18 @@ native code (GIL released) by spinning on a status word, so a job reaches them i
 cache line takes to move between cores; after `SPIN_LIMIT` idle spins a worker goes back to
 Python and sleeps on an Event, so an idle process does not burn a core.
 
-Protocol. A job is `void job(ptr argv, ptr next, i64 extent, i64 grain)`: each parallel segment's
-`_job` thunk, which claims chunks of its loop from the shared counter `next` (see
-`emit.parallel_driver`), so any number of threads may run it and one that starts late just finds
-fewer chunks left. The caller writes the job into the header, *opens* it (`open` = a new positive
-generation), runs it itself, *closes* it (`open` = minus the generation) and waits until `active`,
-the number of workers inside the job, is zero. A spinning worker that sees a generation it has not
-run joins: it increments `active`, re-reads `open`, and runs the job only if it is still the same
-generation (otherwise it leaves). Both sides use sequentially consistent operations, so either the
-caller sees the worker's increment before it returns or the worker sees the job closed: no worker
-is ever inside a job its caller has finished with.
+Protocol. A job is `void job(ptr argv, ptr claims, i64 threads, i64 tid, i64 extent, i64 grain)`:
+each parallel segment's `_job` thunk, which claims chunks of its loop from the claim block (thread
+`tid`'s home range first, then the others', see `parallel`), so any number of threads may run it
+and one that starts late just finds fewer chunks left. The caller (thread 0; worker w is thread
+w + 1) writes the job into the header and the home ranges into the claim block, *opens* it
+(`open` = a new positive generation), runs it itself, *closes* it (`open` = minus the
+generation) and waits until `active`, the number of workers inside the job, is zero. A spinning
+worker that sees a generation it has not run joins: it increments `active`, re-reads `open`, and
+runs the job only if it is still the same generation (otherwise it leaves). Both sides use
+sequentially consistent operations, so either the caller sees the worker's increment before it
+returns or the worker sees the job closed: no worker is ever inside a job its caller has finished
+with, and the next job's claim block is written only once every worker has left the last one.
 
 Why joining rather than handing a job to the workers spinning when it starts: a worker asleep when
 a call begins is woken by it and joins it as soon as it is up, so a long kernel is shared from its
@@ -41,13 +43,14 @@ import threading
 import llvmlite.binding as llvm
 
 from autorelay.codegen.llvm.host import init_llvm
+from autorelay.codegen.llvm.parallel import END, LINE, NEXT
 
 SLEEPING, SPINNING = 0, 1
 MAX_WORKERS = 63  # a bound on the team's size, not on the protocol
-LINE = 8  # i64 words per cache line: each status word gets its own line
 SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
-# the job header, line 0: fn, argv, next, extent, grain, park, open, active; worker w's status: line w + 1
-_FN, _ARGV, _NEXT, _EXTENT, _GRAIN, _PARK, _OPEN, _ACTIVE = range(8)
+# the job header, line 0: fn, argv, threads (workers + 1), extent, grain, park, open, active;
+# worker w's status: line w + 1; thread r's home range (the claim block): line threads + r
+_FN, _ARGV, _THREADS, _EXTENT, _GRAIN, _PARK, _OPEN, _ACTIVE = range(8)
 
 
 def _team_ir(pause: str) -> str:
@@ -55,8 +58,11 @@ def _team_ir(pause: str) -> str:
               "  %st = getelementptr i64, ptr %team, i64 %sidx\n")
     header = "\n".join(
         f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
-        for n, i in (("fn", _FN), ("argv", _ARGV), ("next", _NEXT), ("ext", _EXTENT), ("grain", _GRAIN),
+        for n, i in (("fn", _FN), ("argv", _ARGV), ("threads", _THREADS), ("ext", _EXTENT), ("grain", _GRAIN),
                      ("park", _PARK), ("open", _OPEN), ("active", _ACTIVE))
+    ) + (  # the claim block (`parallel.claim_block`) follows the header and status lines
+        f"\n  %tn = load i64, ptr %threadsp, align 8\n  %cbase = mul i64 %tn, {LINE}\n"
+        "  %claims = getelementptr i64, ptr %team, i64 %cbase"
     )
     return f"""
 define void @team_worker(ptr %team, i64 %w, i64 %limit) {{
@@ -82,7 +88,7 @@ run:
   %argv = load ptr, ptr %argvp, align 8
   %ext = load i64, ptr %extp, align 8
   %gr = load i64, ptr %grainp, align 8
-  call void %fn(ptr %argv, ptr %nextp, i64 %ext, i64 %gr)
+  call void %fn(ptr %argv, ptr %claims, i64 %tn, i64 %sw, i64 %ext, i64 %gr)
   %a1 = atomicrmw sub ptr %activep, i64 1 release, align 8
   br label %loop
 leave:
@@ -112,13 +118,28 @@ entry:
 {header}
   store ptr %job, ptr %fnp, align 8
   store ptr %argvv, ptr %argvp, align 8
-  store i64 0, ptr %nextp, align 8
   store i64 %extent, ptr %extp, align 8
   store i64 %grain, ptr %grainp, align 8
+  br label %init
+init:
+  %r = phi i64 [0, %entry], [%r1, %init]
+  %line = mul i64 %r, {LINE}
+  %nextr = getelementptr i64, ptr %claims, i64 %line
+  %endr = getelementptr i64, ptr %nextr, i64 {END}
+  %lo0 = mul i64 %r, %extent
+  %lo = sdiv i64 %lo0, %tn
+  %r1 = add i64 %r, 1
+  %hi0 = mul i64 %r1, %extent
+  %hi = sdiv i64 %hi0, %tn
+  store i64 %lo, ptr %nextr, align 8
+  store i64 %hi, ptr %endr, align 8
+  %filled = icmp sge i64 %r1, %tn
+  br i1 %filled, label %go, label %init
+go:
   %closed = load i64, ptr %openp, align 8
   %gen = sub i64 1, %closed
   store atomic i64 %gen, ptr %openp seq_cst, align 8
-  call void %job(ptr %argvv, ptr %nextp, i64 %extent, i64 %grain)
+  call void %job(ptr %argvv, ptr %claims, i64 %tn, i64 0, i64 %extent, i64 %grain)
   %shut = sub i64 0, %gen
   store atomic i64 %shut, ptr %openp seq_cst, align 8
   br label %wait
@@ -159,7 +180,7 @@ class _Native:
 _NATIVE: _Native | None = None
 _TEAMS: dict[int, Team] = {}
 _LOCK = threading.Lock()
-JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+JOB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *([ctypes.c_int64] * 4))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -168,9 +189,11 @@ def _job(addr: int) -> ctypes._CFuncPtr:
 
 
 def run_alone(job: int, argv: int, extent: int, grain: int) -> None:
-    """Run the job thunk at address `job` on the calling thread only (its own chunk counter)."""
-    counter = ctypes.c_int64(0)
-    _job(job)(argv, ctypes.addressof(counter), extent, grain)
+    """Run the job thunk at address `job` on the calling thread only (a claim block of its own,
+    one home range: the whole loop)."""
+    claims = (ctypes.c_int64 * LINE)()
+    claims[NEXT], claims[END] = 0, extent
+    _job(job)(argv, ctypes.addressof(claims), 1, 0, extent, grain)
 
 
 class Team:
@@ -179,7 +202,10 @@ class Team:
     def __init__(self, workers: int, native: _Native):
         self.workers = workers
         self.native = native
-        self.words = (ctypes.c_int64 * (LINE * (workers + 1)))()  # every status starts SLEEPING
+        # the header, a status line per worker, then a claim line per thread; every status
+        # starts SLEEPING
+        self.words = (ctypes.c_int64 * (LINE * 2 * (workers + 1)))()
+        self.words[_THREADS] = workers + 1
         self.addr = ctypes.addressof(self.words)
         self.busy = threading.Lock()  # one caller at a time; a concurrent caller runs its job alone
         self.wake = [threading.Event() for _ in range(workers)]

@@ -1,18 +1,19 @@
 """Run a parallel segment across threads: the calling thread and the process's native team
-(`team.py`) pull chunks of the parallel loop from a shared counter until the range is exhausted.
+(`team.py`) claim chunks of the parallel loop, each from its own home range first, then from the
+others' (`parallel`), until the loop is exhausted.
 
-Every parallel segment has a job thunk `<segment>_job(argv, next, extent, grain)` (see
-`emit.parallel_driver`) that reads its buffer addresses from the array `argv` and claims chunks
-with an atomic add in native code, so a chunk costs an atomic add and a kernel call costs one
-ctypes call, whatever the thread count.
+Every parallel segment has a job thunk `<segment>_job(argv, claims, threads, tid, extent, grain)`
+(see `parallel`) that reads its buffer addresses from the array `argv` and claims chunks with an
+atomic add in native code, so a chunk costs an atomic add and a kernel call costs one ctypes
+call, whatever the thread count.
 
-Why chunks are handed out dynamically rather than one fixed slice per thread: the machine is
-shared, and a statically split loop finishes when its *slowest* slice does. With one core busy
-(another process, or a BLAS library's worker spin-waiting after its last call), a static 2-way
-split of dense 1024^3 ran no faster than one thread: the slice on the busy core took twice as
-long while the other core idled after its half. With several chunks per thread the free core
-simply takes more of them. Chunks stay contiguous ranges of the outer loop, so each one still
-walks memory in order.
+Why chunks rather than one fixed slice per thread: the machine is shared, and a statically split
+loop finishes when its *slowest* slice does. With one core busy (another process, or a BLAS
+library's worker spin-waiting after its last call), a static 2-way split of dense 1024^3 ran no
+faster than one thread: the slice on the busy core took twice as long while the other core idled
+after its half. With several chunks per home range the free core, done with its own, takes the
+rest of the busy one's. Chunks stay contiguous ranges of the outer loop, so each one still walks
+memory in order.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from autorelay.codegen.llvm.team import park_all, run_alone, team
 __all__ = ["grain", "park_all", "pointer_array", "run_job"]
 
 # chunks per thread: claiming one costs an atomic add, so finer chunks even out the threads'
-# finishing times better
+# finishing times better (with home ranges, 4 and 32 chunks per thread profiled the same on
+# MobileNet-v2: 3.56 and 3.54 ms summed over its kernels)
 CHUNKS_PER_THREAD = 32
 
 def grain(extent: int, threads: int) -> int:

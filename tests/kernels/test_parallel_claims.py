@@ -1,0 +1,115 @@
+"""How a parallel loop is shared (`autorelay.codegen.llvm.parallel`): every iteration runs exactly
+once, whatever the thread count, extent and grain; a thread claims its own home range first, in
+order, and then the others' (work stealing).
+
+The segment under test is written by hand: for each iteration i of [begin, end) it increments
+`counts[i]` and stores in `order[i]` the value of a shared ticket counter, so the test sees how
+often and in which order each iteration ran."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+from autorelay.codegen.llvm import team as T
+from autorelay.codegen.llvm.host import init_llvm
+from autorelay.codegen.llvm.parallel import END, LINE, NEXT, home_range, job_name, job_thunk, parallel_driver
+
+pytestmark = pytest.mark.cpu
+
+_SEGMENT = """
+define void @probe(ptr noalias %b0, ptr noalias %b1, ptr noalias %b2, i64 %begin, i64 %end) {
+entry:
+  %empty = icmp sge i64 %begin, %end
+  br i1 %empty, label %done, label %body
+body:
+  %i = phi i64 [%begin, %entry], [%i1, %body]
+  %ticket = atomicrmw add ptr %b2, i64 1 seq_cst, align 8
+  %op = getelementptr i64, ptr %b1, i64 %i
+  store i64 %ticket, ptr %op, align 8
+  %cp = getelementptr i64, ptr %b0, i64 %i
+  %c = atomicrmw add ptr %cp, i64 1 seq_cst, align 8
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %end
+  br i1 %more, label %body, label %done
+done:
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_job():
+    """The address of the probe segment's job thunk (the engine kept alive with it)."""
+    init_llvm()
+    text = "\n".join([_SEGMENT, parallel_driver("probe", 3), job_thunk("probe", 3),
+                      "attributes #0 = { nounwind }", "attributes #1 = { noinline }"])
+    mod = llvm.parse_assembly(text)
+    mod.triple = llvm.get_process_triple()
+    mod.verify()
+    machine = llvm.Target.from_triple(mod.triple).create_target_machine(opt=2)
+    engine = llvm.create_mcjit_compiler(mod, machine)
+    engine.finalize_object()
+    yield engine.get_function_address(job_name("probe"))
+    del engine
+
+
+class _Buffers:
+    """counts, order and the ticket counter of one run, and the argv array that points at them."""
+
+    def __init__(self, extent: int):
+        self.counts = np.zeros(extent, np.int64)
+        self.order = np.full(extent, -1, np.int64)
+        self.ticket = np.zeros(1, np.int64)
+        self.argv = (ctypes.c_void_p * 3)(*(a.ctypes.data for a in (self.counts, self.order, self.ticket)))
+
+    @property
+    def addr(self) -> int:
+        return ctypes.addressof(self.argv)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_every_iteration_runs_exactly_once(probe_job, workers):
+    team = T.Team(workers, T.team(1).native)  # a team of its own: no other test's call can hold it
+    for extent, grain in [(1, 1), (2, 1), (3, 1), (5, 2), (97, 1), (97, 3), (97, 200), (1000, 7)]:
+        for _ in range(20):  # workers spinning and joining part way, calls back to back
+            b = _Buffers(extent)
+            team.run(probe_job, b.addr, extent, grain)
+            np.testing.assert_array_equal(b.counts, 1, err_msg=f"extent {extent}, grain {grain}")
+            assert sorted(b.order) == list(range(extent))
+    team.park()
+
+
+def test_run_alone_runs_the_loop_in_order(probe_job):
+    b = _Buffers(50)
+    T.run_alone(probe_job, b.addr, 50, 4)
+    np.testing.assert_array_equal(b.counts, 1)
+    np.testing.assert_array_equal(b.order, np.arange(50))
+
+
+@pytest.mark.parametrize("threads, tid", [(2, 0), (2, 1), (3, 2), (4, 1)])
+def test_a_thread_runs_its_home_range_first_then_steals_the_others(probe_job, threads, tid):
+    """One thread alone with a claim block of `threads` home ranges: it takes its own range in
+    order, then thread tid+1's, tid+2's, ... (wrapping), each in order."""
+    extent, grain = 37, 3
+    claims = (ctypes.c_int64 * (LINE * threads))()
+    for r in range(threads):
+        claims[r * LINE + NEXT], claims[r * LINE + END] = home_range(r, threads, extent)
+    b = _Buffers(extent)
+    job = T.JOB(probe_job)
+    job(b.addr, ctypes.addressof(claims), threads, tid, extent, grain)
+    expected = [i for k in range(threads) for i in range(*home_range((tid + k) % threads, threads, extent))]
+    np.testing.assert_array_equal(b.counts, 1)
+    assert list(np.argsort(b.order)) == expected
+
+
+def test_home_ranges_cover_the_loop():
+    for extent in (0, 1, 5, 97):
+        for threads in (1, 2, 3, 7):
+            ranges = [home_range(r, threads, extent) for r in range(threads)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == extent
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
