@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import time
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -113,3 +114,50 @@ def test_home_ranges_cover_the_loop():
             ranges = [home_range(r, threads, extent) for r in range(threads)]
             assert ranges[0][0] == 0 and ranges[-1][1] == extent
             assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def _records(jobs: list[tuple[int, int, int, int]]) -> ctypes.Array:
+    """Program records (`team.RECORD` words each) for `Team.run_program`."""
+    return (ctypes.c_int64 * (T.RECORD * len(jobs)))(*(w for r in jobs for w in r))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_program_runs_every_record_once(probe_job, workers):
+    """Records of several extents (0: run on the caller, as a serial segment is) in one native
+    call, on a team and alone: every iteration of every record runs exactly once."""
+    team = T.Team(workers, T.team(1).native)
+    extents = [0, 1, 2, 97, 5, 300, 1]
+    for run in (lambda addr, n: team.run_program(addr, n), T.run_program_alone):
+        for _ in range(10):
+            bufs = [_Buffers(e) for e in extents]
+            recs = _records([(probe_job, b.addr, e, max(1, e // 16)) for b, e in zip(bufs, extents)])
+            run(ctypes.addressof(recs), len(extents))
+            for b, e in zip(bufs, extents):
+                np.testing.assert_array_equal(b.counts, 1, err_msg=f"extent {e}")
+    team.park()
+
+
+def test_a_program_stops_for_a_sleeping_worker_and_resumes(probe_job):
+    """`team_program` runs its first record whatever the workers do, and stops before the next
+    team record when a worker is asleep, returning that record's index (waking needs Python);
+    `run_program` wakes the worker and goes on, so every record still runs once."""
+    team = T.Team(1, T.team(1).native)
+    team.park()
+    deadline = time.monotonic() + 10
+    while team.words[T.LINE] != T.SLEEPING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert team.words[T.LINE] == T.SLEEPING
+    bufs = [_Buffers(40) for _ in range(3)]
+    recs = _records([(probe_job, b.addr, 40, 4) for b in bufs])
+    stopped = team.native.program(team.addr, ctypes.addressof(recs), 0, 3, 0)
+    assert stopped == 1  # record 0 ran (on the caller alone), record 1 waits for the worker
+    np.testing.assert_array_equal(bufs[0].counts, 1)
+    assert not bufs[1].counts.any() and not bufs[2].counts.any()
+    team.run_program(ctypes.addressof(recs) + T.RECORD * 8, 2)  # the rest, waking the worker
+    for b in bufs:
+        np.testing.assert_array_equal(b.counts, 1)
+    deadline = time.monotonic() + 10  # the worker was woken: it comes up spinning
+    while team.words[T.LINE] != T.SPINNING and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert team.words[T.LINE] == T.SPINNING
+    team.park()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
 from autorelay.codegen.llvm.lanes import at_lane, for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
-from autorelay.codegen.llvm.parallel import job_thunk, parallel_driver
+from autorelay.codegen.llvm.parallel import job_thunk, parallel_driver, serial_thunk
 from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
@@ -409,6 +409,8 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
         par = seg.extent if isinstance(seg, For) and seg.kind == "parallel" else 0
         if par:
             funcs += [parallel_driver(name, len(buffers)), job_thunk(name, len(buffers))]
+        else:
+            funcs.append(serial_thunk(name, len(buffers)))
         info.append((name, par))
     width = target.vector_bits
     attrs = (
@@ -417,7 +419,7 @@ def emit_module(f: PrimFunc, target: Target, symbol: str) -> tuple[str, list[tup
     )
     decls = sorted(declared)
     meta = '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.mustprogress"}'
-    if any(par for _, par in info):
+    if info:  # the drivers' and thunks' calls of their segment
         attrs += "\n\nattributes #1 = { noinline }"
     text = "\n\n".join([*decls, *funcs, attrs, meta]) + "\n"
     return text, info

@@ -27,7 +27,7 @@ class CompiledModule:
     engine: llvm.ExecutionEngine
     functions: list[tuple[ctypes._CFuncPtr, int]]  # (callable, parallel extent or 0)
     llvm_ir: str
-    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address (0: serial)
+    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address
     from_disk: bool = False
     stats: dict = field(default_factory=dict)
 
@@ -90,7 +90,7 @@ def compile_ir(
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbuffers), ctypes.c_int64, ctypes.c_int64)
     fns = [(proto(engine.get_function_address(name)), par) for name, par in segments]
-    jobs = [engine.get_function_address(job_name(name)) if par else 0 for name, par in segments]
+    jobs = [engine.get_function_address(job_name(name)) for name, _ in segments]
     cm = CompiledModule(key, engine, fns, text, jobs, from_disk)
     with _LOCK:
         _MEMORY.setdefault(key, cm)

@@ -9,9 +9,11 @@ Every parallel segment `@S` (`void @S(ptr %buffers..., i64 %begin, i64 %end)`, s
   ranges in the claim block, its own first, then each other thread's in turn;
 * a job thunk `@S_job(ptr %argv, ptr %claims, i64 %threads, i64 %tid, i64 %extent, i64 %grain)`:
   the driver behind one signature for every kernel (buffer addresses from the array `argv`),
-  which is what the native thread team (`team.py`) and `run_alone` call.
+  which is what the native thread team (`team.py`) and `run_alone` call. A serial segment gets a
+  thunk of the same signature too (`serial_thunk`), so a model's kernel calls can run as one
+  native program (`team_program`).
 
-The claim block (`claim_block`) holds, per thread r, on a cache line of its own, the next
+The claim block holds, per thread r, on a cache line of its own, the next
 iteration of r's home range and the range's end. The caller fills it before the job opens; claims
 are atomic adds on those counters, so a chunk is run by exactly one thread.
 
@@ -50,21 +52,41 @@ def job_name(segment: str) -> str:
 _JOB = "ptr %claims, i64 %threads, i64 %tid, i64 %extent, i64 %grain"
 
 
+def _buffer_loads(nbuffers: int) -> list[str]:
+    """The buffer addresses %b0.. loaded from the array %argv."""
+    return [line for i in range(nbuffers)
+            for line in (f"  %p{i} = getelementptr ptr, ptr %argv, i64 {i}",
+                         f"  %b{i} = load ptr, ptr %p{i}, align 8")]
+
+
+def _buffer_args(nbuffers: int) -> str:
+    return ", ".join(f"ptr %b{i}" for i in range(nbuffers))
+
+
 def job_thunk(segment: str, nbuffers: int) -> str:
     """The segment's job thunk (see the module docstring)."""
-    loads = [
-        line
-        for i in range(nbuffers)
-        for line in (f"  %p{i} = getelementptr ptr, ptr %argv, i64 {i}",
-                     f"  %b{i} = load ptr, ptr %p{i}, align 8")
-    ]
-    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
     return "\n".join(
         [
             f"define void @{job_name(segment)}(ptr %argv, {_JOB}) #0 {{",
             "entry:",
-            *loads,
-            f"  call void @{driver_name(segment)}({args}, {_JOB})",
+            *_buffer_loads(nbuffers),
+            f"  call void @{driver_name(segment)}({_buffer_args(nbuffers)}, {_JOB})",
+            "  ret void",
+            "}",
+        ]
+    )
+
+
+def serial_thunk(segment: str, nbuffers: int) -> str:
+    """A serial segment's job thunk: the same signature as a parallel one's (so a native program
+    of kernel calls, `team.py`'s `team_program`, calls every segment alike); it runs the segment
+    once, whatever the claim block says."""
+    return "\n".join(
+        [
+            f"define void @{job_name(segment)}(ptr %argv, {_JOB}) #0 {{",
+            "entry:",
+            *_buffer_loads(nbuffers),
+            f"  call void @{segment}({_buffer_args(nbuffers)}, i64 0, i64 0) #1",
             "  ret void",
             "}",
         ]
@@ -77,7 +99,7 @@ def parallel_driver(segment: str, nbuffers: int) -> str:
     segment is called, not inlined (`#1`), so the O3 pipeline and instruction selection handle its
     body once."""
     params = ", ".join(f"ptr noalias %b{i}" for i in range(nbuffers))
-    args = ", ".join(f"ptr %b{i}" for i in range(nbuffers))
+    args = _buffer_args(nbuffers)
     return "\n".join(
         [
             f"define void @{driver_name(segment)}({params}, {_JOB}) #0 {{",
@@ -115,4 +137,5 @@ def parallel_driver(segment: str, nbuffers: int) -> str:
     )
 
 
-__all__ = ["END", "LINE", "NEXT", "driver_name", "home_range", "job_name", "job_thunk", "parallel_driver"]
+__all__ = ["END", "LINE", "NEXT", "driver_name", "home_range", "job_name", "job_thunk", "parallel_driver",
+           "serial_thunk"]

@@ -53,6 +53,80 @@ SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Z
 _FN, _ARGV, _THREADS, _EXTENT, _GRAIN, _PARK, _OPEN, _ACTIVE = range(8)
 
 
+RECORD = 4  # i64 words of a program record: job thunk, argv, extent, grain
+
+
+def _program_ir() -> str:
+    """`i64 @team_program(ptr %team, ptr %records, i64 %start, i64 %n, i64 %alone)`: run records
+    start .. n-1 in order (see `Team.run_program`). A record with an extent above 1 runs on the
+    team (`team_run`) unless `alone`; any other (a serial segment: extent 0) runs on the caller
+    with a claim block of one range. Before a team record other than the first, a worker found
+    asleep stops the program there: it returns that record's index, for the caller to wake the
+    worker (which needs Python) and go on from it. Returns n once every record has run."""
+    return f"""
+define i64 @team_program(ptr %team, ptr %records, i64 %start, i64 %n, i64 %alone) {{
+entry:
+  %one = alloca [{LINE} x i64], align 64
+  %endone = getelementptr i64, ptr %one, i64 {END}
+  %nextone = getelementptr i64, ptr %one, i64 {NEXT}
+  %solo = icmp ne i64 %alone, 0
+  %tp = getelementptr i64, ptr %team, i64 {_THREADS}
+  br label %loop
+loop:
+  %i = phi i64 [%start, %entry], [%i1, %next]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %record, label %done
+record:
+  %base = mul i64 %i, {RECORD}
+  %jp = getelementptr i64, ptr %records, i64 %base
+  %job = load ptr, ptr %jp, align 8
+  %ap = getelementptr i64, ptr %jp, i64 1
+  %argv = load ptr, ptr %ap, align 8
+  %ep = getelementptr i64, ptr %jp, i64 2
+  %ext = load i64, ptr %ep, align 8
+  %gp = getelementptr i64, ptr %jp, i64 3
+  %gr = load i64, ptr %gp, align 8
+  %par = icmp sgt i64 %ext, 1
+  %shared = select i1 %solo, i1 false, i1 %par
+  br i1 %shared, label %check, label %caller
+check:
+  %first = icmp eq i64 %i, %start
+  br i1 %first, label %onteam, label %scan
+scan:
+  %tn = load i64, ptr %tp, align 8
+  br label %look
+look:
+  %w = phi i64 [1, %scan], [%w1, %awake]
+  %scanned = icmp sge i64 %w, %tn
+  br i1 %scanned, label %onteam, label %status
+status:
+  %sidx = mul i64 %w, {LINE}
+  %sp = getelementptr i64, ptr %team, i64 %sidx
+  %st = load atomic i64, ptr %sp monotonic, align 8
+  %asleep = icmp eq i64 %st, {SLEEPING}
+  br i1 %asleep, label %stop, label %awake
+awake:
+  %w1 = add i64 %w, 1
+  br label %look
+stop:
+  ret i64 %i
+onteam:
+  call void @team_run(ptr %team, ptr %job, ptr %argv, i64 %ext, i64 %gr)
+  br label %next
+caller:
+  store i64 0, ptr %nextone, align 8
+  store i64 %ext, ptr %endone, align 8
+  call void %job(ptr %argv, ptr %one, i64 1, i64 0, i64 %ext, i64 %gr)
+  br label %next
+next:
+  %i1 = add i64 %i, 1
+  br label %loop
+done:
+  ret i64 %n
+}}
+"""
+
+
 def _team_ir(pause: str) -> str:
     status = (f"  %sw = add i64 %w, 1\n  %sidx = mul i64 %sw, {LINE}\n"
               "  %st = getelementptr i64, ptr %team, i64 %sidx\n")
@@ -60,7 +134,7 @@ def _team_ir(pause: str) -> str:
         f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
         for n, i in (("fn", _FN), ("argv", _ARGV), ("threads", _THREADS), ("ext", _EXTENT), ("grain", _GRAIN),
                      ("park", _PARK), ("open", _OPEN), ("active", _ACTIVE))
-    ) + (  # the claim block (`parallel.claim_block`) follows the header and status lines
+    ) + (  # the claim block (`parallel`) follows the header and status lines
         f"\n  %tn = load i64, ptr %threadsp, align 8\n  %cbase = mul i64 %tn, {LINE}\n"
         "  %claims = getelementptr i64, ptr %team, i64 %cbase"
     )
@@ -165,7 +239,7 @@ class _Native:
         x86 = triple.startswith(("x86_64", "i686"))
         pause = "  call void @llvm.x86.sse2.pause()" if x86 else ""
         decl = "declare void @llvm.x86.sse2.pause()\n" if x86 else ""
-        mod = llvm.parse_assembly(decl + _team_ir(pause))
+        mod = llvm.parse_assembly(decl + _team_ir(pause) + _program_ir())
         mod.triple = triple
         mod.verify()
         machine = llvm.Target.from_triple(triple).create_target_machine(opt=2)
@@ -175,6 +249,8 @@ class _Native:
         self.worker = ctypes.CFUNCTYPE(None, ptr, i64, i64)(self.engine.get_function_address("team_worker"))
         run = self.engine.get_function_address("team_run")
         self.run = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64)(run)
+        program = self.engine.get_function_address("team_program")
+        self.program = ctypes.CFUNCTYPE(i64, ptr, ptr, i64, i64, i64)(program)
 
 
 _NATIVE: _Native | None = None
@@ -227,18 +303,49 @@ class Team:
         try:
             if self.words[_PARK]:
                 self.words[_PARK] = 0
-            for w in range(self.workers):  # a sleeping worker joins this job once it wakes
-                if self.words[LINE * (w + 1)] == SLEEPING:
-                    self.wake[w].set()
+            self._wake_sleepers()
             self.native.run(self.addr, job, argv, extent, grain)
         finally:
             self.busy.release()
+
+    def run_program(self, records: int, n: int) -> None:
+        """Run the `n` records at address `records` (`RECORD` words each: job thunk, argv, extent,
+        grain) in order, each team record on the caller and the workers, in native calls: a
+        model's kernels without a return to Python between them, but to wake a worker that fell
+        asleep (a long serial stretch outlasts its idle spins), which `team_program` stops for."""
+        if not self.busy.acquire(blocking=False):
+            self.native.program(self.addr, records, 0, n, 1)
+            return
+        try:
+            if self.words[_PARK]:
+                self.words[_PARK] = 0
+            done = 0
+            while done < n:
+                self._wake_sleepers()
+                done = self.native.program(self.addr, records, done, n, 0)
+        finally:
+            self.busy.release()
+
+    def _wake_sleepers(self) -> None:
+        for w in range(self.workers):  # a sleeping worker joins the running job once it wakes
+            if self.words[LINE * (w + 1)] == SLEEPING:
+                self.wake[w].set()
 
     def park(self) -> None:
         """Send spinning workers to sleep now rather than after SPIN_LIMIT (the next call wakes
         them): a benchmark parks them before timing another library, so that library does not
         share its cores with our idle spinners."""
         self.words[_PARK] = 1
+
+
+def run_program_alone(records: int, n: int) -> None:
+    """Run `n` program records (`Team.run_program`) on the calling thread only."""
+    global _NATIVE
+    with _LOCK:
+        if _NATIVE is None:
+            _NATIVE = _Native()
+        native = _NATIVE
+    native.program(None, records, 0, n, 1)
 
 
 def team(workers: int) -> Team:

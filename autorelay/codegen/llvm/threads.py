@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ctypes
 
-from autorelay.codegen.llvm.team import park_all, run_alone, team
+from autorelay.codegen.llvm.team import park_all, run_alone, run_program_alone, team
 
-__all__ = ["grain", "park_all", "pointer_array", "run_job"]
+__all__ = ["grain", "park_all", "pointer_array", "run_job", "run_program"]
 
 # chunks per thread: claiming one costs an atomic add, so finer chunks even out the threads'
 # finishing times better (with home ranges, 4 and 32 chunks per thread profiled the same on
@@ -41,6 +41,15 @@ def run_job(job: int, argv: int, extent: int, threads: int) -> None:
         run_alone(job, argv, extent, extent)
         return
     team(threads - 1).run(job, argv, extent, grain(extent, threads))
+
+
+def run_program(records: int, n: int, threads: int) -> None:
+    """Run `n` program records from address `records` in order (`team.Team.run_program`): on the
+    calling thread alone for one thread, else with the process's team."""
+    if threads <= 1:
+        run_program_alone(records, n)
+        return
+    team(threads - 1).run_program(records, n)
 
 
 def pointer_array(addresses: tuple[int, ...]) -> ctypes.Array:

@@ -74,7 +74,19 @@ exit3:
   ret void
 }
 
+define void @relu_s0_relu_job(ptr %argv, ptr %claims, i64 %threads, i64 %tid, i64 %extent, i64 %grain) #0 {
+entry:
+  %p0 = getelementptr ptr, ptr %argv, i64 0
+  %b0 = load ptr, ptr %p0, align 8
+  %p1 = getelementptr ptr, ptr %argv, i64 1
+  %b1 = load ptr, ptr %p1, align 8
+  call void @relu_s0_relu(ptr %b0, ptr %b1, i64 0, i64 0) #1
+  ret void
+}
+
 attributes #0 = { nounwind "target-cpu"="haswell" "target-features"="+avx,+avx2,+fma,+sse4.2" "prefer-vector-width"="256" "min-legal-vector-width"="256" "frame-pointer"="none" }
+
+attributes #1 = { noinline }
 
 !0 = distinct !{!0, !1}
 !1 = !{!"llvm.loop.mustprogress"}
