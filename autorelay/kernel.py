@@ -28,7 +28,7 @@ from autorelay.codegen import backend_for, resolve_target
 from autorelay.codegen.base import BackendCode
 from autorelay.codegen.llvm.cache_evict import evict
 from autorelay.codegen.llvm.jit import CompiledModule
-from autorelay.codegen.llvm.threads import pointer_array, run_job
+from autorelay.codegen.llvm.threads import Record, chunk_size, pack_records, pointer_array, run_program
 from autorelay.schedule.apply import apply
 from autorelay.schedule.relayout import relayout
 from autorelay.schedule.space import Config
@@ -142,15 +142,14 @@ class BoundKernel:
         self._argv = pointer_array(self.args)
         self._argv_addr = ctypes.addressof(self._argv)
         self.threads = kernel.target.threads
-        self._segments = list(zip(kernel.module.functions, kernel.module.jobs))
+        # its segments as one native program, run as a model's graph executor runs them
+        segments = zip(kernel.module.functions, kernel.module.jobs)
+        self._records = pack_records([Record(job, self._argv_addr, par, chunk_size(par, self.threads))
+                                      for (_fn, par), job in segments])
+        self._program = (ctypes.addressof(self._records), len(kernel.module.jobs), self.threads)
 
     def __call__(self) -> None:
-        args, threads, argv = self.args, self.threads, self._argv_addr
-        for (fn, par), job in self._segments:
-            if par and threads > 1:
-                run_job(job, argv, par, threads)
-            else:
-                fn(*args, 0, par)
+        run_program(*self._program)
 
     def time(self, number: int, cold: Sequence[np.ndarray] = ()) -> float:
         """Seconds per call over `number` back-to-back calls (wall clock; a GPU kernel's bound

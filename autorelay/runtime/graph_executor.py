@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from autorelay.codegen.llvm.team import RECORD
-from autorelay.codegen.llvm.threads import grain, pointer_array, run_program
+from autorelay.codegen.llvm.threads import Record, chunk_size, pack_records, pointer_array, run_program
 from autorelay.runtime.graph_plan import ALIGN, MemoryPlan, Slot, Step, aligned_empty, view
 from autorelay.schedule.relayout import relayout
 
@@ -50,7 +50,7 @@ class KernelSpec:
     key: str
     workspaces: list[tuple[tuple[int, ...], str]]
     functions: list[tuple[Callable[..., None], int]] = field(default_factory=list)  # (fn, parallel extent)
-    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address (0: serial)
+    jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address
 
     @property
     def workspace_offsets(self) -> tuple[list[int], int]:
@@ -112,22 +112,21 @@ class GraphExecutor:
         # per input, where its address sits: (job argv, position, byte offset)
         self._patches: list[list[tuple[ctypes.Array, int, int]]] = [[] for _ in self.inputs]
         self._bound = [int(b.ctypes.data) for b in self.inputs]
-        entries: list[tuple[int, ...] | tuple[Callable[..., Any], tuple]] = []
+        entries: list[Record | tuple[Callable[..., Any], tuple]] = []
         self.step_ranges: list[tuple[int, int]] = []
         for st in self.plan.steps:
             start = len(entries)
             entries.extend(self._step_entries(st))
             self.step_ranges.append((start, len(entries)))
-        records = [e for e in entries if not callable(e[0])]
-        self._records = (ctypes.c_int64 * max(1, RECORD * len(records)))(*(w for r in records for w in r))
+        self._records = pack_records([e for e in entries if isinstance(e, Record)])
         base, size = ctypes.addressof(self._records), RECORD * 8
         self.calls: list[tuple[Callable[..., Any], tuple]] = []
         self._program: list[tuple[Callable[..., Any], tuple]] = []
         k, run_start = 0, None  # records so far; where the current run of records began
         for e in entries:
-            if callable(e[0]):
-                self.calls.append(e)  # type: ignore[arg-type]
-                self._program.append(e)  # type: ignore[arg-type]
+            if not isinstance(e, Record):  # a Python step: it ends a run of records
+                self.calls.append(e)
+                self._program.append(e)
                 run_start = None
                 continue
             self.calls.append((run_program, (base + k * size, 1, threads)))
@@ -139,7 +138,7 @@ class GraphExecutor:
                 self._program[run_start] = (run_program, (first, count + 1, threads))
             k += 1
 
-    def _step_entries(self, st: Step) -> list[tuple[int, ...] | tuple[Callable[..., Any], tuple]]:
+    def _step_entries(self, st: Step) -> list[Record | tuple[Callable[..., Any], tuple]]:
         """A step's program records (kernel segments) or its Python call."""
         arrays = self.arrays
         if st.kind == "kernel":
@@ -154,10 +153,11 @@ class GraphExecutor:
                 if a in self._input_of:
                     k, off = self._input_of[a]
                     self._patches[k].append((argv, j, off))
-            out: list[tuple[int, ...] | tuple[Callable[..., Any], tuple]] = []
-            for (_fn, par), job in zip(spec.functions, spec.jobs):
-                chunk = grain(par, self.threads) if self.threads > 1 else max(1, par)
-                out.append((job, ctypes.addressof(argv), par, chunk))
+            out: list[Record | tuple[Callable[..., Any], tuple]] = []
+            for k, ((_fn, par), job) in enumerate(zip(spec.functions, spec.jobs)):
+                if not job:
+                    raise ValueError(f"kernel {spec.key}: segment {k} has no job thunk")
+                out.append(Record(job, ctypes.addressof(argv), par, chunk_size(par, self.threads)))
             return out
         if st.kind in ("fallback", "external"):
             ref = self.functions[st.function]

@@ -19,10 +19,13 @@ memory in order.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from autorelay.codegen.llvm.team import park_all, run_alone, run_program_alone, team
+from autorelay.codegen.llvm.team import RECORD, park_all, run_alone, run_program_alone, team
 
-__all__ = ["grain", "park_all", "pointer_array", "run_job", "run_program"]
+__all__ = ["Record", "chunk_size", "grain", "pack_records", "park_all", "pointer_array", "run_job",
+           "run_program"]
 
 # chunks per thread: claiming one costs an atomic add, so finer chunks even out the threads'
 # finishing times better (with home ranges, 4 and 32 chunks per thread profiled the same on
@@ -41,6 +44,25 @@ def run_job(job: int, argv: int, extent: int, threads: int) -> None:
         run_alone(job, argv, extent, extent)
         return
     team(threads - 1).run(job, argv, extent, grain(extent, threads))
+
+
+class Record(NamedTuple):
+    """One kernel segment as a native program runs it (`team.RECORD` words, in this order)."""
+
+    job: int  # its job thunk's address
+    argv: int  # the address of its array of buffer pointers
+    extent: int  # its parallel loop's extent (0: a serial segment)
+    grain: int  # iterations per claimed chunk (`chunk_size`)
+
+
+def chunk_size(extent: int, threads: int) -> int:
+    """A record's grain: `grain` on a team, the whole loop in one chunk on one thread."""
+    return grain(extent, threads) if threads > 1 else max(1, extent)
+
+
+def pack_records(records: Sequence[Record]) -> ctypes.Array:
+    """The records as the C array `run_program` reads (kept alive by the caller)."""
+    return (ctypes.c_int64 * max(1, RECORD * len(records)))(*(w for r in records for w in r))
 
 
 def run_program(records: int, n: int, threads: int) -> None:
