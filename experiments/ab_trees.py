@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         order = args.tree if r % 2 == 0 else args.tree[::-1]
         for name, path in order:
             medians[name].append(time_once(path, args))
-        print(f"round {r + 1}: " + ", ".join(f"{n} {medians[n][-1]:.3f} ms" for n, _ in args.tree), flush=True)
+        line = ", ".join(f"{n} {medians[n][-1]:.3f} ms" for n, _ in args.tree)
+        print(f"round {r + 1}: {line}", flush=True)
     first = statistics.median(medians[args.tree[0][0]])
     print(f"\n{args.model}, {args.threads} threads, {args.rounds} processes per checkout, "
           f"{args.calls} calls each (median of process medians [min-max]):")

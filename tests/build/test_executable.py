@@ -272,6 +272,27 @@ def @main(%x: Tensor[(4, 9), float32]) {
     np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernels_around_a_python_step_run_in_order_on_fresh_inputs(threads):
+    """The graph executor runs its kernels as native programs that stop at each Python step (here
+    the fallback argsort): every call, on new input arrays read in place, equals the interpreter."""
+    mod = autorelay.parse("""#[version = "0.0.5"]
+def @main(%x: Tensor[(64, 33), float32]) {
+  %0 = sin(%x);
+  %1 = argsort(%0, axis=1);
+  %2 = cast(%1, dtype="float32");
+  %3 = multiply(%2, %0);
+  nn.relu(%3)
+}""")
+    exe = autorelay.build(mod)
+    exe.set_threads(threads)
+    assert [r.source for r in exe.report.rows] == ["default", "fallback", "default"]
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        x = rng.standard_normal((64, 33)).astype("float32")
+        np.testing.assert_allclose(exe(x), autorelay.evaluate(mod, x), rtol=1e-6, atol=1e-6)
+
+
 def test_a_kernel_whose_default_schedule_fails_runs_its_reference_in_every_executor(monkeypatch):
     """The one compile path's last resort: when not even the heuristic default schedules, the graph
     executor and the VM run that function's NumPy references (reported), and AoT says it cannot."""
