@@ -140,13 +140,19 @@ def test_a_program_runs_every_record_once(probe_job, workers):
 def test_a_program_stops_for_a_sleeping_worker_and_resumes(probe_job):
     """`team_program` runs its first record whatever the workers do, and stops before the next
     team record when a worker is asleep, returning that record's index (waking needs Python);
-    `run_program` wakes the worker and goes on, so every record still runs once."""
+    `run_program` wakes the worker and goes on, so every record still runs once. (Whether the
+    woken worker is up in time to share a record depends on the scheduler, so it is not asserted.)"""
     team = T.Team(1, T.team(1).native)
     team.park()
+
+    def asleep() -> bool:  # back in Python, waiting for a wake-up (the one at start-up consumed)
+        return team.words[T.LINE] == T.SLEEPING and not team.wake[0].is_set()
+
     deadline = time.monotonic() + 10
-    while team.words[T.LINE] != T.SLEEPING and time.monotonic() < deadline:
+    while not asleep() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert team.words[T.LINE] == T.SLEEPING
+    time.sleep(0.05)  # past the moment between taking the wake-up and starting to spin
+    assert asleep()
     bufs = [_Buffers(40) for _ in range(3)]
     recs = _records([(probe_job, b.addr, 40, 4) for b in bufs])
     stopped = team.native.program(team.addr, ctypes.addressof(recs), 0, 3, 0)
@@ -156,8 +162,4 @@ def test_a_program_stops_for_a_sleeping_worker_and_resumes(probe_job):
     team.run_program(ctypes.addressof(recs) + T.RECORD * 8, 2)  # the rest, waking the worker
     for b in bufs:
         np.testing.assert_array_equal(b.counts, 1)
-    deadline = time.monotonic() + 10  # the worker was woken: it comes up spinning
-    while team.words[T.LINE] != T.SPINNING and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert team.words[T.LINE] == T.SPINNING
     team.park()
