@@ -338,26 +338,28 @@ class Team:
         self.words[_PARK] = 1
 
 
+def _native_locked() -> _Native:
+    """The process's compiled team functions (compiled on first use); the caller holds `_LOCK`."""
+    global _NATIVE
+    if _NATIVE is None:
+        _NATIVE = _Native()
+    return _NATIVE
+
+
 def run_program_alone(records: int, n: int) -> None:
     """Run `n` program records (`Team.run_program`) on the calling thread only."""
-    global _NATIVE
     with _LOCK:
-        if _NATIVE is None:
-            _NATIVE = _Native()
-        native = _NATIVE
+        native = _native_locked()
     native.program(None, records, 0, n, 1)
 
 
 def team(workers: int) -> Team:
     """The process's team of `workers` threads (created on first use)."""
-    global _NATIVE
     workers = max(1, min(workers, MAX_WORKERS))
     with _LOCK:
         t = _TEAMS.get(workers)
         if t is None:
-            if _NATIVE is None:
-                _NATIVE = _Native()
-            t = _TEAMS[workers] = Team(workers, _NATIVE)
+            t = _TEAMS[workers] = Team(workers, _native_locked())
         return t
 
 
