@@ -5,6 +5,11 @@ Views cost nothing: a primitive that only reshapes or picks a contiguous block o
 (`runtime.views.view_offset`) becomes an ``alias`` slot, and a concatenation whose pieces are
 contiguous blocks of its result (`runtime.views.concat_offsets`) has its pieces' producers write
 straight into the result: the pieces become aliases of it and the concatenation runs no step.
+
+Padding costs nothing either, on CPU targets: a value a convolution pads with zeros is written by
+its producer into the interior of a zero-bordered buffer (an ``interior`` slot of a ``padded``
+one, chosen up front by `autorelay.halo_plan`), and the convolution reads that buffer whole, its
+pad stage gone (`autorelay.te.halo`). `halos=False` builds without.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from autorelay.errors import BuildError
+from autorelay.halo_plan import HaloChoice, buffer_plans, call_buffer_plans, dataflow_children, plan_halos
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
+from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import post_order
 from autorelay.kernel import Kernel, compile_kernel
-from autorelay.lower import workload_key
-from autorelay.lower.lower import lower
+from autorelay.lower import NoCompute, workload_key
+from autorelay.lower.lower import LoweredFunction, lower
 from autorelay.lower.relayout import relayout_compute
 from autorelay.primitive import KernelMemo, PrimitiveKernels, compile_primitive
 from autorelay.runtime.fallback import op_names
@@ -31,6 +38,7 @@ from autorelay.runtime.views import concat_offsets, view_offset
 from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import ScheduleSource
 from autorelay.target import Target
+from autorelay.te.halo import DENSE, BufferPlan, padded_shape
 
 
 def _tensor_types(t: Type | None, what: str) -> list[TensorType]:
@@ -58,19 +66,25 @@ class GraphBuilder:
 
     `offload`: a device's hook (the accelerator's `autorelay.vta.build`): given a primitive
     function, the callable that runs it on the device, or None to compile it for the CPU.
-    `memo`: kernels earlier builds compiled (`autorelay.primitive.KernelMemo`)."""
+    `memo`: kernels earlier builds compiled (`autorelay.primitive.KernelMemo`). `halos`: store the
+    values convolutions pad with a zero border (see the module docstring; CPU targets only)."""
 
     def __init__(self, target: Target, schedules: ScheduleSource | None,
-                 offload: Callable[[Function], Any] | None = None, memo: KernelMemo | None = None) -> None:
+                 offload: Callable[[Function], Any] | None = None, memo: KernelMemo | None = None,
+                 halos: bool = True) -> None:
         self.target, self.schedules, self.offload, self.memo = target, schedules, offload, memo
+        self.use_halos = halos and target.kind == "cpu" and offload is None
+        self.halos: dict[int, HaloChoice] = {}  # id of a producing call -> its value's border
+        self.plans: dict[int, BufferPlan] = {}  # id of a call site -> where its kernel's buffers lie
+        self._lowered: dict[int, LoweredFunction | None] = {}  # id of a call site -> its lowering
         self.externals: dict[int, Any] = {}  # functions-table index -> the device's callable
         self.slots: list[Slot] = []
         self.steps: list[Step] = []
         self.consts: list[np.ndarray] = []
         self.kernels: list[Kernel] = []
-        self.kernel_index: dict[tuple[str, int], int] = {}
+        self.kernel_index: dict[tuple[str, BufferPlan, int], int] = {}
         self.pack_kernels: dict[tuple, int] = {}
-        self.compiled: dict[str, PrimitiveKernels] = {}  # workload key -> its kernels
+        self.compiled: dict[tuple[str, BufferPlan], PrimitiveKernels] = {}  # workload key, buffers -> kernels
         self.functions: list[Function] = []
         self.values: dict[int, Any] = {}  # expr id -> slot id | list (tuple value)
 
@@ -93,7 +107,10 @@ class GraphBuilder:
             self.values[id(p)] = s
             names.append(p.name_hint)
             in_slots.append(s)
-        for node in post_order(fn.body, _dataflow_children):
+        if self.use_halos:
+            self.halos = plan_halos(fn.body, self.lowering)
+            self.plans = buffer_plans(fn.body, self.halos, self.lowering)
+        for node in post_order(fn.body, dataflow_children):
             self.visit(node)
         out = self.values[id(fn.body)]
         outs = _flatten(out)
@@ -129,6 +146,17 @@ class GraphBuilder:
         else:
             raise BuildError(f"build: cannot run {type(node).__name__} nodes in the graph executor")
 
+    def lowering(self, site: Call, fn: Function | None = None) -> LoweredFunction | None:
+        """The lowering of the primitive function `fn` a call site calls (default: its callee),
+        None when it has no compute. Per call site: a kernel is shared by every function of its
+        workload key, their constants are not."""
+        if id(site) not in self._lowered:
+            try:
+                self._lowered[id(site)] = lower(fn if fn is not None else site.op)  # type: ignore[arg-type]
+            except NoCompute:
+                self._lowered[id(site)] = None
+        return self._lowered[id(site)]
+
     def storage_of(self, s: int) -> int:
         """The slot whose storage `s` uses (itself unless `s` is an alias)."""
         return storage_of(self.slots, s)
@@ -147,6 +175,12 @@ class GraphBuilder:
         if isinstance(ret, TensorType) and (placed := self.concat_in_place(fn, arg_slots, ret)) is not None:
             return placed
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
+        if (halo := self.halos.get(id(site))) is not None:  # the value lives inside a zero border
+            t = out_types[0]
+            lows = tuple(lo for lo, _ in halo.halo)
+            whole = self.slot(padded_shape(t.concrete_shape, halo.halo), t.dtype, "padded")
+            self.slots[whole].halo = lows
+            self.slots[out_slots[0]] = Slot(tuple(t.concrete_shape), t.dtype, "interior", whole, halo=lows)
         device = self.offload(fn) if self.offload is not None else None
         if device is not None:
             self.functions.append(fn)
@@ -155,7 +189,8 @@ class GraphBuilder:
                                    function=len(self.functions) - 1, workload_key=device.key,
                                    source=f"vta {device.source}", detail=device.detail))
             return out_slots if isinstance(ret, TupleType) else out_slots[0]
-        prim = self.compile(fn)
+        buffers = self.plans.get(id(site), DENSE)
+        prim = self.compile(fn, buffers)
         key, name = prim.key, prim.name
         if prim.lowered is None:
             self.functions.append(fn)
@@ -163,16 +198,17 @@ class GraphBuilder:
                                    function=len(self.functions) - 1,
                                    workload_key=key, source="fallback", detail=prim.detail))
         else:
-            consts = _constants(fn)
+            own = self.lowering(site, fn)
+            consts = [np.asarray(src.value) for src in own.sources if src.kind == "const"] if own else []
             if len(consts) != sum(1 for src in prim.lowered.sources if src.kind == "const"):
                 raise BuildError(f"build: constants of {name} do not line up with its lowering")
             for k, o in enumerate(out_slots):
-                kid = self.kernel_index[(key, k)]
+                kid = self.kernel_index[(key, buffers, k)]
                 kern = self.kernels[kid]
-                ins = self.kernel_inputs(kern, prim.lowered, arg_slots, consts)
+                ins = self.kernel_inputs(kern, prim.lowered, arg_slots, consts, buffers.padded_reads)
+                detail = f"{prim.detail}; {buffers.describe()}" if buffers else prim.detail
                 self.steps.append(Step("kernel", name if len(out_slots) == 1 else f"{name}.{k}", ins, [o],
-                                       kernel=kid, workload_key=key, source=prim.source,
-                                       detail=prim.detail))
+                                       kernel=kid, workload_key=key, source=prim.source, detail=detail))
         return out_slots if isinstance(ret, TupleType) else out_slots[0]
 
     def concat_in_place(self, fn: Function, arg_slots: list[Any], ret: TensorType) -> int | None:
@@ -204,11 +240,12 @@ class GraphBuilder:
         return out
 
     def kernel_inputs(self, kern: Kernel, lowered: Any, arg_slots: list[Any],
-                      consts: list[np.ndarray]) -> list[int]:
-        """Slot ids of a kernel's inputs; constants are re-laid-out (packed) once, here."""
+                      consts: list[np.ndarray], padded_reads: tuple[int, ...] = ()) -> list[int]:
+        """Slot ids of a kernel's inputs; constants are re-laid-out (packed) once, here. An input
+        in `padded_reads` is its value's whole zero-bordered buffer."""
         ins: list[int] = []
         ci = 0
-        for t, src in zip(kern.cdef.inputs, lowered.sources):
+        for k, (t, src) in enumerate(zip(kern.cdef.inputs, lowered.sources)):
             ops = kern.relayouts.get(t.name, [])
             if src.kind == "const":
                 ins.append(self.const_slot(relayout(consts[ci], ops)))
@@ -217,6 +254,8 @@ class GraphBuilder:
             s = arg_slots[src.index]
             if isinstance(s, list):
                 raise BuildError("build: a tuple-typed kernel parameter is not supported")
+            if k in padded_reads:
+                s = self.slots[s].index
             if ops:  # a non-constant input the kernel reads blocked: a packing kernel runs first
                 s = self.pack(s, ops)
             ins.append(s)
@@ -225,9 +264,12 @@ class GraphBuilder:
     def pack(self, s: int, ops: list) -> int:
         """A compiled packing step from slot `s` into a new temp slot; returns the new slot."""
         shape, dtype = self.slots[s].shape, self.slots[s].dtype
-        cache_key = (shape, dtype, tuple(map(tuple, ops)))
+        pitch = self.slots[self.slots[s].index].shape if self.slots[s].kind == "interior" else None
+        cache_key = (shape, dtype, tuple(map(tuple, ops)), pitch)
         if cache_key not in self.pack_kernels:
             cdef = relayout_compute(shape, dtype, ops)
+            if pitch is not None:  # it reads a bordered buffer's interior
+                cdef = BufferPlan(pitches=((0, pitch),)).apply(cdef)
             self.kernels.append(compile_kernel(cdef, None, self.target))
             self.pack_kernels[cache_key] = len(self.kernels) - 1
         kid = self.pack_kernels[cache_key]
@@ -236,40 +278,29 @@ class GraphBuilder:
                                detail=f"re-layout {list(shape)} for a blocked read: {ops}"))
         return p
 
-    def compile(self, fn: Function) -> PrimitiveKernels:
-        """A workload's kernels, compiled once per distinct workload key."""
+    def compile(self, fn: Function, buffers: BufferPlan = DENSE) -> PrimitiveKernels:
+        """A workload's kernels, compiled once per distinct workload key and buffer plan."""
         key = workload_key(fn)
-        if key not in self.compiled:
-            prim = self.compiled[key] = compile_primitive(fn, self.schedules, self.target,
-                                                          split_outputs=True, memo=self.memo)
+        if (key, buffers) not in self.compiled:
+            prim = self.compiled[(key, buffers)] = compile_primitive(
+                fn, self.schedules, self.target, split_outputs=True, memo=self.memo, buffers=buffers)
             for k, kern in enumerate(prim.kernels):
                 self.kernels.append(kern)
-                self.kernel_index[(key, k)] = len(self.kernels) - 1
-        return self.compiled[key]
+                self.kernel_index[(key, buffers, k)] = len(self.kernels) - 1
+        return self.compiled[(key, buffers)]
 
 
-def _dataflow_children(node: Expr) -> list[Expr]:
-    """Children of a node of `@main`, not entering functions (primitive bodies are kernels)."""
-    if isinstance(node, Call):
-        return list(node.args) if isinstance(node.op, Function | Op) else [node.op, *node.args]
-    if isinstance(node, Tuple):
-        return list(node.fields)
-    if isinstance(node, TupleGetItem):
-        return [node.tuple_value]
-    if isinstance(node, Let):
-        return [node.value, node.body]
-    return []
+def graph_buffer_plans(module: IRModule, target: Target) -> dict[int, BufferPlan]:
+    """Per call site (by id) of `module`'s @main, the buffer plan a graph build on `target`
+    compiles that call's kernel with (see the module docstring): what compiling ahead needs."""
+    builder = GraphBuilder(target, None)
+    if not builder.use_halos:
+        return {}
+    return call_buffer_plans(module["main"].body, builder.lowering)
 
 
 def _flatten(v: Any) -> list[int]:
     return [x for f in v for x in _flatten(f)] if isinstance(v, list) else [v]
-
-
-def _constants(fn: Function) -> list[np.ndarray]:
-    """Tensor constants of a primitive function in the order lowering makes them inputs: the IR's
-    own and those its computes derive from them (a requantize's multipliers). Lowered per call
-    site: the kernel is shared by every function of its workload key, the constants are not."""
-    return [np.asarray(s.value) for s in lower(fn).sources if s.kind == "const"]
 
 
 def _ws_bytes(k: Kernel) -> int:

@@ -108,6 +108,9 @@ class Kernel:
         return out
 
     def bind(self, *arrays: np.ndarray, outputs: Sequence[np.ndarray] | None = None) -> BoundKernel:
+        if pitched := [b.name for b in self.func.params if b.pitch is not None]:
+            raise ValueError(f"{self.cdef.name}: buffer {pitched[0]} is the interior of a zero-bordered "
+                             "array (autorelay.te.halo); a graph executor binds it, not Kernel.bind")
         ins = self._check(arrays)
         n_out = len(self.cdef.outputs)
         if outputs is None:

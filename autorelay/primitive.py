@@ -34,6 +34,7 @@ from autorelay.schedule.source import SOURCE_NAMES, ScheduleSource, as_config
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import check_in_space, template_for
 from autorelay.target import Target
+from autorelay.te.halo import DENSE, BufferPlan
 from autorelay.te.tensor import ComputeDef
 
 
@@ -132,10 +133,11 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
 
 def compile_primitive(fn: Function, source: ScheduleSource | None, target: Target, *,
                       split_outputs: bool = False, builtins: bool = False,
-                      memo: KernelMemo | None = None) -> PrimitiveKernels:
+                      memo: KernelMemo | None = None, buffers: BufferPlan = DENSE) -> PrimitiveKernels:
     """Choose and compile `fn`'s kernels. `split_outputs`: one kernel per output of a multi-output
     compute (the graph executor's plan has one step per kernel output); `memo`: kernels other
-    builds compiled (see the module docstring)."""
+    builds compiled (see the module docstring); `buffers`: where the kernel's buffers lie, when
+    some are zero-bordered (`autorelay.te.halo`; the schedule is chosen for `fn` as it is)."""
     name = kernel_name(fn)
     choice = choose_schedule(fn, source, target, builtins=builtins)
     if choice.lowered is None:
@@ -143,12 +145,13 @@ def compile_primitive(fn: Function, source: ScheduleSource | None, target: Targe
     if choice.source == "builtin":  # naive loops: the default templates do not fit these computes
         kern = compile_kernel(choice.lowered.cdef, (), target)
         return PrimitiveKernels(name, choice, (kern,), "builtin", choice.detail)
-    cdefs = _computes(choice.lowered, split_outputs)
+    cdefs = [buffers.apply(c) for c in _computes(choice.lowered, split_outputs)]
     source_name, detail = choice.source, choice.detail
     memo = memo if memo is not None else KernelMemo()
 
     def kernels_for(config: Config | None) -> tuple[Kernel, ...]:
-        return memo.compile(memo_key(choice.key, config, target, split_outputs), cdefs, config, target)
+        key = memo_key(choice.key, config, target, split_outputs, buffers)
+        return memo.compile(key, cdefs, config, target)
 
     try:
         kernels = kernels_for(choice.config)
@@ -162,20 +165,23 @@ def compile_primitive(fn: Function, source: ScheduleSource | None, target: Targe
                             detail + config_text(kernels[0].cdef, choice.config, target))
 
 
-def memo_key(key: str, config: Config | None, target: Target, split_outputs: bool) -> tuple:
-    """What a function's kernels depend on: its workload key, the config, the target, the split."""
-    return (key, config, target, split_outputs)
+def memo_key(key: str, config: Config | None, target: Target, split_outputs: bool,
+             buffers: BufferPlan = DENSE) -> tuple:
+    """What a function's kernels depend on: its workload key, the config, the target, the split
+    and where their buffers lie."""
+    return (key, config, target, split_outputs) + ((buffers,) if buffers else ())
 
 
 def kernel_request(fn: Function, source: ScheduleSource | None, target: Target, *,
-                   split_outputs: bool = False) -> tuple[tuple, list[ComputeDef], Config | None] | None:
+                   split_outputs: bool = False, buffers: BufferPlan = DENSE
+                   ) -> tuple[tuple, list[ComputeDef], Config | None] | None:
     """What `compile_primitive` will compile for `fn`, to compile it ahead (elsewhere): its memo
     key, computes and config; None for a function that runs no scheduled kernel."""
     choice = choose_schedule(fn, source, target)
     if choice.lowered is None:
         return None
-    cdefs = _computes(choice.lowered, split_outputs)
-    return memo_key(choice.key, choice.config, target, split_outputs), cdefs, choice.config
+    cdefs = [buffers.apply(c) for c in _computes(choice.lowered, split_outputs)]
+    return memo_key(choice.key, choice.config, target, split_outputs, buffers), cdefs, choice.config
 
 
 def _computes(lowered: LoweredFunction, split_outputs: bool) -> list[ComputeDef]:

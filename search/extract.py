@@ -96,7 +96,12 @@ def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
 
 def primitive_calls(mod: IRModule) -> list[Function]:
     """Every primitive function called from `@main`, in dependency order (repeats kept)."""
-    return [n.op for n in post_order(mod["main"].body)
+    return [n.op for n in primitive_call_sites(mod)]  # type: ignore[misc]
+
+
+def primitive_call_sites(mod: IRModule) -> list[Call]:
+    """The calls of primitive functions in `@main`, in dependency order."""
+    return [n for n in post_order(mod["main"].body)
             if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive]
 
 
@@ -271,4 +276,4 @@ class BoundSource:
 
 
 __all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "extract_all", "extract_prepared",
-           "extract_tasks", "optimize", "primitive_calls", "workload_share"]
+           "extract_tasks", "optimize", "primitive_call_sites", "primitive_calls", "workload_share"]

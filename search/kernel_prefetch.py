@@ -18,13 +18,15 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from autorelay.graph_builder import graph_buffer_plans
 from autorelay.ir.module import IRModule
 from autorelay.kernel import load_kernel
 from autorelay.lower import workload_key
 from autorelay.primitive import KernelMemo, kernel_request
 from autorelay.runtime.views import is_view_function
 from autorelay.target import Target
-from search.extract import primitive_calls
+from autorelay.te.halo import DENSE
+from search.extract import primitive_call_sites
 from search.measure.jobs import emit_job
 from search.measure.workers import WorkerPool
 
@@ -39,16 +41,19 @@ def prefetch_kernels(memo: KernelMemo, builds: Sequence[tuple[IRModule, Any]], t
     if workers < 2:
         return 0
     requests: dict[tuple, tuple[list, Any]] = {}
-    asked: set[tuple[int, str]] = set()  # (source, workload): a build compiles a workload once
+    asked: set[tuple] = set()  # (source, workload, buffers): a build compiles each once
     for module, source in builds:
-        for fn in primitive_calls(module):
-            if is_view_function(fn):  # the graph executor runs no kernel for a view
+        plans = graph_buffer_plans(module, target)
+        for site in primitive_call_sites(module):
+            fn = site.op
+            if is_view_function(fn):  # type: ignore[arg-type]  # the graph executor runs no kernel for a view
                 continue
-            workload = (id(source), workload_key(fn))
+            buffers = plans.get(id(site), DENSE)
+            workload = (id(source), workload_key(fn), buffers)
             if workload in asked:
                 continue
             asked.add(workload)
-            req = kernel_request(fn, source, target, split_outputs=True)  # as `GraphBuilder.compile`
+            req = kernel_request(fn, source, target, split_outputs=True, buffers=buffers)  # as the build
             if req is not None and req[0] not in memo.kernels and req[0] not in requests:
                 requests[req[0]] = (req[1], req[2])
     if len(requests) < 2:

@@ -45,12 +45,16 @@ def test_tune_then_compile_then_run(tmp_path, capsys):
 
 def test_run_segments_times_each_loop_nest_of_a_kernel(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
-    assert main(["run", "--model", "resnet-18", "--image-size", "32", "--pipeline", "nchwc-direct",
+    assert main(["run", "--model", "resnet-18", "--image-size", "32", "--pipeline", "default",
                  "--threads", "1", "--repeat", "1", "--segments", "--db", url]) == 0
     out = capsys.readouterr().out
     nests = out.split("kernels run as several loop nests")[1].strip().splitlines()[1:]
-    # every blocked 3x3 conv copies its padded input first, then computes; each nest has a time
+    # the stem, reading the model's input, copies it padded first, then computes (the later convs
+    # read their inputs already bordered: `autorelay.te.halo`); each nest has a time
     assert any(re.search(r"conv2d\S* +s0_\S*pad [\d.]+, s1_\S+ [\d.]+$", line) for line in nests), nests
+    # a Winograd layer runs its input transform, its products and its output transform in turn
+    assert any(re.search(r"winograd\S* +s0_\S+ [\d.]+, s1_\S+ [\d.]+, s2_\S+ [\d.]+$", line)
+               for line in nests), nests
 
 
 def test_bad_model_and_tuner_are_reported(capsys, tmp_path):

@@ -43,8 +43,9 @@ from autorelay.runtime.report import BuildReport
 from autorelay.target import Target
 
 FORMAT = "autorelay-executable"
-VERSION = 4  # 2: parallel segments carry a `_job` thunk for the native thread team; 3: SHA-256 per file;
-# 4: job thunks claim from per-thread home ranges (`codegen.llvm.parallel`)
+VERSION = 5  # 2: parallel segments carry a `_job` thunk for the native thread team; 3: SHA-256 per file;
+# 4: job thunks claim from per-thread home ranges (`codegen.llvm.parallel`); 5: zero-bordered
+# (padded/interior) slots and zero-filled blocks (`autorelay.te.halo`)
 
 
 class InputError(AutoRelayError, ValueError):
@@ -212,7 +213,7 @@ class Executable:
             "inputs": plan.input_names, "input_slots": plan.input_slots,
             "outputs": plan.output_slots, "output_is_tuple": plan.output_is_tuple,
             "memory": {"storage_bytes": plan.memory.storage_bytes,
-                       "workspace_bytes": plan.memory.workspace_bytes},
+                       "workspace_bytes": plan.memory.workspace_bytes, "zeroed": plan.memory.zeroed},
             "kernels": [{"key": k.key, "segments": [list(s) for s in k.segments], "nbuffers": k.nbuffers,
                          "workspaces": [[list(sh), dt] for sh, dt in k.workspaces],
                          **(gpu_archive.kernel_meta(k) if gpu else {})} for k in self.kernels],
@@ -335,4 +336,5 @@ def _load_cpu_kernels(meta: dict, read: Callable[[str], bytes], host: Target) ->
 def _plan(meta: dict) -> GraphPlan:
     return GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
                      meta["inputs"], meta["input_slots"], meta["outputs"], meta["output_is_tuple"],
-                     MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"]))
+                     MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"],
+                                meta["memory"]["zeroed"]))

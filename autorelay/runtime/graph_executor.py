@@ -73,6 +73,8 @@ class GraphExecutor:
                  functions: Sequence[Callable[..., Any]], threads: int = 1) -> None:
         self.plan, self.kernels, self.functions = plan, list(kernels), list(functions)
         self._storage = [aligned_empty(n) for n in plan.memory.storage_bytes]
+        for b in plan.memory.zeroed:  # padded slots' borders are read as zeros, and never written
+            self._storage[b][:] = 0
         self._arena = aligned_empty(max(plan.memory.workspace_bytes, ALIGN))
         self.arrays: list[np.ndarray] = []
         for s in plan.slots:
@@ -80,7 +82,7 @@ class GraphExecutor:
                 self.arrays.append(view(aligned_empty(max(s.nbytes, 1)), s.shape, s.dtype))
             elif s.kind == "const":
                 self.arrays.append(consts[s.index])
-            elif s.kind == "alias":  # a view: made below, once the slot it views has its array
+            elif s.kind in ("alias", "interior"):  # views: made below, once their slot has its array
                 self.arrays.append(np.empty(0))
             else:
                 self.arrays.append(view(self._storage[s.index], s.shape, s.dtype))
@@ -88,6 +90,8 @@ class GraphExecutor:
             if s.kind == "alias":
                 n = int(np.prod(s.shape, dtype=np.int64))
                 self.arrays[k] = self.arrays[s.index].reshape(-1)[s.offset:s.offset + n].reshape(s.shape)
+            elif s.kind == "interior":  # strided: its data pointer is its first element
+                self.arrays[k] = self.arrays[s.index][tuple(slice(h, h + n) for h, n in zip(s.halo, s.shape))]
         self.inputs = [self.arrays[i] for i in plan.input_slots]
         self._input_of = _input_views(plan)
         self._direct = [True] * len(self.inputs)  # whether input k may be read in place

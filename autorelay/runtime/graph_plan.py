@@ -11,6 +11,11 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
   constant-index take, a piece of a concatenation written in place): a view of slot `index` (an
   input, constant or temp; never another alias) starting `offset` elements in, with no storage of
   its own. A piece's alias is written by its producer's step and views a temp that comes later.
+* ``padded`` — a temp with a zero border around a value (`autorelay.te.halo`): its storage block
+  is its own, zero-filled once and never shared, so the border stays zero; the convolutions that
+  would pad the value read this slot whole;
+* ``interior`` — the value itself: the part of padded slot `index` past `halo` elements of
+  border in each dimension (a strided view; kernels address it with the padded slot's strides).
 
 Steps are ``kernel`` (a compiled kernel — including the packing kernels that re-lay-out a
 non-constant input for a kernel reading it blocked), ``fallback`` (a primitive function run
@@ -37,9 +42,10 @@ ALIGN = 64  # bytes: a cache line, and the alignment 512-bit vector loads like
 class Slot:
     shape: tuple[int, ...]
     dtype: str
-    kind: str  # "input" | "const" | "temp"
+    kind: str  # "input" | "const" | "temp" | "alias" | "padded" | "interior"
     index: int = -1  # input position or constant index; storage block for temps (after planning)
     offset: int = 0  # an alias's first element in the slot it views
+    halo: tuple[int, ...] = ()  # a padded slot's or an interior's border before it, per dimension
 
     @property
     def nbytes(self) -> int:
@@ -47,11 +53,13 @@ class Slot:
 
     def to_json(self) -> dict[str, Any]:
         d = {"shape": list(self.shape), "dtype": self.dtype, "kind": self.kind, "index": self.index}
-        return d | ({"offset": self.offset} if self.offset else {})
+        d |= {"offset": self.offset} if self.offset else {}
+        return d | ({"halo": list(self.halo)} if self.halo else {})
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Slot:
-        return Slot(tuple(d["shape"]), d["dtype"], d["kind"], d["index"], int(d.get("offset", 0)))
+        return Slot(tuple(d["shape"]), d["dtype"], d["kind"], d["index"], int(d.get("offset", 0)),
+                    tuple(d.get("halo", ())))
 
 
 @dataclass
@@ -84,6 +92,7 @@ class Step:
 class MemoryPlan:
     storage_bytes: list[int]  # one entry per shared block
     workspace_bytes: int  # one arena all kernels' scratch buffers share (they never overlap in time)
+    zeroed: list[int] = field(default_factory=list)  # blocks of padded slots: zero-filled, never shared
 
     @property
     def peak_bytes(self) -> int:
@@ -95,8 +104,8 @@ def _round_up(n: int) -> int:
 
 
 def storage_of(slots: list[Slot], k: int) -> int:
-    """The slot whose storage slot `k` uses: itself, or the slot an alias views."""
-    return slots[k].index if slots[k].kind == "alias" else k
+    """The slot whose storage slot `k` uses: itself, or the slot an alias or interior views."""
+    return slots[k].index if slots[k].kind in ("alias", "interior") else k
 
 
 def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], workspace_bytes: int) -> MemoryPlan:
@@ -104,7 +113,10 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
 
     A temp is placed at the first step that writes it or one of its aliases (a concatenation's
     pieces are written before the result exists as a value) and lives until the last step that
-    reads or writes it or an alias of it."""
+    reads or writes it or an alias of it. A padded slot's block is zero-filled once and shared
+    only with padded slots of the same shape and border (their writers write the same interior,
+    so its border stays zero); sharing at all matters: a block of its own per layer would make
+    every layer write to memory no recent layer touched, out of the cores' caches."""
 
     def root(k: int) -> int:
         return storage_of(slots, k)
@@ -117,12 +129,27 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
         last_use[root(o)] = len(steps)  # model outputs stay alive to the end
     blocks: list[int] = []
     free: list[int] = []
+    zeroed: list[int] = []
+    bordered: dict[tuple, list[int]] = {}  # (shape, dtype, border) -> its free zero-filled blocks
+
+    def kind_of(s: Slot) -> tuple:
+        return (s.shape, s.dtype, s.halo)
+
     for i, st in enumerate(steps):
         for o in map(root, st.outputs):
             s = slots[o]
-            if s.kind != "temp" or s.index >= 0:
+            if s.kind not in ("temp", "padded") or s.index >= 0:
                 continue
             need = _round_up(max(s.nbytes, 1))
+            if s.kind == "padded":
+                pool = bordered.setdefault(kind_of(s), [])
+                if pool:
+                    s.index = pool.pop()
+                else:
+                    blocks.append(need)
+                    s.index = len(blocks) - 1
+                    zeroed.append(s.index)
+                continue
             fits = [b for b in free if blocks[b] >= need]
             if fits:
                 b = min(fits, key=lambda k: blocks[k])
@@ -137,9 +164,11 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
             s.index = b
         for a in {root(x) for x in (*st.args, *st.outputs)}:
             s = slots[a]
-            if s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
+            if s.kind == "padded" and last_use.get(a) == i and s.index >= 0:
+                bordered[kind_of(s)].append(s.index)
+            elif s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
                 free.append(s.index)  # one live slot per block at a time, so the block is now free
-    return MemoryPlan(blocks, _round_up(workspace_bytes))
+    return MemoryPlan(blocks, _round_up(workspace_bytes), zeroed)
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:

@@ -32,7 +32,7 @@ class BuildReport:
     @staticmethod
     def from_plan(plan: Any, const_bytes: int) -> BuildReport:
         rows = [KernelRow(s.name, s.kind, s.workload_key, s.source, s.detail) for s in plan.steps]
-        temps = sum(s.nbytes for s in plan.slots if s.kind == "temp")
+        temps = sum(s.nbytes for s in plan.slots if s.kind in ("temp", "padded"))
         return BuildReport(rows, plan.memory.peak_bytes, temps + plan.memory.workspace_bytes, const_bytes)
 
     def set_times(self, seconds: list[float]) -> None:

@@ -56,7 +56,7 @@ class _Layout:
     perm: list[int]  # buffer dimension order (a local buffer puts its vectorized axis last)
 
     def flat(self, idx: list[Expr]) -> Expr:
-        return _flat([idx[d] for d in self.perm], self.buffer.shape)
+        return _flat([idx[d] for d in self.perm], self.buffer.strides_shape)
 
 
 def _vector_last_perm(st: Stage) -> list[int]:
@@ -123,7 +123,9 @@ class Lowerer:
         self.stages = [s for s in state.stages if not s.inline]
         self.layout: dict[str, _Layout] = {}
         self.bodies: dict[str, Expr] = {s.name: state.inline_into(s.body) for s in self.stages}
-        self.params = {n: Buffer(n, t.shape, t.dtype) for n, t in state.inputs.items()}
+        self.pitches = dict(state.cdef.pitches)
+        self.params = {n: Buffer(n, t.shape, t.dtype, pitch=self.pitches.get(n))
+                       for n, t in state.inputs.items()}
         self.tensor_stage = {id(s.tensor): s for s in self.stages}
 
     # ---- extents and regions -------------------------------------------------------------
@@ -146,7 +148,11 @@ class Lowerer:
         ext, env, guards = _extents(st, root_ext)
         perm = _vector_last_perm(st)
         shape = tuple(root_ext[st.axes[d].var] for d in perm)
-        buf = Buffer(st.name if st.scope != "local" else f"{st.name}_l", shape, st.tensor.dtype, st.scope)
+        pitch = self.pitches.get(st.name) if st.is_output and st.attach is None else None
+        if pitch is not None and perm != list(range(len(perm))):
+            raise ScheduleError(f"stage {st.name}: an output stored with a pitch must keep its axis order")
+        buf = Buffer(st.name if st.scope != "local" else f"{st.name}_l", shape, st.tensor.dtype, st.scope,
+                     pitch=pitch)
         self.layout[st.name] = _Layout(root_ext, base, ext, env, guards + extra, buf, perm)
 
     def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int]]:
@@ -293,7 +299,7 @@ class Lowerer:
         t = r.tensor
         if t.op is None:
             buf = self.params[t.name]
-            return Load(buf, _flat(list(r.indices), buf.shape), r.dtype)
+            return Load(buf, _flat(list(r.indices), buf.strides_shape), r.dtype)
         st = self.tensor_stage[id(t)]
         lay = self.layout[st.name]
         idx = [Bin("sub", i, b, "int64") for i, b in zip(r.indices, lay.base)]
@@ -400,6 +406,10 @@ class Lowerer:
 
     def lower(self) -> PrimFunc:
         self.compute_layouts()
+        placed = {n for n, lay in self.layout.items() if lay.buffer.pitch is not None}
+        placed |= set(self.state.inputs)
+        if missing := [n for n in self.pitches if n not in placed]:
+            raise ScheduleError(f"{self.name}: pitched buffer {missing[0]} is not an input or a root output")
         self.all_bounds = {v: (0, e - 1) for lay in self.layout.values() for v, e in lay.leaf_ext.items()}
         self.param_ids = {id(b) for b in self.params.values()}
         self.slack: dict[int, tuple[Buffer, int]] = {}

@@ -52,7 +52,12 @@ def pad(
             src.append(E.maximum(E.minimum(j, s - 1), 0))
         return E.select(E.all_of(*conds), x[tuple(src)], E.as_expr(value, x.dtype))
 
-    return te.compute(shape, body, name=name, tag="pad")
+    # the amounts and the padded tensor, for a kernel that reads an input already stored with a
+    # zero border (`autorelay.te.halo`) to drop this stage; `source` tells whether a later
+    # inlining made the stage read something else (a re-layout's input, an activation's)
+    attrs = {"before": tuple(int(b) for b in before), "after": tuple(int(a) for a in after), "value": value,
+             "source": x.name}
+    return te.compute(shape, body, name=name, tag="pad", attrs=attrs)
 
 
 def dense(data: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:

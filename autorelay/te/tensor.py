@@ -230,6 +230,9 @@ class ComputeDef:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     name: str = "kernel"
+    # (input or output name, the shape whose strides address it): buffers that are the interior of
+    # a larger zero-bordered array (`autorelay.te.halo`); the kernel's pointer is their first element
+    pitches: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         ins = {id(t) for t in self.inputs}

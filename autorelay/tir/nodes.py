@@ -40,9 +40,24 @@ class Buffer:
     # Extra elements to allocate past `size`. Lowering now grows a workspace's leading dimension
     # instead (so allocating from `shape` suffices); kept at 0 for callers that add it.
     slack: int = 0
+    # A parameter that is the interior of a larger zero-bordered array (`autorelay.te.halo`): the
+    # shape whose row-major strides index it, the pointer at its first element. None: dense.
+    pitch: tuple[int, ...] | None = None
+
+    @property
+    def strides_shape(self) -> tuple[int, ...]:
+        """The shape whose row-major strides address the buffer's elements."""
+        return self.pitch if self.pitch is not None else self.shape
 
     @property
     def size(self) -> int:
+        """Elements addressable from the pointer: one past the flat index of the last element."""
+        if self.pitch is not None:
+            last, stride = 0, 1
+            for s, p in reversed(list(zip(self.shape, self.pitch))):
+                last += (s - 1) * stride
+                stride *= p
+            return last + 1
         n = 1
         for s in self.shape:
             n *= s

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Read, Reduce, Select, Var
-from autorelay.tir.nodes import Allocate, Barrier, For, If, PrimFunc, Seq, Stmt, Store
+from autorelay.tir.nodes import Allocate, Barrier, Buffer, For, If, PrimFunc, Seq, Stmt, Store
 
 _SYM = {
     "add": "+",
@@ -86,7 +86,7 @@ def stmt_lines(s: Stmt, indent: int = 0) -> list[str]:
 
 
 def func_str(f: PrimFunc) -> str:
-    params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.params)
+    params = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}{_pitch(b)}" for b in f.params)
     lines = [f"func {f.name}({params}):"]
     for w in f.workspaces:
         lines.append(f"  workspace {w.name}: {w.dtype}{list(w.shape)}")
@@ -94,8 +94,12 @@ def func_str(f: PrimFunc) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pitch(b: Buffer) -> str:
+    return f" pitch {list(b.pitch)}" if b.pitch is not None else ""
+
+
 def structural_hash(f: PrimFunc, salt: str = "") -> str:
     """Hash of everything that changes the generated code (the name is excluded)."""
     text = func_str(f).split("\n", 1)
-    params = ", ".join(f"{b.dtype}{list(b.shape)}" for b in f.params)
+    params = ", ".join(f"{b.dtype}{list(b.shape)}{_pitch(b)}" for b in f.params)
     return hashlib.sha256(f"{salt}|{params}|{text[1]}".encode()).hexdigest()[:32]
