@@ -12,8 +12,9 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
   input, constant or temp; never another alias) starting `offset` elements in, with no storage of
   its own. A piece's alias is written by its producer's step and views a temp that comes later.
 * ``padded`` — a temp with a zero border around a value (`autorelay.te.halo`): its storage block
-  is its own, zero-filled once and never shared, so the border stays zero; the convolutions that
-  would pad the value read this slot whole;
+  is zero-filled once and shared only with padded slots of the same shape and border (whose
+  writers write the same interior), so the border stays zero; the convolutions that would pad the
+  value read this slot whole;
 * ``interior`` — the value itself: the part of padded slot `index` past `halo` elements of
   border in each dimension (a strided view; kernels address it with the padded slot's strides).
 
@@ -92,7 +93,7 @@ class Step:
 class MemoryPlan:
     storage_bytes: list[int]  # one entry per shared block
     workspace_bytes: int  # one arena all kernels' scratch buffers share (they never overlap in time)
-    zeroed: list[int] = field(default_factory=list)  # blocks of padded slots: zero-filled, never shared
+    zeroed: list[int] = field(default_factory=list)  # padded slots' blocks: zero-filled, shared only alike
 
     @property
     def peak_bytes(self) -> int:
