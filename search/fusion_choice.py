@@ -1,5 +1,6 @@
 """Fusion as a searched choice of the layout plan: which injective producers run inside the kernel
-they feed (`FusionPlan.prologues`).
+they feed (`FusionPlan.prologues`), and which max poolings run inside the convolution they pool
+(`FusionPlan.pool_epilogues`).
 
 Relay's rules fuse a convolution or a dense layer with what follows it (bias, activation, a
 residual add), never with what precedes it. A layout plan puts layout transforms in front of
@@ -22,43 +23,70 @@ trip but may read the input with a worse access pattern. Neither side wins by ru
    every prologue fused with such producers copied into each reader. The layout search
    builds and times them end to end, interleaved with the per-model pipelines, and stores the
    winner's fusion plan with its layouts (`LayoutPlan.fusion`).
+
+Pooling epilogues follow the same two steps. A convolution whose pooling reads its activation
+(VGG's block ends) may compute, per parallel unit, only the band of rows a tile of pooled rows
+needs and pool it from the cache (the `conv2d_nchwc_pool` template), instead of writing its
+whole map for a pooling kernel to read back; but the band's unit is a different loop nest from
+the tuned convolution's, so which is faster is measured too. `fused_tasks` tunes those kernels
+(each a form of its conv layer), `pool_epilogue_edges` finds the plan's candidates and
+`fusion_variants` adds the plan with them fused (and with every prologue as well).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from autorelay.ir.expr import Function
+from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.transform.fuse_ops import copy_shared_producers, fused_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
+from autorelay.transform.util import op_name
 from search.extract import ModelTask, optimize
 from search.models import Model
 from search.pipeline_choice import PLAN, prepare_plan
 
 SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, no edge is timed alone
 COPIES = replace(FusionPlan.prologues(), copy_shared=True)  # every prologue, shared producers copied
+POOLS = replace(FusionPlan.default(), pool_epilogues=True)  # Relay's rules and every pooling epilogue
 
 Edge = tuple[int, int]
+
+
+def _unfused(model: Model, plan: LayoutPlan) -> Function:
+    """`plan`'s graph just before fusion."""
+    return optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))["main"]
+
+
+def _beyond_relay(fn: Function, fusion: FusionPlan) -> dict[Edge, str]:
+    relay = fused_edges(fn, FusionPlan.default())
+    return {e: name for e, name in fused_edges(fn, fusion).items() if e not in relay}
 
 
 def prologue_edges(model: Model, plan: LayoutPlan) -> tuple[dict[Edge, str], bool]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.prologues` fuses and Relay's
     rules do not, each named "producer -> consumer"; and whether the graph has a producer that
     several such readers share (which `FusionPlan.copy_shared` copies into each)."""
-    unfused = optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))
-    fn = unfused["main"]
-    relay = fused_edges(fn, FusionPlan.default())
-    edges = {e: name for e, name in fused_edges(fn, FusionPlan.prologues()).items() if e not in relay}
-    return edges, copy_shared_producers(fn.body, COPIES) is not fn.body
+    fn = _unfused(model, plan)
+    return _beyond_relay(fn, FusionPlan.prologues()), copy_shared_producers(fn.body, COPIES) is not fn.body
 
 
-def fusion_variants(edges: dict[Edge, str], shared: bool = False) -> dict[str, FusionPlan]:
+def pool_epilogue_edges(model: Model, plan: LayoutPlan) -> dict[Edge, str]:
+    """The edges of `plan`'s graph (before fusion) that `FusionPlan.pool_epilogues` fuses: an
+    activation into the max pooling that reads it (`fuse_ops.pool_epilogue_fits`)."""
+    return _beyond_relay(_unfused(model, plan), POOLS)
+
+
+def fusion_variants(edges: dict[Edge, str], shared: bool = False,
+                    pools: bool = False) -> dict[str, FusionPlan]:
     """The fusion plans worth timing on a plan with these prologue edges (and, with `shared`, a
-    producer several of them read), by report name (`plan+prologues`, `plan+prologue a->c`,
-    `plan+prologues+copies`); Relay's rules, the plan itself, are not among them."""
+    producer several of them read; with `pools`, pooling epilogues), by report name
+    (`plan+prologues`, `plan+prologue a->c`, `plan+prologues+copies`, `plan+pool epilogues`,
+    `plan+prologues+pool epilogues`); Relay's rules, the plan itself, are not among them."""
     out = {}
     if edges:
         every = FusionPlan.prologues()
@@ -69,22 +97,29 @@ def fusion_variants(edges: dict[Edge, str], shared: bool = False) -> dict[str, F
                 out[f"{PLAN}+prologue {edge[0]}->{edge[1]}"] = every.without_edges(others)
     if shared:
         out[f"{PLAN}+prologues+copies"] = COPIES
+    if pools:
+        out[f"{PLAN}+pool epilogues"] = POOLS
+        if edges:
+            out[f"{PLAN}+prologues+pool epilogues"] = replace(FusionPlan.prologues(), pool_epilogues=True)
     return out
 
 
-def prologue_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
-                   known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
+def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
+                known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
     """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
-    `blocks`) whose workload keys are not in `known`, and for each of those that implements conv
-    layers, the set of layers (its scheduler group: one more form of them)."""
+    `blocks`) and of the pooling-epilogue kernels of the blocked ones, whose workload keys are
+    not in `known`, and for each of those that implements conv layers, the set of layers (its
+    scheduler group: one more form of them)."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     tasks: list[ModelTask] = []
     groups: dict[str, frozenset[str]] = {}
     seen = set(known)
-    for block in (0, *blocks):
-        plan = replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None),
-                       fusion=FusionPlan.prologues())
+    pools = any(op_name(n) == "nn.max_pool2d" for n in post_order(graph["main"]))
+    fusions = [(block, FusionPlan.prologues()) for block in (0, *blocks)]
+    fusions += [(block, POOLS) for block in blocks if pools]  # blocked convolutions only
+    for block, fusion in fusions:
+        plan = replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None), fusion=fusion)
         prepared = prepare_plan(model, target, threads, plan)
         served: dict[str, set[str]] = {}
         for name, (_, fn) in built_layers(graph, prepared.module).items():
@@ -99,4 +134,5 @@ def prologue_tasks(model: Model, target: str, threads: int | None, blocks: tuple
     return tasks, groups
 
 
-__all__ = ["COPIES", "SINGLE_EDGE_LIMIT", "fusion_variants", "prologue_edges", "prologue_tasks"]
+__all__ = ["COPIES", "POOLS", "SINGLE_EDGE_LIMIT", "fused_tasks", "fusion_variants", "pool_epilogue_edges",
+           "prologue_edges"]

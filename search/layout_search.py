@@ -35,7 +35,7 @@ from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layer
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask, optimize
-from search.fusion_choice import fusion_variants, prologue_edges, prologue_tasks
+from search.fusion_choice import fused_tasks, fusion_variants, pool_epilogue_edges, prologue_edges
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import (
     Form,
@@ -80,7 +80,7 @@ def plan_tasks(model: Model, target: str, threads: int | None
             if (t.key, t.template) not in seen and (t.key, None) not in seen:
                 seen.add((t.key, t.template))
                 tasks.append(t)
-    fused, groups = prologue_tasks(model, target, threads, candidate_blocks(tgt), {key for key, _ in seen})
+    fused, groups = fused_tasks(model, target, threads, candidate_blocks(tgt), {key for key, _ in seen})
     return base, Extraction([*tasks, *fused], skipped, base.extraction.total_flops), groups
 
 
@@ -113,6 +113,7 @@ class LayoutSearchResult:
     fusion: str = PLAN  # the plan's fusion variant that `plan` is (a key of `latencies`)
     prologue_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # its candidates
     shared_producers: bool = False  # whether a producer several of them read was a copy candidate
+    pool_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # pooling-epilogue candidates
     # with fusion variants, the plan's fastest and the fastest per-model pipeline timed again on
     # their own (seconds per call); that timing decides between them
     confirmed: dict[str, float] = field(default_factory=dict)
@@ -199,8 +200,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
                                 if any(form[0] == b for form in costs[name].forms)})
     edges, copies = prologue_edges(model, plan)
+    pools = pool_epilogue_edges(model, plan)
     variants = {PLAN: plan, **{name: replace(plan, fusion=fusion)
-                               for name, fusion in fusion_variants(edges, copies).items()}}
+                               for name, fusion in fusion_variants(edges, copies, bool(pools)).items()}}
     prepared = {name: prepare_plan(model, target, threads, p) for name, p in variants.items()}
     for p in candidates(target, threads):
         prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
@@ -235,7 +237,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
                              c.source.get(block, "-"), *ref, c.forms.get(ref, math.nan)))
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
                                 source=sources[winner], fusion=fusion, prologue_edges=edges,
-                                shared_producers=copies, confirmed=confirmed)
+                                shared_producers=copies, pool_edges=pools, confirmed=confirmed)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
     return result
@@ -255,7 +257,8 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
             "per_model_modeled_ms": {k: ms(v) for k, v in r.modeled.items() if k != PLAN},
             "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers,
             "fusion": r.fusion, "confirmed_ms": {k: ms(v) for k, v in r.confirmed.items()},
-            "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()}}
+            "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()},
+            "pool_edges": {f"{a}->{c}": name for (a, c), name in r.pool_edges.items()}}
     return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.plan_latency * 1e3,
                                 model=model.name, chosen=r.winner == PLAN,
                                 compiler_version=autorelay.__version__, info=info)

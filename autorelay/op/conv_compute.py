@@ -20,6 +20,14 @@ def _pointwise(wshape: tuple, strides: tuple, pad: tuple, dil: tuple) -> bool:
         and tuple(dil) == (1, 1)
 
 
+def direct_nchwc(attrs: Attrs) -> bool:
+    """Whether a conv2d with these attrs is the direct NCHW[x]c convolution (`te.nn.conv2d_nchwc`):
+    blocked data and output, the matching blocked kernel, no groups, no dilation."""
+    dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
+    return dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") and attrs["groups"] == 1 \
+        and tuple(attrs["dilation"]) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o"
+
+
 def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """NCHW/OIHW (plain, or depthwise when groups == channels) and NCHW[x]c/OIHW[x]i[y]o convolutions."""
     from autorelay.op import te_compute as tc
@@ -40,8 +48,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
         else:
             raise tc.Unsupported(f"grouped convolution (groups={groups}) has no compute")
-    elif dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") and groups == 1 \
-            and tuple(dil) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o":
+    elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad)
     elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
             and groups == data.shape[1] * data.shape[4] and tuple(dil) == (1, 1):

@@ -194,6 +194,17 @@ def _check_layout(attrs: Attrs) -> None:
         raise tc.Unsupported(f"layout {lay} -> {out} has no pooling compute")
 
 
+def windows_inside(attrs: Attrs, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> bool:
+    """Whether every window of a pooling with `attrs` (input rows x columns `in_hw`, output
+    `out_hw`) lies inside its input: no padding, no dilation, no ceil-mode window hanging over
+    the edge. Such a pooling reads no border value, so a tile of its output needs only a band
+    of input rows (what a convolution computing that band for it relies on)."""
+    if any(attrs["padding"]) or tuple(attrs["dilation"]) != (1, 1):
+        return False
+    windows = zip(in_hw, out_hw, attrs["pool_size"], attrs["strides"])
+    return all((o - 1) * s + k <= i for i, o, k, s in windows)
+
+
 INT_MAX_POOL = ("int8", "uint8", "int32")
 
 
@@ -232,7 +243,9 @@ def _pool_compute(avg: bool):
         def window(*i: E.Expr) -> E.Expr:
             return red(xp[(i[0], i[1], i[2] * sh + rh * dh, i[3] * sw + rw * dw, *i[4:])], [rh, rw])
 
-        acc = te.compute(shape, window, name="pool", tag="pool")
+        # the window and strides, for a kernel that computes the band of input rows a tile reads
+        acc = te.compute(shape, window, name="pool", tag="pool",
+                         attrs={"pool_size": (kh, kw), "strides": (sh, sw), "dilation": (dh, dw)})
         if not avg:
             return acc
         lo_h, hi_h = (0, pt + h + pb) if attrs["count_include_pad"] else (pt, pt + h)

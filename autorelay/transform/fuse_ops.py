@@ -13,6 +13,9 @@ of its users is already in `c`'s group: a diamond that closes inside the group, 
 last op, and every other member's users are members: no merge can create a cycle through outside
 nodes. A tuple that feeds an injective op (concatenate's input) joins that op's group.
 
+With `FusionPlan.pool_epilogues`, a max pooling joins the group of the convolution whose activation
+it reads (a second anchor, the group's last op; `pool_epilogue_fits` says which pairs).
+
 With `FusionPlan.copy_shared`, a cheap producer that several anchors read as their prologue is
 first copied once per reader (`copy_shared_producers`), so that each fuses its own copy.
 
@@ -30,11 +33,13 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tup
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
 from autorelay.op import registry
+from autorelay.op.conv_compute import direct_nchwc
+from autorelay.op.pool import windows_inside
 from autorelay.op.registry import OpPattern
 from autorelay.transform.fusion_plan import ANCHORS, FusionPlan
 from autorelay.transform.normal_form import scoped_children
 from autorelay.transform.pass_base import FunctionPass
-from autorelay.transform.util import op_name
+from autorelay.transform.util import op_name, tensor_type
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -138,9 +143,10 @@ class _Grouping:
             return
         edge = (self.index[id(a)], self.index[id(c)])
         self.edges.append(edge)
-        if edge in self.plan.disabled_edges or not self.plan.allows(ga.pattern, cp):
+        if edge in self.plan.disabled_edges or ga.ops + gc.ops > self.plan.max_depth:
             return
-        if ga.anchors + gc.anchors > 1 or ga.ops + gc.ops > self.plan.max_depth:
+        if not self._pool_epilogue(ga, a, gc) and (
+                not self.plan.allows(ga.pattern, cp) or ga.anchors + gc.anchors > 1):
             return
         self.merged.append(edge)
         # still a dependency order: no member of `a`'s group reads one of c's (every user of c's
@@ -151,6 +157,35 @@ class _Grouping:
         gc.ops += ga.ops
         for m in ga.members:
             self.group[id(m)] = gc
+
+    def _pool_epilogue(self, ga: _Group, a: Expr, gc: _Group) -> bool:
+        """Whether `gc` (a pooling alone so far) joins `ga` as its pooling epilogue: the plan
+        allows it, `a` (the op the pooling reads, `ga`'s output) is the elementwise tail of a
+        group with one anchor, and the pair fits (`pool_epilogue_fits`)."""
+        if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1:
+            return False
+        if _pattern(a) not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
+            return False
+        anchor = next(m for m in ga.members if _pattern(m) in ANCHORS)
+        return isinstance(gc.root, Call) and pool_epilogue_fits(anchor, gc.root)
+
+
+def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:
+    """Whether `pool` may run in the kernel of `conv` (`FusionPlan.pool_epilogues`): a float32
+    direct NCHW[x]c convolution and a max pooling in its output layout whose windows lie inside
+    its input (`windows_inside`). The kernel (the `conv2d_nchwc_pool` template) computes the
+    band of the convolution's rows each tile of pooled rows reads and pools it from the cache."""
+    if op_name(conv) != "nn.conv2d" or op_name(pool) != "nn.max_pool2d":
+        return False
+    assert isinstance(conv, Call)
+    ct, pin, pout = tensor_type(conv), tensor_type(pool.args[0]), tensor_type(pool)
+    if ct is None or pin is None or pout is None or ct.dtype != "float32" or not direct_nchwc(conv.attrs):
+        return False
+    layout = conv.attrs["out_layout"] or conv.attrs["data_layout"]
+    if pool.attrs["layout"] != layout or (pool.attrs["out_layout"] or layout) != layout:
+        return False
+    hw = [d for d in (*pin.shape[2:4], *pout.shape[2:4]) if isinstance(d, int)]
+    return len(hw) == 4 and windows_inside(pool.attrs, (hw[0], hw[1]), (hw[2], hw[3]))
 
 
 class _Fuser(ExprMutator):

@@ -14,10 +14,14 @@ comes only from the plan:
   that takes it as a prologue under `rules`, is first copied once per reader, so each reader
   fuses its own copy: a re-layout that a residual block's first convolution and its shortcut
   both read runs inside both instead of writing a tensor for them to read back. Indices (and
-  `disabled_edges`) then number the op calls after copying.
+  `disabled_edges`) then number the op calls after copying;
+* `pool_epilogues`: a pooling layer joins the direct convolution whose activation it reads
+  (`pool_epilogue_fits` says which pairs), so the kernel pools each tile of the convolution's output
+  while it is still in cache instead of writing the whole map for a pooling kernel to read back.
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
-convolutions or a convolution and a reduction are separate kernels.
+convolutions or a convolution and a reduction are separate kernels; the one exception is a pooling
+epilogue under `pool_epilogues`.
 `FusionPlan.default()` reproduces Relay's rules: an out-elemwise-fusable op (conv2d, dense,
 pooling) with its elementwise/broadcast consumers; chains of injective ops; a reduction with its
 injective producers. `FusionPlan.none()` fuses nothing (each op becomes its own function).
@@ -62,6 +66,7 @@ class FusionPlan:
     max_depth: int = 256
     disabled_edges: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     copy_shared: bool = False
+    pool_epilogues: bool = False
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -95,7 +100,8 @@ class FusionPlan:
             rules = "none"
         off = f", disabled_edges={sorted(self.disabled_edges)}" if self.disabled_edges else ""
         copies = ", copy_shared=True" if self.copy_shared else ""
-        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies})"
+        pools = ", pool_epilogues=True" if self.pool_epilogues else ""
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
         return (producer_group, consumer) in self.rules
@@ -110,6 +116,7 @@ class FusionPlan:
             "max_depth": self.max_depth,
             "disabled_edges": sorted(list(e) for e in self.disabled_edges),
             **({"copy_shared": True} if self.copy_shared else {}),
+            **({"pool_epilogues": True} if self.pool_epilogues else {}),
         }
 
     @staticmethod
@@ -119,4 +126,5 @@ class FusionPlan:
             int(data["max_depth"]),
             frozenset(tuple(e) for e in data.get("disabled_edges", ())),
             bool(data.get("copy_shared", False)),
+            bool(data.get("pool_epilogues", False)),
         )

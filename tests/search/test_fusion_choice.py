@@ -16,7 +16,15 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
-from search.fusion_choice import COPIES, SINGLE_EDGE_LIMIT, fusion_variants, prologue_edges, prologue_tasks
+from search.fusion_choice import (
+    COPIES,
+    POOLS,
+    SINGLE_EDGE_LIMIT,
+    fused_tasks,
+    fusion_variants,
+    pool_epilogue_edges,
+    prologue_edges,
+)
 from search.models import build_model, load_model, run_inputs
 from search.pipeline_choice import PLAN, prepare_plan
 
@@ -79,13 +87,13 @@ def test_plan_json_carries_its_fusion_and_quantizing_drops_it():
         LayoutPlan({"conv2d_0": 16}, fusion={"rules": []})
 
 
-def test_prologue_tasks_are_new_kernels_grouped_with_their_layer():
+def test_fused_tasks_are_new_kernels_grouped_with_their_layer():
     model = load_model("resnet-18", image_size=32)
     target = "llvm -mcpu=skylake-avx512"
     layers = conv_layers(model.mod)
     known = {t.key for block in (0, 8, 16)
              for t in prepare_plan(model, target, 1, LayoutPlan.uniform(layers, block)).extraction.tasks}
-    tasks, groups = prologue_tasks(model, target, 1, (8, 16), known)
+    tasks, groups = fused_tasks(model, target, 1, (8, 16), known)
     assert tasks and not {t.key for t in tasks} & known
     assert len({t.key for t in tasks}) == len(tasks)
     names = {t.key: t.name for t in tasks}
@@ -115,6 +123,32 @@ def test_fusion_variants():
     assert list(fusion_variants(many)) == [f"{PLAN}+prologues"]
     copies = fusion_variants(many, shared=True)[f"{PLAN}+prologues+copies"]
     assert copies.copy_shared and copies.rules == FusionPlan.prologues().rules
+    assert fusion_variants({}, pools=True) == {f"{PLAN}+pool epilogues": POOLS}
+    both = fusion_variants(edges, pools=True)[f"{PLAN}+prologues+pool epilogues"]
+    assert both.pool_epilogues and both.rules == FusionPlan.prologues().rules
+
+
+def test_pool_epilogues_of_vgg_are_candidates_and_tasks():
+    """VGG-16's five block ends (conv, ReLU, 2x2 max pool): each pooling is a candidate edge of a
+    blocked plan and its fused kernel a task grouped with the convolution it pools; the fused
+    plan's build agrees with the reference interpreter."""
+    model = load_model("vgg-16", image_size=32)
+    target = "llvm -mcpu=znver3"
+    layers = conv_layers(model.mod)
+    plan = LayoutPlan.uniform(layers, 16, winograd=0)
+    pools = pool_epilogue_edges(model, plan)
+    assert len(pools) == 5 and all(name.endswith("-> nn.max_pool2d") for name in pools.values())
+    assert pool_epilogue_edges(model, LayoutPlan.uniform(layers, 0)) == {}  # NCHW convs stay apart
+    known = {t.key for block in (0, 8, 16)
+             for t in prepare_plan(model, target, 1, LayoutPlan.uniform(layers, block)).extraction.tasks}
+    tasks, groups = fused_tasks(model, target, 1, (16,), known)
+    pooled = {t.key: t for t in tasks if "max_pool2d" in t.name}
+    assert len(pooled) == 5 and all(len(groups[k]) == 1 for k in pooled)
+    ends = {next(iter(groups[k])) for k in pooled}
+    assert ends == {layers[i] for i in (1, 3, 6, 9, 12)}  # the last conv of each block
+    fused = prepare_plan(model, target, 1, replace(plan, fusion=POOLS))
+    exe = build_model(model, None, prepared=fused)
+    np.testing.assert_allclose(exe(*run_inputs(exe, model)), _reference(model), rtol=1e-4, atol=1e-4)
 
 
 def test_a_shared_relayout_is_copied_into_each_convolution_that_reads_it():

@@ -59,6 +59,7 @@ def _load() -> None:
         bf16,
         conv,
         conv_nchwc,
+        conv_nchwc_pool,
         cuda,
         cuda_conv,
         cuda_igemm,
@@ -89,6 +90,23 @@ def pattern(cdef: ComputeDef) -> Pattern:
     main = out if out in reds else (reds[-1] if reds else None)
     others = tuple(t for t in stages if t is not out and t is not main)
     return Pattern(out, main, others)
+
+
+POOL_TAG = "pool"
+
+
+def conv_and_pool(cdef: ComputeDef) -> tuple[Tensor, Tensor] | None:
+    """The convolution and the pooling of a kernel that max-pools a direct NCHW[x]c convolution
+    (`FusionPlan.pool_epilogues`: the pooling is the output, the convolution its only other
+    reduction), else None. `conv2d_nchwc_pool` schedules such kernels; no other template may."""
+    out = cdef.output
+    if out.op is None or out.op.tag != POOL_TAG or not isinstance(out.op.body, Reduce):
+        return None
+    stages = [t for t in topo_order([out]) if t is not out and t.op is not None]
+    reds = [t for t in stages if isinstance(t.op.body, Reduce)]  # type: ignore[union-attr]
+    if len(reds) != 1 or reds[0].op.tag != "conv2d_nchwc" or reds[0].ndim != 5:  # type: ignore[union-attr]
+        return None
+    return reds[0], out
 
 
 def tile_waste(size: int, tile: int) -> float:

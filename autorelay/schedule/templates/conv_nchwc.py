@@ -23,6 +23,8 @@ Where the reduction runs (`pass_rows`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
@@ -35,9 +37,37 @@ from autorelay.te.tensor import ComputeDef, Tensor
 STREAMING_PIXELS = 64
 
 
+def block_tiles(red: Tensor) -> list[int]:
+    """The channel-block counts a register tile may span: divisors of the output's blocks."""
+    blocks = red.shape[1]
+    return [t for t in (1, 2, 3, 4) if blocks % t == 0]
+
+
 def _pass_rows(oh: int) -> list[int]:
     """0 (the reduction inside each register tile) and the row counts a weight pass may span."""
     return [0, *sorted({r for r in (2, 4, 8) if r < oh} | {oh})]
+
+
+def default_register_tile(red: Tensor, target: Target, rows: Sequence[int] = (1, 2, 3, 4)
+                          ) -> tuple[int, int, int]:
+    """The default register tile of the NCHW[x]c convolution `red`: (channel blocks, pixels, rows),
+    its rows one of `rows`; see `Conv2dNCHWcTemplate.default`."""
+    oh, ow, ocb = red.shape[2], red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
+    nv = max(1, ocb // min(target.vector_lanes(), ocb))
+    streaming = oh * ow <= STREAMING_PIXELS
+    per_pixel = target.vector_registers // 8 if streaming else 2  # weight vectors in a tile
+    tb = max(t for t in block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
+    broadcast = 0 if target.has("avx512f") else 1
+    room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
+    # (useful pixels, width, -rows): the most useful tile, the widest on a tie, then the shortest
+    best = (0.0, 0, -1)
+    for toh in (t for t in rows if t <= oh):
+        for tow in _width_tiles(ow, 16):
+            if toh * tow * tb * nv <= room:
+                best = max(best, (toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh)), tow, -toh))
+    _, tow, neg_rows = best
+    toh = -neg_rows
+    return tb, tow, toh
 
 
 class Conv2dNCHWcTemplate(Template):
@@ -47,11 +77,6 @@ class Conv2dNCHWcTemplate(Template):
     name = "conv2d_nchwc"
     tags = ("conv2d_nchwc",)
 
-    @staticmethod
-    def _block_tiles(red: Tensor) -> list[int]:
-        blocks = red.shape[1]
-        return [t for t in (1, 2, 3, 4) if blocks % t == 0]
-
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
         oh, ow = red.shape[2], red.shape[3]  # type: ignore[union-attr]
@@ -59,7 +84,7 @@ class Conv2dNCHWcTemplate(Template):
             self.name,
             (
                 Knob("tile_ow", _width_tiles(ow, 16)),
-                Knob("tile_oc_blocks", self._block_tiles(red)),  # type: ignore[arg-type]
+                Knob("tile_oc_blocks", block_tiles(red)),  # type: ignore[arg-type]
                 Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
                 Knob("unroll_kw", (0, 1)),
                 Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
@@ -85,21 +110,9 @@ class Conv2dNCHWcTemplate(Template):
         input from memory, so there the accumulators may use every register the weights leave
         (LLVM then spills a value at most)."""
         red = pattern(cdef).reduce
-        oh, ow, ocb = red.shape[2], red.shape[3], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        nv = max(1, ocb // min(target.vector_lanes(), ocb))
+        oh, ow = red.shape[2], red.shape[3]  # type: ignore[union-attr]
+        tb, tow, toh = default_register_tile(red, target)  # type: ignore[arg-type]
         streaming = oh * ow <= STREAMING_PIXELS
-        per_pixel = target.vector_registers // 8 if streaming else 2  # weight vectors in a tile
-        tb = max(t for t in self._block_tiles(red) if t * nv <= max(per_pixel, nv))  # type: ignore[arg-type]
-        broadcast = 0 if target.has("avx512f") else 1
-        room = target.vector_registers - tb * nv - broadcast  # what the accumulators may take
-        # (useful pixels, width, -rows): the most useful tile, the widest on a tie, then the shortest
-        best = (0.0, 0, -1)
-        for toh in (t for t in (1, 2, 3, 4) if t <= oh):
-            for tow in _width_tiles(ow, 16):
-                if toh * tow * tb * nv <= room:
-                    best = max(best, (toh * tow / (tile_waste(ow, tow) * tile_waste(oh, toh)), tow, -toh))
-        _, tow, neg_rows = best
-        toh = -neg_rows
         units = red.shape[0] * red.shape[1] // tb  # type: ignore[union-attr]  # one per channel-block tile
         one_pass = streaming and units >= target.threads  # else a thread would idle
         knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"),
@@ -110,30 +123,40 @@ class Conv2dNCHWcTemplate(Template):
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
         steps, out, acc, red = _prologue(cdef, config["pad"], target.vector_lanes())
-        icb, ocb = red.op.attrs["ic_bn"], red.op.attrs["oc_bn"]  # type: ignore[union-attr]
-        lanes = min(target.vector_lanes(), ocb)
-        _n, oc, oh, ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
-        rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+        lanes = min(target.vector_lanes(), red.op.attrs["oc_bn"])  # type: ignore[union-attr]
+        _n, _oc, oh, ow, _oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         tb, tow, toh = config["tile_oc_blocks"], config["tile_ow"], config["tile_oh"]
-        steps += [S.Split(acc, rc, icb), S.Split(acc, oci, lanes)]
-        channels = (f"{rc}_o",) if config["reduce_order"] == "c_hw_ci" else (rh, rw, f"{rc}_o")
-        inner = (f"{rc}_i",) if config["reduce_order"] == "hw_c_ci" else (rh, rw, f"{rc}_i")
         if config["pass_rows"]:  # the unit's pixel tiles inside the loop over input-channel blocks
             steps += weight_pass_tile(cdef, out, acc, tb, config["pass_rows"])
             steps += [S.Split(acc, oh, toh), S.Split(acc, ow, tow)]
-            tile = (f"{oh}_i", f"{ow}_i", oc, f"{oci}_o", f"{oci}_i")
-            steps.append(S.Reorder(acc, (*channels, f"{oh}_o", f"{ow}_o", *inner, *tile)))
+            steps += register_tile(acc, red, config, lanes, (f"{oh}_i", f"{ow}_i"), (f"{oh}_o", f"{ow}_o"))
         else:
             steps += nchwc_output_tile(cdef, out, acc, tb, tow, toh)
-            tile = (oh, ow, oc, f"{oci}_o", f"{oci}_i")
-            steps.append(S.Reorder(acc, (*channels, *inner, *tile)))
-        steps += [S.Unroll(acc, axis) for axis in tile[:4]]
-        steps.append(S.Vectorize(acc, tile[4]))
-        if config["unroll_kw"]:
-            steps.append(S.Unroll(acc, rw))
+            steps += register_tile(acc, red, config, lanes, (oh, ow))
         ooci = pattern(cdef).output.op.axes[-1].name  # type: ignore[union-attr]  # the output's lanes
         steps += [S.Split(out, ooci, lanes), S.Vectorize(out, f"{ooci}_i")]
         return tuple(steps)
+
+
+def register_tile(acc: str, red: Tensor, config: Config, lanes: int, pixels: tuple[str, str],
+                  pixel_tiles: tuple[str, ...] = (), outer: tuple[str, ...] = ()) -> list[S.Step]:
+    """The accumulator's loops: `outer` loops, the input channels in blocks, the `reduce_order` of
+    channel blocks and kernel taps, then (outside the taps, with a weight pass) the `pixel_tiles`
+    loops, and innermost the register tile (`pixels` rows x width, channel blocks, vectors of
+    `lanes`) unrolled and vectorized."""
+    _n, oc, _oh, _ow, oci = (a.name for a in red.op.axes)  # type: ignore[union-attr]
+    rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
+    by_channel = config["reduce_order"] == "c_hw_ci"
+    channels = (f"{rc}_o",) if by_channel else (rh, rw, f"{rc}_o")
+    inner = (rh, rw, f"{rc}_i") if by_channel else (f"{rc}_i",)
+    tile = (*pixels, oc, f"{oci}_o", f"{oci}_i")
+    steps: list[S.Step] = [S.Split(acc, rc, red.op.attrs["ic_bn"]), S.Split(acc, oci, lanes),  # type: ignore[union-attr]
+                           S.Reorder(acc, (*outer, *channels, *pixel_tiles, *inner, *tile))]
+    steps += [S.Unroll(acc, axis) for axis in tile[:4]]
+    steps.append(S.Vectorize(acc, tile[4]))
+    if config["unroll_kw"]:
+        steps.append(S.Unroll(acc, rw))
+    return steps
 
 
 def weight_pass_tile(cdef: ComputeDef, out: str, acc: str, oc_blocks: int, rows: int) -> list[S.Step]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.schedule.templates.base import Template, conv_and_pool, pattern, register
 from autorelay.target import Target
 from autorelay.te.expr import Const, Read, Reduce, walk
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
@@ -126,6 +126,11 @@ def _reduction_lanes(cdef: ComputeDef, target: Target) -> int:
 class ReductionTemplate(Template):
     name = "reduction"
     tags = ("reduce", "pool", "softmax", "comm_reduce")
+
+    def claims(self, cdef: ComputeDef) -> bool:
+        """Not a convolution with its pooling epilogue: `conv2d_nchwc_pool` schedules those (this
+        template would inline the convolution into every window that reads it)."""
+        return conv_and_pool(cdef) is None
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         return Space(

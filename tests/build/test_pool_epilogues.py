@@ -1,0 +1,170 @@
+"""Max pooling run in the kernel of the convolution it reads (`FusionPlan.pool_epilogues`, the
+`conv2d_nchwc_pool` template): which pairs fuse, and that the fused kernels compute what the
+reference interpreter computes, at both vector widths (AVX-512 and AVX2 code, whichever this
+host runs natively: LLVM compiles both), with every channel block and for sampled tuning configs."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import autorelay
+from autorelay.build_module import build_prepared
+from autorelay.codegen import resolve_target
+from autorelay.ir.expr import Function
+from autorelay.ir.visitor import post_order
+from autorelay.lower import workload_key
+from autorelay.lower.lower import lower_primitive
+from autorelay.op.pool import windows_inside
+from autorelay.schedule.source import Lookup
+from autorelay.schedule.templates import template_for
+from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_passes
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.prepare import prepare
+
+pytestmark = pytest.mark.cpu
+
+POOLED = FusionPlan(pool_epilogues=True)
+TARGETS = ("llvm -mcpu=skylake-avx512", "llvm -mcpu=znver3")
+
+
+def _model(pool: str, channels: int = 32, size: int = 14, epilogue: str = "nn.relu(add(%0, %b))",
+           then_conv: bool = True) -> str:
+    """conv 3x3 (16 -> `channels`) -> `epilogue` -> `pool` (-> conv 3x3 reading the pooled map)."""
+    tail = "%3 = nn.conv2d(%2, %w2, padding=[1, 1], channels=16, kernel_size=[3, 3]);\n  nn.relu(%3)" \
+        if then_conv else "%2"
+    return f"""#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, {size}, {size}), float32], %w: Tensor[({channels}, 16, 3, 3), float32],
+          %b: Tensor[({channels}, 1, 1), float32], %w2: Tensor[(16, {channels}, 3, 3), float32]) {{
+  %0 = nn.conv2d(%x, %w, padding=[1, 1], channels={channels}, kernel_size=[3, 3]);
+  %1 = {epilogue};
+  %2 = {pool};
+  {tail}
+}}"""
+
+
+def _params(channels: int = 32) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    shapes = {"w": (channels, 16, 3, 3), "b": (channels, 1, 1), "w2": (16, channels, 3, 3)}
+    return {k: (rng.standard_normal(s) * 0.3).astype("float32") for k, s in shapes.items()}
+
+
+def _prepared(src: str, params: dict, block: int, fusion: FusionPlan = POOLED):
+    mod = autorelay.parse(src)
+    plan = replace(LayoutPlan.uniform(conv_layers(mod), block, winograd=0), fusion=fusion)
+    return mod, prepare(mod, params, Pipeline(plan_passes(plan)))
+
+
+def _templates(prepared) -> list[str]:
+    """The template of each kernel (primitive function) of a prepared module, in program order."""
+    return [template_for(lower_primitive(n)).name for n in post_order(prepared["main"])
+            if isinstance(n, Function) and n.is_primitive]
+
+
+def _check(mod, params, exe, calls: int = 2) -> None:
+    rng = np.random.default_rng(9)
+    for _ in range(calls):  # fresh inputs: a stale band buffer or border would show
+        x = rng.standard_normal(mod["main"].params[0].type_annotation.shape).astype("float32")
+        want = np.asarray(autorelay.evaluate(mod, x, *params.values()))
+        got = exe(x)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+POOLS = {
+    "2x2/2": "nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2])",
+    "3x3/2 (overlapping)": "nn.max_pool2d(%1, pool_size=[3, 3], strides=[2, 2])",
+    "3x3/1": "nn.max_pool2d(%1, pool_size=[3, 3], strides=[1, 1])",
+    "2x3/2x1": "nn.max_pool2d(%1, pool_size=[2, 3], strides=[2, 1])",
+}
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("block", [8, 16])
+def test_fused_pooling_matches_the_interpreter(pool, target, block):
+    params = _params()
+    mod, prepared = _prepared(_model(POOLS[pool], size=15), params, block)
+    assert "conv2d_nchwc_pool" in _templates(prepared)
+    _check(mod, params, build_prepared(prepared, resolve_target(target, 2)))
+
+
+class _Fixed:
+    """A schedule source with one config for one workload (defaults for the rest)."""
+
+    def __init__(self, key: str, config) -> None:
+        self.key, self.config = key, config
+
+    def lookup(self, key, target, *, workload=None):
+        return Lookup(self.config, "exact") if key == self.key else Lookup(None)
+
+
+def test_sampled_configs_match_the_interpreter():
+    """Every knob of the space, through random points of it (each a different band, register
+    tile, padding and reduction order), at 1 and 2 threads."""
+    params = _params(48)
+    mod, prepared = _prepared(_model(POOLS["3x3/2 (overlapping)"], channels=48, size=17), params, 16)
+    fn = next(n for n in post_order(prepared["main"]) if isinstance(n, Function) and n.is_primitive
+              and "max_pool2d" in str(n.body))
+    cdef, pooled_key = lower_primitive(fn), workload_key(fn)
+    target = resolve_target(TARGETS[1], 2)
+    space = template_for(cdef).space(cdef, target)
+    rng = random.Random(3)
+    for index in rng.sample(range(len(space)), 6):
+        config = space.get(index)
+
+        for threads in (1, 2):
+            exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), _Fixed(pooled_key, config))
+            _check(mod, params, exe, calls=1)
+
+
+@pytest.mark.parametrize("case, src", [
+    ("padded pool (ResNet's stem)",
+     _model("nn.max_pool2d(%1, pool_size=[3, 3], strides=[2, 2], padding=[1, 1])")),
+    ("ceil-mode overhang", _model("nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2], ceil_mode=True)",
+                                  size=15)),
+    ("no elementwise op between", _model("nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2])",
+                                         epilogue="%0")),
+    ("average pooling", _model("nn.avg_pool2d(%1, pool_size=[2, 2], strides=[2, 2])")),
+])
+def test_pairs_the_template_does_not_schedule_stay_apart(case, src):
+    params = _params()
+    mod, prepared = _prepared(src, params, 16)
+    assert "conv2d_nchwc_pool" not in _templates(prepared), case
+    _check(mod, params, build_prepared(prepared, resolve_target(TARGETS[0], 2)), calls=1)
+
+
+def test_nchw_convolutions_and_relay_rules_keep_the_pooling_apart():
+    params = _params()
+    src = _model(POOLS["2x2/2"])
+    _, nchw = _prepared(src, params, 0)  # NCHW: a direct NCHW conv, not the blocked one
+    _, relay = _prepared(src, params, 16, FusionPlan.default())
+    assert "conv2d_nchwc_pool" not in _templates(nchw) + _templates(relay)
+    assert sum("max_pool2d" in str(n.body) for n in post_order(relay["main"])
+               if isinstance(n, Function) and n.is_primitive) == 1  # the pooling's own kernel
+
+
+def test_the_plan_round_trips_through_json():
+    plan = replace(FusionPlan.prologues(), pool_epilogues=True)
+    assert FusionPlan.from_json(plan.to_json()) == plan and "pool_epilogues" in repr(plan)
+    assert "pool_epilogues" not in FusionPlan.default().to_json()
+    layout = replace(LayoutPlan.uniform(["conv2d_0"], 16), fusion=plan)
+    assert LayoutPlan.from_json(layout.to_json()) == layout
+
+
+def _pool_attrs(size, strides, padding=(0, 0, 0, 0), dilation=(1, 1)) -> dict:
+    return {"pool_size": size, "strides": strides, "padding": padding, "dilation": dilation}
+
+
+@pytest.mark.parametrize("attrs, in_hw, out_hw, inside", [
+    (_pool_attrs((2, 2), (2, 2)), (8, 8), (4, 4), True),
+    (_pool_attrs((3, 3), (2, 2)), (9, 9), (4, 4), True),
+    (_pool_attrs((2, 2), (2, 2)), (7, 7), (4, 4), False),  # ceil mode: the last window hangs over
+    (_pool_attrs((3, 3), (2, 2), (1, 1, 1, 1)), (8, 8), (4, 4), False),
+    (_pool_attrs((2, 2), (1, 1), dilation=(2, 2)), (8, 8), (6, 6), False),
+])
+def test_windows_inside(attrs, in_hw, out_hw, inside):
+    assert windows_inside(attrs, in_hw, out_hw) is inside
