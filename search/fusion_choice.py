@@ -37,10 +37,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autorelay.ir.expr import Function
+from autorelay.ir.expr import Call, Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
-from autorelay.transform.fuse_ops import copy_shared_producers, fused_edges
+from autorelay.op import registry
+from autorelay.op.registry import OpPattern
+from autorelay.transform.fuse_ops import copy_shared_producers, fusable_pooling, fused_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
 from autorelay.transform.pass_base import Pipeline
@@ -104,6 +106,17 @@ def fusion_variants(edges: dict[Edge, str], shared: bool = False,
     return out
 
 
+def _may_pool_in_epilogue(n: object) -> bool:
+    """Whether `n` is a pooling that a blocked plan may fuse into the convolution before it (a
+    `fusable_pooling` reading an elementwise op): a cheap test on the graph before layouts, so a
+    model without one (ResNet's stem pool is padded) prepares no pooled plans."""
+    if not isinstance(n, Call) or not fusable_pooling(n):
+        return False
+    reads = op_name(n.args[0])
+    return reads is not None and registry.exists(reads) and registry.get(reads).pattern in (
+        OpPattern.ELEMWISE, OpPattern.BROADCAST)
+
+
 def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
                 known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
     """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
@@ -115,7 +128,7 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
     tasks: list[ModelTask] = []
     groups: dict[str, frozenset[str]] = {}
     seen = set(known)
-    pools = any(op_name(n) == "nn.max_pool2d" for n in post_order(graph["main"]))
+    pools = any(_may_pool_in_epilogue(n) for n in post_order(graph["main"]))
     fusions = [(block, FusionPlan.prologues()) for block in (0, *blocks)]
     fusions += [(block, POOLS) for block in blocks if pools]  # blocked convolutions only
     for block, fusion in fusions:

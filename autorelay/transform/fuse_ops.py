@@ -170,22 +170,34 @@ class _Grouping:
         return isinstance(gc.root, Call) and pool_epilogue_fits(anchor, gc.root)
 
 
+def fusable_pooling(pool: Expr) -> bool:
+    """Whether `pool` is a max pooling that may run as a convolution's epilogue: its shapes static
+    and its windows inside its input (`windows_inside`), so a tile of pooled rows needs only a
+    band of the convolution's rows, never a border."""
+    if op_name(pool) != "nn.max_pool2d":
+        return False
+    assert isinstance(pool, Call)
+    data, out = tensor_type(pool.args[0]), tensor_type(pool)
+    if data is None or out is None:
+        return False
+    in_hw, out_hw = tuple(data.shape[2:4]), tuple(out.shape[2:4])
+    static = all(isinstance(d, int) for d in (*in_hw, *out_hw))
+    return static and windows_inside(pool.attrs, in_hw, out_hw)  # type: ignore[arg-type]
+
+
 def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:
     """Whether `pool` may run in the kernel of `conv` (`FusionPlan.pool_epilogues`): a float32
-    direct NCHW[x]c convolution and a max pooling in its output layout whose windows lie inside
-    its input (`windows_inside`). The kernel (the `conv2d_nchwc_pool` template) computes the
-    band of the convolution's rows each tile of pooled rows reads and pools it from the cache."""
-    if op_name(conv) != "nn.conv2d" or op_name(pool) != "nn.max_pool2d":
+    direct NCHW[x]c convolution and a `fusable_pooling` in its output layout. The kernel (the
+    `conv2d_nchwc_pool` template) computes the band of the convolution's rows each tile of pooled
+    rows reads and pools it from the cache."""
+    if op_name(conv) != "nn.conv2d" or not fusable_pooling(pool):
         return False
     assert isinstance(conv, Call)
-    ct, pin, pout = tensor_type(conv), tensor_type(pool.args[0]), tensor_type(pool)
-    if ct is None or pin is None or pout is None or ct.dtype != "float32" or not direct_nchwc(conv.attrs):
+    ct = tensor_type(conv)
+    if ct is None or ct.dtype != "float32" or not direct_nchwc(conv.attrs):
         return False
     layout = conv.attrs["out_layout"] or conv.attrs["data_layout"]
-    if pool.attrs["layout"] != layout or (pool.attrs["out_layout"] or layout) != layout:
-        return False
-    hw = [d for d in (*pin.shape[2:4], *pout.shape[2:4]) if isinstance(d, int)]
-    return len(hw) == 4 and windows_inside(pool.attrs, (hw[0], hw[1]), (hw[2], hw[3]))
+    return pool.attrs["layout"] == layout and (pool.attrs["out_layout"] or layout) == layout
 
 
 class _Fuser(ExprMutator):
