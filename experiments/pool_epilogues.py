@@ -1,9 +1,11 @@
-"""Pooling epilogues end to end: a model's uniform direct plan built with Relay's fusion rules and
+"""Pooling epilogues end to end: a model's uniform plan (direct, or Winograd F(2x2)/F(4x4) with
+`--winograd`) built with Relay's fusion rules and
 with `FusionPlan.pool_epilogues` (each max pooling computed in the convolution it pools), each
 build in its own process, timed in alternating blocks (`reproduce.peers.time_isolated`).
 
     python experiments/pool_epilogues.py [--models vgg-16,squeezenet-1.1] [--block 16] [--threads 2]
                                          [--rounds 10] [--block-ms 500] [--db URL] [--layers]
+                                         [--winograd 0|2|4]
 
 `--layers` times VGG-16's five block ends alone instead (conv 3x3, bias, ReLU, 2x2 max pool at
 224, 112, 56, 28 and 14 pixels; random weights, default schedules).
@@ -34,15 +36,15 @@ from search.models import build_model, load_model, run_inputs, schedule_source
 from search.pipeline_choice import prepare_plan
 
 
-def _plan(model, block: int, pooled: bool) -> LayoutPlan:
-    return replace(LayoutPlan.uniform(conv_layers(model.mod), block, winograd=0),
+def _plan(mod, block: int, winograd: int, pooled: bool) -> LayoutPlan:
+    return replace(LayoutPlan.uniform(conv_layers(mod), block, winograd=winograd),
                    fusion=POOLS if pooled else FusionPlan.default())
 
 
-def build(name: str, block: int, threads: int, pooled: bool, db_url: str | None):
+def build(name: str, block: int, winograd: int, threads: int, pooled: bool, db_url: str | None):
     """Worker factory: the build and one call of it (module level: sent to the worker by name)."""
     model = load_model(name)
-    prepared = prepare_plan(model, "llvm", threads, _plan(model, block, pooled))
+    prepared = prepare_plan(model, "llvm", threads, _plan(model.mod, block, winograd, pooled))
     source = None
     if db_url:
         import tuning_db
@@ -56,7 +58,7 @@ def build(name: str, block: int, threads: int, pooled: bool, db_url: str | None)
 VGG_ENDS = ((64, 224), (128, 112), (256, 56), (512, 28), (512, 14))  # (channels, pixels)
 
 
-def build_layer(channels: int, size: int, block: int, threads: int, pooled: bool):
+def build_layer(channels: int, size: int, block: int, winograd: int, threads: int, pooled: bool):
     """Worker factory: one block end of VGG (conv 3x3, bias, ReLU, 2x2 max pool) as a model."""
     import autorelay
     from autorelay.build_module import build_prepared
@@ -75,8 +77,7 @@ def @main(%x: Tensor[(1, {c}, {s}, {s}), float32], %w: Tensor[({c}, {c}, 3, 3), 
     rng = np.random.default_rng(0)
     params = {"w": (rng.standard_normal((c, c, 3, 3)) * 0.05).astype("float32"),
               "b": rng.standard_normal((c, 1, 1)).astype("float32")}
-    plan = replace(LayoutPlan.uniform(conv_layers(mod), block, winograd=0),
-                   fusion=POOLS if pooled else FusionPlan.default())
+    plan = _plan(mod, block, winograd, pooled)
     exe = build_prepared(prepare(mod, params, Pipeline(plan_passes(plan))), resolve_target("llvm", threads))
     x = rng.standard_normal((1, c, s, s)).astype("float32")
     return (lambda: exe(x)), np.asarray(exe(x))
@@ -105,21 +106,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--block-ms", type=float, default=500.0)
     ap.add_argument("--db", default=None)
+    ap.add_argument("--winograd", type=int, default=0, choices=(0, 2, 4), help="Winograd tile (0: direct)")
     ap.add_argument("--layers", action="store_true", help="VGG-16's block ends alone")
     a = ap.parse_args()
     print("| model | poolings fused | Relay's rules ms | pooled in the conv ms | speed-up | max abs diff |")
     print("|---|---:|---:|---:|---:|---:|")
     if a.layers:
         for c, size in VGG_ENDS:
-            runs = time_isolated({label: (build_layer, (c, size, a.block, a.threads, pooled))
+            runs = time_isolated({label: (build_layer, (c, size, a.block, a.winograd, a.threads, pooled))
                                   for label, pooled in (("relay", False), ("pooled", True))},
                                  rounds=a.rounds, block_s=a.block_ms / 1e3)
             print(_row(f"{c} ch, {size} px", runs, 1), flush=True)
         return
     for name in a.models.split(","):
         model = load_model(name)
-        fused = len(pool_epilogue_edges(model, _plan(model, a.block, False)))
-        runs = time_isolated({label: (build, (name, a.block, a.threads, pooled, a.db))
+        fused = len(pool_epilogue_edges(model, _plan(model.mod, a.block, a.winograd, False)))
+        runs = time_isolated({label: (build, (name, a.block, a.winograd, a.threads, pooled, a.db))
                               for label, pooled in (("relay", False), ("pooled", True))},
                              rounds=a.rounds, block_s=a.block_ms / 1e3)
         print(_row(name, runs, fused), flush=True)

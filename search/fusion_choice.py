@@ -42,6 +42,7 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.op import registry
 from autorelay.op.registry import OpPattern
+from autorelay.op.winograd import TILE_SIZES
 from autorelay.transform.fuse_ops import copy_shared_producers, fusable_pooling, fused_edges
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
@@ -120,19 +121,21 @@ def _may_pool_in_epilogue(n: object) -> bool:
 def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
                 known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
     """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
-    `blocks`) and of the pooling-epilogue kernels of the blocked ones, whose workload keys are
-    not in `known`, and for each of those that implements conv layers, the set of layers (its
-    scheduler group: one more form of them)."""
+    `blocks`) and of the pooling-epilogue kernels of the blocked ones (direct and each Winograd
+    tile), whose workload keys are not in `known`, and for each of those that implements conv
+    layers, the set of layers (its scheduler group: one more form of them)."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     tasks: list[ModelTask] = []
     groups: dict[str, frozenset[str]] = {}
     seen = set(known)
     pools = any(_may_pool_in_epilogue(n) for n in post_order(graph["main"]))
-    fusions = [(block, FusionPlan.prologues()) for block in (0, *blocks)]
-    fusions += [(block, POOLS) for block in blocks if pools]  # blocked convolutions only
-    for block, fusion in fusions:
-        plan = replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None), fusion=fusion)
+    plans = [replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None),
+                     fusion=FusionPlan.prologues()) for block in (0, *blocks)]
+    if pools:  # blocked convolutions only, direct and as Winograd
+        plans += [replace(LayoutPlan.uniform(layers, block, winograd=tile), fusion=POOLS)
+                  for block in blocks for tile in (0, *TILE_SIZES)]
+    for plan in plans:
         prepared = prepare_plan(model, target, threads, plan)
         served: dict[str, set[str]] = {}
         for name, (_, fn) in built_layers(graph, prepared.module).items():

@@ -25,6 +25,7 @@ functions are fused on their own. Existing primitive functions are left as they 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -36,6 +37,8 @@ from autorelay.op import registry
 from autorelay.op.conv_compute import direct_nchwc
 from autorelay.op.pool import windows_inside
 from autorelay.op.registry import OpPattern
+from autorelay.op.winograd import CONV as WINOGRAD_CONV
+from autorelay.op.winograd import data_block
 from autorelay.transform.fusion_plan import ANCHORS, FusionPlan
 from autorelay.transform.normal_form import scoped_children
 from autorelay.transform.pass_base import FunctionPass
@@ -186,17 +189,31 @@ def fusable_pooling(pool: Expr) -> bool:
 
 
 def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:
-    """Whether `pool` may run in the kernel of `conv` (`FusionPlan.pool_epilogues`): a float32
-    direct NCHW[x]c convolution and a `fusable_pooling` in its output layout. The kernel (the
-    `conv2d_nchwc_pool` template) computes the band of the convolution's rows each tile of pooled
-    rows reads and pools it from the cache."""
-    if op_name(conv) != "nn.conv2d" or not fusable_pooling(pool):
+    """Whether `pool` may run in the kernel of `conv` (`FusionPlan.pool_epilogues`), a float32
+    convolution in a channel-blocked layout and a `fusable_pooling` in its output layout:
+
+    * a direct NCHW[x]c convolution (the `conv2d_nchwc_pool` template computes the band of rows
+      each tile of pooled rows reads and pools it from the cache);
+    * a blocked Winograd convolution whose pooling windows equal their strides and divide its
+      output tile (`conv2d_winograd_nchwc_pool` pools each unit's tile rows as it transforms them).
+    """
+    ct = tensor_type(conv)
+    if not fusable_pooling(pool) or ct is None or ct.dtype != "float32":
         return False
     assert isinstance(conv, Call)
-    ct = tensor_type(conv)
-    if ct is None or ct.dtype != "float32" or not direct_nchwc(conv.attrs):
+    if op_name(conv) == "nn.conv2d" and direct_nchwc(conv.attrs):
+        layout = conv.attrs["out_layout"] or conv.attrs["data_layout"]
+    elif op_name(conv) == WINOGRAD_CONV and data_block(conv.attrs["data_layout"]):
+        u = tensor_type(conv.args[1])
+        if u is None or not isinstance(u.shape[0], int):
+            return False
+        tile = math.isqrt(u.shape[0]) - 2  # U is [(tile + 2)^2, K/y, C, y]
+        size, strides = tuple(pool.attrs["pool_size"]), tuple(pool.attrs["strides"])
+        if size != strides or any(tile % s for s in strides):
+            return False
+        layout = f"NCHW{u.shape[-1]}c"
+    else:
         return False
-    layout = conv.attrs["out_layout"] or conv.attrs["data_layout"]
     return pool.attrs["layout"] == layout and (pool.attrs["out_layout"] or layout) == layout
 
 

@@ -1,7 +1,8 @@
 """Max pooling run in the kernel of the convolution it reads (`FusionPlan.pool_epilogues`, the
-`conv2d_nchwc_pool` template): which pairs fuse, and that the fused kernels compute what the
-reference interpreter computes, at both vector widths (AVX-512 and AVX2 code, whichever this
-host runs natively: LLVM compiles both), with every channel block and for sampled tuning configs."""
+`conv2d_nchwc_pool` and `conv2d_winograd_nchwc_pool` templates): which pairs fuse, and that the
+fused kernels compute what the reference interpreter computes, at both vector widths (AVX-512 and
+AVX2 code, whichever this host runs natively: LLVM compiles both), with every channel block and
+Winograd tile, and for sampled tuning configs."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from autorelay.lower import workload_key
 from autorelay.lower.lower import lower_primitive
 from autorelay.op.pool import windows_inside
 from autorelay.schedule.source import Lookup
+from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_passes
@@ -53,9 +55,9 @@ def _params(channels: int = 32) -> dict[str, np.ndarray]:
     return {k: (rng.standard_normal(s) * 0.3).astype("float32") for k, s in shapes.items()}
 
 
-def _prepared(src: str, params: dict, block: int, fusion: FusionPlan = POOLED):
+def _prepared(src: str, params: dict, block: int, fusion: FusionPlan = POOLED, winograd: int = 0):
     mod = autorelay.parse(src)
-    plan = replace(LayoutPlan.uniform(conv_layers(mod), block, winograd=0), fusion=fusion)
+    plan = replace(LayoutPlan.uniform(conv_layers(mod), block, winograd=winograd), fusion=fusion)
     return mod, prepare(mod, params, Pipeline(plan_passes(plan)))
 
 
@@ -102,19 +104,44 @@ class _Fixed:
         return Lookup(self.config, "exact") if key == self.key else Lookup(None)
 
 
-def test_sampled_configs_match_the_interpreter():
-    """Every knob of the space, through random points of it (each a different band, register
-    tile, padding and reduction order), at 1 and 2 threads."""
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("size", [16, 14])  # 14: F(4x4)'s last tile row holds one pooled row
+@pytest.mark.parametrize("target", TARGETS)
+def test_fused_winograd_pooling_matches_the_interpreter(tile, size, target):
+    params = _params()
+    mod, prepared = _prepared(_model(POOLS["2x2/2"], size=size), params, 16, winograd=tile)
+    assert "conv2d_winograd_nchwc_pool" in _templates(prepared)
+    _check(mod, params, build_prepared(prepared, resolve_target(target, 2)))
+
+
+def test_winograd_keeps_windows_that_are_not_its_tiles_apart():
+    params = _params()
+    for pool in ("3x3/2 (overlapping)", "3x3/1"):
+        mod, prepared = _prepared(_model(POOLS[pool], size=16), params, 16, winograd=4)
+        assert not {"conv2d_nchwc_pool", "conv2d_winograd_nchwc_pool"} & set(_templates(prepared)), pool
+        _check(mod, params, build_prepared(prepared, resolve_target(TARGETS[0], 2)), calls=1)
+
+
+@pytest.mark.parametrize("winograd, pool", [(0, "3x3/2 (overlapping)"), (4, "2x2/2")])
+def test_sampled_configs_match_the_interpreter(winograd, pool):
+    """Every knob of the space, through random points of it (each a different band or unit,
+    register tile, padding and loop order), at 1 and 2 threads."""
     params = _params(48)
-    mod, prepared = _prepared(_model(POOLS["3x3/2 (overlapping)"], channels=48, size=17), params, 16)
+    mod, prepared = _prepared(_model(POOLS[pool], channels=48, size=16 if winograd else 17), params, 16,
+                              winograd=winograd)
     fn = next(n for n in post_order(prepared["main"]) if isinstance(n, Function) and n.is_primitive
               and "max_pool2d" in str(n.body))
     cdef, pooled_key = lower_primitive(fn), workload_key(fn)
     target = resolve_target(TARGETS[1], 2)
     space = template_for(cdef).space(cdef, target)
     rng = random.Random(3)
-    for index in rng.sample(range(len(space)), 6):
-        config = space.get(index)
+    configs = [space.get(i) for i in rng.sample(range(len(space)), 6)]
+    if winograd:  # both forms of the unit: the stages apart and in the unit
+        units = next(k for k in space.knobs if k.name == "unit").values
+        configs += [Config(space.template, tuple((k, u if k == "unit" else v) for k, v in configs[0].values))
+                    for u in (units[0], units[-1])]
+    for config in configs:
+        space.index(config)  # a point of the space
 
         for threads in (1, 2):
             exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), _Fixed(pooled_key, config))

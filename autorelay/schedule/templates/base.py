@@ -71,6 +71,7 @@ def _load() -> None:
         pointwise,
         winograd,
         winograd_nchwc,
+        winograd_nchwc_pool,
     )
 
 
@@ -93,18 +94,21 @@ def pattern(cdef: ComputeDef) -> Pattern:
 
 
 POOL_TAG = "pool"
+POOLED_CONV_TAGS = ("conv2d_nchwc", "conv2d_winograd_nchwc")  # the convolutions a pooling may end
 
 
-def conv_and_pool(cdef: ComputeDef) -> tuple[Tensor, Tensor] | None:
-    """The convolution and the pooling of a kernel that max-pools a direct NCHW[x]c convolution
-    (`FusionPlan.pool_epilogues`: the pooling is the output, the convolution its only other
-    reduction), else None. `conv2d_nchwc_pool` schedules such kernels; no other template may."""
+def conv_and_pool(cdef: ComputeDef, tag: str | None = None) -> tuple[Tensor, Tensor] | None:
+    """The convolution's reduction and the pooling of a kernel that max-pools a blocked
+    convolution (`FusionPlan.pool_epilogues`: the pooling is the output, the convolution's
+    reduction, tagged `tag` or any of `POOLED_CONV_TAGS`, its only other reduction), else None.
+    `conv2d_nchwc_pool` and `conv2d_winograd_nchwc_pool` schedule such kernels; no other may."""
     out = cdef.output
     if out.op is None or out.op.tag != POOL_TAG or not isinstance(out.op.body, Reduce):
         return None
     stages = [t for t in topo_order([out]) if t is not out and t.op is not None]
     reds = [t for t in stages if isinstance(t.op.body, Reduce)]  # type: ignore[union-attr]
-    if len(reds) != 1 or reds[0].op.tag != "conv2d_nchwc" or reds[0].ndim != 5:  # type: ignore[union-attr]
+    tags = (tag,) if tag else POOLED_CONV_TAGS
+    if len(reds) != 1 or reds[0].op.tag not in tags:  # type: ignore[union-attr]
         return None
     return reds[0], out
 

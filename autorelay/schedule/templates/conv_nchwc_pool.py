@@ -24,6 +24,7 @@ from autorelay.schedule.templates.conv_nchwc import block_tiles, default_registe
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 
+CONV_TAG = "conv2d_nchwc"
 POOL_ROWS = (1, 2, 3, 4, 6, 8)  # besides the whole map where it has at most 16 pooled rows
 
 
@@ -60,10 +61,10 @@ class Conv2dNCHWcPoolTemplate(Template):
     tags = (POOL_TAG,)
 
     def claims(self, cdef: ComputeDef) -> bool:
-        return conv_and_pool(cdef) is not None
+        return conv_and_pool(cdef, CONV_TAG) is not None
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
-        conv, pool = conv_and_pool(cdef)  # type: ignore[misc]
+        conv, pool = conv_and_pool(cdef, CONV_TAG)  # type: ignore[misc]
         return Space(
             self.name,
             (
@@ -82,7 +83,7 @@ class Conv2dNCHWcPoolTemplate(Template):
         the band, and the most pooled rows per unit that still leave every thread four units:
         the band's buffer stays small, and fewer, larger units recompute fewer shared rows of
         overlapping windows. Among those, the band whose register tile holds the most pixels."""
-        conv, pool = conv_and_pool(cdef)  # type: ignore[misc]
+        conv, pool = conv_and_pool(cdef, CONV_TAG)  # type: ignore[misc]
         tb = default_register_tile(conv, target)[0]
         channel_tiles = pool.shape[0] * pool.shape[1] // tb
         fits = [r for r in _pool_rows(pool.shape[2])
@@ -97,7 +98,7 @@ class Conv2dNCHWcPoolTemplate(Template):
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
-        conv, pool = conv_and_pool(cdef)  # type: ignore[misc]
+        conv, pool = conv_and_pool(cdef, CONV_TAG)  # type: ignore[misc]
         lanes = min(target.vector_lanes(), conv.op.attrs["oc_bn"])  # type: ignore[union-attr]
         steps: list[S.Step] = []
         for t in topo_order([pool]):

@@ -104,41 +104,48 @@ def _vectors(block: int, lanes: int) -> int:
     return max(1, block // min(lanes, block))
 
 
+def gemm_knobs(m: Tensor, pad: Tensor | None) -> tuple[Knob, ...]:
+    """The knobs of GEMM stage `m`'s register tile, block order and padding (`pad`: the padding
+    stage, if any), which the pooled kernel shares."""
+    _, kb, p, _ = m.shape
+    return (
+        Knob("tile_p", [t for t in TILE_COUNTS if t <= p]),
+        Knob("tile_k_blocks", [t for t in (1, 2, 3, 4) if kb % t == 0]),
+        Knob("outer", ("k", "p")),
+        Knob("pad", ("root", "inline") if pad is not None else ("inline",)),
+    )
+
+
+def default_gemm(m: Tensor, pad: Tensor | None, target: Target) -> tuple[tuple[str, object], ...]:
+    """The default GEMM tile, block order and padding of stage `m`: an eighth of the registers
+    for U's vectors (four blocks on AVX-512, two on AVX2) and as many tiles as the rest holds,
+    less an eighth kept free and less ragged waste. Timed on ResNet-18's 56- and 28-pixel layers
+    (F(4x4), AVX-512, 2 threads, weights evicted), 6 tiles x 4 blocks ran 404 and 522 us where
+    14 x 2 (the direct kernel's shape, which fills every register) ran 867 and 839 us: the
+    GEMM's address arithmetic needs registers of its own."""
+    _, kb, p, oc = m.shape
+    regs = target.vector_registers
+    nv = _vectors(oc, target.vector_lanes())
+    tk = max(t for t in (1, 2, 3, 4) if kb % t == 0 and t * nv <= max(regs // 8, nv))
+    room = regs - regs // 8 - tk * nv - (0 if target.has("avx512f") else 1)
+    fits = [t for t in TILE_COUNTS if t <= p and t * tk * nv <= room] or [1]
+    tp = max(fits, key=lambda t: (t / tile_waste(p, t), t))
+    return (("tile_p", tp), ("tile_k_blocks", tk), ("outer", "k"),
+            ("pad", "root" if pad is not None else "inline"))
+
+
 class Conv2dWinogradNCHWcTemplate(Template):
     name = "conv2d_winograd_nchwc"
     tags = ("conv2d_winograd_nchwc",)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         _, m, pad, _ = _stages(cdef)
-        _, kb, p, _ = m.shape
-        return Space(
-            self.name,
-            (
-                Knob("tile_p", [t for t in TILE_COUNTS if t <= p]),
-                Knob("tile_k_blocks", [t for t in (1, 2, 3, 4) if kb % t == 0]),
-                Knob("outer", ("k", "p")),
-                Knob("pad", ("root", "inline") if pad is not None else ("inline",)),
-                Knob("unit", [STAGED, *fused_units(m, target)]),
-            ),
-        )
+        return Space(self.name, (*gemm_knobs(m, pad), Knob("unit", [STAGED, *fused_units(m, target)])))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
-        """An eighth of the registers for U's vectors (four blocks on AVX-512, two on AVX2) and as
-        many tiles as the rest holds, less an eighth kept free and less ragged waste. Timed on
-        ResNet-18's 56- and 28-pixel layers (F(4x4), AVX-512, 2 threads, weights evicted), 6 tiles
-        x 4 blocks ran 404 and 522 us where 14 x 2 (the direct kernel's shape, which fills every
-        register) ran 867 and 839 us: the GEMM's address arithmetic needs registers of its own."""
+        """The GEMM's default tile (`default_gemm`) and the default form (`default_unit`)."""
         _, m, pad, _ = _stages(cdef)
-        _, kb, p, oc = m.shape
-        regs = target.vector_registers
-        nv = _vectors(oc, target.vector_lanes())
-        tk = max(t for t in (1, 2, 3, 4) if kb % t == 0 and t * nv <= max(regs // 8, nv))
-        room = regs - regs // 8 - tk * nv - (0 if target.has("avx512f") else 1)
-        fits = [t for t in TILE_COUNTS if t <= p and t * tk * nv <= room] or [1]
-        tp = max(fits, key=lambda t: (t / tile_waste(p, t), t))
-        return Config(self.name, (("tile_p", tp), ("tile_k_blocks", tk), ("outer", "k"),
-                                  ("pad", "root" if pad is not None else "inline"),
-                                  ("unit", default_unit(m, target))))
+        return Config(self.name, (*default_gemm(m, pad, target), ("unit", default_unit(m, target))))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)
