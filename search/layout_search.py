@@ -144,8 +144,12 @@ class LayoutSearchResult:
         measured = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
         if self.prologue_edges:
             edges = ", ".join(f"{a}->{c} ({name})" for (a, c), name in self.prologue_edges.items())
-            lines.append(f"prologue edges (fusion candidates): {edges}; the plan's best fusion: "
-                         f"{self.fusion}")
+            lines.append(f"prologue edges (fusion candidates): {edges}")
+        if self.pool_edges:
+            pools = ", ".join(f"{a}->{c} ({name})" for (a, c), name in self.pool_edges.items())
+            lines.append(f"pooling epilogues (fusion candidates): {pools}")
+        if self.prologue_edges or self.pool_edges:
+            lines.append(f"the plan's best fusion: {self.fusion}")
         again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
         again = f"the finalists again: {again}; " if again else ""
         lines.append(f"measured end to end: {measured}; {again}kept {self.winner}; "
