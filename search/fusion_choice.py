@@ -37,18 +37,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autorelay.ir.expr import Call, Function
+from autorelay.ir.expr import Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
-from autorelay.op import registry
-from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import TILE_SIZES
-from autorelay.transform.fuse_ops import copy_shared_producers, fusable_pooling, fused_edges
+from autorelay.transform.fuse_ops import copy_shared_producers, fused_edges, pools_an_activation
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
-from autorelay.transform.util import op_name
 from search.extract import ModelTask, optimize
 from search.models import Model
 from search.pipeline_choice import PLAN, prepare_plan
@@ -107,17 +104,6 @@ def fusion_variants(edges: dict[Edge, str], shared: bool = False,
     return out
 
 
-def _may_pool_in_epilogue(n: object) -> bool:
-    """Whether `n` is a pooling that a blocked plan may fuse into the convolution before it (a
-    `fusable_pooling` reading an elementwise op): a cheap test on the graph before layouts, so a
-    model without one (ResNet's stem pool is padded) prepares no pooled plans."""
-    if not isinstance(n, Call) or not fusable_pooling(n):
-        return False
-    reads = op_name(n.args[0])
-    return reads is not None and registry.exists(reads) and registry.get(reads).pattern in (
-        OpPattern.ELEMWISE, OpPattern.BROADCAST)
-
-
 def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[int, ...],
                 known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
     """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
@@ -129,7 +115,9 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
     tasks: list[ModelTask] = []
     groups: dict[str, frozenset[str]] = {}
     seen = set(known)
-    pools = any(_may_pool_in_epilogue(n) for n in post_order(graph["main"]))
+    # a cheap test on the graph before layouts: a model without such a pooling (ResNet's stem pool
+    # is padded) prepares no pooled plans
+    pools = any(pools_an_activation(n) for n in post_order(graph["main"]))
     plans = [replace(LayoutPlan.uniform(layers, block, winograd=0 if block else None),
                      fusion=FusionPlan.prologues()) for block in (0, *blocks)]
     if pools:  # blocked convolutions only, direct and as Winograd

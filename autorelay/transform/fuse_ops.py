@@ -165,12 +165,10 @@ class _Grouping:
         """Whether `gc` (a pooling alone so far) joins `ga` as its pooling epilogue: the plan
         allows it, `a` (the op the pooling reads, `ga`'s output) is the elementwise tail of a
         group with one anchor, and the pair fits (`pool_epilogue_fits`)."""
-        if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1:
-            return False
-        if _pattern(a) not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
+        if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1 or not pools_an_activation(gc.root):
             return False
         anchor = next(m for m in ga.members if _pattern(m) in ANCHORS)
-        return isinstance(gc.root, Call) and pool_epilogue_fits(anchor, gc.root)
+        return pool_epilogue_fits(anchor, gc.root)  # type: ignore[arg-type]
 
 
 def fusable_pooling(pool: Expr) -> bool:
@@ -186,6 +184,13 @@ def fusable_pooling(pool: Expr) -> bool:
     in_hw, out_hw = tuple(data.shape[2:4]), tuple(out.shape[2:4])
     static = all(isinstance(d, int) for d in (*in_hw, *out_hw))
     return static and windows_inside(pool.attrs, in_hw, out_hw)  # type: ignore[arg-type]
+
+
+def pools_an_activation(pool: Expr) -> bool:
+    """Whether `pool` is a `fusable_pooling` that reads an elementwise or broadcast op (a
+    convolution's tail: bias, ReLU), the only pooling a convolution's group may take."""
+    return fusable_pooling(pool) and _pattern(pool.args[0]) in (  # type: ignore[attr-defined]
+        OpPattern.ELEMWISE, OpPattern.BROADCAST)
 
 
 def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:

@@ -43,6 +43,27 @@ def block_tiles(red: Tensor) -> list[int]:
     return [t for t in (1, 2, 3, 4) if blocks % t == 0]
 
 
+def register_tile_knobs(cdef: ComputeDef, red: Tensor) -> tuple[Knob, ...]:
+    """The knobs of convolution `red`'s register tile, reduction order, kernel-width unroll and
+    padding (`conv2d_nchwc`'s and its pooled kernel's)."""
+    oh, ow = red.shape[2], red.shape[3]
+    return (
+        Knob("tile_ow", _width_tiles(ow, 16)),
+        Knob("tile_oc_blocks", block_tiles(red)),
+        Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
+        Knob("unroll_kw", (0, 1)),
+        Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
+        Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
+    )
+
+
+def register_tile_defaults(cdef: ComputeDef, tb: int, tow: int, toh: int) -> tuple[tuple[str, object], ...]:
+    """Those knobs' values for a register tile of `tb` blocks x `tow` pixels x `toh` rows: channel
+    blocks outermost in the reduction, the kernel width unrolled, padding as its own pass."""
+    return (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"), ("unroll_kw", 1),
+            ("pad", "root" if _padded(cdef) else "inline"), ("tile_oh", toh))
+
+
 def _pass_rows(oh: int) -> list[int]:
     """0 (the reduction inside each register tile) and the row counts a weight pass may span."""
     return [0, *sorted({r for r in (2, 4, 8) if r < oh} | {oh})]
@@ -79,19 +100,8 @@ class Conv2dNCHWcTemplate(Template):
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce
-        oh, ow = red.shape[2], red.shape[3]  # type: ignore[union-attr]
-        return Space(
-            self.name,
-            (
-                Knob("tile_ow", _width_tiles(ow, 16)),
-                Knob("tile_oc_blocks", block_tiles(red)),  # type: ignore[arg-type]
-                Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
-                Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
-                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= oh]),
-                Knob("pass_rows", _pass_rows(oh)),
-            ),
-        )
+        knobs = register_tile_knobs(cdef, red)  # type: ignore[arg-type]
+        return Space(self.name, (*knobs, Knob("pass_rows", _pass_rows(red.shape[2]))))  # type: ignore[union-attr]
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         """Two vectors of output channels per pixel and as many pixels as the registers hold
@@ -115,10 +125,8 @@ class Conv2dNCHWcTemplate(Template):
         streaming = oh * ow <= STREAMING_PIXELS
         units = red.shape[0] * red.shape[1] // tb  # type: ignore[union-attr]  # one per channel-block tile
         one_pass = streaming and units >= target.threads  # else a thread would idle
-        knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"),
-                 ("unroll_kw", 1), ("pad", "root" if _padded(cdef) else "inline"), ("tile_oh", toh),
-                 ("pass_rows", oh if one_pass else 0))
-        return Config(self.name, knobs)
+        knobs = register_tile_defaults(cdef, tb, tow, toh)
+        return Config(self.name, (*knobs, ("pass_rows", oh if one_pass else 0)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)

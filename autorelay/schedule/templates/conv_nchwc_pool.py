@@ -19,8 +19,13 @@ from __future__ import annotations
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import POOL_TAG, Template, conv_and_pool, register
-from autorelay.schedule.templates.conv import _padded, _width_tiles, root_pad_copy
-from autorelay.schedule.templates.conv_nchwc import block_tiles, default_register_tile, register_tile
+from autorelay.schedule.templates.conv import root_pad_copy
+from autorelay.schedule.templates.conv_nchwc import (
+    default_register_tile,
+    register_tile,
+    register_tile_defaults,
+    register_tile_knobs,
+)
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 
@@ -49,7 +54,7 @@ def _dividing(band: int) -> list[int]:
 def tile_rows(band: int, tile_oh: int) -> int:
     """The register tile's rows in a band: the most, up to `tile_oh`, that divide the band (a
     ragged last tile would compute rows no window reads)."""
-    return max(r for r in range(1, tile_oh + 1) if band % r == 0)
+    return max(r for r in _dividing(band) if r <= tile_oh)
 
 
 class Conv2dNCHWcPoolTemplate(Template):
@@ -65,18 +70,8 @@ class Conv2dNCHWcPoolTemplate(Template):
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         conv, pool = conv_and_pool(cdef, CONV_TAG)  # type: ignore[misc]
-        return Space(
-            self.name,
-            (
-                Knob("tile_ow", _width_tiles(conv.shape[3], 16)),
-                Knob("tile_oc_blocks", block_tiles(conv)),  # type: ignore[arg-type]
-                Knob("reduce_order", ("c_hw_ci", "hw_c_ci")),
-                Knob("unroll_kw", (0, 1)),
-                Knob("pad", ("root", "inline") if _padded(cdef) else ("inline",)),
-                Knob("tile_oh", [t for t in (1, 2, 3, 4) if t <= conv.shape[2]]),
-                Knob("pool_rows", _pool_rows(pool.shape[2])),
-            ),
-        )
+        knobs = register_tile_knobs(cdef, conv)
+        return Space(self.name, (*knobs, Knob("pool_rows", _pool_rows(pool.shape[2]))))
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         """The convolution's default register tile (`default_register_tile`) with rows that divide
@@ -92,9 +87,7 @@ class Conv2dNCHWcPoolTemplate(Template):
                  for r in fits}
         rows = max(fits, key=lambda r: (tiles[r][1] * tiles[r][2], r))
         _, tow, toh = tiles[rows]
-        knobs = (("tile_ow", tow), ("tile_oc_blocks", tb), ("reduce_order", "c_hw_ci"), ("unroll_kw", 1),
-                 ("pad", "root" if _padded(cdef) else "inline"), ("tile_oh", toh), ("pool_rows", rows))
-        return Config(self.name, knobs)
+        return Config(self.name, (*register_tile_defaults(cdef, tb, tow, toh), ("pool_rows", rows)))
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
         self.check(config)

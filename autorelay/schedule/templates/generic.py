@@ -128,8 +128,9 @@ class ReductionTemplate(Template):
     tags = ("reduce", "pool", "softmax", "comm_reduce")
 
     def claims(self, cdef: ComputeDef) -> bool:
-        """Not a convolution with its pooling epilogue: `conv2d_nchwc_pool` schedules those (this
-        template would inline the convolution into every window that reads it)."""
+        """Not a convolution with its pooling epilogue: `conv2d_nchwc_pool` and
+        `conv2d_winograd_nchwc_pool` schedule those (this template would inline the convolution
+        into every window that reads it)."""
         return conv_and_pool(cdef) is None
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
