@@ -173,11 +173,11 @@ def build(
 
 def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource | None = None, *,
                    executor: str = "graph", offload: Callable[[Function], Any] | None = None,
-                   memo: KernelMemo | None = None, halos: bool = True) -> Any:
+                   memo: KernelMemo | None = None) -> Any:
     """Compile a module `autorelay.transform.prepare` already prepared (weights bound, pipeline run):
     what `build` does after preparing. The tuner prepares a model once and builds it from here.
-    `offload`, `memo` (kernels shared with other builds) and `halos` (values convolutions pad stored
-    with a zero border): see `GraphBuilder` (graph executor only)."""
+    `offload` and `memo` (kernels shared with other builds): see `GraphBuilder` (graph executor
+    only)."""
     if target.kind == "cuda" and executor != "graph":  # the VM and AoT call host-memory kernels
         why = control_flow_reason(prepared)
         raise TargetError(f"build: on cuda targets models run on the graph executor (dataflow, static "
@@ -190,7 +190,7 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
         return vm.from_prepared(prepared, vm.CompiledProvider(target, schedules))
     if executor == "aot":
         return aot.from_prepared(prepared, aot.KernelTable(target, schedules))
-    builder = GraphBuilder(target, schedules, offload, memo, halos)
+    builder = GraphBuilder(target, schedules, offload, memo)
     plan = builder.build(prepared["main"])
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
     funcs = [builder.externals.get(i) or ReferenceFunction(f) for i, f in enumerate(builder.functions)]

@@ -9,7 +9,8 @@ straight into the result: the pieces become aliases of it and the concatenation 
 Padding costs nothing either, on CPU targets: a value a convolution pads with zeros is written by
 its producer into the interior of a zero-bordered buffer (an ``interior`` slot of a ``padded``
 one, chosen up front by `autorelay.halo_plan`), and the convolution reads that buffer whole, its
-pad stage gone (`autorelay.te.halo`). `halos=False` builds without.
+pad stage gone (`autorelay.te.halo`). A model fused under a plan without halos
+(`FusionPlan.halos`) is built without.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from autorelay.schedule.relayout import packed_shape, relayout
 from autorelay.schedule.source import ScheduleSource
 from autorelay.target import Target
 from autorelay.te.halo import DENSE, BufferPlan, padded_shape
+from autorelay.transform.fusion_plan import halos_allowed
 
 
 def _tensor_types(t: Type | None, what: str) -> list[TensorType]:
@@ -66,14 +68,15 @@ class GraphBuilder:
 
     `offload`: a device's hook (the accelerator's `autorelay.vta.build`): given a primitive
     function, the callable that runs it on the device, or None to compile it for the CPU.
-    `memo`: kernels earlier builds compiled (`autorelay.primitive.KernelMemo`). `halos`: store the
-    values convolutions pad with a zero border (see the module docstring; CPU targets only)."""
+    `memo`: kernels earlier builds compiled (`autorelay.primitive.KernelMemo`). Values convolutions pad
+    are stored with a zero border (see the module docstring; CPU targets only), unless the
+    fusion plan said not to (`fusion_plan.halos_allowed`)."""
 
     def __init__(self, target: Target, schedules: ScheduleSource | None,
-                 offload: Callable[[Function], Any] | None = None, memo: KernelMemo | None = None,
-                 halos: bool = True) -> None:
+                 offload: Callable[[Function], Any] | None = None, memo: KernelMemo | None = None
+                 ) -> None:
         self.target, self.schedules, self.offload, self.memo = target, schedules, offload, memo
-        self.use_halos = halos and target.kind == "cpu" and offload is None
+        self.use_halos = target.kind == "cpu" and offload is None
         self.halos: dict[int, HaloChoice] = {}  # id of a producing call -> its value's border
         self.plans: dict[int, BufferPlan] = {}  # id of a call site -> where its kernel's buffers lie
         self._lowered: dict[int, LoweredFunction | None] = {}  # id of a call site -> its lowering
@@ -107,7 +110,7 @@ class GraphBuilder:
             self.values[id(p)] = s
             names.append(p.name_hint)
             in_slots.append(s)
-        if self.use_halos:
+        if self.use_halos and halos_allowed(fn):
             self.halos = plan_halos(fn.body, self.lowering)
             self.plans = buffer_plans(fn.body, self.halos, self.lowering)
         for node in post_order(fn.body, dataflow_children):
@@ -294,7 +297,7 @@ def graph_buffer_plans(module: IRModule, target: Target) -> dict[int, BufferPlan
     """Per call site (by id) of `module`'s @main, the buffer plan a graph build on `target`
     compiles that call's kernel with (see the module docstring): what compiling ahead needs."""
     builder = GraphBuilder(target, None)
-    if not builder.use_halos:
+    if not (builder.use_halos and halos_allowed(module["main"])):
         return {}
     return call_buffer_plans(module["main"].body, builder.lowering)
 

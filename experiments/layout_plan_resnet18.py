@@ -61,7 +61,7 @@ def plot(r: LayoutSearchResult, path: str) -> None:
 
 def markdown(r: LayoutSearchResult, header: str) -> str:
     """Per layer: the plan's block, kernel and transform time, vs the per-model pick's block and kernel."""
-    per_model = min((p for p in r.latencies if p != "plan"), key=r.latencies.__getitem__)
+    per_model = min((p for p in r.latencies if not p.startswith("plan")), key=r.latencies.__getitem__)
     lines = [header, "",
              f"Per-model pick (fastest per-model pipeline, measured): `{per_model}`.", "",
              "| layer | plan layout | plan kernel us | transform in us | per-model layout "
@@ -81,7 +81,9 @@ def markdown(r: LayoutSearchResult, header: str) -> str:
               + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.modeled.items()),
               "", "Measured end to end (interleaved, median): "
               + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.latencies.items())
-              + f"; kept `{r.winner}`; max |plan - default| = {r.max_abs_diff:.2g}", ""]
+              + "; the finalists again: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in r.confirmed.items())
+              + f"; kept `{r.winner}` (the plan's fusion: {r.fusion}); max |plan - default| = "
+              f"{r.max_abs_diff:.2g}", ""]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ writing a tensor the next kernel reads back. Fused as a prologue, the transform 
 the anchor's input (its padding stage, when the schedule pads at root), which saves that round
 trip but may read the input with a worse access pattern. Neither side wins by rule, so:
 
-1. `prologue_tasks`: the tuner tunes the fused kernels too. The uniform plans in each block (and
+1. `fused_tasks`: the tuner tunes the fused kernels too. The uniform plans in each block (and
    NCHW) are prepared with every prologue fused; their fused kernels are the tasks no other form
    has (the stem reading the model's NCHW input into a block; a classifier reading a block through
    its flatten), each grouped with the conv layer it implements, so the task scheduler treats it
@@ -31,6 +31,11 @@ whole map for a pooling kernel to read back; but the band's unit is a different 
 the tuned convolution's, so which is faster is measured too. `fused_tasks` tunes those kernels
 (each a form of its conv layer), `pool_epilogue_edges` finds the plan's candidates and
 `fusion_variants` adds the plan with them fused (and with every prologue as well).
+
+Padding folded into the producer (`FusionPlan.halos`, on by default) is the last choice: the
+layout search builds its best variant once more with every value stored plainly (`without_halos`)
+and times the two against each other. It needs no kernel of its own to tune: a convolution
+reading a bordered input runs its tuned config with the padding stage dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +60,13 @@ COPIES = replace(FusionPlan.prologues(), copy_shared=True)  # every prologue, sh
 POOLS = replace(FusionPlan.default(), pool_epilogues=True)  # Relay's rules and every pooling epilogue
 
 Edge = tuple[int, int]
+
+
+def without_halos(variant: str) -> str:
+    """The report name of fusion variant `variant` with `FusionPlan.halos` off: every value stored
+    plainly, each convolution padding its own input (the layout search times it against the
+    best variant)."""
+    return f"{variant} (no halos)"
 
 
 def _unfused(model: Model, plan: LayoutPlan) -> Function:
@@ -139,4 +151,4 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
 
 
 __all__ = ["COPIES", "POOLS", "SINGLE_EDGE_LIMIT", "fused_tasks", "fusion_variants", "pool_epilogue_edges",
-           "prologue_edges"]
+           "prologue_edges", "without_halos"]

@@ -15,7 +15,10 @@ or Winograd) per conv layer.
    the layout transforms its blocks imply, that `FusionPlan.prologues` fuses into the kernel they
    feed) give fusion variants of the plan (`search.fusion_choice`), timed with it; the fastest
    variant is the plan. Being the fastest of several, its figure is flattered by the timing's
-   noise, so it and the fastest per-model pipeline are timed again, the two alone, to decide.
+   noise, so it and the fastest per-model pipeline are timed again on their own to decide, with
+   a third build: the best variant storing every value plainly (`FusionPlan.halos` off), for
+   zero-bordered values (a convolution's padding folded into its producer) are not faster
+   everywhere; the faster of the two is the plan.
 3. The plan is stored in the log (`tuning_db.layout_plans`) with its latency, the per-model
    latencies and the per-layer costs; `autorelay compile`/`run` on the log rebuild it exactly (see
    `search.pipeline_choice.stored_plan`), and `autorelay db plan --model M` prints it.
@@ -31,11 +34,18 @@ import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.ir.module import IRModule
 from autorelay.primitive import KernelMemo
+from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask, optimize
-from search.fusion_choice import fused_tasks, fusion_variants, pool_epilogue_edges, prologue_edges
+from search.fusion_choice import (
+    fused_tasks,
+    fusion_variants,
+    pool_epilogue_edges,
+    prologue_edges,
+    without_halos,
+)
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import (
     Form,
@@ -114,18 +124,21 @@ class LayoutSearchResult:
     prologue_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # its candidates
     shared_producers: bool = False  # whether a producer several of them read was a copy candidate
     pool_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # pooling-epilogue candidates
-    # with fusion variants, the plan's fastest and the fastest per-model pipeline timed again on
-    # their own (seconds per call); that timing decides between them
+    # the plan's fastest fusion variant, the same without zero-bordered values (`without_halos`)
+    # and the fastest per-model pipeline timed again on their own (seconds per call); that timing
+    # decides between them
     confirmed: dict[str, float] = field(default_factory=dict)
 
     @property
     def plan_latency(self) -> float:
-        """Seconds per call of `plan` (its best fusion variant)."""
-        return self.latencies[self.fusion]
+        """Seconds per call of `plan` (its best fusion variant), as the deciding timing measured it."""
+        return self.confirmed.get(self.fusion, self.latencies.get(self.fusion, math.nan))
 
     def describe(self) -> str:
         times = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
-        return f"pipeline {self.winner} (layout search: {times})"
+        again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
+        again = f"; the finalists again: {again}" if again else ""
+        return f"pipeline {self.winner} (layout search: {times}{again})"
 
     def table(self) -> str:
         blocks = sorted({b for r in self.rows for b in r.kernel_s})
@@ -148,8 +161,7 @@ class LayoutSearchResult:
         if self.pool_edges:
             pools = ", ".join(f"{a}->{c} ({name})" for (a, c), name in self.pool_edges.items())
             lines.append(f"pooling epilogues (fusion candidates): {pools}")
-        if self.prologue_edges or self.pool_edges:
-            lines.append(f"the plan's best fusion: {self.fusion}")
+        lines.append(f"the plan's best fusion: {self.fusion}")
         again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
         again = f"the finalists again: {again}; " if again else ""
         lines.append(f"measured end to end: {measured}; {again}kept {self.winner}; "
@@ -220,14 +232,22 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     diff = max(max_difference(exes[name](*args), reference) for name in variants)
     times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
     fusion = min(variants, key=times.__getitem__)  # the plan's best fusion
-    plan = variants[fusion]
     best_model = min((p for p in times if p not in variants), key=times.__getitem__)
-    confirmed: dict[str, float] = {}
-    if len(variants) > 1:  # the fastest of several variants is flattered by its timing's noise
-        finalists = (fusion, best_model)
-        confirmed = dict(zip(finalists, time_interleaved([exes[n] for n in finalists], args, rounds=rounds)))
-    final = confirmed or times
-    winner = PLAN if final[fusion] <= final[best_model] else best_model
+    # the best fusion without zero-bordered values, then the finalists timed again on their own:
+    # the fastest of several variants is flattered by its timing's noise
+    plain = without_halos(fusion)
+    variants[plain] = replace(variants[fusion], fusion=replace(
+        variants[fusion].fusion or FusionPlan.default(), halos=False))
+    prepared[plain] = prepare_plan(model, target, threads, variants[plain])
+    sources[plain] = sources[fusion]
+    prefetch_kernels(memo, [(prepared[plain].module, sources[plain])], tgt, workers)
+    exes[plain] = build_model(model, sources[plain], prepared=prepared[plain], memo=memo)
+    diff = max(diff, max_difference(exes[plain](*args), reference))
+    finalists = (fusion, plain, best_model)
+    confirmed = dict(zip(finalists, time_interleaved([exes[n] for n in finalists], args, rounds=rounds)))
+    fusion = min((fusion, plain), key=confirmed.__getitem__)
+    plan = variants[fusion]
+    winner = PLAN if confirmed[fusion] <= confirmed[best_model] else best_model
     prepared[PLAN], sources[PLAN] = prepared[fusion], sources[fusion]
     named = optimize(model.mod, model.params, Pipeline(graph_passes()))
     forms = {p: per_model_forms(named, prepared[p]) for p in candidates(target, threads)}

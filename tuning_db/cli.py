@@ -210,23 +210,37 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
     return 0
 
 
+# `OpPattern.OUT_ELEMWISE_FUSABLE` as a stored FusionPlan's rules write it: a rule with this consumer
+# fuses a producer into a convolution or dense layer, a prologue (Relay's own rules have none)
+ANCHOR_PATTERN = 4
+
+
 def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
-    """Which prologue edges (injective producers fused into the kernel they feed) the plan fuses,
-    from the search's candidates (`info["prologue_edges"]`) less the plan's disabled edges; "" for a
-    plan stored before fusion was a choice."""
-    edges = info.get("prologue_edges")
-    if not isinstance(edges, dict) or not edges:
+    """The plan's fusion as its layout search chose it (`info["fusion"]`, the variant): which of
+    the search's prologue candidates (`info["prologue_edges"]`) it fuses, whether a shared producer
+    is copied into each reader, which pooling epilogues it fuses (`info["pool_edges"]`), and
+    whether values are stored with zero borders; "" for a plan stored before fusion was a choice."""
+    if "fusion" not in info and not info.get("prologue_edges"):
         return ""
-    fusion = plan.get("fusion")
-    if not isinstance(fusion, dict):
-        return f"fusion: Relay's rules (prologue candidates, none fused: {_edges(edges)})"
-    off = {f"{a}->{c}" for a, c in fusion.get("disabled_edges", [])}
-    fused = {k: v for k, v in edges.items() if k not in off}
-    rest = {k: v for k, v in edges.items() if k in off}
-    variant = info.get("fusion", "plan")
-    copies = "; a producer several of them read is copied into each" if fusion.get("copy_shared") else ""
-    return (f"fusion ({variant}): Relay's rules, and as prologues {_edges(fused) or 'none'}"
-            + (f"; not fused: {_edges(rest)}" if rest else "") + copies)
+    fusion = plan.get("fusion") if isinstance(plan.get("fusion"), dict) else {}
+    parts = ["Relay's rules"]
+    edges = info.get("prologue_edges") or {}
+    if edges:
+        off = {f"{a}->{c}" for a, c in fusion.get("disabled_edges", [])}
+        prologues = any(consumer == ANCHOR_PATTERN for _, consumer in fusion.get("rules", []))
+        fused = {k: v for k, v in edges.items() if k not in off} if prologues else {}
+        rest = {k: v for k, v in edges.items() if k not in fused}
+        parts.append(f"as prologues {_edges(fused) or 'none'}"
+                     + (f" (not fused: {_edges(rest)})" if rest else ""))
+    if fusion.get("copy_shared"):
+        parts.append("a producer several of them read copied into each")
+    pools = info.get("pool_edges") or {}
+    if pools:
+        parts.append(f"pooling epilogues {_edges(pools)}" if fusion.get("pool_epilogues")
+                     else f"no pooling epilogue (candidates: {_edges(pools)})")
+    parts.append("padding folded into producers (zero-bordered values)" if fusion.get("halos", True)
+                 else "no zero-bordered values (each convolution pads its input)")
+    return f"fusion ({info.get('fusion', 'plan')}): " + "; ".join(parts)
 
 
 def _edges(edges: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ explicitly padded input with `count_include_pad`. Adaptive pooling lives in `poo
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -203,6 +204,15 @@ def windows_inside(attrs: Attrs, in_hw: tuple[int, int], out_hw: tuple[int, int]
         return False
     windows = zip(in_hw, out_hw, attrs["pool_size"], attrs["strides"])
     return all((o - 1) * s + k <= i for i, o, k, s in windows)
+
+
+def windows_tile(pool_size: Sequence[int], strides: Sequence[int], tile: int) -> bool:
+    """Whether pooling windows partition a Winograd output tile of `tile` x `tile` pixels: each
+    window as large as its stride (no overlap, no gap) and dividing the tile, so a unit of whole
+    tile rows pools whole windows and no window spans two tiles. The rule a blocked Winograd
+    convolution's pooling epilogue needs, read by the fusion (on op attributes) and by its
+    template (on the compute)."""
+    return tuple(pool_size) == tuple(strides) and all(tile % s == 0 for s in strides)
 
 
 INT_MAX_POOL = ("int8", "uint8", "int32")

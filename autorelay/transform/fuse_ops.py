@@ -35,11 +35,11 @@ from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
 from autorelay.op import registry
 from autorelay.op.conv_compute import direct_nchwc
-from autorelay.op.pool import windows_inside
+from autorelay.op.pool import windows_inside, windows_tile
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.op.winograd import data_block
-from autorelay.transform.fusion_plan import ANCHORS, FusionPlan
+from autorelay.transform.fusion_plan import ANCHORS, NO_HALOS, FusionPlan
 from autorelay.transform.normal_form import scoped_children
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.util import op_name, tensor_type
@@ -213,8 +213,7 @@ def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:
         if u is None or not isinstance(u.shape[0], int):
             return False
         tile = math.isqrt(u.shape[0]) - 2  # U is [(tile + 2)^2, K/y, C, y]
-        size, strides = tuple(pool.attrs["pool_size"]), tuple(pool.attrs["strides"])
-        if size != strides or any(tile % s for s in strides):
+        if not windows_tile(pool.attrs["pool_size"], pool.attrs["strides"], tile):
             return False
         layout = f"NCHW{u.shape[-1]}c"
     else:
@@ -336,6 +335,8 @@ class FuseOps(FunctionPass):
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
         out = _Fuser(self.plan).visit(fn)
         assert isinstance(out, Function)
+        if not self.plan.halos:  # the builder reads it off the fused function
+            out = out.replace(attrs=Attrs({**out.attrs, NO_HALOS: 1}))
         return out
 
 

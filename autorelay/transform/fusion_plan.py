@@ -15,9 +15,15 @@ comes only from the plan:
   fuses its own copy: a re-layout that a residual block's first convolution and its shortcut
   both read runs inside both instead of writing a tensor for them to read back. Indices (and
   `disabled_edges`) then number the op calls after copying;
-* `pool_epilogues`: a pooling layer joins the direct convolution whose activation it reads
+* `pool_epilogues`: a pooling layer joins the blocked convolution whose activation it reads
   (`pool_epilogue_fits` says which pairs), so the kernel pools each tile of the convolution's output
-  while it is still in cache instead of writing the whole map for a pooling kernel to read back.
+  while it is still in cache instead of writing the whole map for a pooling kernel to read back;
+* `halos`: a convolution's zero padding is folded into the kernel producing its input, which writes
+  the value into the interior of a zero-bordered buffer (`autorelay.halo_plan`), so the
+  convolution needs no padding pass. On by default; a plan without (`halos=False`) marks the
+  fused function (`NO_HALOS`) and the graph builder stores every value plainly. A tuned kernel
+  that inlines its padding as bounds tests gains nothing from the border and other readers
+  address the value through the border's strides, so the layout search measures both.
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
 convolutions or a convolution and a reduction are separate kernels; the one exception is a pooling
@@ -40,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from autorelay.ir.expr import Function
 from autorelay.op.registry import OpPattern
 
 E, B, I, R, O = (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE,
@@ -57,6 +64,9 @@ RELAY_RULES: frozenset[tuple[OpPattern, OpPattern]] = frozenset(
 # an out-elemwise-fusable op (conv2d, dense, pooling) takes its injective producers as a prologue
 PROLOGUE_RULES: frozenset[tuple[OpPattern, OpPattern]] = frozenset({(p, O) for p in (E, B, I)})
 
+# the attribute a fused function carries when its plan stores every value without a border
+NO_HALOS = "NoHalos"
+
 ANCHORS = (OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.TUPLE, OpPattern.OPAQUE)
 
 
@@ -67,6 +77,7 @@ class FusionPlan:
     disabled_edges: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     copy_shared: bool = False
     pool_epilogues: bool = False
+    halos: bool = True
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -101,7 +112,8 @@ class FusionPlan:
         off = f", disabled_edges={sorted(self.disabled_edges)}" if self.disabled_edges else ""
         copies = ", copy_shared=True" if self.copy_shared else ""
         pools = ", pool_epilogues=True" if self.pool_epilogues else ""
-        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools})"
+        plain = "" if self.halos else ", halos=False"
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools}{plain})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
         return (producer_group, consumer) in self.rules
@@ -117,6 +129,7 @@ class FusionPlan:
             "disabled_edges": sorted(list(e) for e in self.disabled_edges),
             **({"copy_shared": True} if self.copy_shared else {}),
             **({"pool_epilogues": True} if self.pool_epilogues else {}),
+            **({} if self.halos else {"halos": False}),
         }
 
     @staticmethod
@@ -127,4 +140,11 @@ class FusionPlan:
             frozenset(tuple(e) for e in data.get("disabled_edges", ())),
             bool(data.get("copy_shared", False)),
             bool(data.get("pool_epilogues", False)),
+            bool(data.get("halos", True)),
         )
+
+
+def halos_allowed(fn: Function) -> bool:
+    """Whether the graph builder may store `fn`'s values with zero borders: unless the fusion
+    plan that fused it said not to (`FusionPlan.halos`)."""
+    return not fn.attrs.get(NO_HALOS, 0)

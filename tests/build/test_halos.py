@@ -8,17 +8,26 @@ only the interior of its output."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import autorelay
 from autorelay import te
+from autorelay.codegen import resolve_target
 from autorelay.errors import ScheduleError
+from autorelay.graph_builder import graph_buffer_plans
 from autorelay.kernel import BoundKernel, compile_kernel
 from autorelay.runtime.graph_plan import Slot, Step, plan_memory
 from autorelay.te import nn
 from autorelay.te.halo import BufferPlan, pad_request, padded_shape, read_padded
 from autorelay.te.tensor import topo_order
+from autorelay.transform.fuse_ops import FuseOps
+from autorelay.transform.fusion_plan import halos_allowed
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import pipeline_passes
+from autorelay.transform.prepare import prepare
 
 pytestmark = pytest.mark.cpu
 
@@ -77,21 +86,39 @@ def test_bordered_values_match_the_interpreter(pipeline, threads, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_build_without_halos_has_no_bordered_slots():
-    from autorelay.build_module import build_prepared
-    from autorelay.codegen import resolve_target
-    from autorelay.transform.prepare import prepare
+def _without_halos(name: str) -> Pipeline:
+    """The named pipeline with its fusion plan's halos switched off."""
+    passes = pipeline_passes(name)
+    assert isinstance(passes[-1], FuseOps)
+    return Pipeline([*passes[:-1], FuseOps(plan=replace(passes[-1].plan, halos=False))])
 
+
+@pytest.mark.parametrize("pipeline", ["default", "nchwc16-direct"])
+def test_a_plan_without_halos_builds_no_bordered_slots(pipeline, tmp_path):
+    """`FusionPlan.halos=False` marks the fused function and the builder stores every value
+    plainly (also through save/load); both builds agree with the interpreter."""
     mod = autorelay.parse(BLOCK)
     params = _params()
-    prepared = prepare(mod, params, "default")
-    x = RNG.standard_normal((1, 16, 12, 12)).astype("float32")
-    plain = build_prepared(prepared, resolve_target("llvm", 1), halos=False)
-    bordered = build_prepared(prepared, resolve_target("llvm", 1))
+    plain = autorelay.build(mod, params=params, threads=1, pipeline=_without_halos(pipeline))
+    bordered = autorelay.build(mod, params=params, threads=1, pipeline=pipeline)
     assert {s.kind for s in plain.plan.slots}.isdisjoint({"padded", "interior"})
     assert "padded" in {s.kind for s in bordered.plan.slots}
-    for a, b in zip(plain(x), bordered(x)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert not any("zero-bordered" in r.detail for r in plain.report.rows)
+    x = RNG.standard_normal((1, 16, 12, 12)).astype("float32")
+    _check(mod, params, plain, x)
+    _check(mod, params, bordered, x)
+    plain.save(tmp_path / "m.arx")
+    again = autorelay.load(tmp_path / "m.arx")
+    assert {s.kind for s in again.plan.slots}.isdisjoint({"padded", "interior"})
+
+
+def test_the_fused_function_says_whether_halos_are_allowed():
+    mod = autorelay.parse(BLOCK)
+    plain = prepare(mod, _params(), _without_halos("default"))
+    bordered = prepare(mod, _params(), "default")
+    assert not halos_allowed(plain["main"]) and halos_allowed(bordered["main"])
+    assert graph_buffer_plans(plain, resolve_target("llvm", 1)) == {}
+    assert graph_buffer_plans(bordered, resolve_target("llvm", 1)) != {}
 
 
 def test_a_convolution_reads_its_input_padded():

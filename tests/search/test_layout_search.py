@@ -26,7 +26,7 @@ from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from search import tune_model
 from search.cli import main
-from search.fusion_choice import fusion_variants, prologue_edges
+from search.fusion_choice import fusion_variants, prologue_edges, without_halos
 from search.layout_dp import assign, breakdown, plan_cost
 from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
@@ -93,14 +93,16 @@ def _reference(model) -> np.ndarray:
     return np.asarray(autorelay.evaluate(mod, *args))
 
 
-def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
+@pytest.mark.parametrize("halos", [True, False])
+def test_stored_plan_is_rebuilt_exactly(tmp_path, model, halos):
     layers = conv_layers(model.mod)
     rng = random.Random(3)
     plan = LayoutPlan({name: rng.choice([0, 8, 16]) for name in layers},
                       {name: rng.choice([0, 2, 4]) for name in layers})  # Winograd in any layout
     edges = sorted(prologue_edges(model, plan)[0])  # and with some of its prologues fused
     assert edges
-    plan = replace(plan, fusion=FusionPlan.prologues().without_edges(rng.sample(edges, len(edges) // 2)))
+    fusion = FusionPlan.prologues().without_edges(rng.sample(edges, len(edges) // 2))
+    plan = replace(plan, fusion=replace(fusion, halos=halos))  # zero-bordered values or not
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with tuning_db.open(url) as db:
         _store(db, model, plan)
@@ -123,6 +125,7 @@ def test_stored_plan_is_rebuilt_exactly(tmp_path, model):
     want = _kernel_keys(fused)
     for exe in (res.exe, auto.exe, lib):
         assert Counter(r.workload_key for r in exe.report.rows if r.kind in ("kernel", "fallback")) == want
+        assert ("padded" in {s.kind for s in exe.plan.slots}) == halos
     args = run_inputs(res.exe, model)
     out = np.asarray(res.exe(*args))
     default = np.asarray(autorelay.build(model.mod, params=model.params, threads=1)(*args))
@@ -169,12 +172,15 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
         res = compile_model(model, db, "llvm", threads=1, pipeline="plan")
     variants = {PLAN, *fusion_variants(r.prologue_edges, r.shared_producers)}
     assert r.prologue_edges and set(r.latencies) == {*variants, *candidates("llvm", 1)}
-    assert r.solution.exact and r.fusion == min(variants, key=r.latencies.__getitem__)
+    first = min(variants, key=r.latencies.__getitem__)  # the best fusion in the first timing
     best_model = min(candidates("llvm", 1), key=r.latencies.__getitem__)
-    final = r.confirmed or r.latencies  # with fusion variants, the finalists timed again decide
-    assert set(r.confirmed) == ({r.fusion, best_model} if len(variants) > 1 else set())
-    assert r.winner == (PLAN if final[r.fusion] <= final[best_model] else best_model)
+    # the finalists timed again decide: that fusion, the same without halos, the best pipeline
+    assert set(r.confirmed) == {first, without_halos(first), best_model}
+    assert r.solution.exact and r.fusion == min((first, without_halos(first)), key=r.confirmed.__getitem__)
+    assert r.winner == (PLAN if r.confirmed[r.fusion] <= r.confirmed[best_model] else best_model)
     assert (r.plan.fusion is None) == (r.fusion == PLAN)
+    assert r.plan.fusion is None or r.plan.fusion.halos == (r.fusion == first)
+    assert r.plan_latency == r.confirmed[r.fusion]
     assert rec is not None and rec.id == r.record_id and rec.plan == r.plan.to_dict()
     assert rec.chosen == (r.winner == PLAN) and rec.winner == r.winner
     assert res.pipeline == r.winner
@@ -194,6 +200,8 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     out = capsys.readouterr().out
     assert sum(line.startswith("conv2d_") for line in out.splitlines()) == len(names)
     assert "fusion" in out and all(f"{a}->{c}" in out for a, c in r.prologue_edges)
+    halos = r.plan.fusion is None or r.plan.fusion.halos
+    assert ("no zero-bordered values" in out) == (not halos), out
 
 
 def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path):

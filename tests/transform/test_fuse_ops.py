@@ -17,6 +17,7 @@ from autorelay.transform import (
     pipeline,
     primitive_functions,
 )
+from autorelay.transform.fusion_plan import halos_allowed
 
 
 def _groups(out: IRModule) -> list[list[str]]:
@@ -115,6 +116,21 @@ def test_max_depth_and_plans_as_data():
     assert _fuse(lambda x: call("nn.relu", conv(x)), plan=no_conv) == [["nn.conv2d"], ["nn.relu"]]
     with pytest.raises(ValueError, match="max_depth"):
         FusionPlan(max_depth=0)
+
+
+def test_a_plan_without_halos_groups_alike_and_marks_the_fused_function():
+    """`FusionPlan.halos` changes no grouping: it marks the fused function for the builder, and
+    survives the JSON round trip (absent from the JSON when on, as plans stored before it)."""
+    body = lambda x: call("nn.relu", conv(call("negative", x)))
+    plain = replace(FusionPlan.default(), halos=False)
+    assert _fuse(body, plan=plain) == _fuse(body)
+    assert FusionPlan.from_json(plain.to_json()) == plain and "halos=False" in repr(plain)
+    assert "halos" not in FusionPlan.default().to_json() and "halos" not in repr(FusionPlan.default())
+    assert FusionPlan.from_json(FusionPlan.default().to_json()).halos
+    x = Var("x", TensorType((1, 4, 6, 6)))
+    mod = typed(IRModule.from_expr(Function((x,), body(x))))
+    assert not halos_allowed(FuseOps(plan=plain)(mod)["main"])
+    assert halos_allowed(FuseOps()(mod)["main"])
 
 
 def test_prologues_fuse_injective_producers_into_the_kernel_they_feed():

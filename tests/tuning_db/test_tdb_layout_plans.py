@@ -84,6 +84,36 @@ def test_db_plan_shows_the_precision_picked_on_the_layout_plan(tmp_path: Path,
     assert row == ["conv2d_0", "8", "1.5000", "1.2500", "0.1250", "tuned", "int8"]
 
 
+def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
+    """`db plan`'s fusion line, from real FusionPlan JSON: prologues only under rules that fuse
+    them (a pooling-epilogue plan keeps Relay's rules, its prologue candidates unfused), the
+    pooling epilogues, and whether values are stored with zero borders."""
+    from dataclasses import replace
+
+    from autorelay.op.registry import OpPattern
+    from autorelay.transform.fusion_plan import FusionPlan
+    from tuning_db.cli import ANCHOR_PATTERN, _fusion_line
+
+    assert int(OpPattern.OUT_ELEMWISE_FUSABLE) == ANCHOR_PATTERN
+    info = {"prologue_edges": {"0->1": "layout_transform -> nn.conv2d", "7->8": "reshape -> nn.dense"},
+            "pool_edges": {"3->4": "nn.relu -> nn.max_pool2d"}}
+
+    def line(fusion: FusionPlan | None, variant: str) -> str:
+        plan = {"blocks": {}} | ({"fusion": fusion.to_json()} if fusion is not None else {})
+        return _fusion_line(plan, {**info, "fusion": variant})
+
+    relay = line(None, "plan")
+    assert "as prologues none" in relay and "no pooling epilogue (candidates: 3->4" in relay
+    assert "padding folded into producers" in relay
+    one = line(FusionPlan.prologues().without_edges([(7, 8)]), "plan+prologue 0->1")
+    assert "as prologues 0->1 (layout_transform -> nn.conv2d) (not fused: 7->8" in one
+    plain_pools = replace(FusionPlan.default(), pool_epilogues=True, halos=False)
+    pools = line(plain_pools, "plan+pool epilogues (no halos)")
+    assert "as prologues none" in pools and "pooling epilogues 3->4" in pools
+    assert "no zero-bordered values" in pools and pools.startswith("fusion (plan+pool epilogues (no halos))")
+    assert _fusion_line({"blocks": {}}, {"winner": "plan"}) == ""  # stored before fusion was a choice
+
+
 def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:
     path = tmp_path / "v4.sqlite"
     engine = create_engine(f"sqlite:///{path}")

@@ -17,6 +17,7 @@ parallel loop nest into a workspace, or in the unit itself (V and M in per-unit 
 
 from __future__ import annotations
 
+from autorelay.op.pool import windows_tile
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import POOL_TAG, Template, conv_and_pool, register
@@ -54,7 +55,7 @@ def winograd_pool_stages(cdef: ComputeDef) -> Stages | None:
     v, pad = by_tag.get("winograd_input"), by_tag.get("pad")
     size, strides = pool.op.attrs["pool_size"], pool.op.attrs["strides"]  # type: ignore[union-attr]
     tile = m.op.attrs["tile"]  # type: ignore[union-attr]
-    if v is None or tuple(size) != tuple(strides) or tile % strides[0] or tile % strides[1]:
+    if v is None or not windows_tile(size, strides, tile):
         return None
     return v, m, pad, [t for t in stages if t not in (v, pad)], pool
 
