@@ -181,8 +181,10 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
     for r in latest.values():
         info = r.info
         times = ", ".join(f"{k} {v:.4g} ms" for k, v in info.get("latencies_ms", {}).items())
+        again = ", ".join(f"{k} {v:.4g} ms" for k, v in (info.get("confirmed_ms") or {}).items())
         print(f"layout plan #{r.id} of {r.model or r.model_key} on {r.target} ({_when(r.recorded_at)}): "
-              f"builds use {r.winner}; end to end: {times or f'plan {r.latency_ms:.4g} ms'}")
+              f"builds use {r.winner}; end to end: {times or f'plan {r.latency_ms:.4g} ms'}"
+              + (f"; the finalists again (this timing decided): {again}" if again else ""))
         if "modeled_ms" in info:
             print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
                   f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")

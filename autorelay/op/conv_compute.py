@@ -29,7 +29,8 @@ def direct_nchwc(attrs: Attrs) -> bool:
 
 
 def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """NCHW/OIHW (plain, or depthwise when groups == channels) and NCHW[x]c/OIHW[x]i[y]o convolutions."""
+    """NCHW/OIHW (plain, depthwise when groups == channels, else grouped) and NCHW[x]c/OIHW[x]i[y]o
+    convolutions."""
     from autorelay.op import te_compute as tc
     from autorelay.te import nn as tnn
 
@@ -47,7 +48,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         elif groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and tuple(dil) == (1, 1):
             out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
         else:
-            raise tc.Unsupported(f"grouped convolution (groups={groups}) has no compute")
+            out = tnn.group_conv2d_nchw(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad)
     elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \

@@ -154,8 +154,8 @@ class _Converter(ExprMutator):
         out_c = wt[kernel.index("O")]
         x, lay = self.track(c.args[0])
         if self.dst == "NCHWc":
-            if not isinstance(in_c, int):
-                return None
+            if not isinstance(in_c, int) or tuple(a["dilation"]) != (1, 1):
+                return None  # the blocked computes have no dilation: the conv stays in NCHW
             ic, oc = self._blocks(c, lay, in_c, out_c)
             if ic == 0 or oc == 0:
                 return None  # this conv stays in the source layout (its input is converted back)

@@ -80,6 +80,13 @@ MORE_CASES = [
          {"strides": (2,), "dilation": (2,), "groups": 2, "padding": (1,)}, rtol=1e-4,
          ident="conv1d-grouped"),
     case("nn.conv1d", [tensor((1, 4, 9)), tensor((4, 1, 3))], {"groups": 4}, rtol=1e-4, ident="conv1d-dw"),
+    # grouped 2-d convolutions that are neither plain nor the depthwise kernel
+    case("nn.conv2d", [tensor((2, 8, 9, 7)), tensor((12, 4, 3, 3))],
+         {"groups": 2, "padding": (1, 0, 2, 1), "strides": (2, 1)}, rtol=1e-4, ident="conv2d-grouped"),
+    case("nn.conv2d", [tensor((1, 6, 8, 8)), tensor((6, 1, 3, 3))],
+         {"groups": 6, "padding": (2, 2), "dilation": (2, 2)}, rtol=1e-4, ident="conv2d-dw-dilated"),
+    case("nn.conv2d", [tensor((1, 6, 5, 6)), tensor((9, 2, 1, 3))], {"groups": 3}, rtol=1e-4,
+         ident="conv2d-grouped-1x3"),
     case("nn.lrn", [tensor((1, 7, 3, 5))], {"size": 3, "alpha": 0.1}),
     case("nn.lrn", [tensor((2, 5, 11))], {"size": 4, "axis": -1, "alpha": 0.5, "beta": 0.6, "bias": 1.0},
          ident="lrn-even-size-last-axis"),

@@ -202,6 +202,9 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     assert "fusion" in out and all(f"{a}->{c}" in out for a, c in r.prologue_edges)
     halos = r.plan.fusion is None or r.plan.fusion.halos
     assert ("no zero-bordered values" in out) == (not halos), out
+    decided = next(line for line in out.splitlines() if line.startswith("layout plan #"))
+    decided = decided.split("the finalists again (this timing decided): ")[1]
+    assert all(f"{name} " in decided for name in r.confirmed), decided
 
 
 def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path):
