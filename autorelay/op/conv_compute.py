@@ -48,7 +48,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         elif groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and tuple(dil) == (1, 1):
             out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
         else:
-            out = tnn.group_conv2d_nchw(data, weight, groups, strides, pad, dil)
+            out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad)
     elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
@@ -59,6 +59,29 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     if tuple(out.shape) != tc.out_shape(out_type):
         raise tc.Unsupported(f"compute shape {out.shape} differs from the type's {tc.out_shape(out_type)}")
     return out
+
+
+def _grouped_conv2d(data: Any, weight: Any, groups: int, strides: Any, pad: Any, dil: Any) -> Any:
+    """An NCHW/OIHW convolution in groups that is neither plain nor the depthwise kernel (ResNeXt's
+    and AlexNet's groups, a dilated depthwise layer): output channel f reads the C/groups input
+    channels of its group, as `conv1d_compute` does. Tagged `reduce`, so the generic reduction
+    template schedules it (vectors along the output width)."""
+    from autorelay.te import nn as tnn
+    from autorelay.te import tensor as te
+
+    n, _, h, w = data.shape
+    oc, cg, kh, kw = weight.shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dil, pad
+    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    x = tnn.pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="group_conv2d_pad")
+    rc, rh, rw = te.reduce_axis(cg, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    per_group = oc // groups
+
+    def body(b: Any, f: Any, y: Any, xx: Any) -> Any:
+        tap = x[b, f // per_group * cg + rc.var, y * sh + rh.var * dh, xx * sw + rw.var * dw]
+        return te.sum(tap * weight[f, rc, rh, rw], [rc, rh, rw])
+
+    return te.compute((n, oc, oh, ow), body, name="group_conv2d", tag="reduce", attrs={"weight": weight.name})
 
 
 def conv1d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:

@@ -166,34 +166,6 @@ def conv2d_nchw(
     )
 
 
-def group_conv2d_nchw(data: Tensor, weight: Tensor, groups: int, strides=1, padding=0, dilation=1,
-                      name: str = "group_conv2d") -> Tensor:
-    """An NCHW/OIHW convolution in `groups` groups that is neither plain nor the depthwise kernel
-    (ResNeXt's and AlexNet's groups, a dilated depthwise layer): output channel f reads the
-    C/groups input channels of its group, `f // (OC/groups) * (C/groups) + rc`. Tagged `reduce`,
-    so the generic reduction template schedules it (vectors along the output width)."""
-    n, c, h, w = data.shape
-    oc, cg, kh, kw = weight.shape
-    if cg * groups != c or oc % groups:
-        raise ValueError(f"group_conv2d: data {data.shape} and weight {weight.shape} do not split into "
-                         f"{groups} groups")
-    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
-    pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
-    x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
-    rc, rh, rw = te.reduce_axis(cg, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-    per_group = oc // groups
-    return te.compute(
-        (n, oc, oh, ow),
-        lambda b, f, y, xx: te.sum(
-            x[b, f // per_group * cg + rc, y * sh + rh * dh, xx * sw + rw * dw] * weight[f, rc, rh, rw],
-            [rc, rh, rw]),
-        name=name,
-        tag="reduce",
-        attrs={"weight": weight.name},
-    )
-
-
 def conv2d_1x1_nchw(data: Tensor, weight: Tensor, name: str = "conv2d") -> Tensor:
     """A 1x1, stride-1, unpadded NCHW convolution as the GEMM it is: `M[n, k, p] = sum_c W[k, c] X[n, c, p]`
     over the flattened pixels p, then viewed as [N, K, H, W]. Pixels are contiguous in NCHW, so a
