@@ -91,6 +91,11 @@ class GraphBuilder:
         self.functions: list[Function] = []
         self.values: dict[int, Any] = {}  # expr id -> slot id | list (tuple value)
 
+    def halos_for(self, fn: Function) -> bool:
+        """Whether this build stores `fn`'s padded values with zero borders: a CPU build with no
+        device hook, of a model its fusion plan did not mark (`fusion_plan.halos_allowed`)."""
+        return self.use_halos and halos_allowed(fn)
+
     def slot(self, shape: tuple[int, ...], dtype: str, kind: str, index: int = -1, offset: int = 0) -> int:
         self.slots.append(Slot(tuple(int(d) for d in shape), dtype, kind, index, offset))
         return len(self.slots) - 1
@@ -110,7 +115,7 @@ class GraphBuilder:
             self.values[id(p)] = s
             names.append(p.name_hint)
             in_slots.append(s)
-        if self.use_halos and halos_allowed(fn):
+        if self.halos_for(fn):
             self.halos = plan_halos(fn.body, self.lowering)
             self.plans = buffer_plans(fn.body, self.halos, self.lowering)
         for node in post_order(fn.body, dataflow_children):
@@ -297,7 +302,7 @@ def graph_buffer_plans(module: IRModule, target: Target) -> dict[int, BufferPlan
     """Per call site (by id) of `module`'s @main, the buffer plan a graph build on `target`
     compiles that call's kernel with (see the module docstring): what compiling ahead needs."""
     builder = GraphBuilder(target, None)
-    if not (builder.use_halos and halos_allowed(module["main"])):
+    if not builder.halos_for(module["main"]):
         return {}
     return call_buffer_plans(module["main"].body, builder.lowering)
 

@@ -69,19 +69,15 @@ def _grouped_conv2d(data: Any, weight: Any, groups: int, strides: Any, pad: Any,
     from autorelay.te import nn as tnn
     from autorelay.te import tensor as te
 
-    n, _, h, w = data.shape
-    oc, cg, kh, kw = weight.shape
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dil, pad
-    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    x = tnn.pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name="group_conv2d_pad")
-    rc, rh, rw = te.reduce_axis(cg, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-    per_group = oc // groups
+    x, shape, (sh, sw), (dh, dw), (rc, rh, rw) = tnn.conv2d_nchw_window(
+        data, weight, strides, pad, dil, "group_conv2d", "conv2d", groups=groups)
+    cg, per_group = weight.shape[1], shape[1] // groups
 
     def body(b: Any, f: Any, y: Any, xx: Any) -> Any:
         tap = x[b, f // per_group * cg + rc.var, y * sh + rh.var * dh, xx * sw + rw.var * dw]
         return te.sum(tap * weight[f, rc, rh, rw], [rc, rh, rw])
 
-    return te.compute((n, oc, oh, ow), body, name="group_conv2d", tag="reduce", attrs={"weight": weight.name})
+    return te.compute(shape, body, name="group_conv2d", tag="reduce", attrs={"weight": weight.name})
 
 
 def conv1d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:

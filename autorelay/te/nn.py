@@ -133,20 +133,22 @@ def _out_dim(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> int:
 
 
 def conv2d_nchw_window(data: Tensor, weight: Tensor, strides, padding, dilation, name: str, op: str,
-                       pad_value: float = 0.0) -> tuple[Tensor, tuple[int, ...], tuple[int, int],
-                                                         tuple[int, int], tuple[te.IterVar, ...]]:
-    """What an NCHW/OIHW convolution reads, checked (`op` names it in the error): (the padded data,
-    the output shape, the strides, the dilations, the reduction axes rc, rh, rw). Shared by the
-    float and the bf16 computes."""
+                       pad_value: float = 0.0, groups: int = 1) -> tuple[
+                           Tensor, tuple[int, ...], tuple[int, int], tuple[int, int], tuple[te.IterVar, ...]]:
+    """What an NCHW/OIHW convolution in `groups` groups reads, checked (`op` names it in the
+    error): (the padded data, the output shape, the strides, the dilations, the reduction axes rc
+    over one group's input channels, rh, rw). Shared by the float, the grouped and the bf16
+    computes."""
     n, c, h, w = data.shape
     oc, ic, kh, kw = weight.shape
-    if ic != c:
-        raise ValueError(f"{op}: data has {c} channels, weight expects {ic}")
+    if ic * groups != c or oc % groups:
+        raise ValueError(f"{op}: data has {c} channels, weight expects {ic}"
+                         + (f" in each of {groups} groups of {oc} outputs" if groups > 1 else ""))
     (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
     pt, pl, pb, pr = _pad4(padding)
     oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
     x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), value=pad_value, name=f"{name}_pad")
-    axes = (te.reduce_axis(c, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"))
+    axes = (te.reduce_axis(ic, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw"))
     return x, (n, oc, oh, ow), (sh, sw), (dh, dw), axes
 
 
