@@ -34,6 +34,7 @@ import autorelay
 from autorelay.codegen import resolve_target
 from autorelay.ir.module import IRModule
 from autorelay.primitive import KernelMemo
+from autorelay.target import Target
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
@@ -195,6 +196,35 @@ def modeled_cost(graph: LayoutGraph, costs: dict[str, LayerCost], forms: dict[st
     return total
 
 
+@dataclass
+class _Builds:
+    """The search's builds, by name: each one's prepared model, schedule source and executable.
+    They share one kernel memo (and, given the tasks of every form, one schedule source), and
+    each batch's kernels are compiled ahead on `workers` processes."""
+
+    model: Model
+    db: Any
+    target: Target
+    workers: int
+    memo: KernelMemo
+    shared: BoundSource | None
+    prepared: dict[str, PreparedModel] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    exes: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, batch: dict[str, PreparedModel], source: Any = None) -> None:
+        """Build `batch`, reading schedules from `source`, else the shared source, else the log
+        bound to each build's own extraction."""
+        for name, prep in batch.items():
+            self.prepared[name] = prep
+            self.sources[name] = source or self.shared or (
+                schedule_source(self.db, self.model, prepared=prep) if self.db is not None else None)
+        prefetch_kernels(self.memo, [(prep.module, self.sources[n]) for n, prep in batch.items()],
+                         self.target, self.workers)
+        for name, prep in batch.items():
+            self.exes[name] = build_model(self.model, self.sources[name], prepared=prep, memo=self.memo)
+
+
 def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,
                   rounds: int = 9, store: bool = True, memo: KernelMemo | None = None,
                   tasks: list[ModelTask] | None = None, workers: int = 1) -> LayoutSearchResult:
@@ -207,64 +237,69 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     `workers` > 1: the builds' kernels are compiled ahead on that many processes."""
     tgt = resolve_target(target, threads)
     blocks = candidate_blocks(tgt)
-    memo = memo if memo is not None else KernelMemo()
     shared = BoundSource(db, tgt, tasks) if db is not None and tasks is not None else None
-    costs = kernel_costs(model, db, tgt, blocks, repeat=repeat, memo=memo, source=shared, workers=workers)
+    builds = _Builds(model, db, tgt, workers, memo if memo is not None else KernelMemo(), shared)
+    # 1. the layout program over the measured layer and re-layout costs
+    costs = kernel_costs(model, db, tgt, blocks, repeat=repeat, memo=builds.memo, source=shared,
+                         workers=workers)
     graph = layout_graph(model, costs, blocks, tgt)
     sol = solve(graph)
     layouts = sol.conv_layouts(graph)
     plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
                                 if any(form[0] == b for form in costs[name].forms)})
+    # 2. its fusion variants and the per-model pipelines, built and timed together
     edges, copies = prologue_edges(model, plan)
     pools = pool_epilogue_edges(model, plan)
     variants = {PLAN: plan, **{name: replace(plan, fusion=fusion)
                                for name, fusion in fusion_variants(edges, copies, bool(pools)).items()}}
-    prepared = {name: prepare_plan(model, target, threads, p) for name, p in variants.items()}
-    for p in candidates(target, threads):
-        prepared[p] = prepare_model(model, target, threads=threads, pipeline=p)
-    sources = {name: shared or (schedule_source(db, model, prepared=prep) if db is not None else None)
-               for name, prep in prepared.items()}
-    prefetch_kernels(memo, [(prep.module, sources[name]) for name, prep in prepared.items()], tgt, workers)
-    exes = {name: build_model(model, sources[name], prepared=prep, memo=memo)
-            for name, prep in prepared.items()}
-    args = run_inputs(exes[PLAN], model)
-    reference = exes["default"](*args)
-    diff = max(max_difference(exes[name](*args), reference) for name in variants)
-    times = dict(zip(exes, time_interleaved(list(exes.values()), args, rounds=rounds)))
+    per_model = {p: prepare_model(model, target, threads=threads, pipeline=p)
+                 for p in candidates(target, threads)}
+    builds.add({name: prepare_plan(model, target, threads, p) for name, p in variants.items()} | per_model)
+    args = run_inputs(builds.exes[PLAN], model)
+    reference = builds.exes["default"](*args)
+    times = dict(zip(builds.exes, time_interleaved(list(builds.exes.values()), args, rounds=rounds)))
     fusion = min(variants, key=times.__getitem__)  # the plan's best fusion
     best_model = min((p for p in times if p not in variants), key=times.__getitem__)
-    # the best fusion without zero-bordered values, then the finalists timed again on their own:
-    # the fastest of several variants is flattered by its timing's noise
+    # 3. the finalists timed again on their own (the fastest of several variants is flattered by its
+    # timing's noise), with the best fusion storing every value plainly
     plain = without_halos(fusion)
     variants[plain] = replace(variants[fusion], fusion=replace(
         variants[fusion].fusion or FusionPlan.default(), halos=False))
-    prepared[plain] = prepare_plan(model, target, threads, variants[plain])
-    sources[plain] = sources[fusion]
-    prefetch_kernels(memo, [(prepared[plain].module, sources[plain])], tgt, workers)
-    exes[plain] = build_model(model, sources[plain], prepared=prepared[plain], memo=memo)
-    diff = max(diff, max_difference(exes[plain](*args), reference))
+    builds.add({plain: prepare_plan(model, target, threads, variants[plain])}, builds.sources[fusion])
+    diff = max(max_difference(builds.exes[name](*args), reference) for name in variants)
     finalists = (fusion, plain, best_model)
-    confirmed = dict(zip(finalists, time_interleaved([exes[n] for n in finalists], args, rounds=rounds)))
+    confirmed = dict(zip(finalists, time_interleaved([builds.exes[n] for n in finalists], args,
+                                                     rounds=rounds)))
     fusion = min((fusion, plain), key=confirmed.__getitem__)
     plan = variants[fusion]
     winner = PLAN if confirmed[fusion] <= confirmed[best_model] else best_model
-    prepared[PLAN], sources[PLAN] = prepared[fusion], sources[fusion]
+    prepared = builds.prepared[fusion] if winner == PLAN else builds.prepared[winner]
+    # 4. the report: modelled costs and, per layer, its choice against the per-model pick's
     named = optimize(model.mod, model.params, Pipeline(graph_passes()))
-    forms = {p: per_model_forms(named, prepared[p]) for p in candidates(target, threads)}
+    forms = {p: per_model_forms(named, builds.prepared[p]) for p in candidates(target, threads)}
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
+    result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared,
+                                _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
+                                source=builds.sources[fusion if winner == PLAN else winner], fusion=fusion,
+                                prologue_edges=edges, shared_producers=copies, pool_edges=pools,
+                                confirmed=confirmed)
+    if store and db is not None:
+        result.record_id = _store(db, model, str(tgt), result, builds.prepared[fusion].key)
+    return result
+
+
+def _layer_rows(graph: LayoutGraph, sol: Solution, costs: dict[str, LayerCost], plan: LayoutPlan,
+                per_model: dict[str, Form]) -> list[LayerRow]:
+    """Per conv layer: the plan's layout and tile, its kernel times, the re-layouts it pays, and
+    its form under the fastest per-model pipeline."""
     parts = breakdown(graph, sol.layouts)
     rows = []
     for k in graph.convs():
         name, block = graph.nodes[k].name, sol.layouts[k]
-        c, ref = costs[name], forms[best_model].get(name, (0, 0))
+        c, ref = costs[name], per_model.get(name, (0, 0))
         rows.append(LayerRow(name, block, plan.winograd.get(name, 0), dict(c.kernel), parts[k][1],
                              c.source.get(block, "-"), *ref, c.forms.get(ref, math.nan)))
-    result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared[winner], rows, diff,
-                                source=sources[winner], fusion=fusion, prologue_edges=edges,
-                                shared_producers=copies, pool_edges=pools, confirmed=confirmed)
-    if store and db is not None:
-        result.record_id = _store(db, model, str(tgt), result, prepared[PLAN].key)
-    return result
+    return rows
 
 
 def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) -> int:

@@ -16,6 +16,9 @@ nodes. A tuple that feeds an injective op (concatenate's input) joins that op's 
 With `FusionPlan.pool_epilogues`, a max pooling joins the group of the convolution whose activation
 it reads (a second anchor, the group's last op; `pool_epilogue_fits` says which pairs).
 
+With `FusionPlan.slice_fields` (the default), a `split` whose uses each take one field becomes one
+slice per field first (`split_fields`), so each field fuses into the chain that reads it.
+
 With `FusionPlan.copy_shared`, a cheap producer that several anchors read as their prologue is
 first copied once per reader (`copy_shared_producers`), so that each fuses its own copy.
 
@@ -33,56 +36,18 @@ from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tuple, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
-from autorelay.op import registry
 from autorelay.op.conv_compute import direct_nchwc
 from autorelay.op.pool import windows_inside, windows_tile
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.op.winograd import data_block
+from autorelay.transform.fusion_graph import op_pattern, readers_of, region_order
 from autorelay.transform.fusion_plan import ANCHORS, NO_HALOS, FusionPlan
-from autorelay.transform.normal_form import scoped_children
 from autorelay.transform.pass_base import FunctionPass
+from autorelay.transform.split_fields import slice_split_fields
 from autorelay.transform.util import op_name, tensor_type
 
 PRIMITIVE = Attrs({"Primitive": 1})
-
-
-def _pattern(e: Expr) -> OpPattern | None:
-    if isinstance(e, Call) and isinstance(e.op, Op):
-        return registry.get(e.op.name).pattern if registry.exists(e.op.name) else OpPattern.OPAQUE
-    return None
-
-
-def _readers(order: list[Expr]) -> dict[int, list[Expr]]:
-    """Each node's readers among the nodes of `order` (by id; a reader once per argument it reads)."""
-    readers: dict[int, list[Expr]] = {}
-    for n in order:
-        if not isinstance(n, Function):
-            for k, _ in scoped_children(n):
-                readers.setdefault(id(k), []).append(n)
-    return readers
-
-
-def _region(root: Expr) -> list[Expr]:
-    """Nodes of one function body in dependency order, not entering nested functions."""
-    out: list[Expr] = []
-    seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if isinstance(node, Function):
-            continue
-        for k, _ in reversed(scoped_children(node)):
-            if id(k) not in seen:
-                stack.append((k, False))
-    return out
 
 
 @dataclass
@@ -99,17 +64,18 @@ class _Grouping:
 
     def __init__(self, body: Expr, plan: FusionPlan) -> None:
         self.plan = plan
-        self.body = copy_shared_producers(body, plan)  # the body the groups are of
-        order = _region(self.body)
-        self.calls = [n for n in order if _pattern(n) is not None]  # op calls, numbered as edges number them
+        # the body the groups are of
+        self.body = copy_shared_producers(slice_split_fields(body, plan), plan)
+        order = region_order(self.body)
+        self.calls = [n for n in order if op_pattern(n) is not None]  # op calls, as edges number them
         self.index = {id(n): i for i, n in enumerate(self.calls)}
-        self.users = _readers(order)
+        self.users = readers_of(order)
         uses = {key: len(readers) for key, readers in self.users.items()}
         self.group: dict[int, _Group] = {}
         self.edges: list[tuple[int, int]] = []
         self.merged: list[tuple[int, int]] = []  # the edges whose groups the plan joined
         for n in order:
-            p = _pattern(n)
+            p = op_pattern(n)
             if p is None:
                 continue
             g = _Group(n, [n], p, int(p in ANCHORS), 1)
@@ -125,8 +91,8 @@ class _Grouping:
     def _producers(self, n: Call) -> list[Expr]:
         out: list[Expr] = []
         for a in n.args:
-            feeds_injective = isinstance(a, Tuple) and _pattern(n) <= OpPattern.INJECTIVE  # type: ignore[operator]
-            if feeds_injective or _pattern(a) is not None:
+            feeds_injective = isinstance(a, Tuple) and op_pattern(n) <= OpPattern.INJECTIVE  # type: ignore[operator]
+            if feeds_injective or op_pattern(a) is not None:
                 out.append(a)
         return out
 
@@ -135,7 +101,7 @@ class _Grouping:
 
     def _try_merge(self, a: Expr, c: Call) -> None:
         gc = self.group[id(c)]
-        cp = _pattern(c)
+        cp = op_pattern(c)
         assert cp is not None
         if isinstance(a, Tuple):  # a tuple feeding an injective op joins it (as its input list)
             gc.members.insert(0, a)  # its fields stay outside, so it may come first
@@ -167,7 +133,7 @@ class _Grouping:
         group with one anchor, and the pair fits (`pool_epilogue_fits`)."""
         if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1 or not pools_an_activation(gc.root):
             return False
-        anchor = next(m for m in ga.members if _pattern(m) in ANCHORS)
+        anchor = next(m for m in ga.members if op_pattern(m) in ANCHORS)
         return pool_epilogue_fits(anchor, gc.root)  # type: ignore[arg-type]
 
 
@@ -189,7 +155,7 @@ def fusable_pooling(pool: Expr) -> bool:
 def pools_an_activation(pool: Expr) -> bool:
     """Whether `pool` is a `fusable_pooling` that reads an elementwise or broadcast op (a
     convolution's tail: bias, ReLU), the only pooling a convolution's group may take."""
-    return fusable_pooling(pool) and _pattern(pool.args[0]) in (  # type: ignore[attr-defined]
+    return fusable_pooling(pool) and op_pattern(pool.args[0]) in (  # type: ignore[attr-defined]
         OpPattern.ELEMWISE, OpPattern.BROADCAST)
 
 
@@ -286,16 +252,16 @@ def copy_shared_producers(body: Expr, plan: FusionPlan) -> Expr:
     itself when the plan does not copy or nothing qualifies."""
     if not plan.copy_shared:
         return body
-    order = _region(body)
-    users = _readers(order)
+    order = region_order(body)
+    users = readers_of(order)
 
     def takes_as_prologue(producer: OpPattern, reader: Expr) -> bool:
-        q = _pattern(reader)
+        q = op_pattern(reader)
         return q is not None and q in ANCHORS and plan.allows(producer, q)
 
     shared = {id(n) for n in order
-              if (p := _pattern(n)) is not None and p <= OpPattern.INJECTIVE and len(users.get(id(n), ())) > 1
-              and all(takes_as_prologue(p, u) for u in users[id(n)])}
+              if (p := op_pattern(n)) is not None and p <= OpPattern.INJECTIVE
+              and len(users.get(id(n), ())) > 1 and all(takes_as_prologue(p, u) for u in users[id(n)])}
     return _Copier(shared).visit(body) if shared else body
 
 

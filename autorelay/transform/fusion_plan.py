@@ -24,6 +24,10 @@ comes only from the plan:
   fused function (`NO_HALOS`) and the graph builder stores every value plainly. A tuned kernel
   that inlines its padding as bounds tests gains nothing from the border and other readers
   address the value through the border's strides, so the layout search measures both.
+* `slice_fields`: a `split` whose every use takes one field becomes one slice per field, and the
+  cheap ops only those fields read are copied per field (`split_fields`), so each field fuses into
+  the chain that reads it instead of a kernel copying every field to memory (an LSTM cell's four
+  gates). On by default: the fields are disjoint, so the copies recompute nothing.
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
 convolutions or a convolution and a reduction are separate kernels; the one exception is a pooling
@@ -78,6 +82,7 @@ class FusionPlan:
     copy_shared: bool = False
     pool_epilogues: bool = False
     halos: bool = True
+    slice_fields: bool = True
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -113,7 +118,8 @@ class FusionPlan:
         copies = ", copy_shared=True" if self.copy_shared else ""
         pools = ", pool_epilogues=True" if self.pool_epilogues else ""
         plain = "" if self.halos else ", halos=False"
-        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools}{plain})"
+        whole = "" if self.slice_fields else ", slice_fields=False"
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools}{plain}{whole})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
         return (producer_group, consumer) in self.rules
@@ -130,6 +136,7 @@ class FusionPlan:
             **({"copy_shared": True} if self.copy_shared else {}),
             **({"pool_epilogues": True} if self.pool_epilogues else {}),
             **({} if self.halos else {"halos": False}),
+            **({} if self.slice_fields else {"slice_fields": False}),
         }
 
     @staticmethod
@@ -141,6 +148,7 @@ class FusionPlan:
             bool(data.get("copy_shared", False)),
             bool(data.get("pool_epilogues", False)),
             bool(data.get("halos", True)),
+            bool(data.get("slice_fields", True)),
         )
 
 
