@@ -206,15 +206,19 @@ def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPl
 # ---- the graph ------------------------------------------------------------------------------------
 
 
-def _convertible(c: Call) -> bool:
-    """Whether `ConvertLayout` packs this conv (NCHW/OIHW, groups 1 or depthwise, static channels)."""
+def _convertible(c: Call, blocks: tuple[int, ...]) -> bool:
+    """Whether `ConvertLayout` packs this conv (NCHW/OIHW, static channels) in each of `blocks` as
+    the program models it: groups 1, depthwise, or groups whose channels each block divides (it
+    packs other groups in a divisor of their channels, which the program's edges do not model)."""
     a = c.attrs
     if a["data_layout"] != "NCHW" or a["kernel_layout"] != "OIHW" or a["out_layout"] not in ("", "NCHW"):
         return False
     xt, wt = tensor_type(c.args[0]), static_shape(c.args[1])
     if xt is None or wt is None or not isinstance(xt.shape[1], int):
         return False
-    return a["groups"] == 1 or a["groups"] == xt.shape[1] == wt[0]
+    g = a["groups"]
+    return g == 1 or g == xt.shape[1] == wt[0] or all(
+        (xt.shape[1] // g) % b == 0 and (wt[0] // g) % b == 0 for b in blocks)
 
 
 def _agnostic(c: Call) -> bool:
@@ -277,7 +281,7 @@ class _GraphReader:
     def _call(self, c: Call) -> int | None:
         name = op_name(c) or "call"
         values = [a for a in c.args if self.value.get(id(a)) is not None]
-        if name == "nn.conv2d" and id(c) in self.layers and _convertible(c):
+        if name == "nn.conv2d" and id(c) in self.layers and _convertible(c, self.blocks):
             layer = self.layers[id(c)]
             kernel = self.costs[layer].kernel
             if 0 in kernel and len(kernel) > 1:

@@ -22,9 +22,10 @@ def _pointwise(wshape: tuple, strides: tuple, pad: tuple, dil: tuple) -> bool:
 
 def direct_nchwc(attrs: Attrs) -> bool:
     """Whether a conv2d with these attrs is the direct NCHW[x]c convolution (`te.nn.conv2d_nchwc`):
-    blocked data and output, the matching blocked kernel, no groups, no dilation."""
+    blocked data and output, the matching blocked kernel (in groups: each group's channels in whole
+    blocks), no dilation."""
     dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
-    return dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") and attrs["groups"] == 1 \
+    return dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") \
         and tuple(attrs["dilation"]) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o"
 
 
@@ -50,7 +51,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         else:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
-        out = tnn.conv2d_nchwc(data, weight, strides, pad)
+        out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups)
     elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
             and groups == data.shape[1] * data.shape[4] and tuple(dil) == (1, 1):
         out = tnn.depthwise_conv2d_nchwc(data, weight, strides, pad)

@@ -188,26 +188,35 @@ def conv2d_1x1_nchw(data: Tensor, weight: Tensor, name: str = "conv2d") -> Tenso
     return te.compute((n, oc, h, w), lambda b, f, y, x: m[b, f, y * w + x], name=name, tag="conv2d_1x1_view")
 
 
-def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "conv2d_nchwc") -> Tensor:
-    """data [N, C/icb, H, W, icb], weight [OC/ocb, C/icb, KH, KW, icb, ocb] -> [N, OC/ocb, OH, OW, ocb]."""
+def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "conv2d_nchwc",
+                 groups: int = 1) -> Tensor:
+    """data [N, C/icb, H, W, icb], weight [OC/ocb, C/groups/icb, KH, KW, icb, ocb] -> [N, OC/ocb, OH, OW,
+    ocb]. In groups, output block f reads the input blocks of its group (ResNeXt's grouped layers,
+    whose channels per group divide into blocks)."""
     n, co, h, w, icb = data.shape
     oco, ico, kh, kw, icb2, ocb = weight.shape
-    if co != ico or icb != icb2:
-        raise ValueError(f"conv2d_nchwc: data {data.shape} and weight {weight.shape} disagree on channels")
+    if co != ico * groups or icb != icb2 or oco % groups:
+        raise ValueError(f"conv2d_nchwc: data {data.shape} and weight {weight.shape} disagree on channels "
+                         f"in {groups} group(s)")
     (sh, sw) = _pair(strides)
     pt, pl, pb, pr = _pad4(padding)
     oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
     x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name=f"{name}_pad")
-    rc, rh, rw = te.reduce_axis(co * icb, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    rc, rh, rw = te.reduce_axis(ico * icb, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    per_group = oco // groups  # output blocks per group
+
+    def block(f: E.Expr) -> E.Expr:  # the input block that output block f reads at rc
+        return rc // icb if groups == 1 else f // per_group * ico + rc // icb
+
     return te.compute(
         (n, oco, oh, ow, ocb),
         lambda b, f, y, xx, v: te.sum(
-            x[b, rc // icb, y * sh + rh, xx * sw + rw, rc % icb] * weight[f, rc // icb, rh, rw, rc % icb, v],
+            x[b, block(f), y * sh + rh, xx * sw + rw, rc % icb] * weight[f, rc // icb, rh, rw, rc % icb, v],
             [rc, rh, rw],
         ),
         name=name,
         tag="conv2d_nchwc",
-        attrs={"ic_bn": icb, "oc_bn": ocb},
+        attrs={"ic_bn": icb, "oc_bn": ocb, **({"groups": groups} if groups > 1 else {})},
     )
 
 

@@ -4,11 +4,12 @@
 for NCHW, `HWIO` for NHWC) to `dst`; `dst="NCHWc"` packs channels in blocks: data `NCHW{x}c`,
 weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW{x}c`), with
 the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
-order, Winograd convs counted among them, else `block`, shrunk to a divisor of the channel count;
+order, Winograd convs counted among them, else `block`, shrunk to a divisor of the channel count,
+in groups of the channels per group, so a group's channels are whole blocks;
 a block of 0 — `(0, 0)` there, or `block=0` for every conv `conv_blocks` does not address — leaves
 that conv in NCHW, which is how a per-layer `LayoutPlan` keeps layers plain). Quantized
 convolutions (`qnn.conv2d`, see `convert_layout_qnn`) are not addressed: they take `qnn_block`
-(default `block`; 0 keeps them in NCHW). Other grouped convolutions stay.
+(default `block`; 0 keeps them in NCHW). Dilated convolutions stay.
 
 The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
 ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
@@ -156,15 +157,16 @@ class _Converter(ExprMutator):
         if self.dst == "NCHWc":
             if not isinstance(in_c, int) or tuple(a["dilation"]) != (1, 1):
                 return None  # the blocked computes have no dilation: the conv stays in NCHW
-            ic, oc = self._blocks(c, lay, in_c, out_c)
+            g = a["groups"]
+            depthwise = g == in_c == out_c
+            per = 1 if depthwise else g  # in groups (not depthwise), blocks divide each group's channels
+            ic, oc = self._blocks(c, lay, in_c // per, out_c // per)
             if ic == 0 or oc == 0:
                 return None  # this conv stays in the source layout (its input is converted back)
-            if a["groups"] == 1:
-                data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
-            elif a["groups"] == in_c == out_c:  # depthwise: one block for input and output channels
+            if depthwise:  # one block for input and output channels
                 data, kern, out = f"NCHW{ic}c", f"OIHW1i{ic}o", f"NCHW{ic}c"
             else:
-                return None
+                data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
         else:
             data, kern, out = self.dst, KERNEL[self.dst], self.dst
         w = self.ensure(super().visit(c.args[1]), kernel, kern)

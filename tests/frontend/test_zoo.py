@@ -15,13 +15,15 @@ from autorelay.runtime.values import ConstructorValue, from_list, to_list
 # small instances of each architecture keep the interpreter runs quick
 SMALL = {
     "resnet-18": dict(image_size=32), "resnet-34": dict(image_size=32), "resnet-50": dict(image_size=32),
+    "resnext-50": dict(image_size=32),
     "mobilenet-v2": dict(image_size=32), "vgg-16": dict(image_size=32), "squeezenet-1.1": dict(image_size=48),
     "dcgan": dict(ngf=8), "inception": dict(image_size=16),
     "transformer": dict(seq_len=8, d_model=32, d_ff=64),
     "lstm": dict(seq_len=4), "gru": dict(seq_len=4), "rnn": dict(seq_len=4), "char-rnn": dict(steps=5),
 }
 EXPECTED_OUT = {
-    "resnet-18": (1, 1000), "resnet-50": (1, 1000), "mobilenet-v2": (1, 1000), "vgg-16": (1, 1000),
+    "resnet-18": (1, 1000), "resnet-50": (1, 1000), "resnext-50": (1, 1000), "mobilenet-v2": (1, 1000),
+    "vgg-16": (1, 1000),
     "squeezenet-1.1": (1, 1000), "nature-dqn": (1, 18), "dcgan": (1, 3, 64, 64), "mlp": (1, 10),
     "transformer": (1, 8, 32), "lstm": (1, 128), "gru": (1, 128), "rnn": (1, 128),
 }
@@ -29,9 +31,9 @@ EXPECTED_OUT = {
 
 def test_names_and_aliases():
     names = zoo.names()
-    for required in ["resnet-18", "resnet-34", "resnet-50", "mobilenet-v2", "vgg-16", "squeezenet-1.1",
-                     "nature-dqn", "dcgan", "inception", "mlp", "transformer", "lstm", "gru", "rnn",
-                     "char-rnn", "tree-lstm"]:
+    for required in ["resnet-18", "resnet-34", "resnet-50", "resnext-50", "mobilenet-v2", "vgg-16",
+                     "squeezenet-1.1", "nature-dqn", "dcgan", "inception", "mlp", "transformer", "lstm",
+                     "gru", "rnn", "char-rnn", "tree-lstm"]:
         assert required in names
     assert zoo.canonical_name("ResNet18") == "resnet-18"
     with pytest.raises(KeyError, match="unknown model"):

@@ -87,6 +87,14 @@ MORE_CASES = [
          {"groups": 6, "padding": (2, 2), "dilation": (2, 2)}, rtol=1e-4, ident="conv2d-dw-dilated"),
     case("nn.conv2d", [tensor((1, 6, 5, 6)), tensor((9, 2, 1, 3))], {"groups": 3}, rtol=1e-4,
          ident="conv2d-grouped-1x3"),
+    # grouped convolutions in channel blocks (each group's channels whole blocks): output block f reads
+    # its group's input blocks, also where a register tile spans blocks of two groups
+    case("nn.conv2d", [tensor((2, 4, 7, 6, 4)), tensor((8, 2, 3, 3, 4, 4))],
+         {"groups": 2, "padding": (1, 1), "strides": (2, 1), "data_layout": "NCHW4c",
+          "kernel_layout": "OIHW4i4o"}, rtol=1e-4, ident="conv2d-grouped-nchw4c"),
+    case("nn.conv2d", [tensor((1, 4, 6, 6, 4)), tensor((4, 1, 3, 3, 4, 8))],
+         {"groups": 4, "padding": (1, 2, 0, 1), "data_layout": "NCHW4c", "kernel_layout": "OIHW4i8o",
+          "out_layout": "NCHW8c"}, rtol=1e-4, ident="conv2d-grouped-blocks-4-to-8"),
     case("nn.lrn", [tensor((1, 7, 3, 5))], {"size": 3, "alpha": 0.1}),
     case("nn.lrn", [tensor((2, 5, 11))], {"size": 4, "axis": -1, "alpha": 0.5, "beta": 0.6, "bias": 1.0},
          ident="lrn-even-size-last-axis"),

@@ -20,6 +20,7 @@ _MODELS: dict[str, Callable[..., tuple[IRModule, dict[str, np.ndarray]]]] = {
     "resnet-18": lambda **kw: cnn.resnet(18, **kw),
     "resnet-34": lambda **kw: cnn.resnet(34, **kw),
     "resnet-50": lambda **kw: cnn.resnet(50, **kw),
+    "resnext-50": lambda **kw: cnn.resnet(50, cardinality=32, **kw),
     "mobilenet-v2": cnn.mobilenet_v2,
     "vgg-16": cnn.vgg16,
     "squeezenet-1.1": cnn.squeezenet1_1,
@@ -36,8 +37,8 @@ _MODELS: dict[str, Callable[..., tuple[IRModule, dict[str, np.ndarray]]]] = {
 }
 
 _ALIASES = {"resnet18": "resnet-18", "resnet34": "resnet-34", "resnet50": "resnet-50",
-            "mobilenet": "mobilenet-v2", "mobilenetv2": "mobilenet-v2", "vgg16": "vgg-16",
-            "squeezenet": "squeezenet-1.1", "dqn": "nature-dqn", "charrnn": "char-rnn",
+            "resnext50": "resnext-50", "mobilenet": "mobilenet-v2", "mobilenetv2": "mobilenet-v2",
+            "vgg16": "vgg-16", "squeezenet": "squeezenet-1.1", "dqn": "nature-dqn", "charrnn": "char-rnn",
             "treelstm": "tree-lstm"}
 
 

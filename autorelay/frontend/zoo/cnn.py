@@ -25,10 +25,12 @@ def _basic_block(b: NetBuilder, x: Expr, name: str, cin: int, cout: int, stride:
     return call("nn.relu", call("add", y, short))
 
 
-def _bottleneck(b: NetBuilder, x: Expr, name: str, cin: int, cout: int, stride: int) -> Expr:
-    mid = cout // 4
+def _bottleneck(b: NetBuilder, x: Expr, name: str, cin: int, cout: int, stride: int, mid: int = 0,
+                groups: int = 1) -> Expr:
+    """ResNet's bottleneck (`mid` = cout / 4); ResNeXt's with a wider `mid` and its 3x3 in `groups`."""
+    mid = mid or cout // 4
     y = b.conv_bn_relu(x, f"{name}_conv1", cin, mid, 1, 1)
-    y = b.conv_bn_relu(y, f"{name}_conv2", mid, mid, 3, stride)
+    y = b.conv_bn_relu(y, f"{name}_conv2", mid, mid, 3, stride, groups=groups)
     y = b.conv_bn_relu(y, f"{name}_conv3", mid, cout, 1, 1, relu=False)
     short = x if stride == 1 and cin == cout else b.conv_bn_relu(
         x, f"{name}_down", cin, cout, 1, stride, relu=False)
@@ -39,9 +41,13 @@ _RESNET_UNITS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3)}
 
 
 def resnet(depth: int, batch_size: int = 1, dtype: str = "float32", image_size: int = 224,
-           classes: int = 1000, seed: int = 0):
+           classes: int = 1000, seed: int = 0, cardinality: int = 1, group_width: int = 0):
+    """ResNet-18/34/50; with `cardinality` > 1, ResNeXt (Xie et al. 2017): the bottleneck's 3x3 in
+    `cardinality` groups of `group_width` channels (doubling per stage), ResNeXt-50 32x4d by default."""
     if depth not in _RESNET_UNITS:
         raise ValueError(f"resnet depth {depth} not supported; choose from {sorted(_RESNET_UNITS)}")
+    if cardinality > 1 and depth < 50:
+        raise ValueError("ResNeXt (cardinality > 1) has bottleneck blocks: depth 50")
     b = NetBuilder(seed, dtype)
     data = b.input("data", (batch_size, 3, image_size, image_size))
     x = b.conv_bn_relu(data, "stem", 3, 64, 7, 2)
@@ -53,7 +59,9 @@ def resnet(depth: int, batch_size: int = 1, dtype: str = "float32", image_size: 
     for stage, (units, cout) in enumerate(zip(_RESNET_UNITS[depth], widths)):
         for unit in range(units):
             stride = 2 if unit == 0 and stage > 0 else 1
-            x = block(b, x, f"stage{stage + 1}_unit{unit + 1}", cin, cout, stride)
+            grouped = {"mid": cardinality * (group_width or 4) << stage, "groups": cardinality} \
+                if cardinality > 1 else {}
+            x = block(b, x, f"stage{stage + 1}_unit{unit + 1}", cin, cout, stride, **grouped)
             cin = cout
     return b.finish([data], _classifier(b, x, cin, classes))
 
