@@ -23,7 +23,7 @@ computing the whole value. A split whose extent is not static, or whose tuple is
 
 from __future__ import annotations
 
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 from autorelay.ir.expr import Call, Expr, Function, TupleGetItem
 from autorelay.ir.visitor import ExprMutator
@@ -31,24 +31,20 @@ from autorelay.op import registry
 from autorelay.op.registry import OpPattern
 from autorelay.transform.fusion_graph import op_pattern, readers_of, region_order
 from autorelay.transform.fusion_plan import FusionPlan
-from autorelay.transform.util import op_name, tensor_type
+from autorelay.transform.util import op_name
 
 
 def split_bounds(split: Call) -> list[tuple[int, int]] | None:
-    """The [begin, end) of each field of `split` along its axis, or None when the extent is not static."""
-    data = tensor_type(split.args[0])
-    if data is None:
+    """The [begin, end) of each field of `split` along its axis, read off its checked type (as the
+    split's compute places its fields); None when a field's extent there is not static."""
+    fields = split.checked_type.fields if split.has_checked_type else ()  # type: ignore[attr-defined]
+    if not fields:
         return None
-    axis = split.attrs["axis"] % len(data.shape)
-    extent = data.shape[axis]
-    if not isinstance(extent, int):
+    axis = split.attrs["axis"] % len(fields[0].shape)
+    sizes = [f.shape[axis] for f in fields]
+    if not all(isinstance(d, int) for d in sizes):
         return None
-    spec = split.attrs["indices_or_sections"]
-    if isinstance(spec, int):
-        cuts = [extent * k // spec for k in range(spec + 1)]
-    else:
-        cuts = [0, *(min(int(b), extent) for b in spec), extent]
-    return list(pairwise(cuts))
+    return list(pairwise([0, *accumulate(sizes)]))
 
 
 def slice_split_fields(body: Expr, plan: FusionPlan) -> Expr:

@@ -105,3 +105,31 @@ def test_builds_match_the_interpreter(text, threads):
     flat = lambda v: [np.asarray(a) for x in v for a in (x if isinstance(x, tuple | list) else [x])]
     for g, w in zip(flat(got), flat(want), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+DYNAMIC = """#[version = "0.0.5"]
+def @main(%x: Tensor[(?, 8), float32]) {
+  %0 = split(exp(%x), indices_or_sections=2, axis=0);
+  (negative(%0.0), %0.1)
+}"""
+
+
+def test_a_split_along_a_dynamic_axis_is_left_as_it_is():
+    text = DYNAMIC
+    _, out = _fused(text, FusionPlan.default())
+    assert any("split" in g for g in _groups(out)) and not any("strided_slice" in g for g in _groups(out))
+    # along a static axis of the same dynamic tensor, the fields are slices
+    _, out = _fused(text.replace("axis=0", "axis=1"), FusionPlan.default())
+    assert not any("split" in g for g in _groups(out))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_the_vm_runs_sliced_fields_of_dynamic_tensors(axis):
+    from autorelay.runtime import vm
+
+    mod = autorelay.parse(DYNAMIC.replace("axis=0", f"axis={axis}"))
+    exe = vm.compile(mod, params={})
+    for n in (2, 6):
+        x = np.random.default_rng(n).standard_normal((n, 8)).astype("float32")
+        for got, want in zip(exe(x), autorelay.evaluate(mod, x), strict=True):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
