@@ -4,6 +4,7 @@ op calls of one function body in dependency order, each node's readers, and each
 from __future__ import annotations
 
 from autorelay.ir.expr import Call, Expr, Function, Op
+from autorelay.ir.visitor import post_order
 from autorelay.op import registry
 from autorelay.op.registry import OpPattern
 from autorelay.transform.normal_form import scoped_children
@@ -28,21 +29,4 @@ def readers_of(order: list[Expr]) -> dict[int, list[Expr]]:
 
 def region_order(root: Expr) -> list[Expr]:
     """Nodes of one function body in dependency order, not entering nested functions."""
-    out: list[Expr] = []
-    seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if isinstance(node, Function):
-            continue
-        for k, _ in reversed(scoped_children(node)):
-            if id(k) not in seen:
-                stack.append((k, False))
-    return out
+    return post_order(root, lambda n: [] if isinstance(n, Function) else [k for k, _ in scoped_children(n)])
