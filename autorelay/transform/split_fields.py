@@ -55,7 +55,7 @@ def slice_split_fields(body: Expr, plan: FusionPlan) -> Expr:
         return body
     order = region_order(body)
     readers = readers_of(order)
-    splits = {id(n): n for n in order if _sliceable_split(n, readers, body)}
+    splits = {id(n): (n, bounds) for n in order if (bounds := _field_bounds(n, readers, body)) is not None}
     if not splits:
         return body
     # the cheap ops whose every reader is a split or another such op (reverse order: readers first)
@@ -70,18 +70,21 @@ def slice_split_fields(body: Expr, plan: FusionPlan) -> Expr:
     return _FieldSlicer(splits, per_field).visit(body)
 
 
-def _sliceable_split(n: Expr, readers: dict[int, list[Expr]], body: Expr) -> bool:
+def _field_bounds(n: Expr, readers: dict[int, list[Expr]], body: Expr) -> list[tuple[int, int]] | None:
+    """`split_bounds(n)` when `n` is a split inside `body` whose every use takes one field; else None."""
     if op_name(n) != "split" or n is body or not readers.get(id(n)):
-        return False
+        return None
+    if not all(isinstance(u, TupleGetItem) for u in readers[id(n)]):
+        return None
     assert isinstance(n, Call)
-    return split_bounds(n) is not None and all(isinstance(u, TupleGetItem) for u in readers[id(n)])
+    return split_bounds(n)
 
 
 class _FieldSlicer(ExprMutator):
     """Replaces `split(x).k` by a slice of `x`, giving each field its own copy of the ops in
     `per_field` (by id) that it reads; keeps checked types (FuseOps reads them)."""
 
-    def __init__(self, splits: dict[int, Call], per_field: set[int]) -> None:
+    def __init__(self, splits: dict[int, tuple[Call, list[tuple[int, int]]]], per_field: set[int]) -> None:
         super().__init__()
         self.splits = splits
         self.per_field = per_field
@@ -97,12 +100,12 @@ class _FieldSlicer(ExprMutator):
         return f  # nested functions are regions of their own
 
     def visit_tuple_getitem(self, t: TupleGetItem) -> Expr:
-        split = self.splits.get(id(t.tuple_value))
-        if split is None:
+        if id(t.tuple_value) not in self.splits:
             return super().visit_tuple_getitem(t)
+        split, bounds = self.splits[id(t.tuple_value)]
         key = (id(split), t.index)
         if key not in self.slices:
-            begin, end = split_bounds(split)[t.index]  # type: ignore[index]
+            begin, end = bounds[t.index]
             data = self._copy(split.args[0], {})
             sliced = registry.call("strided_slice", data, begin=[begin], end=[end],
                                    axes=[split.attrs["axis"]])
