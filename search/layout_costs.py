@@ -37,6 +37,7 @@ from autorelay.ir.types import TensorType
 from autorelay.ir.visitor import children, post_order
 from autorelay.lower import workload_key
 from autorelay.op import registry
+from autorelay.op.conv import block_channels, is_depthwise
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.primitive import KernelMemo
@@ -216,9 +217,11 @@ def _convertible(c: Call, blocks: tuple[int, ...]) -> bool:
     xt, wt = tensor_type(c.args[0]), static_shape(c.args[1])
     if xt is None or wt is None or not isinstance(xt.shape[1], int):
         return False
-    g = a["groups"]
-    return g == 1 or g == xt.shape[1] == wt[0] or all(
-        (xt.shape[1] // g) % b == 0 and (wt[0] // g) % b == 0 for b in blocks)
+    g, in_c, out_c = a["groups"], xt.shape[1], wt[0]
+    if g == 1 or is_depthwise(g, in_c, out_c):
+        return True  # ConvertLayout packs these in `channel_block(c, b)`, which the edges model
+    per_in, per_out = block_channels(g, in_c, out_c)
+    return all(per_in % b == 0 and per_out % b == 0 for b in blocks)
 
 
 def _agnostic(c: Call) -> bool:

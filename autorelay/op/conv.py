@@ -39,6 +39,24 @@ from autorelay.op.shape_utils import dim_known_different, fmt_shape, merge_dims,
 SPATIAL = {1: "W", 2: "HW"}
 
 
+def is_depthwise(groups: int, in_channels: object, out_channels: object) -> bool:
+    """One filter per channel: every input channel is a group of its own and yields one output
+    channel. The depthwise kernels run these; a channel multiplier, or groups of several channels,
+    run the grouped forms."""
+    return groups == in_channels == out_channels
+
+
+def block_channels(groups: int, in_channels: int, out_channels: int) -> tuple[int, int]:
+    """The input and output channel counts a layout block of this convolution must divide.
+
+    A grouped convolution's block may not straddle two groups (a block of the output reads the
+    input blocks of one group), so it divides each group's channels; a depthwise one packs input
+    and output channels in one block, so it divides the channel count."""
+    if is_depthwise(groups, in_channels, out_channels):
+        return in_channels, out_channels
+    return in_channels // groups, out_channels // groups
+
+
 def normalize_conv_attrs(op: str, nsp: int, attrs: dict[str, Any]) -> dict[str, Any]:
     """Turn every int-or-list attribute into a tuple of the right length, checking ranges."""
     a = dict(attrs)

@@ -33,6 +33,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """NCHW/OIHW (plain, depthwise when groups == channels, else grouped) and NCHW[x]c/OIHW[x]i[y]o
     convolutions."""
     from autorelay.op import te_compute as tc
+    from autorelay.op.conv import is_depthwise
     from autorelay.te import nn as tnn
 
     data, weight = inputs
@@ -46,7 +47,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             out = tnn.conv2d_1x1_nchw(data, weight)
         elif groups == 1:
             out = tnn.conv2d_nchw(data, weight, strides, pad, dil)
-        elif groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and tuple(dil) == (1, 1):
+        elif is_depthwise(groups, data.shape[1], weight.shape[0]) and tuple(dil) == (1, 1):
             out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
         else:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)

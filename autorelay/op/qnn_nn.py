@@ -22,7 +22,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, Type
 from autorelay.op import qnn_fixed as F
-from autorelay.op.conv import conv_attrs, conv_canonical, conv_rel, normalize_conv_attrs
+from autorelay.op.conv import conv_attrs, conv_canonical, conv_rel, is_depthwise, normalize_conv_attrs
 from autorelay.op.layout import from_canonical_array, parse_layout, to_canonical_array
 from autorelay.op.qnn import _qparam, constant_value, fixed_point_rescaler, rescale_along
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
@@ -141,7 +141,7 @@ def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         raise tc.Unsupported(f"qnn.conv2d layouts {layouts} have no compute (NCHW/OIHW)")
     zero, weight_zero = _qparam(zd, (), 0), lambda f: _qparam(zw, (f,), 0)
     groups, dilation = attrs["groups"], tuple(attrs["dilation"])
-    if groups == data.shape[1] == weight.shape[0] and weight.shape[1] == 1 and dilation == (1, 1):
+    if is_depthwise(groups, data.shape[1], weight.shape[0]) and dilation == (1, 1):
         out = nn_int8.depthwise_conv2d_nchw_q(data, weight, zero, weight_zero, attrs["strides"],
                                               attrs["padding"])
     else:

@@ -32,6 +32,7 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Tuple
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op import registry
+from autorelay.op.conv import block_channels, is_depthwise
 from autorelay.op.layout import from_canonical_array, parse_layout
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
@@ -157,13 +158,10 @@ class _Converter(ExprMutator):
         if self.dst == "NCHWc":
             if not isinstance(in_c, int) or tuple(a["dilation"]) != (1, 1):
                 return None  # the blocked computes have no dilation: the conv stays in NCHW
-            g = a["groups"]
-            depthwise = g == in_c == out_c
-            per = 1 if depthwise else g  # in groups (not depthwise), blocks divide each group's channels
-            ic, oc = self._blocks(c, lay, in_c // per, out_c // per)
+            ic, oc = self._blocks(c, lay, *block_channels(a["groups"], in_c, out_c))
             if ic == 0 or oc == 0:
                 return None  # this conv stays in the source layout (its input is converted back)
-            if depthwise:  # one block for input and output channels
+            if is_depthwise(a["groups"], in_c, out_c):  # one block for input and output channels
                 data, kern, out = f"NCHW{ic}c", f"OIHW1i{ic}o", f"NCHW{ic}c"
             else:
                 data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"

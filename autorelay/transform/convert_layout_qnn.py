@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Expr
+from autorelay.op.conv import is_depthwise
 from autorelay.op.layout import parse_layout
 from autorelay.te.nn_int8 import DOT_GROUP
 from autorelay.transform.util import static_shape, tensor_type
@@ -108,7 +109,8 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
         return None
     xt = tensor_type(c.args[0])
     if a["groups"] != 1:
-        depthwise = xt is not None and a["groups"] == xt.shape[1] == static_shape(c.args[1])[0]  # type: ignore[index]
+        ws = static_shape(c.args[1])
+        depthwise = xt is not None and ws is not None and is_depthwise(a["groups"], xt.shape[1], ws[0])
         return qdepthwise(conv, c, conv.qnn_block) if depthwise else None
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
