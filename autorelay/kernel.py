@@ -17,7 +17,9 @@ and returns a `BoundKernel` whose `__call__` costs one ctypes call per segment.
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,8 +211,43 @@ def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
         steps = tuple(config)
     func, state = apply(cdef, steps)
     key = structural_hash(func, target.key())
-    code = backend_for(target).emit(func, target, f"k_{key[:16]}")
+    code = _EMITTED.get(key)
+    if code is None:
+        code = _EMITTED.put(key, backend_for(target).emit(func, target, f"k_{key[:16]}"))
     return KernelCode(cdef, func, tuple(steps), state.relayouts, code, key, target)
+
+
+class EmitCache:
+    """Backend code by kernel key, the most recently used up to `limit` characters of text.
+
+    Emission is pure (the key hashes the loop IR and the target's code-changing part) and is most
+    of a build's time once the JIT's cache holds the compiled module, so a model rebuilt in one
+    process (a plan and its fusion variants, a test's second build) emits each kernel once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._codes: OrderedDict[str, BackendCode] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> BackendCode | None:
+        with self._lock:
+            code = self._codes.get(key)
+            if code is not None:
+                self._codes.move_to_end(key)
+            return code
+
+    def put(self, key: str, code: BackendCode) -> BackendCode:
+        with self._lock:
+            if key not in self._codes:
+                self._codes[key] = code
+                self._size += len(code.text)
+            while self._size > self.limit and len(self._codes) > 1:
+                self._size -= len(self._codes.popitem(last=False)[1].text)
+        return code
+
+
+_EMITTED = EmitCache(limit=64 << 20)
 
 
 def load_kernel(code: KernelCode, cache_dir: str | None = None) -> Kernel:

@@ -30,10 +30,10 @@ from autorelay.te.expr import (
     Read,
     Var,
     all_of,
+    distinct_nodes,
     free_vars,
     substitute,
     transform,
-    walk,
 )
 from autorelay.tir.linear_form import from_linear, linear
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
@@ -321,7 +321,7 @@ class Lowerer:
             return False
         bounds = self.all_bounds
         need: dict[int, tuple[Buffer, int]] = {}
-        for ld in [n for n in walk(value) if isinstance(n, Load)]:
+        for ld in [n for n in distinct_nodes(value) if isinstance(n, Load)]:
             b = ld.buffer
             if b.scope == "local":
                 continue
@@ -431,9 +431,7 @@ class Lowerer:
 
 
 def _reads(e: Expr) -> list[Read]:
-    from autorelay.te.expr import walk
-
-    return [n for n in walk(e) if isinstance(n, Read)]
+    return [n for n in distinct_nodes(e) if isinstance(n, Read)]
 
 
 def _flat(idx: list[Expr], shape: tuple[int, ...]) -> Expr:

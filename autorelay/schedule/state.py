@@ -12,7 +12,20 @@ from dataclasses import dataclass, field
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.implicit_gemm import conv_operands, gemm_parts
-from autorelay.te.expr import Bin, Call, Cast, Expr, IterVar, Read, Reduce, Var, substitute, transform, walk
+from autorelay.te.expr import (
+    Bin,
+    Call,
+    Cast,
+    Expr,
+    IterVar,
+    Read,
+    Reduce,
+    Var,
+    distinct_nodes,
+    substitute,
+    transform,
+    walk,
+)
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
 from autorelay.tir.nodes import BLOCK_TAGS, DOT_KINDS, THREAD_TAGS
 
@@ -111,12 +124,8 @@ class State:
 
     def consumers(self, st: Stage) -> list[Stage]:
         """Stages that read `st` once inlined stages are substituted."""
-        return [
-            c
-            for c in self.stages
-            if not c.inline
-            and any(isinstance(n, Read) and n.tensor is st.tensor for n in walk(self.inline_into(c.body)))
-        ]
+        return [c for c in self.stages if not c.inline and any(
+            isinstance(n, Read) and n.tensor is st.tensor for n in distinct_nodes(self.inline_into(c.body)))]
 
     def inline_into(self, body: Expr) -> Expr:
         """`body` with every read of an inlined stage replaced by that stage's *current* body: a
@@ -284,7 +293,7 @@ def _cache_read(state: State, step: S.CacheRead) -> None:
     copy_t = Tensor(name, t.shape, t.dtype, ComputeOp(axes, Read(t, tuple(a.var for a in axes), t.dtype),
                                                       "injective"))
     for r in readers:
-        if not any(isinstance(n, Read) and n.tensor is t for n in walk(r.body)):
+        if not any(isinstance(n, Read) and n.tensor is t for n in distinct_nodes(r.body)):
             raise ScheduleError(f"CacheRead {t.name}: stage {r.name} does not read it")
         r.body = transform(r.body, lambda n: Read(copy_t, n.indices, n.dtype)
                            if isinstance(n, Read) and n.tensor is t else None)

@@ -393,14 +393,28 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
 
 
 def transform(e: Expr, fn: Any) -> Expr:
-    """Post-order rewrite: `fn(node_with_rewritten_children)` returns a replacement or None."""
-    kids = children(e)
-    if kids:
-        new = tuple(transform(k, fn) for k in kids)
-        if any(n is not k for n, k in zip(new, kids)):
-            e = rebuild(e, new)
-    out = fn(e)
-    return e if out is None else out
+    """Post-order rewrite: `fn(node_with_rewritten_children)` returns a replacement or None.
+
+    `fn` must be a pure rewrite: a subtree the input shares (the same object under several parents:
+    an unrolled Winograd transform's selects, an inlined stage read twice) is rewritten once and
+    its result shared, where a tree walk would repeat it for every path that reaches it."""
+    memo: dict[int, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        done = memo.get(id(n))
+        if done is not None:
+            return done
+        kids = children(n)
+        m = n
+        if kids:
+            new = tuple(go(k) for k in kids)
+            if any(x is not k for x, k in zip(new, kids)):
+                m = rebuild(n, new)
+        out = fn(m)
+        done = memo[id(n)] = m if out is None else out
+        return done
+
+    return go(e)
 
 
 INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the caller's to refuse)
@@ -476,5 +490,21 @@ def walk(e: Expr) -> list[Expr]:
     return out
 
 
+def distinct_nodes(e: Expr) -> list[Expr]:
+    """Every node once (by identity), pre-order of first visit: what an expression contains, where
+    `walk` repeats a shared subtree for every path that reaches it (use `walk` to count)."""
+    out: list[Expr] = []
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        stack.extend(reversed(children(n)))
+    return out
+
+
 def free_vars(e: Expr) -> set[Var]:
-    return {n for n in walk(e) if isinstance(n, Var)}
+    return {n for n in distinct_nodes(e) if isinstance(n, Var)}

@@ -12,6 +12,7 @@ import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,9 @@ from autorelay.te.expr import (
     Reduce,
     Var,
     as_expr,
+    distinct_nodes,
     substitute,
     transform,
-    walk,
 )
 
 
@@ -45,11 +46,18 @@ class ComputeOp:
 
     def inputs(self) -> list[Tensor]:
         """Tensors this op reads, in first-read order, without repeats."""
-        seen: dict[int, Tensor] = {}
-        for n in walk(self.body):
-            if isinstance(n, Read) and id(n.tensor) not in seen:
-                seen[id(n.tensor)] = n.tensor
-        return list(seen.values())
+        return list(self._inputs)
+
+    @cached_property
+    def _inputs(self) -> tuple[Tensor, ...]:
+        """Computed once (the op is immutable), visiting a subtree its body shares once: an
+        unrolled body (a Winograd transform's selects) shares subtrees that a tree walk would
+        visit once per use."""
+        reads: dict[int, Tensor] = {}
+        for n in distinct_nodes(self.body):
+            if isinstance(n, Read) and id(n.tensor) not in reads:
+                reads[id(n.tensor)] = n.tensor
+        return tuple(reads.values())
 
 
 class Tensor:
@@ -179,7 +187,7 @@ def compute(
 
 
 def _validate(name: str, body: Expr) -> None:
-    nodes = walk(body)
+    nodes = distinct_nodes(body)
     for n in nodes[1:]:
         if isinstance(n, Reduce):
             raise ValueError(f"compute {name}: a reduction must be the whole body, not nested inside it")

@@ -15,7 +15,6 @@ from autorelay.te.expr import (
     Cmp,
     Const,
     Expr,
-    Load,
     Not,
     Select,
     Var,
@@ -23,7 +22,6 @@ from autorelay.te.expr import (
     is_int,
     rebuild,
     substitute,
-    transform,
 )
 from autorelay.tir.linear_form import Forms, Linear, combine
 from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
@@ -330,12 +328,3 @@ def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
     raise TypeError(f"substitute_stmt: unknown statement {type(s).__name__}")
 
 
-def load_buffers(e: Expr) -> list[Load]:
-    out: list[Load] = []
-
-    def fn(n: Expr) -> None:
-        if isinstance(n, Load):
-            out.append(n)
-
-    transform(e, fn)
-    return out

@@ -7,7 +7,7 @@ segment, vectorized loops contain no loops, and unguarded accesses provably stay
 
 from __future__ import annotations
 
-from autorelay.te.expr import Expr, Load, Var, free_vars, walk
+from autorelay.te.expr import Expr, Load, Var, distinct_nodes, free_vars
 from autorelay.tir.nodes import LOOP_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Seq, Stmt, Store
 from autorelay.tir.simplify import interval
 
@@ -28,7 +28,7 @@ def _check_expr(e: Expr, bufs: set[int], bounds: dict[Var, tuple[int, int]], gua
     for v in free_vars(e):
         if v not in bounds:
             raise VerifyError(f"variable {v.name} used outside any loop that binds it")
-    for n in walk(e):
+    for n in distinct_nodes(e):
         if isinstance(n, Load):
             _check_access(n.buffer, n.index, bufs, bounds, guarded, "load")
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autorelay.codegen import resolve_target
+from autorelay.codegen.base import BackendCode
 from autorelay.codegen.llvm.emit import emit_module
 from autorelay.codegen.llvm.host import host_target
 from autorelay.codegen.llvm.jit import clear_memory_cache
-from autorelay.kernel import compile_kernel
+from autorelay.kernel import EmitCache, compile_kernel, emit_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.apply import apply
 from autorelay.schedule.templates import template_for
@@ -58,6 +60,24 @@ def test_kernel_cache_is_keyed_by_structure():
     assert k1.module is k2.module
     other = compile_kernel(_dense(), [S.CacheWrite("dense")], target)
     assert other.module is not k1.module
+
+
+def test_emitted_code_is_reused_by_key_and_bounded_by_size():
+    avx2, avx512 = resolve_target("llvm -mcpu=znver3", 1), resolve_target("llvm -mcpu=skylake-avx512", 1)
+    first = emit_kernel(_dense(), None, avx2)
+    again = emit_kernel(_dense(), None, avx2)  # new tensors, same structure: emitted once
+    assert again.key == first.key and again.code is first.code
+    assert emit_module(first.func, avx2, f"k_{first.key[:16]}")[0] == first.code.text  # what it would emit
+    wide = emit_kernel(_dense(), None, avx512)
+    assert wide.key != first.key and "<16 x float>" in wide.code.text
+    assert "<16 x float>" not in first.code.text
+    cache = EmitCache(limit=10)  # characters of text: the most recently used are kept
+    a, b, c = (BackendCode(text, ()) for text in ("aaaa", "bbbb", "cccc"))
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") is a
+    cache.put("c", c)
+    assert cache.get("b") is None and cache.get("a") is a and cache.get("c") is c
 
 
 def test_disk_cache_serves_object_code(tmp_path):

@@ -32,8 +32,8 @@ from autorelay.te.expr import (
     Expr,
     Load,
     Var,
+    distinct_nodes,
     free_vars,
-    walk,
 )
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt
@@ -358,7 +358,7 @@ def _vectorizable(s: For) -> bool:
             stores.setdefault(id(t.buffer), []).append(t.index)
     for t in walk_stmts(s.body):
         if isinstance(t, Store):
-            for n in walk(t.value):
+            for n in distinct_nodes(t.value):
                 if (
                     isinstance(n, Load)
                     and id(n.buffer) in stores

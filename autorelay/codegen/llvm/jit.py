@@ -1,6 +1,7 @@
 """JIT compilation of LLVM IR with a kernel cache keyed by the loop IR's structural hash.
 
-In memory: hash -> compiled module (so rebuilding the same kernel is free). On disk (optional,
+In memory: hash -> compiled module (so a kernel is compiled once per process; `autorelay.kernel`
+keeps its emitted LLVM IR under the same hash, so it is emitted once too). On disk (optional,
 `cache_dir`): hash -> object file, served to MCJIT through its object cache so a warm cache skips
 both the O3 pipeline and instruction selection.
 """
