@@ -53,25 +53,28 @@ def _kernel_ops(module) -> list[list[str]]:
 @pytest.mark.parametrize("cpu", sorted(CPUS))
 @pytest.mark.parametrize("name", ["resnet-18", "mobilenet-v2", "inception"])
 def test_prologue_fused_builds_equal_the_interpreter(name, cpu):
+    """Each model and width builds one plan: blocks of one vector, direct (AVX-512), or blocks of 8
+    with Winograd F(4x4) layers (AVX2), so the direct and the Winograd prologue kernels both run
+    on each model."""
     model = load_model(name, image_size=32)
     target = CPUS[cpu]
     lanes = resolve_target(target, 1).vector_lanes()
     layers = conv_layers(model.mod)
     ref = _reference(model)
     scale = max(float(np.abs(ref).max()), 1e-3)
-    for plan in (LayoutPlan.uniform(layers, lanes), LayoutPlan.uniform(layers, 8, winograd=4)):
-        edges, _ = prologue_edges(model, plan)
-        # the model's NCHW input is re-laid out for the blocked stem: that transform is a candidate
-        assert any(v == "layout_transform -> nn.conv2d" for v in edges.values()), edges
-        fused = replace(plan, fusion=FusionPlan.prologues())
-        prepared = prepare_plan(model, target, 1, fused)
-        kernels = _kernel_ops(prepared.module)
-        stem = next(k for k in kernels if "nn.conv2d" in k)
-        assert "layout_transform" in stem  # the stem reads the NCHW input itself
-        exe = build_model(model, None, prepared=prepared)
-        assert not exe.report.fallbacks
-        out = np.asarray(exe(*run_inputs(exe, model)))
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
+    plan = LayoutPlan.uniform(layers, lanes) if lanes > 8 else LayoutPlan.uniform(layers, 8, winograd=4)
+    edges, _ = prologue_edges(model, plan)
+    # the model's NCHW input is re-laid out for the blocked stem: that transform is a candidate
+    assert any(v == "layout_transform -> nn.conv2d" for v in edges.values()), edges
+    fused = replace(plan, fusion=FusionPlan.prologues())
+    prepared = prepare_plan(model, target, 1, fused)
+    kernels = _kernel_ops(prepared.module)
+    stem = next(k for k in kernels if "nn.conv2d" in k)
+    assert "layout_transform" in stem  # the stem reads the NCHW input itself
+    exe = build_model(model, None, prepared=prepared)
+    assert not exe.report.fallbacks
+    out = np.asarray(exe(*run_inputs(exe, model)))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_plan_json_carries_its_fusion_and_quantizing_drops_it():
