@@ -5,8 +5,10 @@
 Every tuning candidate and every kernel of a model build goes through `autorelay.kernel.emit_kernel`
 (schedule, lower, simplify, emit LLVM IR: Python) and then LLVM (`load_kernel`). This times both over
 a fixed set of kernels: each of ResNet-18's tasks under the `nchwc16` and `default` pipelines and
-AutoTVM's C1-C12 convolutions (`conv2d_nchw`), each at its template default and `--random` configs
-drawn with a fixed seed (AVX-512 and AVX2 targets both, so either vector width's code is timed).
+under a plan of blocked Winograd F(4x4) layers, and AutoTVM's C1-C12 convolutions (`conv2d_nchw`),
+each at its template default and `--random` configs drawn with a fixed seed (AVX-512 and AVX2
+targets both, so either vector width's code is timed). A kernel two groups share is emitted once,
+in the first; each group's times are printed.
 
 It also prints one digest of all the emitted IR: a change meant to speed emission up without
 changing the code it emits must leave the digest as it was. `--digests FILE` keeps every kernel's
@@ -28,28 +30,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autorelay.codegen import resolve_target
 from autorelay.kernel import emit_kernel, load_kernel
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from reproduce.conv_workloads import WORKLOADS, conv_task
 from search.models import load_model, prepare_model
+from search.pipeline_choice import prepare_plan
 
 
-def kernel_set(randoms: int) -> list[tuple[str, object, object]]:
-    """(name, task, config) for every kernel the benchmark emits, in a fixed order."""
-    out: list[tuple[str, object, object]] = []
+def kernel_set(randoms: int) -> list[tuple[str, str, object, object]]:
+    """(group, name, task, config) for every kernel the benchmark emits, in a fixed order, each
+    (task, config) once."""
+    out: list[tuple[str, str, object, object]] = []
+    seen: set[tuple] = set()
 
-    def add(name: str, task, seed: int) -> None:
+    def add(group: str, name: str, task, seed: int) -> None:
         rng = random.Random(seed)
-        out.append((name, task, task.default))
-        out.extend((name, task, task.config(rng.randrange(len(task.space)))) for _ in range(randoms))
+        configs = [task.default, *(task.config(rng.randrange(len(task.space))) for _ in range(randoms))]
+        for config in configs:
+            key = (task.key, task.template, str(task.target), json.dumps(config.as_dict(), sort_keys=True))
+            if key not in seen:
+                seen.add(key)
+                out.append((group, name, task, config))
 
     for cpu in ("skylake-avx512", "znver3"):
         target = resolve_target(f"llvm -mcpu={cpu}", 2)
         for w in WORKLOADS:
-            add(f"{w.name} {cpu}", conv_task(w, target), int(w.name[1:]))
+            add("C1-C12", f"{w.name} {cpu}", conv_task(w, target), int(w.name[1:]))
     target = resolve_target("llvm", 2)
     model = load_model("resnet-18", image_size=56)
     for pipeline in ("nchwc16", "default"):
         for task in prepare_model(model, target, threads=2, pipeline=pipeline).extraction.tasks:
-            add(f"{pipeline} {task.name}", task, 7)
+            add(f"resnet-18 {pipeline}", f"{pipeline} {task.name}", task, 7)
+    winograd = LayoutPlan.uniform(conv_layers(model.mod), 8, winograd=4)
+    for task in prepare_plan(model, target, 2, winograd).extraction.tasks:
+        add("resnet-18 winograd F(4x4)", f"winograd {task.name}", task, 7)
     return out
 
 
@@ -60,23 +73,26 @@ def main() -> None:
     args = ap.parse_args()
     kernels = kernel_set(args.random)
     digests: dict[str, str] = {}
-    emit_s = llvm_s = 0.0
+    groups: dict[str, list[float]] = {}  # per group: kernels, emit s, LLVM s
     with tempfile.TemporaryDirectory() as cache:
-        for name, task, config in kernels:
+        for group, name, task, config in kernels:
+            row = groups.setdefault(group, [0, 0.0, 0.0])
             key = f"{name} {task.template} {config.as_dict()}"
             t0 = time.perf_counter()
             try:
                 code = emit_kernel(task.cdef, config, task.target)
             except Exception as e:  # an illegal random config: its error is part of the digest
                 digests[key] = f"error {type(e).__name__}"
-                emit_s += time.perf_counter() - t0
+                row[0], row[1] = row[0] + 1, row[1] + time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
             load_kernel(code, cache)
-            emit_s, llvm_s = emit_s + t1 - t0, llvm_s + time.perf_counter() - t1
+            row[0], row[1], row[2] = row[0] + 1, row[1] + t1 - t0, row[2] + time.perf_counter() - t1
             digests[key] = hashlib.sha256(code.code.text.encode()).hexdigest()
+    for group, (n, e, llvm) in groups.items():
+        print(f"  {group:28s} {n:4d} kernels: emit {e:6.1f} s, LLVM {llvm:6.1f} s")
     total = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16]
-    n = len(kernels)
+    n, emit_s, llvm_s = len(kernels), sum(r[1] for r in groups.values()), sum(r[2] for r in groups.values())
     print(f"{n} kernels: emit {emit_s:.1f} s ({n / emit_s:.1f} kernels/s), LLVM {llvm_s:.1f} s; "
           f"IR digest {total}")
     if args.digests is None:
