@@ -34,7 +34,7 @@ from autorelay.te.expr import (
     children,
     is_float,
 )
-from autorelay.tir.linear_form import linear
+from autorelay.tir.linear_form import from_linear, linear
 from autorelay.tir.nodes import Buffer
 from autorelay.tir.simplify import simplify
 
@@ -186,10 +186,11 @@ class ExprEmitter:
     def _direct_load(self, e: Load) -> Val:
         v = self.vector_var
         assert v is not None
-        terms, _ = linear(e.index)
+        terms, c = linear(e.index)
         coef = terms.get(v, 0)
         if coef in (1, 2) and not any(self.reads(a, v) for a in terms if a is not v):
-            base = self.scalar(simplify(e.index, mapping={v: Const(0, "int64")}))
+            # lane 0's index: the form without its lane term (no other atom reads the lane)
+            base = self.scalar(from_linear({a: k for a, k in terms.items() if a is not v}, c, e.index.dtype))
             p = self.gep(e.buffer, base.ref)
             w, vt = self.lanes, f"<{self.lanes} x {mem_type(e.dtype)}>"
             align = mem_align(e.dtype)
