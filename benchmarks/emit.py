@@ -77,17 +77,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         for group, name, task, config in kernels:
             row = groups.setdefault(group, [0, 0.0, 0.0])
+            row[0] += 1
             key = f"{name} {task.template} {config.as_dict()}"
             t0 = time.perf_counter()
             try:
                 code = emit_kernel(task.cdef, config, task.target)
             except Exception as e:  # an illegal random config: its error is part of the digest
                 digests[key] = f"error {type(e).__name__}"
-                row[0], row[1] = row[0] + 1, row[1] + time.perf_counter() - t0
+                row[1] += time.perf_counter() - t0
                 continue
             t1 = time.perf_counter()
             load_kernel(code, cache)
-            row[0], row[1], row[2] = row[0] + 1, row[1] + t1 - t0, row[2] + time.perf_counter() - t1
+            row[1] += t1 - t0
+            row[2] += time.perf_counter() - t1
             digests[key] = hashlib.sha256(code.code.text.encode()).hexdigest()
     for group, (n, e, llvm) in groups.items():
         print(f"  {group:28s} {n:4d} kernels: emit {e:6.1f} s, LLVM {llvm:6.1f} s")
