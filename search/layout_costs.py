@@ -37,7 +37,7 @@ from autorelay.ir.types import TensorType
 from autorelay.ir.visitor import children, post_order
 from autorelay.lower import workload_key
 from autorelay.op import registry
-from autorelay.op.conv import block_channels, is_depthwise
+from autorelay.op.conv import block_channels, is_depthwise, packed_group_block
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.primitive import KernelMemo
@@ -209,8 +209,9 @@ def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPl
 
 def _convertible(c: Call, blocks: tuple[int, ...]) -> bool:
     """Whether `ConvertLayout` packs this conv (NCHW/OIHW, static channels) in each of `blocks` as
-    the program models it: groups 1, depthwise, or groups whose channels each block divides (it
-    packs other groups in a divisor of their channels, which the program's edges do not model)."""
+    the program models it: groups 1, depthwise, groups whose channels each block divides, or
+    groups each block packs whole (it packs other groups in a divisor of their channels, which
+    the program's edges do not model)."""
     a = c.attrs
     if a["data_layout"] != "NCHW" or a["kernel_layout"] != "OIHW" or a["out_layout"] not in ("", "NCHW"):
         return False
@@ -221,7 +222,8 @@ def _convertible(c: Call, blocks: tuple[int, ...]) -> bool:
     if g == 1 or is_depthwise(g, in_c, out_c):
         return True  # ConvertLayout packs these in `channel_block(c, b)`, which the edges model
     per_in, per_out = block_channels(g, in_c, out_c)
-    return all(per_in % b == 0 and per_out % b == 0 for b in blocks)
+    return all((per_in % b == 0 and per_out % b == 0) or packed_group_block(g, in_c, out_c, b) == b
+               for b in blocks)
 
 
 def _agnostic(c: Call) -> bool:

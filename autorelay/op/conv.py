@@ -57,6 +57,18 @@ def block_channels(groups: int, in_channels: int, out_channels: int) -> tuple[in
     return in_channels // groups, out_channels // groups
 
 
+def packed_group_block(groups: int, in_channels: int, out_channels: int, requested: int) -> int:
+    """The block of a grouped convolution that packs whole groups, b / g of them, into each block
+    (`te.nn.packed_group_conv2d_nchwc`): the largest multiple of its g channels per group, above
+    g, dividing the channels and at most `requested`; 0 where none is, or where groups differ in
+    their input and output channels or are whole blocks already (`block_channels`)."""
+    g = in_channels // groups
+    if groups == 1 or is_depthwise(groups, in_channels, out_channels) or out_channels != in_channels:
+        return 0
+    fits = [b for b in range(2 * g, min(requested, in_channels) + 1, g) if in_channels % b == 0]
+    return max(fits, default=0)
+
+
 def normalize_conv_attrs(op: str, nsp: int, attrs: dict[str, Any]) -> dict[str, Any]:
     """Turn every int-or-list attribute into a tuple of the right length, checking ranges."""
     a = dict(attrs)

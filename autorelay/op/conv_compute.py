@@ -29,9 +29,26 @@ def direct_nchwc(attrs: Attrs) -> bool:
         and tuple(attrs["dilation"]) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o"
 
 
+def packed_groups(attrs: Attrs, data_shape: tuple) -> int:
+    """The channels per group of a grouped NCHW[b]c convolution whose groups are packed whole in
+    each block (kernel `OIHW{g}i{b}o`, g dividing b, g channels in and out per group; g = 1 is
+    depthwise), else 0 (`te.nn.packed_group_conv2d_nchwc`)."""
+    dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
+    if dl != ol or not (dl.startswith("NCHW") and dl.endswith("c")) or tuple(attrs["dilation"]) != (1, 1):
+        return 0
+    b = dl[4:-1]
+    if not b.isdigit() or not (kl.startswith("OIHW") and kl.endswith(f"i{b}o")) or len(data_shape) != 5:
+        return 0
+    g = kl[4:-len(f"i{b}o")]
+    if not g.isdigit() or int(g) < 1 or int(b) % int(g) \
+            or attrs["groups"] * int(g) != data_shape[1] * data_shape[4]:
+        return 0
+    return int(g)
+
+
 def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """NCHW/OIHW (plain, depthwise when groups == channels, else grouped) and NCHW[x]c/OIHW[x]i[y]o
-    convolutions."""
+    """NCHW/OIHW (plain, depthwise when groups == channels, else grouped), NCHW[x]c/OIHW[x]i[y]o
+    and NCHW[b]c/OIHW[g]i[b]o (depthwise, g = 1, or small groups packed in blocks) convolutions."""
     from autorelay.op import te_compute as tc
     from autorelay.op.conv import is_depthwise
     from autorelay.te import nn as tnn
@@ -53,9 +70,10 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups)
-    elif dl == ol and dl.startswith("NCHW") and dl.endswith("c") and kl == f"OIHW1i{dl[4:-1]}o" \
-            and groups == data.shape[1] * data.shape[4] and tuple(dil) == (1, 1):
+    elif packed_groups(attrs, data.shape) == 1:
         out = tnn.depthwise_conv2d_nchwc(data, weight, strides, pad)
+    elif packed_groups(attrs, data.shape):
+        out = tnn.packed_group_conv2d_nchwc(data, weight, strides, pad)
     else:
         raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")
     if tuple(out.shape) != tc.out_shape(out_type):

@@ -238,14 +238,17 @@ def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, na
     )
 
 
-def depthwise_nchwc_window(data: Tensor, weight: Tensor, strides, padding, name: str, pad_value=0.0
+def depthwise_nchwc_window(data: Tensor, weight: Tensor, strides, padding, name: str, pad_value=0.0,
+                           group: int = 1
                            ) -> tuple[Tensor, tuple[int, ...], int, int, te.IterVar, te.IterVar]:
-    """What a depthwise NCHW[x]c convolution reads, checked: (the padded data, the output shape,
-    the strides, the two reduction axes). Shared by the float and the int8 computes."""
+    """What a depthwise (or, with `group` channels per group, a packed grouped) NCHW[x]c
+    convolution reads, checked: (the padded data, the output shape, the strides, the two spatial
+    reduction axes). Shared by the float and the int8 computes."""
     n, cb, h, w, b = data.shape
-    wcb, one, kh, kw, one_i, wb = weight.shape
-    if (wcb, one, one_i, wb) != (cb, 1, 1, b):
-        raise ValueError(f"{name}: weight {weight.shape} must be [{cb}, 1, KH, KW, 1, {b}]")
+    wcb, one, kh, kw, wg, wb = weight.shape
+    if (wcb, one, wg, wb) != (cb, 1, group, b) or b % group:
+        raise ValueError(f"{name}: weight {weight.shape} must be [{cb}, 1, KH, KW, {group}, {b}] "
+                         f"with {group} dividing {b}")
     (sh, sw) = _pair(strides)
     pt, pl, pb, pr = _pad4(padding)
     oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
@@ -264,6 +267,26 @@ def depthwise_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
             x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
         name=name,
         tag="depthwise_nchwc",
+    )
+
+
+def packed_group_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
+                              name: str = "group_conv2d_nchwc") -> Tensor:
+    """data [N, C/b, H, W, b], weight [C/b, 1, KH, KW, g, b] (OIHW{g}i{b}o) -> [N, C/b, OH, OW, b]:
+    a grouped convolution of g input and g output channels per group with b/g whole groups packed
+    in each block, so a block reads only itself (ResNeXt's groups of 4 or 8 channels in blocks of
+    one vector, where blocks of g would cost a re-layout on each side and short vectors). Output
+    lane v sums the g lanes of its own group, v // g * g + rc, which a vector kernel reads as one
+    load and a lane shuffle per rc. Depthwise is the case g = 1; one template schedules both."""
+    g = weight.shape[4]
+    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, group=g)
+    rc = te.reduce_axis(g, "rc")
+    return te.compute(
+        shape,
+        lambda i, c, y, z, v: te.sum(
+            x[i, c, y * sh + rh, z * sw + rw, v // g * g + rc] * weight[c, 0, rh, rw, rc, v], [rc, rh, rw]),
+        name=name,
+        tag="group_conv2d_nchwc",
     )
 
 

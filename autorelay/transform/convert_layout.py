@@ -5,7 +5,8 @@ for NCHW, `HWIO` for NHWC) to `dst`; `dst="NCHWc"` packs channels in blocks: dat
 weights `OIHW{x}i{y}o`, output `NCHW{y}c` (depthwise: `OIHW1i{x}o`, output `NCHW{x}c`), with
 the blocks chosen per convolution (`conv_blocks[i] = (x, y)` for the i-th conv in dependency
 order, Winograd convs counted among them, else `block`, shrunk to a divisor of the channel count,
-in groups of the channels per group, so a group's channels are whole blocks;
+in groups of the channels per group, so a group's channels are whole blocks — or, where groups
+are smaller than the block asked for, whole groups packed into one block, `OIHW{g}i{x}o`;
 a block of 0 — `(0, 0)` there, or `block=0` for every conv `conv_blocks` does not address — leaves
 that conv in NCHW, which is how a per-layer `LayoutPlan` keeps layers plain). Quantized
 convolutions (`qnn.conv2d`, see `convert_layout_qnn`) are not addressed: they take `qnn_block`
@@ -32,7 +33,7 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Tuple
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op import registry
-from autorelay.op.conv import block_channels, is_depthwise
+from autorelay.op.conv import block_channels, is_depthwise, packed_group_block
 from autorelay.op.layout import from_canonical_array, parse_layout
 from autorelay.op.registry import OpPattern
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
@@ -158,11 +159,15 @@ class _Converter(ExprMutator):
         if self.dst == "NCHWc":
             if not isinstance(in_c, int) or tuple(a["dilation"]) != (1, 1):
                 return None  # the blocked computes have no dilation: the conv stays in NCHW
-            ic, oc = self._blocks(c, lay, *block_channels(a["groups"], in_c, out_c))
+            per_group = block_channels(a["groups"], in_c, out_c)
+            packed = packed_group_block(a["groups"], in_c, out_c, self._requested(c, lay)[0])
+            ic, oc = self._blocks(c, lay, *per_group)
             if ic == 0 or oc == 0:
                 return None  # this conv stays in the source layout (its input is converted back)
             if is_depthwise(a["groups"], in_c, out_c):  # one block for input and output channels
                 data, kern, out = f"NCHW{ic}c", f"OIHW1i{ic}o", f"NCHW{ic}c"
+            elif packed:  # small groups packed whole into one block for input and output
+                data, kern, out = f"NCHW{packed}c", f"OIHW{per_group[0]}i{packed}o", f"NCHW{packed}c"
             else:
                 data, kern, out = f"NCHW{ic}c", f"OIHW{ic}i{oc}o", f"NCHW{oc}c"
         else:
@@ -187,18 +192,25 @@ class _Converter(ExprMutator):
                     c.attrs.replace(data_layout=data))
         return call, f"NCHW{oc}c"
 
-    def _blocks(self, c: Call, lay: str | None, in_c: int, out_c: int) -> tuple[int, int]:
+    def _requested(self, c: Call, lay: str | None) -> tuple[int, int]:
+        """The (input, output) blocks asked of this conv: its `conv_blocks` entry, else `block`
+        with the input's own block reused; (0, 0) keeps it in NCHW."""
         i = self.convs.get(id(c), -1)
         if 0 <= i < len(self.conv_blocks):
             ic, oc = self.conv_blocks[i]
-            if ic == 0 or oc == 0:
-                return 0, 0
-        elif self.block == 0:
+            return (0, 0) if ic == 0 or oc == 0 else (ic, oc)
+        if self.block == 0:
             return 0, 0
-        else:
-            ic = oc = self.block
-            if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
-                ic = int(lay[4:-1])  # reuse the block the input already has
+        ic = oc = self.block
+        if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
+            ic = int(lay[4:-1])  # reuse the block the input already has
+        return ic, oc
+
+    def _blocks(self, c: Call, lay: str | None, in_c: int, out_c: int) -> tuple[int, int]:
+        """The requested blocks shrunk to divisors of `in_c` and `out_c`."""
+        ic, oc = self._requested(c, lay)
+        if ic == 0 or oc == 0:
+            return 0, 0
         return _divisor(in_c, ic), _divisor(out_c, oc)
 
     def _bias_add(self, c: Call) -> tuple[Expr, str | None] | None:

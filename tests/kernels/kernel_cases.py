@@ -113,6 +113,17 @@ def _dw_nchwc(s: int):
     return build
 
 
+def _group_nchwc(s: int, g: int, b: int, blocks: int):
+    """Groups of g channels packed whole in blocks of b (`packed_group_conv2d_nchwc`)."""
+
+    def build():
+        x = te.placeholder((1, blocks, 9, 6, b), name="X")  # narrow: the unrolled tile stays small
+        w = te.placeholder((blocks, 1, 3, 3, g, b), name="W")
+        return te.make_def([x, w], nn.packed_group_conv2d_nchwc(x, w, s, 1), "group_nchwc")
+
+    return build
+
+
 def _blocked_oracle(s: int, p: int, groups: int = 1):
     """The NCHW[x]c conv through the NCHW oracle: unpack data (and OIHW[i]i[o]o weights), repack."""
 
@@ -200,6 +211,8 @@ CASES = [
     Case("conv_nchwc_1x1", _conv_nchwc_1x1, _blocked_oracle(1, 0), "conv2d_nchwc"),
     Case("depthwise_nchwc_s1", _dw_nchwc(1), _blocked_oracle(1, 1, groups=16), "depthwise_nchwc"),
     Case("depthwise_nchwc_s2", _dw_nchwc(2), _blocked_oracle(2, 1, groups=16), "depthwise_nchwc"),
+    Case("group4_nchwc16_s1", _group_nchwc(1, 4, 16, 2), _blocked_oracle(1, 1, groups=8), "depthwise_nchwc"),
+    Case("group2_nchwc8_s2", _group_nchwc(2, 2, 8, 3), _blocked_oracle(2, 1, groups=12), "depthwise_nchwc"),
     Case("depthwise_s1", _dw(1), lambda x, w: H.conv_nchw(x, w, 1, 1, groups=5), "depthwise_conv2d_nchw"),
     Case("depthwise_s2", _dw(2), lambda x, w: H.conv_nchw(x, w, 2, 1, groups=5), "depthwise_conv2d_nchw"),
     Case("maxpool", _pool("max", 3, 2, 1), lambda x: H.pool(x, 3, 2, 1, "max"), "reduction"),

@@ -172,3 +172,28 @@ def test_ragged_tile_guards_are_tested_once_per_tile():
     assert "full" in kernel.llvm_ir and "ragged" in kernel.llvm_ir
     data = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
     np.testing.assert_allclose(kernel.run(data), data * 2 + 1, rtol=1e-6)
+
+
+def test_lanes_reading_fixed_offsets_load_one_window_and_shuffle():
+    """A vector load whose lanes read constant offsets from lane 0 within one vector's span (each
+    lane taking an element of its group, or a reversed block) is one load and a shuffle, masked to
+    the span the lanes read (the last row's window would run past the buffer otherwise); a wider
+    spread is read lane by lane. All three against NumPy."""
+    x = te.placeholder((3, 16), name="X")
+    cases = {
+        "group": (lambda i, j: x[i, j // 4 * 4 + 2], lambda v: v[:, np.arange(16) // 4 * 4 + 2]),
+        "reversed": (lambda i, j: x[i, j // 8 * 8 + 7 - j % 8], lambda v: v[:, np.arange(16) // 8 * 8 + 7
+                                                                             - np.arange(16) % 8]),
+        "spread": (lambda i, j: x[i, j * 5 % 16], lambda v: v[:, np.arange(16) * 5 % 16]),
+    }
+    data = np.random.default_rng(4).standard_normal((3, 16)).astype(np.float32)
+    ir = {}
+    for name, (body, oracle) in cases.items():
+        y = te.compute((3, 16), body, name="Y")
+        kernel = compile_kernel(te.make_def([x], y), [S.Split("Y", "j", 8), S.Vectorize("Y", "j_i")])
+        np.testing.assert_array_equal(kernel.run(data), oracle(data), err_msg=name)
+        ir[name] = kernel.llvm_ir
+    assert "llvm.masked.load.v8f32" in ir["group"] and "insertelement" not in ir["group"]
+    assert "masked.load" not in ir["reversed"] and "insertelement" not in ir["reversed"]
+    assert "i32 7, i32 6, i32 5" in ir["reversed"]
+    assert "masked.load" not in ir["spread"] and "insertelement" in ir["spread"]  # lane by lane

@@ -120,19 +120,22 @@ def test_a_layout_costs_its_fastest_form_and_names_its_tile():
 GROUPED_BLOCK = """#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 16, 10, 10), float32], %w0: Tensor[(32, 16, 1, 1), float32],
           %w1: Tensor[(32, 16, 3, 3), float32], %w2: Tensor[(32, 4, 3, 3), float32],
-          %w3: Tensor[(32, 32, 1, 1), float32]) {
+          %w3: Tensor[(64, 4, 3, 3), float32], %w4: Tensor[(32, 64, 1, 1), float32]) {
   %0 = nn.relu(nn.conv2d(%x, %w0, channels=32, kernel_size=[1, 1]));
   %1 = nn.relu(nn.conv2d(%0, %w1, padding=[1, 1], groups=2, channels=32, kernel_size=[3, 3]));
   %2 = nn.relu(nn.conv2d(%1, %w2, padding=[1, 1], groups=8, channels=32, kernel_size=[3, 3]));
-  add(nn.conv2d(%2, %w3, channels=32, kernel_size=[1, 1]), %0)
+  %3 = nn.relu(nn.conv2d(%2, %w3, padding=[1, 1], groups=8, channels=64, kernel_size=[3, 3]));
+  add(nn.conv2d(%3, %w4, channels=32, kernel_size=[1, 1]), %0)
 }"""
 
 
 def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(monkeypatch):
-    """A grouped conv whose groups' channels every candidate block divides is a conv node of the
-    program (ConvertLayout packs it in the block asked for); one with 4 channels per group (packed
-    in blocks of 4, which the program's edges do not model) is opaque, so a plan leaves it in NCHW.
-    With each transform costing one second, the program charges what the plan's build runs."""
+    """A grouped conv whose groups' channels every candidate block divides, or whose groups every
+    candidate block packs whole (4 channels in and out per group, in blocks of 8 or 16), is a conv
+    node of the program (ConvertLayout packs it in the block asked for); one with 4 channels in and
+    8 out per group (packed in blocks of 4, which the program's edges do not model) is opaque, so a
+    plan leaves it in NCHW. With each transform costing one second, the program charges what the
+    plan's build runs."""
     import numpy as np
     from test_layout_search import _layout_transforms
 
@@ -151,8 +154,8 @@ def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(mo
     layers = conv_layers(mod)
     g = layout_graph(model, {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}, (8, 16),
                      resolve_target("llvm", 1))
-    assert [n.name for n in g.nodes if n.kind == CONV] == ["conv2d_0", "conv2d_1", "conv2d_3"]
-    for blocks in ({"conv2d_0": 16, "conv2d_1": 8, "conv2d_3": 16}, {"conv2d_0": 0, "conv2d_1": 16,
-                                                                     "conv2d_3": 0}):
+    assert [n.name for n in g.nodes if n.kind == CONV] == ["conv2d_0", "conv2d_1", "conv2d_2", "conv2d_4"]
+    for blocks in ({"conv2d_0": 16, "conv2d_1": 8, "conv2d_2": 16, "conv2d_4": 16},
+                   {"conv2d_0": 0, "conv2d_1": 16, "conv2d_2": 8, "conv2d_4": 0}):
         charged = sum(t for _, t in breakdown(g, assign(g, blocks)))
         assert charged == _layout_transforms(prepare_plan(model, "llvm", 1, LayoutPlan(blocks)).module)

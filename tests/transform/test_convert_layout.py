@@ -107,6 +107,27 @@ def test_depthwise_conv_is_packed_with_one_block():
     assert_same_outputs(mod, out)
 
 
+@pytest.mark.parametrize("block, per_group, expect", [
+    (16, 4, ("NCHW16c", "OIHW4i16o")),  # four 4-channel groups in each block
+    (8, 2, ("NCHW8c", "OIHW2i8o")),
+    (16, 8, ("NCHW16c", "OIHW8i16o")),
+    (4, 8, ("NCHW4c", "OIHW4i4o")),  # a group spans blocks: blocks of the group, as before
+    (16, 12, ("NCHW12c", "OIHW12i12o")),  # 16 is no multiple of 12: the group as its block
+])
+def test_grouped_conv_packs_small_groups_whole_into_a_block(block, per_group, expect):
+    channels = 48 if per_group == 12 else 32
+    groups = channels // per_group
+    x = Var("x", TensorType((1, channels, 6, 7)))
+    y = call("nn.conv2d", x, _w(channels, per_group, 3, 3), padding=[1, 1], groups=groups,
+             channels=channels, kernel_size=[3, 3])
+    y = call("nn.conv2d", call("nn.relu", y), _w(16, channels, 1, 1), channels=16, kernel_size=[1, 1])
+    mod = IRModule.from_expr(Function((x,), y))
+    out = ConvertLayout(dst="NCHWc", block=block)(typed(mod))
+    grouped = [c for c in _convs(out) if c.attrs["groups"] > 1]
+    assert [(c.attrs["data_layout"], c.attrs["kernel_layout"]) for c in grouped] == [expect]
+    assert_same_outputs(mod, out)
+
+
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="dst"):
         ConvertLayout(dst="HWCN")

@@ -17,6 +17,7 @@ from autorelay.codegen.llvm.calls import emit_call
 from autorelay.codegen.llvm.lanes import all_of_conds as _all
 from autorelay.codegen.llvm.lanes import clamp_of as _clamp
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
+from autorelay.codegen.llvm.lanes import lane_offsets
 from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
 from autorelay.te.expr import (
@@ -43,6 +44,7 @@ __all__ = ["ExprEmitter"]
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 _UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
+_MANGLED = {"float": "f32", "double": "f64", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64"}
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
 
@@ -205,7 +207,34 @@ class ExprEmitter:
             return self._from_memory(self.op(
                 f"shufflevector {vt} {first.ref}, {vt} {second.ref}, <{w} x i32> <{mask}>", e.dtype, w
             ))
-        return self._per_lane(e)
+        return self._window_load(e) or self._per_lane(e)
+
+    def _window_load(self, e: Load) -> Val | None:
+        """A load whose lanes read fixed offsets within a window of at most `lanes` elements (a
+        packed grouped convolution's lanes each reading lane rc of their group) as one vector load
+        of the window and a constant shuffle. A window shorter than the vector is loaded masked,
+        so no element outside the lanes' reads is touched; None for any other load."""
+        found = lane_offsets(e.index, self.vector_var, self.lanes)  # type: ignore[arg-type]
+        if found is None or mem_type(e.dtype) not in _MANGLED:
+            return None
+        first, offsets = found
+        lo, w = min(offsets), self.lanes
+        span = max(offsets) - lo + 1
+        if span > w:
+            return None
+        p = self.gep(e.buffer, self.scalar(simplify(Bin("add", first, Const(lo, "int64"), "int64"))).ref)
+        vt, align = f"<{w} x {mem_type(e.dtype)}>", mem_align(e.dtype)
+        if span == w:
+            window = self.op(f"load {vt}, ptr {p}, align {align}", e.dtype, w)
+        else:
+            fn = f"@llvm.masked.load.v{w}{_MANGLED[mem_type(e.dtype)]}.p0"
+            self.declared.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
+            mask = ", ".join(f"i1 {'true' if k < span else 'false'}" for k in range(w))
+            window = self.op(f"call {vt} {fn}(ptr {p}, i32 {align}, <{w} x i1> <{mask}>, {vt} poison)",
+                             e.dtype, w)
+        order = ", ".join(f"i32 {o - lo}" for o in offsets)
+        return self._from_memory(self.op(
+            f"shufflevector {vt} {window.ref}, {vt} poison, <{w} x i32> <{order}>", e.dtype, w))
 
     def _from_memory(self, v: Val) -> Val:
         """A value just loaded in its memory type, as a register value (bool bytes -> i1)."""

@@ -73,3 +73,17 @@ def for_all(cond: Expr, extents: dict[Var, int]) -> Expr | None:
 def at_lane(e: Expr, v: Var, lane: int) -> Expr:
     """`e` at one lane of the vector variable `v` (simplified)."""
     return simplify(e, mapping={v: Const(lane, "int64")})
+
+
+def lane_offsets(index: Expr, v: Var, lanes: int) -> tuple[Expr, list[int]] | None:
+    """(lane 0's index, each lane's constant offset from it) when every lane of `index` lies a
+    fixed distance from lane 0 (a lane permutation, or lanes repeating their group's element:
+    `v // g * g + rc`), else None."""
+    first = at_lane(index, v, 0)
+    offsets = []
+    for lane in range(lanes):
+        d = simplify(Bin("sub", at_lane(index, v, lane), first, index.dtype))
+        if not isinstance(d, Const):
+            return None
+        offsets.append(int(d.value))
+    return first, offsets
