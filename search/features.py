@@ -35,7 +35,8 @@ from autorelay.errors import ScheduleError
 from autorelay.kernel import KernelCode
 from autorelay.schedule.space import Config
 from autorelay.target import Target, TargetSpec
-from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float, walk
+from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
+from autorelay.te.traverse import walk
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
     THREAD_TAGS,

@@ -21,8 +21,9 @@ from autorelay.lower.workload import compute_key
 from autorelay.schedule.space import Config, Space
 from autorelay.schedule.templates import template_for
 from autorelay.target import Target
-from autorelay.te.expr import Bin, Call, Expr, Reduce, Select, children, is_float
+from autorelay.te.expr import Bin, Call, Expr, Reduce, Select, is_float
 from autorelay.te.tensor import ComputeDef, topo_order
+from autorelay.te.traverse import children
 
 Reference = Callable[..., "np.ndarray | Sequence[np.ndarray]"]
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var, free_vars, substitute
+from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var
 from autorelay.te.tensor import ComputeOp, Tensor
+from autorelay.te.traverse import free_vars, substitute
 
 
 @dataclasses.dataclass(frozen=True)

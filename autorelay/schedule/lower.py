@@ -21,20 +21,8 @@ from dataclasses import dataclass
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule.state import Stage, State
-from autorelay.te.expr import (
-    Bin,
-    Cmp,
-    Const,
-    Expr,
-    Load,
-    Read,
-    Var,
-    all_of,
-    distinct_nodes,
-    free_vars,
-    substitute,
-    transform,
-)
+from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Read, Var, all_of
+from autorelay.te.traverse import distinct_nodes, free_vars, substitute, transform
 from autorelay.tir.linear_form import from_linear, linear
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
 from autorelay.tir.simplify import interval, simplify, simplify_stmt

@@ -12,21 +12,9 @@ from dataclasses import dataclass, field
 from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.implicit_gemm import conv_operands, gemm_parts
-from autorelay.te.expr import (
-    Bin,
-    Call,
-    Cast,
-    Expr,
-    IterVar,
-    Read,
-    Reduce,
-    Var,
-    distinct_nodes,
-    substitute,
-    transform,
-    walk,
-)
+from autorelay.te.expr import Bin, Call, Cast, Expr, IterVar, Read, Reduce, Var
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, placeholder, topo_order
+from autorelay.te.traverse import distinct_nodes, substitute, transform, walk
 from autorelay.tir.nodes import BLOCK_TAGS, DOT_KINDS, THREAD_TAGS
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autorelay.te.expr import Expr, Read, transform
+from autorelay.te.expr import Expr, Read
 from autorelay.te.tensor import ComputeDef, ComputeOp, Tensor, topo_order
+from autorelay.te.traverse import transform
 
 Halo = tuple[tuple[int, int], ...]  # per dimension: elements of zero border (before, after)
 

@@ -17,18 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.te.expr import (
-    DTYPES,
-    Expr,
-    IterVar,
-    Read,
-    Reduce,
-    Var,
-    as_expr,
-    distinct_nodes,
-    substitute,
-    transform,
-)
+from autorelay.te.expr import DTYPES, Expr, IterVar, Read, Reduce, Var, as_expr
+from autorelay.te.traverse import distinct_nodes, substitute, transform
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autorelay.te.expr import Call, Const, Expr, Var, walk
+from autorelay.te.expr import Call, Const, Expr, Var
+from autorelay.te.traverse import walk
 
 # GPU loops: a loop bound to a block or thread index is not a loop in the kernel; its variable is
 # that index (the launch's extent for the tag is the largest extent bound to it; smaller loops

@@ -8,21 +8,8 @@ lie in [0, 16), so a packed-weight load turns into a contiguous vector load, and
 
 from __future__ import annotations
 
-from autorelay.te.expr import (
-    INT_FOLD,
-    Bin,
-    Cast,
-    Cmp,
-    Const,
-    Expr,
-    Not,
-    Select,
-    Var,
-    children,
-    is_int,
-    rebuild,
-    substitute,
-)
+from autorelay.te.expr import Bin, Cast, Cmp, Const, Expr, Not, Select, Var, is_int
+from autorelay.te.traverse import INT_FOLD, children, rebuild, substitute
 from autorelay.tir.linear_form import Forms, Linear, combine
 from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
 

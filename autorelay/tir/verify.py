@@ -7,7 +7,8 @@ segment, vectorized loops contain no loops, and unguarded accesses provably stay
 
 from __future__ import annotations
 
-from autorelay.te.expr import Expr, Load, Var, distinct_nodes, free_vars
+from autorelay.te.expr import Expr, Load, Var
+from autorelay.te.traverse import distinct_nodes, free_vars
 from autorelay.tir.nodes import LOOP_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Seq, Stmt, Store
 from autorelay.tir.simplify import interval
 

@@ -20,7 +20,8 @@ from autorelay.errors import ScheduleError
 from autorelay.kernel import emit_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config
-from autorelay.te.expr import Call, Const, transform
+from autorelay.te.expr import Call, Const
+from autorelay.te.traverse import transform
 from autorelay.tir.nodes import SHFL_DOWN, Allocate, Barrier, For, If, Seq, Stmt, Store, shuffles, walk_stmts
 
 SHUFFLE_CASES = {  # lengths below one warp, ragged, and longer than the largest block

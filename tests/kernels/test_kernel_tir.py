@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from autorelay.te.expr import Bin, Cmp, Const, Load, Select, Var, const, substitute, walk
+from autorelay.te.expr import Bin, Cmp, Const, Load, Select, Var, const
+from autorelay.te.traverse import substitute, walk
 from autorelay.tir.nodes import Buffer, For, If, PrimFunc, Seq, Store
 from autorelay.tir.printer import expr_str
 from autorelay.tir.simplify import interval, simplify, simplify_stmt
@@ -203,7 +204,7 @@ def test_the_emitters_lane_dependence_agrees_with_free_vars():
     import random
 
     from autorelay.codegen.llvm.exprs import ExprEmitter
-    from autorelay.te.expr import free_vars
+    from autorelay.te.traverse import free_vars
 
     rng = random.Random(1)
     z = Var("z")

@@ -15,7 +15,8 @@ from autorelay.codegen.llvm.lanes import at_lane
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.values import Val, mem_type
 from autorelay.target import Target
-from autorelay.te.expr import Bin, Call, Cast, Const, Expr, Load, Select, Var, free_vars, substitute
+from autorelay.te.expr import Bin, Call, Cast, Const, Expr, Load, Select, Var
+from autorelay.te.traverse import free_vars, substitute
 from autorelay.tir.linear_form import linear
 from autorelay.tir.nodes import For, Store
 from autorelay.tir.simplify import simplify

@@ -25,16 +25,8 @@ from autorelay.codegen.llvm.parallel import job_thunk, parallel_driver, serial_t
 from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import (
-    Bin,
-    Cmp,
-    Const,
-    Expr,
-    Load,
-    Var,
-    distinct_nodes,
-    free_vars,
-)
+from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Var
+from autorelay.te.traverse import distinct_nodes, free_vars
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt
 

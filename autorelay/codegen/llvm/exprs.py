@@ -20,21 +20,8 @@ from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.lanes import lane_offsets
 from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
-from autorelay.te.expr import (
-    BF16_FUNCS,
-    Bin,
-    Call,
-    Cast,
-    Cmp,
-    Const,
-    Expr,
-    Load,
-    Not,
-    Select,
-    Var,
-    children,
-    is_float,
-)
+from autorelay.te.expr import BF16_FUNCS, Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
+from autorelay.te.traverse import children
 from autorelay.tir.linear_form import from_linear, linear
 from autorelay.tir.nodes import Buffer
 from autorelay.tir.simplify import simplify

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autorelay.te.expr import Bin, Cmp, Const, Expr, Var, free_vars
+from autorelay.te.expr import Bin, Cmp, Const, Expr, Var
+from autorelay.te.traverse import free_vars
 from autorelay.tir.linear_form import linear
 from autorelay.tir.simplify import simplify
 

@@ -37,7 +37,8 @@ from autorelay.codegen.llvm.host import host_target
 from autorelay.codegen.nvptx.launch import launch_of, peel_blocks
 from autorelay.errors import ScheduleError
 from autorelay.kernel import KernelCode, load_kernel
-from autorelay.te.expr import Bin, Call, Cmp, Const, Expr, Load, Var, free_vars, transform
+from autorelay.te.expr import Bin, Call, Cmp, Const, Expr, Load, Var
+from autorelay.te.traverse import free_vars, transform
 from autorelay.tir.nodes import (
     THREAD_TAGS,
     Allocate,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import Var, free_vars
+from autorelay.te.expr import Var
+from autorelay.te.traverse import free_vars
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
     THREAD_TAGS,

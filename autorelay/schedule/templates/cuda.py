@@ -27,8 +27,9 @@ from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
-from autorelay.te.expr import Read, walk
+from autorelay.te.expr import Read
 from autorelay.te.tensor import ComputeDef, topo_order
+from autorelay.te.traverse import walk
 
 
 def max_threads(target: Target) -> int:

@@ -13,8 +13,9 @@ from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, conv_and_pool, pattern, register
 from autorelay.target import Target
-from autorelay.te.expr import Const, Read, Reduce, walk
+from autorelay.te.expr import Const, Read, Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
+from autorelay.te.traverse import walk
 
 
 def _size(t: Tensor) -> int:

@@ -23,8 +23,9 @@ from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
 from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchwc_output_tile
 from autorelay.target import Target
-from autorelay.te.expr import Read, walk
+from autorelay.te.expr import Read
 from autorelay.te.tensor import ComputeDef, Tensor
+from autorelay.te.traverse import walk
 
 __all__ = ["Conv2dNCHWcInt8Template", "DenseInt8Template", "dot_group"]
 

@@ -1,0 +1,169 @@
+"""Generic walks over the scalar expressions of `autorelay.te.expr`: a node's children and its
+rebuild from new ones, rewriting (`transform`, `substitute`), and the traversals behind questions
+of what an expression contains (`walk` counts every occurrence, `distinct_nodes` visits a shared
+subtree once, `free_vars`). Both the compute DSL and the loop IR use them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Read, Reduce, Select, Var, is_int
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, (Bin, Cmp)):
+        return (e.a, e.b)
+    if isinstance(e, (Not, Cast)):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Read):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.body,)
+    if isinstance(e, Load):
+        return (e.index,)
+    return ()
+
+
+def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    """`e` with its children replaced (same order as `children`)."""
+    if isinstance(e, Bin):
+        return Bin(e.op, kids[0], kids[1], e.dtype)
+    if isinstance(e, Cmp):
+        return Cmp(e.op, kids[0], kids[1])
+    if isinstance(e, Not):
+        return Not(kids[0])
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype)
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, kids, e.dtype)
+    if isinstance(e, Read):
+        return Read(e.tensor, kids, e.dtype)
+    if isinstance(e, Reduce):
+        return Reduce(e.combiner, kids[0], e.axes, e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, kids[0], e.dtype)
+    return e
+
+
+def transform(e: Expr, fn: Any) -> Expr:
+    """Post-order rewrite: `fn(node_with_rewritten_children)` returns a replacement or None.
+
+    `fn` must be a pure rewrite: a subtree the input shares (the same object under several parents:
+    an unrolled Winograd transform's selects, an inlined stage read twice) is rewritten once and
+    its result shared, where a tree walk would repeat it for every path that reaches it."""
+    memo: dict[int, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        done = memo.get(id(n))
+        if done is not None:
+            return done
+        kids = children(n)
+        m = n
+        if kids:
+            new = tuple(go(k) for k in kids)
+            if any(x is not k for x, k in zip(new, kids)):
+                m = rebuild(n, new)
+        out = fn(m)
+        done = memo[id(n)] = m if out is None else out
+        return done
+
+    return go(e)
+
+
+INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the caller's to refuse)
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "shr": lambda a, b: a >> b,
+    "min": min,
+    "max": max,
+}
+_CMP_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+             "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
+
+
+def _int_value(e: Expr) -> int | bool | None:
+    """The value of an integer or comparison expression over constants only (else None)."""
+    if isinstance(e, Const):
+        return e.value if isinstance(e.value, (int, bool)) else None
+    if isinstance(e, Bin) and e.op in INT_FOLD and is_int(e.dtype):
+        a, b = _int_value(e.a), _int_value(e.b)
+        if a is None or b is None or (e.op in ("floordiv", "mod") and b == 0):
+            return None
+        return INT_FOLD[e.op](a, b)
+    if isinstance(e, Cmp) and is_int(e.a.dtype):
+        a, b = _int_value(e.a), _int_value(e.b)
+        return None if a is None or b is None else _CMP_FOLD[e.op](a, b)
+    return None
+
+
+def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    """`e` with variables replaced. A select whose condition becomes a constant is replaced by its
+    live branch and the dead one is never copied: an unrolled loop substitutes its index into
+    select chains on that index (a Winograd transform's positions), where one branch of each lives."""
+    if not mapping:
+        return e
+
+    memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
+
+    def go(n: Expr) -> Expr:
+        done = memo.get(id(n))
+        if done is not None:
+            return done
+        if isinstance(n, Var):
+            out = mapping.get(n, n)
+        elif isinstance(n, Select):
+            cond = go(n.cond)
+            live = _int_value(cond)
+            if isinstance(live, bool):
+                out = go(n.t if live else n.f)
+            else:
+                t, f = go(n.t), go(n.f)
+                out = n if (cond is n.cond and t is n.t and f is n.f) else Select(cond, t, f, n.dtype)
+        else:
+            kids = children(n)
+            new = tuple(go(k) for k in kids)
+            out = rebuild(n, new) if any(x is not k for x, k in zip(new, kids)) else n
+        memo[id(n)] = out
+        return out
+
+    return go(e)
+
+
+def walk(e: Expr) -> list[Expr]:
+    """All nodes, pre-order."""
+    out: list[Expr] = []
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed(children(n)))
+    return out
+
+
+def distinct_nodes(e: Expr) -> list[Expr]:
+    """Every node once (by identity), pre-order of first visit: what an expression contains, where
+    `walk` repeats a shared subtree for every path that reaches it (use `walk` to count)."""
+    out: list[Expr] = []
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        stack.extend(reversed(children(n)))
+    return out
+
+
+def free_vars(e: Expr) -> set[Var]:
+    return {n for n in distinct_nodes(e) if isinstance(n, Var)}
