@@ -79,12 +79,22 @@ def at_lane(e: Expr, v: Var, lane: int) -> Expr:
 def lane_offsets(index: Expr, v: Var, lanes: int) -> tuple[Expr, list[int]] | None:
     """(lane 0's index, each lane's constant offset from it) when every lane of `index` lies a
     fixed distance from lane 0 (a lane permutation, or lanes repeating their group's element:
-    `v // g * g + rc`), else None."""
-    first = at_lane(index, v, 0)
-    offsets = []
-    for lane in range(lanes):
-        d = simplify(Bin("sub", at_lane(index, v, lane), first, index.dtype))
-        if not isinstance(d, Const):
-            return None
-        offsets.append(int(d.value))
-    return first, offsets
+    `v // g * g + rc`), else None. Only the terms of the index's linear form that read the lane
+    are evaluated lane by lane (the rest, a pixel's address, is the same for every lane)."""
+    terms, _ = linear(index)
+    offsets = [0] * lanes
+    for atom, k in terms.items():
+        if atom is v:
+            per_lane = list(range(lanes))
+        elif v in free_vars(atom):
+            first = at_lane(atom, v, 0)
+            per_lane = []
+            for lane in range(lanes):
+                d = simplify(Bin("sub", at_lane(atom, v, lane), first, atom.dtype))
+                if not isinstance(d, Const):
+                    return None
+                per_lane.append(int(d.value))
+        else:
+            continue
+        offsets = [o + k * p for o, p in zip(offsets, per_lane)]
+    return at_lane(index, v, 0), offsets
