@@ -71,7 +71,8 @@ def _per_channel(v: np.ndarray, n: int) -> np.ndarray:
 
 
 _PACKED = re.compile(r"OIHW(\d+)i(\d+)o(\d+)i$")
-_DEPTHWISE_BLOCKED = re.compile(r"OIHW1i(\d+)o$")  # a depthwise weight in NCHW{b}c
+# a depthwise weight in NCHW{b}c (OIHW1i{b}o), or one of small groups packed whole (OIHW{g}i{b}o)
+_DEPTHWISE_BLOCKED = re.compile(r"OIHW(\d+)i(\d+)o$")
 
 
 def _packed(kernel_layout: str) -> tuple[int, int, int] | None:
@@ -155,8 +156,9 @@ def _conv_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
 def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """NCHW[x]c with the dot-product weight layout: the raw u8 x s8 sums (`conv2d_nchwc_int8`,
     padded with the input zero point), minus `zero_point * sum(weight)` per output channel,
-    precomputed from the constant weight. Depthwise (`OIHW1i{b}o`): the same with
-    `depthwise_conv2d_nchwc_int8`, the sum over each channel's taps."""
+    precomputed from the constant weight. Depthwise (`OIHW1i{b}o`) or small groups packed in
+    blocks (`OIHW{g}i{b}o`): the same with `depthwise_conv2d_nchwc_int8`, the sum over each
+    channel's taps (and its group's g channels)."""
     from autorelay.op import te_compute as tc
     from autorelay.te import nn_int8
     from autorelay.te import tensor as te
@@ -165,12 +167,12 @@ def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     zd_value, zw_value, w_value = constant_value(zd), constant_value(zw), constant_value(weight)
     if zd_value is None or zd_value.size != 1 or zw_value is None or np.any(zw_value != 0):
         raise tc.Unsupported("qnn.conv2d in a blocked layout needs constant zero points, the weight's zero")
-    depthwise = _DEPTHWISE_BLOCKED.match(attrs["kernel_layout"]) is not None
-    if (attrs["groups"] != 1 and not depthwise) or tuple(attrs["dilation"]) != (1, 1):
-        raise tc.Unsupported("qnn.conv2d in a blocked layout: groups (other than depthwise) and "
-                             "dilation must be 1")
+    in_block = _DEPTHWISE_BLOCKED.match(attrs["kernel_layout"]) is not None  # each block reads itself
+    if (attrs["groups"] != 1 and not in_block) or tuple(attrs["dilation"]) != (1, 1):
+        raise tc.Unsupported("qnn.conv2d in a blocked layout: groups (other than depthwise or packed "
+                             "in blocks) and dilation must be 1")
     zero = int(zd_value.reshape(()))
-    if depthwise:
+    if in_block:
         raw = nn_int8.depthwise_conv2d_nchwc_int8(data, weight, attrs["strides"], attrs["padding"],
                                                   pad_value=zero, weight_value=w_value)
     else:
@@ -183,7 +185,7 @@ def _conv_nchwc_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     if w_value is None:
         raise tc.Unsupported("qnn.conv2d in a blocked layout with a nonzero input zero point needs a "
                              "constant weight")
-    sums = w_value.astype(np.int64).sum(axis=(1, 2, 3, 4) if depthwise else (1, 2, 3, 4, 6))  # [OC/ocb, ocb]
+    sums = w_value.astype(np.int64).sum(axis=(1, 2, 3, 4) if in_block else (1, 2, 3, 4, 6))  # [OC/ocb, ocb]
     corr = te.constant(zero * sums, "int32", "zero_point_correction")
     return te.compute(raw.shape, lambda b, f, y, x, v: raw[b, f, y, x, v] - corr[f, v], name="qconv_zp")
 

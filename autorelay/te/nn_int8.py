@@ -83,10 +83,12 @@ def conv2d_nchwc_int8(
 def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding=0, pad_value: int = 0,
                                 name: str = "depthwise_nchwc_int8", weight_value: np.ndarray | None = None
                                 ) -> Tensor:
-    """data [N, C/b, H, W, b] (u8 or s8), weight [C/b, 1, KH, KW, 1, b] (s8) -> int32
+    """data [N, C/b, H, W, b] (u8 or s8), weight [C/b, 1, KH, KW, g, b] (s8) -> int32
     [N, C/b, OH, OW, b] = sum over (kh, kw) of data * weight, the border reading `pad_value`. Each
     channel block is one vector of lanes; the float template `depthwise_nchwc` schedules it (the
-    tag), widening the bytes as it loads them.
+    tag), widening the bytes as it loads them. With g > 1 channels per group, b/g whole groups
+    are packed in each block and lane v also sums over its group's g lanes, as
+    `te.nn.packed_group_conv2d_nchwc` does in float.
 
     The sums run in float32 where that is exact, and are converted to int32 at the end: a product
     of a byte and a signed byte is at most 255 * 128 = 2^15 - 2^7 in magnitude, so every partial
@@ -98,19 +100,26 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     it has one, then becomes a float32 constant, so the kernel loads its taps without converting
     them."""
     _check_int8(name, data, weight)
-    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value))
-    acc = "float32" if weight.shape[2] * weight.shape[3] <= _F32_EXACT_TAPS else "int32"
+    g = weight.shape[4]
+    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value),
+                                                      group=g)
+    acc = "float32" if weight.shape[2] * weight.shape[3] * g <= _F32_EXACT_TAPS else "int32"
     taps = weight
     if acc == "float32" and weight_value is not None:
         taps = te.constant(weight_value, "float32", f"{name}_weight_f32")
+    rc = te.reduce_axis(g, "rc") if g > 1 else None
+    tag = "depthwise_nchwc" if rc is None else "group_conv2d_nchwc"
 
     def body(i, c, y, z, v):
-        pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], acc)
-        return te.sum(pixel * E.cast(taps[c, 0, rh, rw, 0, v], acc), [rh, rw])
+        if rc is None:  # depthwise
+            pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v], acc)
+            return te.sum(pixel * E.cast(taps[c, 0, rh, rw, 0, v], acc), [rh, rw])
+        pixel = E.cast(x[i, c, y * sh + rh, z * sw + rw, v // g * g + rc], acc)
+        return te.sum(pixel * E.cast(taps[c, 0, rh, rw, rc, v], acc), [rc, rh, rw])
 
     if acc == "int32":
-        return te.compute(shape, body, name=name, tag="depthwise_nchwc")
-    sums = te.compute(shape, body, name=f"{name}_f32", tag="depthwise_nchwc")
+        return te.compute(shape, body, name=name, tag=tag)
+    sums = te.compute(shape, body, name=f"{name}_f32", tag=tag)
     return te.compute(shape, lambda *i: E.cast(sums[i], "int32"), name=name)
 
 

@@ -7,8 +7,9 @@
   (an RGB image's 3) is padded up to one with the input zero point (real zero) and zero weights,
   which adds nothing to the sums. int8 data is shifted to uint8 first (`vpdpbusd` multiplies
   unsigned by signed bytes; `_as_unsigned`). A depthwise one runs in `NCHW{x}c` with an
-  `OIHW1i{x}o` weight (int32 lanes per channel block, no dot instruction, any int8 data). Anything
-  else (per-channel weight zero points, other grouped or dilated convolutions) stays in NCHW.
+  `OIHW1i{x}o` weight (int32 lanes per channel block, no dot instruction, any int8 data), and so
+  does one whose small groups a block packs whole (`OIHW{g}i{x}o`, ResNeXt's). Anything else
+  (per-channel weight zero points, other grouped or dilated convolutions) stays in NCHW.
 * quantize / dequantize / requantize follow the layout of their data: per-tensor parameters as
   they are, per-channel constants re-laid-out to broadcast against the blocked data.
 * `qnn.add` with per-tensor parameters keeps its operands' common layout; `qnn.concatenate` on
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Expr
-from autorelay.op.conv import is_depthwise
+from autorelay.op.conv import is_depthwise, packed_group_block
 from autorelay.op.layout import parse_layout
 from autorelay.te.nn_int8 import DOT_GROUP
 from autorelay.transform.util import static_shape, tensor_type
@@ -76,24 +77,29 @@ def _as_unsigned(x: Expr, zero_point: Constant) -> tuple[Expr, Constant]:
 
 def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None] | None:
     """A depthwise qnn.conv2d in NCHW{b}c with its weight as `OIHW1i{b}o` (one vector of int32
-    lanes per channel block; no dot-product instruction, so int8 data stays int8)."""
+    lanes per channel block; no dot-product instruction, so int8 data stays int8); or one of small
+    groups of g channels in and out, b/g of them packed whole in each block, `OIHW{g}i{b}o`
+    (`packed_group_block`; 0 there leaves the convolution in NCHW)."""
     from autorelay.transform.convert_layout import _const, _divisor
 
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
         return None
     w = np.asarray(weight.data)
-    channels = int(xt.shape[1])
-    if w.dtype != np.int8 or w.shape[:2] != (channels, 1) or not isinstance(kzp, Constant) \
+    channels, groups = int(xt.shape[1]), int(c.attrs["groups"])
+    g = channels // groups
+    if w.dtype != np.int8 or w.shape[:2] != (channels, g) or not isinstance(kzp, Constant) \
             or np.any(np.asarray(kzp.data)) or not (isinstance(zp, Constant) and _scalar(zp)):
         return None
     x, lay = conv.track(c.args[0])
-    b = _divisor(channels, int(lay[4:-1]) if lay and lay.startswith("NCHW") and lay.endswith("c")
-                 and lay != "NCHW" else block)
+    want = int(lay[4:-1]) if lay and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW" else block
+    b = _divisor(channels, want) if g == 1 else packed_group_block(groups, channels, channels, want)
+    if b == 0:
+        return None
     _, _, kh, kw = w.shape
-    packed = w.reshape(channels // b, b, 1, kh, kw).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :]
+    packed = w.reshape(channels // b, b, g, kh, kw).transpose(0, 3, 4, 2, 1)[:, None]
     data = f"NCHW{b}c"
-    attrs = c.attrs.replace(data_layout=data, kernel_layout=f"OIHW1i{b}o", out_layout="")
+    attrs = c.attrs.replace(data_layout=data, kernel_layout=f"OIHW{g}i{b}o", out_layout="")
     args = (conv.ensure(x, lay, data), _const(np.ascontiguousarray(packed)),
             *(conv.visit(e) for e in c.args[2:]))
     return Call(c.op, args, attrs), data
@@ -110,8 +116,9 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     xt = tensor_type(c.args[0])
     if a["groups"] != 1:
         ws = static_shape(c.args[1])
-        depthwise = xt is not None and ws is not None and is_depthwise(a["groups"], xt.shape[1], ws[0])
-        return qdepthwise(conv, c, conv.qnn_block) if depthwise else None
+        in_block = xt is not None and ws is not None and (
+            is_depthwise(a["groups"], xt.shape[1], ws[0]) or ws[0] == xt.shape[1])
+        return qdepthwise(conv, c, conv.qnn_block) if in_block else None
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
         return None

@@ -99,21 +99,24 @@ def test_int8_data_is_shifted_and_odd_channels_are_padded(dtype, channels, block
             np.testing.assert_array_equal(np.asarray(exe(xv)), want, err_msg=t)
 
 
-@pytest.mark.parametrize(("dtype", "stride"), [("uint8", 1), ("int8", 2)])
-def test_depthwise_runs_blocked_and_bit_exact(dtype, stride):
-    """A depthwise qnn.conv2d goes to NCHW{x}c with an OIHW1i{x}o weight (int8 data stays int8)
-    and equals the interpreter on the unconverted graph, border (zero-point padding) included."""
+@pytest.mark.parametrize(("dtype", "stride", "per_group"), [("uint8", 1, 1), ("int8", 2, 1), ("uint8", 1, 4),
+                                                        ("int8", 2, 8)])
+def test_depthwise_runs_blocked_and_bit_exact(dtype, stride, per_group):
+    """A depthwise qnn.conv2d goes to NCHW{x}c with an OIHW1i{x}o weight (int8 data stays int8),
+    one of 4- or 8-channel groups to NCHW{x}c with its groups packed whole (OIHW{g}i{x}o), and
+    each equals the interpreter on the unconverted graph, border (zero-point padding) included."""
     rng = np.random.default_rng(4)
     channels, zd = 32, (7 if dtype == "uint8" else -3)
     x = Var("x", TensorType((1, channels, 9, 9), dtype))
-    y = call("qnn.conv2d", x, Constant(rng.integers(-128, 128, (channels, 1, 3, 3)).astype("int8")),
-             C(zd, "int32"), C(0, "int32"), C(0.1, "float32"), C(0.1, "float32"), padding=(1, 1),
-             strides=(stride, stride), groups=channels, channels=channels, kernel_size=(3, 3))
+    weight = rng.integers(-128, 128, (channels, per_group, 3, 3)).astype("int8")
+    y = call("qnn.conv2d", x, Constant(weight), C(zd, "int32"), C(0, "int32"), C(0.1, "float32"),
+             C(0.1, "float32"), padding=(1, 1), strides=(stride, stride), groups=channels // per_group,
+             channels=channels, kernel_size=(3, 3))
     mod = IRModule.from_expr(Function([x], y))
     converted = get_pipeline("nchwc16")(mod)
     (conv,) = [n for n in post_order(converted["main"]) if getattr(getattr(n, "op", None), "name", "") ==
                "qnn.conv2d"]
-    assert conv.attrs["kernel_layout"] == "OIHW1i16o" and conv.attrs["data_layout"] == "NCHW16c"
+    assert conv.attrs["kernel_layout"] == f"OIHW{per_group}i16o" and conv.attrs["data_layout"] == "NCHW16c"
     info = np.iinfo(dtype)
     xv = rng.integers(info.min, info.max + 1, (1, channels, 9, 9)).astype(dtype)
     want = np.asarray(Interpreter(mod).call("main", xv))
