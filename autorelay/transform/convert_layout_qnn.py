@@ -79,7 +79,8 @@ def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None]
     """A depthwise qnn.conv2d in NCHW{b}c with its weight as `OIHW1i{b}o` (one vector of int32
     lanes per channel block; no dot-product instruction, so int8 data stays int8); or one of small
     groups of g channels in and out, b/g of them packed whole in each block, `OIHW{g}i{b}o`
-    (`packed_group_block`; 0 there leaves the convolution in NCHW)."""
+    (`packed_group_block`), or one group per block (b = g, at most the block asked for); a wider
+    group stays in NCHW."""
     from autorelay.transform.convert_layout import _const, _divisor
 
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
@@ -93,7 +94,10 @@ def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None]
         return None
     x, lay = conv.track(c.args[0])
     want = int(lay[4:-1]) if lay and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW" else block
-    b = _divisor(channels, want) if g == 1 else packed_group_block(groups, channels, channels, want)
+    if g == 1:
+        b = _divisor(channels, want)
+    else:  # no dot-product form takes groups: a group as wide as the block is a block of its own
+        b = packed_group_block(groups, channels, channels, want) or (g if g <= want else 0)
     if b == 0:
         return None
     _, _, kh, kw = w.shape

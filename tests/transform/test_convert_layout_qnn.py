@@ -100,11 +100,12 @@ def test_int8_data_is_shifted_and_odd_channels_are_padded(dtype, channels, block
 
 
 @pytest.mark.parametrize(("dtype", "stride", "per_group"), [("uint8", 1, 1), ("int8", 2, 1), ("uint8", 1, 4),
-                                                        ("int8", 2, 8)])
+                                                        ("int8", 2, 8), ("uint8", 1, 16)])
 def test_depthwise_runs_blocked_and_bit_exact(dtype, stride, per_group):
     """A depthwise qnn.conv2d goes to NCHW{x}c with an OIHW1i{x}o weight (int8 data stays int8),
-    one of 4- or 8-channel groups to NCHW{x}c with its groups packed whole (OIHW{g}i{x}o), and
-    each equals the interpreter on the unconverted graph, border (zero-point padding) included."""
+    one of 4- or 8-channel groups to NCHW{x}c with its groups packed whole (OIHW{g}i{x}o), one of
+    16-channel groups with a group per block, and each equals the interpreter on the unconverted
+    graph, border (zero-point padding) included."""
     rng = np.random.default_rng(4)
     channels, zd = 32, (7 if dtype == "uint8" else -3)
     x = Var("x", TensorType((1, channels, 9, 9), dtype))

@@ -136,7 +136,10 @@ class DepthwiseNCHWcTemplate(Template):
             # packed groups: g shuffled reads of each pixel, so a padded copy pays for itself, and
             # one load serves them all when unrolled (measured on ResNeXt's 56-pixel 4-channel
             # groups: 294 us against 387 inline; 28-pixel 8-channel ones: 308 against 402 rolled)
-            knobs = (*knobs[:3], ("pad", "root"), ("unroll_group", 1))
+            # groups of 16 or more (int8 ResNeXt's, one group per block) stay rolled: unrolled,
+            # the kernel grows to thousands of multiply-adds and compiles for seconds
+            group = red.op.reduce_axes[0].extent  # type: ignore[union-attr]
+            knobs = (*knobs[:3], ("pad", "root"), ("unroll_group", int(group <= 8)))
         return Config(self.name, knobs)
 
     def steps(self, cdef: ComputeDef, config: Config, target: Target) -> tuple[S.Step, ...]:
