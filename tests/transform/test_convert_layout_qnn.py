@@ -100,14 +100,15 @@ def test_int8_data_is_shifted_and_odd_channels_are_padded(dtype, channels, block
 
 
 @pytest.mark.parametrize(("dtype", "stride", "per_group"), [("uint8", 1, 1), ("int8", 2, 1), ("uint8", 1, 4),
-                                                        ("int8", 2, 8), ("uint8", 1, 16)])
+                                                        ("int8", 2, 8), ("uint8", 1, 16), ("int8", 1, 32)])
 def test_depthwise_runs_blocked_and_bit_exact(dtype, stride, per_group):
     """A depthwise qnn.conv2d goes to NCHW{x}c with an OIHW1i{x}o weight (int8 data stays int8),
     one of 4- or 8-channel groups to NCHW{x}c with its groups packed whole (OIHW{g}i{x}o), one of
-    16-channel groups with a group per block, and each equals the interpreter on the unconverted
-    graph, border (zero-point padding) included."""
+    16- or 32-channel groups with a group per block, and each equals the interpreter on the
+    unconverted graph, border (zero-point padding) included."""
     rng = np.random.default_rng(4)
-    channels, zd = 32, (7 if dtype == "uint8" else -3)
+    channels, zd = max(32, 2 * per_group), (7 if dtype == "uint8" else -3)
+    block = max(16, per_group)
     x = Var("x", TensorType((1, channels, 9, 9), dtype))
     weight = rng.integers(-128, 128, (channels, per_group, 3, 3)).astype("int8")
     y = call("qnn.conv2d", x, Constant(weight), C(zd, "int32"), C(0, "int32"), C(0.1, "float32"),
@@ -117,7 +118,8 @@ def test_depthwise_runs_blocked_and_bit_exact(dtype, stride, per_group):
     converted = get_pipeline("nchwc16")(mod)
     (conv,) = [n for n in post_order(converted["main"]) if getattr(getattr(n, "op", None), "name", "") ==
                "qnn.conv2d"]
-    assert conv.attrs["kernel_layout"] == f"OIHW{per_group}i16o" and conv.attrs["data_layout"] == "NCHW16c"
+    assert conv.attrs["kernel_layout"] == f"OIHW{per_group}i{block}o"
+    assert conv.attrs["data_layout"] == f"NCHW{block}c"
     info = np.iinfo(dtype)
     xv = rng.integers(info.min, info.max + 1, (1, channels, 9, 9)).astype(dtype)
     want = np.asarray(Interpreter(mod).call("main", xv))
