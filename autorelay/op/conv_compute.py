@@ -70,9 +70,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups)
-    elif packed_groups(attrs, data.shape) == 1:
-        out = tnn.depthwise_conv2d_nchwc(data, weight, strides, pad)
-    elif packed_groups(attrs, data.shape):
+    elif packed_groups(attrs, data.shape):  # depthwise (g = 1) or small groups packed in blocks
         out = tnn.packed_group_conv2d_nchwc(data, weight, strides, pad)
     else:
         raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")

@@ -277,8 +277,11 @@ def packed_group_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0
     in each block, so a block reads only itself (ResNeXt's groups of 4 or 8 channels in blocks of
     one vector, where blocks of g would cost a re-layout on each side and short vectors). Output
     lane v sums the g lanes of its own group, v // g * g + rc, which a vector kernel reads as one
-    load and a lane shuffle per rc. Depthwise is the case g = 1; one template schedules both."""
+    load and a lane shuffle per rc. Depthwise is the case g = 1 (`depthwise_conv2d_nchwc`, whose
+    compute has no group axis); one template schedules both."""
     g = weight.shape[4]
+    if g == 1:
+        return depthwise_conv2d_nchwc(data, weight, strides, padding)
     x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, group=g)
     rc = te.reduce_axis(g, "rc")
     return te.compute(

@@ -54,6 +54,13 @@ def _divisor(n: int, limit: int) -> int:
     return 1
 
 
+def layout_block(lay: str | None, default: int) -> int:
+    """The channel block of a value in `NCHW{b}c`, else `default` (plain NCHW, or not tracked)."""
+    if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
+        return int(lay[4:-1])
+    return default
+
+
 def channel_block(channels: int, block: int) -> int:
     """The block a conv with `channels` input (or output) channels gets when `block` is asked for:
     the largest divisor of `channels` up to `block`; 0 (stay NCHW) stays 0."""
@@ -201,10 +208,7 @@ class _Converter(ExprMutator):
             return (0, 0) if ic == 0 or oc == 0 else (ic, oc)
         if self.block == 0:
             return 0, 0
-        ic = oc = self.block
-        if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
-            ic = int(lay[4:-1])  # reuse the block the input already has
-        return ic, oc
+        return layout_block(lay, self.block), self.block  # reuse the block the input already has
 
     def _blocks(self, c: Call, lay: str | None, in_c: int, out_c: int) -> tuple[int, int]:
         """The requested blocks shrunk to divisors of `in_c` and `out_c`."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Expr
-from autorelay.op.conv import is_depthwise, packed_group_block
+from autorelay.op.conv import packed_group_block
 from autorelay.op.layout import parse_layout
 from autorelay.te.nn_int8 import DOT_GROUP
 from autorelay.transform.util import static_shape, tensor_type
@@ -86,7 +86,7 @@ def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None]
     groups of g channels in and out, b/g of them packed whole in each block, `OIHW{g}i{b}o`
     (`packed_group_block`), or one group per block (b = g, up to `MAX_GROUP_BLOCKS` times the
     block asked for); a wider group stays in NCHW."""
-    from autorelay.transform.convert_layout import _const, _divisor
+    from autorelay.transform.convert_layout import _const, _divisor, layout_block
 
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
@@ -98,7 +98,7 @@ def qdepthwise(conv: _Converter, c: Call, block: int) -> tuple[Expr, str | None]
             or np.any(np.asarray(kzp.data)) or not (isinstance(zp, Constant) and _scalar(zp)):
         return None
     x, lay = conv.track(c.args[0])
-    want = int(lay[4:-1]) if lay and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW" else block
+    want = layout_block(lay, block)
     if g == 1:
         b = _divisor(channels, want)
     else:  # no dot-product form takes groups, and NCHW's is slow: a wider group is a block of its own
@@ -125,8 +125,8 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
     xt = tensor_type(c.args[0])
     if a["groups"] != 1:
         ws = static_shape(c.args[1])
-        in_block = xt is not None and ws is not None and (
-            is_depthwise(a["groups"], xt.shape[1], ws[0]) or ws[0] == xt.shape[1])
+        # depthwise or small groups: as many output as input channels (qdepthwise checks the rest)
+        in_block = xt is not None and ws is not None and ws[0] == xt.shape[1]
         return qdepthwise(conv, c, conv.qnn_block) if in_block else None
     xt, weight, kzp, zp = tensor_type(c.args[0]), c.args[1], c.args[3], c.args[2]
     if xt is None or xt.dtype not in ("uint8", "int8") or not isinstance(weight, Constant):
@@ -145,13 +145,12 @@ def qconv(conv: _Converter, c: Call) -> tuple[Expr, str | None] | None:
         if lay is not None or not isinstance(zp, Constant) or not 0 <= np.asarray(zp.data).ravel()[0] < 256:
             return None
         x, w, in_c = _pad_channels(x, w, zp, in_c)
-    want = conv.qnn_block
-    if lay is not None and lay.startswith("NCHW") and lay.endswith("c") and lay != "NCHW":
-        want = int(lay[4:-1])  # the block the input already has, if a group divides it
+    from autorelay.transform.convert_layout import _const, _divisor, layout_block
+
+    want = layout_block(lay, conv.qnn_block)  # the block the input already has, if a group divides it
     icb = _input_block(in_c, want) or _input_block(in_c, conv.qnn_block)
     if icb is None:
         return None
-    from autorelay.transform.convert_layout import _const, _divisor
 
     ocb = _divisor(out_c, conv.qnn_block)  # `conv_blocks` addresses float convolutions only
     data, out = f"NCHW{icb}c", f"NCHW{ocb}c"
