@@ -135,6 +135,24 @@ def test_save_load_round_trip(net, tmp_path):
     assert loaded.report.rows[0].workload_key == exe.report.rows[0].workload_key
 
 
+def test_save_stores_the_object_code_the_kernels_run(net, tmp_path, monkeypatch):
+    """`save` writes each kernel's object code as MCJIT loaded it (no second LLVM compile), and a
+    save of the loaded executable writes the same bytes again."""
+    import zipfile
+
+    from autorelay.runtime import executable
+
+    *_, exe = net
+    monkeypatch.setattr(executable, "init_llvm", lambda: pytest.fail("save compiled a kernel again"))
+    first, second = tmp_path / "a.arx", tmp_path / "b.arx"
+    exe.save(first)
+    autorelay.load(first).save(second)
+    with zipfile.ZipFile(first) as a, zipfile.ZipFile(second) as b:
+        objects = [n for n in a.namelist() if n.endswith(".o")]
+        assert objects and all(a.read(n) == b.read(n) for n in objects)
+        assert all(a.read(f"kernels/{i}.o") == k.module.object_code for i, k in enumerate(exe.kernels))
+
+
 def test_load_in_fresh_process_uses_object_code(net, tmp_path):
     _, _, x, want, exe = net
     path, xin, out = tmp_path / "net.arx", tmp_path / "x.npy", tmp_path / "y.npy"

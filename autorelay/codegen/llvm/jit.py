@@ -31,6 +31,7 @@ class CompiledModule:
     jobs: list[int] = field(default_factory=list)  # per segment, its job thunk's address
     from_disk: bool = False
     stats: dict = field(default_factory=dict)
+    object_code: bytes | None = None  # what MCJIT loaded: a saved executable stores it, not a recompile
 
 
 _MEMORY: dict[str, CompiledModule] = {}
@@ -72,27 +73,30 @@ def compile_ir(
     if not from_disk:
         _optimize(mod, target)
     engine = llvm.create_mcjit_compiler(mod, new_machine(target))
-    if obj_path is not None:
+    loaded: list[bytes] = []
 
-        def notify(_mod: object, data: bytes) -> None:
+    def notify(_mod: object, data: bytes) -> None:
+        loaded.append(data)
+        if obj_path is not None:
             os.makedirs(cache_dir, exist_ok=True)  # type: ignore[arg-type]
             tmp = f"{obj_path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, obj_path)
 
-        def getbuffer(_mod: object) -> bytes | None:
-            if os.path.exists(obj_path):
-                with open(obj_path, "rb") as fh:
-                    return fh.read()
-            return None
+    def getbuffer(_mod: object) -> bytes | None:
+        if obj_path is not None and os.path.exists(obj_path):
+            with open(obj_path, "rb") as fh:
+                loaded.append(fh.read())
+            return loaded[-1]
+        return None
 
-        engine.set_object_cache(notify, getbuffer)
+    engine.set_object_cache(notify, getbuffer)
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbuffers), ctypes.c_int64, ctypes.c_int64)
     fns = [(proto(engine.get_function_address(name)), par) for name, par in segments]
     jobs = [engine.get_function_address(job_name(name)) for name, _ in segments]
-    cm = CompiledModule(key, engine, fns, text, jobs, from_disk)
+    cm = CompiledModule(key, engine, fns, text, jobs, from_disk, object_code=loaded[-1] if loaded else None)
     with _LOCK:
         _MEMORY.setdefault(key, cm)
         return _MEMORY[key]
