@@ -197,3 +197,36 @@ def test_lanes_reading_fixed_offsets_load_one_window_and_shuffle():
     assert "masked.load" not in ir["reversed"] and "insertelement" not in ir["reversed"]
     assert "i32 7, i32 6, i32 5" in ir["reversed"]
     assert "masked.load" not in ir["spread"] and "insertelement" in ir["spread"]  # lane by lane
+
+
+def test_a_block_reuses_equal_values_but_reloads_what_it_stores_to():
+    """The emitter numbers values within a basic block: a repeated computation or a repeated load
+    of a buffer that nothing in the function stores to is emitted once; a load of a buffer that the
+    function stores to is emitted again after the store (and reads the stored value)."""
+    from autorelay.codegen.llvm.jit import compile_ir
+    from autorelay.tir.nodes import Buffer, For, PrimFunc, Seq, Store
+
+    a, c, out = Buffer("A", (2,), "float32"), Buffer("C", (1,), "float32"), Buffer("O", (3,), "float32")
+    i = E.Var("i")
+
+    def at(k):
+        return E.Const(k, "int64")
+
+    def load(buf, k):
+        return E.Load(buf, E.Bin("add", i, at(k), "int64"), "float32")
+
+    body = Seq((
+        Store(out, at(0), E.Bin("add", load(a, 0), load(c, 0), "float32")),
+        Store(a, at(0), E.Bin("mul", load(c, 0), E.Const(2.0, "float32"), "float32")),
+        Store(out, at(1), E.Bin("add", load(a, 0), load(c, 0), "float32")),
+        Store(out, at(2), E.Bin("add", load(a, 1), load(c, 0), "float32")),
+    ))
+    func = PrimFunc("f", (a, c, out), (), For(i, 1, body))
+    target = host_target()
+    text, segs = emit_module(func, target, "k_numbering")
+    assert text.count("getelementptr inbounds float, ptr %b1") == 1  # C[i]: one address, one load
+    assert len([ln for ln in text.splitlines() if " = load float" in ln]) == 4  # A[i] twice, A[i+1], C[i]
+    module = compile_ir(text, segs, 3, target, "k_numbering")
+    arrays = [np.array([1.0, 5.0], np.float32), np.array([3.0], np.float32), np.zeros(3, np.float32)]
+    module.functions[0][0](*(x.ctypes.data for x in arrays), 0, 1)
+    np.testing.assert_array_equal(arrays[2], [4.0, 9.0, 8.0])

@@ -38,6 +38,7 @@ class SegmentEmitter(DotLoopEmitter):
         self.fname = fname
         self.buffers = buffers
         self.stmt = stmt
+        self.stored = {id(t.buffer) for t in walk_stmts(stmt) if isinstance(t, Store)}
         for i, b in enumerate(buffers):
             self.ptr[id(b)] = f"%b{i}"
         self.bounds: dict[Var, tuple[int, int]] = {}

@@ -49,10 +49,18 @@ def _vector_integer(e: Expr) -> bool:
 
 
 class ExprEmitter:
+    """Emits expressions as LLVM instructions, numbering values within a basic block: an
+    instruction whose text (opcode, types, operands) was emitted before in the same block is that
+    earlier value. Unrolled code repeats its index arithmetic and, in a Winograd transform, whole
+    subexpressions per position; numbering them here keeps the IR (and LLVM's time on it) small.
+    Loads are numbered only from buffers that no statement of the function stores to (`stored`)."""
+
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.counter = 0
+        self._values: dict[tuple[str, str, int], Val] = {}
         self.block = "entry"
+        self.stored: set[int] | None = None  # ids of the buffers stored to (None: unknown)
         self.env: dict[Var, Val] = {}
         self.ptr: dict[int, str] = {}
         self.vector_var: Var | None = None
@@ -80,10 +88,34 @@ class ExprEmitter:
         self.counter += 1
         return f"{hint}{self.counter}"
 
-    def op(self, text: str, dtype: str, lanes: int = 0) -> Val:
+    @property
+    def block(self) -> str:
+        """The basic block being emitted into; entering another forgets the numbered values."""
+        return self._block
+
+    @block.setter
+    def block(self, name: str) -> None:
+        self._block = name
+        self._values.clear()
+
+    def op(self, text: str, dtype: str, lanes: int = 0, *, pure: bool = True) -> Val:
+        """The value of instruction `text`; `pure`: its value depends only on its operands (no
+        memory read, no phi), so the same text earlier in this block is reused."""
+        key = (text, dtype, lanes)
+        if pure:
+            hit = self._values.get(key)
+            if hit is not None:
+                return hit
         t = self.tmp()
         self.lines.append(f"  {t} = {text}")
-        return Val(t, dtype, lanes)
+        v = Val(t, dtype, lanes)
+        if pure:
+            self._values[key] = v
+        return v
+
+    def load_op(self, buf: Buffer, text: str, dtype: str, lanes: int = 0) -> Val:
+        """A load (or masked load) from `buf`: reused within the block only if nothing stores to `buf`."""
+        return self.op(text, dtype, lanes, pure=self.stored is not None and id(buf) not in self.stored)
 
     def ty(self, dtype: str, lanes: int) -> str:
         return f"<{lanes} x {llvm_type(dtype)}>" if lanes else llvm_type(dtype)
@@ -170,7 +202,8 @@ class ExprEmitter:
         self.lines.append(f"{done}:")
         self.block = done
         t = self.ty(e.dtype, self.lanes)
-        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes)
+        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes,
+                       pure=False)
 
     def _direct_load(self, e: Load) -> Val:
         v = self.vector_var
@@ -183,13 +216,13 @@ class ExprEmitter:
             p = self.gep(e.buffer, base.ref)
             w, vt = self.lanes, f"<{self.lanes} x {mem_type(e.dtype)}>"
             align = mem_align(e.dtype)
-            first = self.op(f"load {vt}, ptr {p}, align {align}", e.dtype, w)
+            first = self.load_op(e.buffer, f"load {vt}, ptr {p}, align {align}", e.dtype, w)
             if coef == 1:
                 return self._from_memory(first)
             # stride 2 (a strided convolution): two in-bounds vector loads covering exactly the
             # span the lanes touch (the second ends at the last lane), keeping even elements
             p2 = self.op(f"getelementptr inbounds {mem_type(e.dtype)}, ptr {p}, i64 {w - 1}", "ptr").ref
-            second = self.op(f"load {vt}, ptr {p2}, align {align}", e.dtype, w)
+            second = self.load_op(e.buffer, f"load {vt}, ptr {p2}, align {align}", e.dtype, w)
             mask = ", ".join(f"i32 {2 * k if 2 * k < w else w + 2 * k - (w - 1)}" for k in range(w))
             return self._from_memory(self.op(
                 f"shufflevector {vt} {first.ref}, {vt} {second.ref}, <{w} x i32> <{mask}>", e.dtype, w
@@ -212,13 +245,13 @@ class ExprEmitter:
         p = self.gep(e.buffer, self.scalar(simplify(Bin("add", first, Const(lo, "int64"), "int64"))).ref)
         vt, align = f"<{w} x {mem_type(e.dtype)}>", mem_align(e.dtype)
         if span == w:
-            window = self.op(f"load {vt}, ptr {p}, align {align}", e.dtype, w)
+            window = self.load_op(e.buffer, f"load {vt}, ptr {p}, align {align}", e.dtype, w)
         else:
             fn = f"@llvm.masked.load.v{w}{_MANGLED[mem_type(e.dtype)]}.p0"
             self.declared.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
             mask = ", ".join(f"i1 {'true' if k < span else 'false'}" for k in range(w))
-            window = self.op(f"call {vt} {fn}(ptr {p}, i32 {align}, <{w} x i1> <{mask}>, {vt} poison)",
-                             e.dtype, w)
+            window = self.load_op(e.buffer, f"call {vt} {fn}(ptr {p}, i32 {align}, <{w} x i1> <{mask}>, "
+                                  f"{vt} poison)", e.dtype, w)
         order = ", ".join(f"i32 {o - lo}" for o in offsets)
         return self._from_memory(self.op(
             f"shufflevector {vt} {window.ref}, {vt} poison, <{w} x i32> <{order}>", e.dtype, w))
@@ -270,7 +303,8 @@ class ExprEmitter:
             return Val(self._const(e), e.dtype)
         if isinstance(e, Load):
             p = self.gep(e.buffer, self.scalar(e.index).ref)
-            loaded = self.op(f"load {mem_type(e.dtype)}, ptr {p}, align {mem_align(e.dtype)}", e.dtype)
+            loaded = self.load_op(e.buffer, f"load {mem_type(e.dtype)}, ptr {p}, align {mem_align(e.dtype)}",
+                                  e.dtype)
             return self._from_memory(loaded)
         if isinstance(e, Bin):
             return self._bin(e)

@@ -153,7 +153,8 @@ class KernelEmitter(SegmentEmitter):
             fn = f"@llvm.nvvm.shfl.sync.down.{ty}"
             lt = "float" if ty == "f32" else "i32"
             self.declared.add(f"declare {lt} {fn}(i32, {lt}, i32, i32)")
-            return self.op(f"call {lt} {fn}(i32 -1, {lt} {ref}, i32 {offset}, i32 {clamp})", e.dtype).ref
+            return self.op(f"call {lt} {fn}(i32 -1, {lt} {ref}, i32 {offset}, i32 {clamp})", e.dtype,
+                           pure=False).ref  # convergent: each shuffle the IR asks for is made
 
         if st in ("float", "i32"):
             return Val(shfl32(v.ref, "f32" if st == "float" else "i32"), e.dtype)

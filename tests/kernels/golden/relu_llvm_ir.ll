@@ -26,43 +26,36 @@ vec16:
   %t25 = shufflevector <8 x float> %t24, <8 x float> poison, <8 x i32> zeroinitializer
   %t26 = fcmp ogt <8 x float> %t23, %t25
   %t27 = select <8 x i1> %t26, <8 x float> %t23, <8 x float> %t25
-  %t28 = mul i64 %t4, 20
-  %t29 = mul i64 %t10, 8
-  %t30 = add i64 %t28, %t29
-  %t31 = getelementptr inbounds float, ptr %b1, i64 %t30
-  store <8 x float> %t27, ptr %t31, align 4
+  %t28 = getelementptr inbounds float, ptr %b1, i64 %t21
+  store <8 x float> %t27, ptr %t28, align 4
   br label %vdone18
 tail17:
-  br label %hdr32
-hdr32:
-  %t35 = phi i64 [0, %tail17], [%t36, %endif43]
-  %t37 = icmp slt i64 %t35, 8
-  br i1 %t37, label %body33, label %exit34
-body33:
-  %t38 = mul i64 %t10, 8
-  %t39 = add i64 %t35, %t38
-  %t40 = icmp slt i64 %t39, 20
-  br i1 %t40, label %then41, label %endif43
-then41:
-  %t44 = mul i64 %t4, 20
-  %t45 = add i64 %t44, %t35
-  %t46 = mul i64 %t10, 8
-  %t47 = add i64 %t45, %t46
-  %t48 = getelementptr inbounds float, ptr %b0, i64 %t47
-  %t49 = load float, ptr %t48, align 4
-  %t50 = fcmp ogt float %t49, 0x0000000000000000
-  %t51 = select i1 %t50, float %t49, float 0x0000000000000000
-  %t52 = mul i64 %t4, 20
-  %t53 = add i64 %t52, %t35
-  %t54 = mul i64 %t10, 8
-  %t55 = add i64 %t53, %t54
-  %t56 = getelementptr inbounds float, ptr %b1, i64 %t55
-  store float %t51, ptr %t56, align 4
-  br label %endif43
-endif43:
-  %t36 = add nuw nsw i64 %t35, 1
-  br label %hdr32, !llvm.loop !0
-exit34:
+  br label %hdr29
+hdr29:
+  %t32 = phi i64 [0, %tail17], [%t33, %endif40]
+  %t34 = icmp slt i64 %t32, 8
+  br i1 %t34, label %body30, label %exit31
+body30:
+  %t35 = mul i64 %t10, 8
+  %t36 = add i64 %t32, %t35
+  %t37 = icmp slt i64 %t36, 20
+  br i1 %t37, label %then38, label %endif40
+then38:
+  %t41 = mul i64 %t4, 20
+  %t42 = add i64 %t41, %t32
+  %t43 = mul i64 %t10, 8
+  %t44 = add i64 %t42, %t43
+  %t45 = getelementptr inbounds float, ptr %b0, i64 %t44
+  %t46 = load float, ptr %t45, align 4
+  %t47 = fcmp ogt float %t46, 0x0000000000000000
+  %t48 = select i1 %t47, float %t46, float 0x0000000000000000
+  %t49 = getelementptr inbounds float, ptr %b1, i64 %t44
+  store float %t48, ptr %t49, align 4
+  br label %endif40
+endif40:
+  %t33 = add nuw nsw i64 %t32, 1
+  br label %hdr29, !llvm.loop !0
+exit31:
   br label %vdone18
 vdone18:
   %t11 = add nuw nsw i64 %t10, 1
