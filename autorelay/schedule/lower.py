@@ -166,9 +166,10 @@ class Lowerer:
         for c, inner_vars, all_b in readers:
             vals = self._root_vals(c)
             inner = {**relax, **{v: all_b[v] for v in inner_vars}}
-            for n in _reads(self.bodies[c.name]):
-                if n.tensor is prod.tensor:
-                    reads.append((n, vals, all_b, inner))
+            # one per distinct index tuple: a Winograd transform reads each input element in many
+            # branches of its select chains, as distinct but equal reads
+            same = {n.indices: n for n in _reads(self.bodies[c.name]) if n.tensor is prod.tensor}
+            reads += [(n, vals, all_b, inner) for n in same.values()]
         if not reads:
             raise ScheduleError(f"ComputeAt {prod.name}: {cons.name} does not read it")
         bases: list[Expr | None] = [None] * len(prod.axes)
@@ -309,7 +310,7 @@ class Lowerer:
             return False
         bounds = self.all_bounds
         need: dict[int, tuple[Buffer, int]] = {}
-        for ld in [n for n in distinct_nodes(value) if isinstance(n, Load)]:
+        for ld in {n: None for n in distinct_nodes(value) if isinstance(n, Load)}:  # equal loads once
             b = ld.buffer
             if b.scope == "local":
                 continue

@@ -111,9 +111,28 @@ class State:
         return False
 
     def consumers(self, st: Stage) -> list[Stage]:
-        """Stages that read `st` once inlined stages are substituted."""
-        return [c for c in self.stages if not c.inline and any(
-            isinstance(n, Read) and n.tensor is st.tensor for n in distinct_nodes(self.inline_into(c.body)))]
+        """Stages that read `st` once inlined stages are substituted: those whose body reads it, or
+        reads an inlined stage that does (the substitution keeps what a body reads, so this follows
+        the reads instead of building the inlined bodies, which a Winograd transform makes large)."""
+        inlined = {id(s.tensor): s for s in self.stages if s.inline}
+        known: dict[int, bool] = {}
+
+        def reads_it(body: Expr) -> bool:
+            for n in distinct_nodes(body):
+                if not isinstance(n, Read):
+                    continue
+                if n.tensor is st.tensor:
+                    return True
+                via = inlined.get(id(n.tensor))
+                if via is not None:
+                    if id(via) not in known:
+                        known[id(via)] = False  # while its own reads are followed
+                        known[id(via)] = reads_it(via.body)
+                    if known[id(via)]:
+                        return True
+            return False
+
+        return [c for c in self.stages if not c.inline and reads_it(c.body)]
 
     def inline_into(self, body: Expr) -> Expr:
         """`body` with every read of an inlined stage replaced by that stage's *current* body: a
