@@ -22,7 +22,7 @@ from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
 from autorelay.te.expr import BF16_FUNCS, Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
 from autorelay.te.traverse import children
-from autorelay.tir.linear_form import from_linear, linear
+from autorelay.tir.linear_form import Forms, from_linear
 from autorelay.tir.nodes import Buffer
 from autorelay.tir.simplify import simplify
 
@@ -61,6 +61,9 @@ class ExprEmitter:
         self._values: dict[tuple[str, str, int], Val] = {}
         self.block = "entry"
         self.stored: set[int] | None = None  # ids of the buffers stored to (None: unknown)
+        # linear forms of load indices, kept for the emitter's life: a vector load asks for its
+        # index's form twice, and neighbouring loads share most of their index's subtrees
+        self.forms = Forms()
         self.env: dict[Var, Val] = {}
         self.ptr: dict[int, str] = {}
         self.vector_var: Var | None = None
@@ -174,7 +177,8 @@ class ExprEmitter:
         first and last lanes are inside the clamp, checked at run time."""
         v = self.vector_var
         assert v is not None
-        clamps = [a for a in linear(e.index)[0] if a is not v and self.reads(a, v) and _clamp(a, v)]
+        atoms = self.forms.linear(e.index)[0]
+        clamps = [a for a in atoms if a is not v and self.reads(a, v) and _clamp(a, v)]
         if not clamps:
             return self._direct_load(e)
         checks = []
@@ -208,7 +212,7 @@ class ExprEmitter:
     def _direct_load(self, e: Load) -> Val:
         v = self.vector_var
         assert v is not None
-        terms, c = linear(e.index)
+        terms, c = self.forms.linear(e.index)
         coef = terms.get(v, 0)
         if coef in (1, 2) and not any(self.reads(a, v) for a in terms if a is not v):
             # lane 0's index: the form without its lane term (no other atom reads the lane)
