@@ -14,6 +14,7 @@ zero, and a store widens with `zext` (see `SegmentEmitter.store`).
 from __future__ import annotations
 
 from autorelay.codegen.llvm.calls import emit_call
+from autorelay.codegen.llvm.instructions import InstructionWriter
 from autorelay.codegen.llvm.lanes import all_of_conds as _all
 from autorelay.codegen.llvm.lanes import clamp_of as _clamp
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
@@ -48,19 +49,12 @@ def _vector_integer(e: Expr) -> bool:
     return False
 
 
-class ExprEmitter:
-    """Emits expressions as LLVM instructions, numbering values within a basic block: an
-    instruction whose text (opcode, types, operands) was emitted before in the same block is that
-    earlier value. Unrolled code repeats its index arithmetic and, in a Winograd transform, whole
-    subexpressions per position; numbering them here keeps the IR (and LLVM's time on it) small.
-    Loads are numbered only from buffers that no statement of the function stores to (`stored`)."""
+class ExprEmitter(InstructionWriter):
+    """Emits loop-IR expressions as LLVM instructions (through `InstructionWriter`, which numbers
+    the values of a basic block)."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.counter = 0
-        self._values: dict[tuple[str, str, int], Val] = {}
-        self.block = "entry"
-        self.stored: set[int] | None = None  # ids of the buffers stored to (None: unknown)
+        super().__init__()
         # linear forms of load indices, kept for the emitter's life: a vector load asks for its
         # index's form twice, and neighbouring loads share most of their index's subtrees
         self.forms = Forms()
@@ -82,46 +76,6 @@ class ExprEmitter:
         out = e is v or any(self.reads(k, v) for k in children(e))
         self._reads[key] = (e, out)
         return out
-
-    def tmp(self) -> str:
-        self.counter += 1
-        return f"%t{self.counter}"
-
-    def new_block(self, hint: str) -> str:
-        self.counter += 1
-        return f"{hint}{self.counter}"
-
-    @property
-    def block(self) -> str:
-        """The basic block being emitted into; entering another forgets the numbered values."""
-        return self._block
-
-    @block.setter
-    def block(self, name: str) -> None:
-        self._block = name
-        self._values.clear()
-
-    def op(self, text: str, dtype: str, lanes: int = 0, *, pure: bool = True) -> Val:
-        """The value of instruction `text`; `pure`: its value depends only on its operands (no
-        memory read, no phi), so the same text earlier in this block is reused."""
-        key = (text, dtype, lanes)
-        if pure:
-            hit = self._values.get(key)
-            if hit is not None:
-                return hit
-        t = self.tmp()
-        self.lines.append(f"  {t} = {text}")
-        v = Val(t, dtype, lanes)
-        if pure:
-            self._values[key] = v
-        return v
-
-    def load_op(self, buf: Buffer, text: str, dtype: str, lanes: int = 0) -> Val:
-        """A load (or masked load) from `buf`: reused within the block only if nothing stores to `buf`."""
-        return self.op(text, dtype, lanes, pure=self.stored is not None and id(buf) not in self.stored)
-
-    def ty(self, dtype: str, lanes: int) -> str:
-        return f"<{lanes} x {llvm_type(dtype)}>" if lanes else llvm_type(dtype)
 
     def gep(self, buf: Buffer, idx: str) -> str:
         return self.op(
