@@ -6,7 +6,8 @@ from collections.abc import Iterable
 
 from autorelay.errors import ScheduleError
 from autorelay.schedule.lower import Lowerer
-from autorelay.schedule.state import State, apply_step
+from autorelay.schedule.state import State
+from autorelay.schedule.step_effects import apply_step
 from autorelay.schedule.steps import Step
 from autorelay.te.tensor import ComputeDef
 from autorelay.tir.nodes import PrimFunc
