@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.host import host_target, init_llvm, target_machine
-from autorelay.codegen.llvm.jit import _optimize, compile_ir
+from autorelay.codegen.llvm.host import host_target
+from autorelay.codegen.llvm.jit import compile_ir
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
 from autorelay.runtime.graph_executor import GraphExecutor, GraphPlan, KernelSpec
@@ -229,7 +229,9 @@ class Executable:
                 files.update(gpu_archive.kernel_files(i, k))
                 continue
             files[f"kernels/{i}.ll"] = k.llvm_ir.encode()
-            files[f"kernels/{i}.o"] = _object_code(k, self.target)
+            if k.module.object_code is None:  # compile_ir keeps what MCJIT loaded, so only a bug lands here
+                raise AutoRelayError(f"save: kernel {k.key} has no object code")
+            files[f"kernels/{i}.o"] = k.module.object_code
         for i, f in enumerate(self.functions):
             files[f"functions/{i}.relay"] = IRModule.from_expr(f).astext().encode()
         meta["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
@@ -238,19 +240,6 @@ class Executable:
             for name, data in files.items():
                 # float weights barely deflate (7% on ResNet-18) at a cost of seconds: stored as they are
                 z.writestr(name, data, zipfile.ZIP_STORED if name == "consts.npz" else None)
-
-
-def _object_code(kernel: KernelArtifact, target: Target) -> bytes:
-    """The object code MCJIT loaded for `kernel` (compiled again only when the module lacks it)."""
-    import llvmlite.binding as llvm
-
-    if kernel.module is not None and kernel.module.object_code is not None:
-        return kernel.module.object_code
-    init_llvm()
-    mod = llvm.parse_assembly(kernel.llvm_ir)
-    mod.triple = target.triple or llvm.get_process_triple()
-    _optimize(mod, target)
-    return target_machine(target).emit_object(mod)
 
 
 def _object_names(key: str, text: str) -> list[str]:
