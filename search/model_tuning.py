@@ -37,7 +37,7 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
-from search.plan_screen import TRAILING_RATIO, screen_plan_tasks, trailing_forms
+from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, TRAILING_RATIO, screen_plan_tasks, trailing_forms
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 
@@ -105,6 +105,8 @@ class ModelTuneResult:
     pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
     layout: Any = None  # pipeline "plan": the layout search's result (`LayoutSearchResult`)
     trailing: dict[str, float] = field(default_factory=dict)  # not re-measured: name -> times its leader
+    # deferred forms the budget never reached: name -> times its layers' best when screened
+    deferred: dict[str, float] = field(default_factory=dict)
 
     @property
     def new_trials(self) -> int:
@@ -136,6 +138,10 @@ class ModelTuneResult:
             lines.append(f"not re-measured (best config more than {TRAILING_RATIO:g}x the best form of its "
                          "layers; default/best columns are search figures): "
                          + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.trailing.items()))
+        if self.deferred:
+            lines.append(f"deferred and never tuned (default schedule over {DEFER_RATIO:g}x the best form "
+                         "of its layers when screened): "
+                         + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.deferred.items()))
         if self.layout is not None:
             lines.append(self.layout.table())
         if math.isfinite(self.latency_before_s):
@@ -259,6 +265,7 @@ def tune_model(
     measurer: Measurer | None = None
     interrupted = False
     trailing: dict[int, float] = {}
+    untried: dict[int, float] = {}
     try:
         if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
             progress.stage("extracting the kernels of every layout a conv layer may take")
@@ -270,8 +277,11 @@ def tune_model(
             screen.groups.update(prologue_groups)  # a fused prologue's kernel: one more form of its layer
             before = len(ex.tasks)
             ex, groups = screen.apply(ex)
+            deferred = {t.key: screen.deferred[t.key] for t in ex.tasks if t.key in screen.deferred}
             progress.stage(f"screening kept {len(ex.tasks)} of {before} tasks ({screen.seconds:.0f} s); the "
-                           f"forms of one layer share its term of the scheduler's objective")
+                           f"forms of one layer share its term of the scheduler's objective"
+                           + (f"; {len(deferred)} forms {DEFER_RATIO:g}-{PRUNE_RATIO:g}x behind their "
+                              "layers' best skip the warm-up" if deferred else ""))
         else:
             if pipeline == AUTO:
                 progress.stage("choosing the pass pipeline (layout) for the model")
@@ -282,6 +292,7 @@ def tune_model(
             prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
             ex = prepared.extraction
             groups = [t.key for t in ex.tasks]  # alternatives of one workload: see the scheduler
+            deferred = {}
         # heaviest first: the scheduler warms tasks up in order, and a small budget may not reach all
         order = sorted(range(len(ex.tasks)), key=lambda i: -ex.tasks[i].total_flops)
         ex.tasks[:], groups = [ex.tasks[i] for i in order], [groups[i] for i in order]
@@ -301,7 +312,8 @@ def tune_model(
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         try:
             sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged)), rounds,
-                                  seed=seed, groups=groups)
+                                  seed=seed, groups=groups,
+                                  deferred=[i for i, t in enumerate(ex.tasks) if t.key in deferred])
             for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
                 if st.logged[i]:
                     sched.tasks[i].trials.append(st.logged[i])
@@ -309,11 +321,13 @@ def tune_model(
             if ex.tasks:
                 sched.run(st.one_round)
             trailing = trailing_forms(groups, [tu.best_cost for tu in st.tuners])
+            untried = {i: deferred[ex.tasks[i].key] for i in sched.deferred if not sched.tasks[i].trials}
             progress.stage("re-measuring each task's best candidates against its default, interleaved"
                            + (f" ({len(trailing)} forms far behind their layer's best skipped)" if trailing
-                              else ""))
+                              else "")
+                           + (f" ({len(untried)} deferred forms never tuned skipped)" if untried else ""))
             for i in range(len(ex.tasks)):
-                if i not in trailing:
+                if i not in trailing and i not in untried:
                     st.settle(i)
         except KeyboardInterrupt:
             interrupted = True
@@ -327,7 +341,8 @@ def tune_model(
         result = ModelTuneResult(model.name, str(prepared.target), tuner, trials, st.rows(),
                                  ex.skipped, run, 0.0, interrupted,
                                  pipeline=layout.describe() if layout else choice.describe(), layout=layout,
-                                 trailing={ex.tasks[i].name: r for i, r in trailing.items()})
+                                 trailing={ex.tasks[i].name: r for i, r in trailing.items()},
+                                 deferred={ex.tasks[i].name: r for i, r in untried.items()})
         measurer.close()
         measurer = None
         if compare and not interrupted:

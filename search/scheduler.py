@@ -15,13 +15,18 @@ gradient projected over `round_trials`, clipped at the best). So a trailing alte
 while it looks able to overtake and then left to the epsilon picks, the workload's weight is never
 counted twice, and whichever alternative leads (the default template's included) is never starved
 by a sibling. A group of one is exactly the task of old.
+
+Deferred alternatives (`deferred`: task indices) skip the warm-up: a form whose default schedule
+already ran well behind its group's fastest (`search.plan_screen`) starts only when the epsilon
+pick draws it, or when its group has no other live member; once it has a figure, the rules above
+apply to it (see `search.plan_screen` for why and where the line is drawn).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -51,7 +56,7 @@ class TaskScheduler:
 
     def __init__(self, weights: Sequence[float], budget: int, round_trials: int = 16, *, alpha: float = 0.2,
                  backward_window: int = 2, epsilon: float = 0.05, seed: int = 0,
-                 groups: Sequence[Hashable] | None = None) -> None:
+                 groups: Sequence[Hashable] | None = None, deferred: Collection[int] = ()) -> None:
         if budget < 0 or round_trials < 1:
             raise ValueError(f"task scheduler: budget ({budget}) must be >= 0 and round_trials "
                              f"({round_trials}) >= 1")
@@ -72,6 +77,10 @@ class TaskScheduler:
         self.rng = random.Random(seed)
         self.finished: set[int] = set()
         self.order: list[int] = []  # which task got each round
+        if any(not 0 <= i < len(weights) for i in deferred):
+            raise ValueError(f"task scheduler: deferred tasks {sorted(deferred)} are not all among the "
+                             f"{len(weights)} tasks")
+        self.deferred = set(deferred)
 
     def group_latency(self, i: int) -> float:
         """The best latency among task i's group (its alternatives): what the build would run."""
@@ -106,12 +115,19 @@ class TaskScheduler:
         live = [i for i in range(len(self.tasks)) if i not in self.finished]
         if not live:
             return None
-        for i in live:  # warm-up: every task once
-            if not self.tasks[i].trials:
+        for i in live:  # warm-up: every task once, a deferred one only once its group has no other
+            if not self.tasks[i].trials and not self._waits(i):
                 return i
         if self.rng.random() < self.epsilon:
             return self.rng.choice(live)
-        return min(live, key=self.gradient)
+        ready = [i for i in live if not self._waits(i)]
+        return min(ready, key=self.gradient)
+
+    def _waits(self, i: int) -> bool:
+        """Whether task i is a deferred alternative not yet started while another member of its group
+        is live."""
+        return (i in self.deferred and not self.tasks[i].trials
+                and any(j != i and j not in self.finished and j not in self.deferred for j in self.groups[i]))
 
     def run(self, tune_round: Callable[[int, int], tuple[int, float]]) -> list[int]:
         """Spend the budget; returns the trials each task received."""

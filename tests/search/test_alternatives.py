@@ -138,6 +138,36 @@ def test_a_trailing_alternative_does_not_double_its_workloads_budget():
     assert igemm >= 16 and direct > 2 * igemm
 
 
+def test_a_deferred_alternative_waits_for_its_group_but_not_for_ever():
+    """A deferred form (screened far behind) skips the warm-up: with no epsilon picks it starts only
+    once the other form of its layers is finished; with them, it gets a few rounds and its leader
+    keeps the bulk; a deferred task alone in its group warms up as any other."""
+    rounds: list[int] = []
+    left = {"lead": 3}  # the leader's space runs out after three rounds
+
+    def tune_round(i: int, n: int) -> tuple[int, float]:
+        rounds.append(i)
+        if i == 0:
+            left["lead"] -= 1
+            return (n, 1e-3) if left["lead"] >= 0 else (0, 1e-3)
+        return n, 2e-3
+
+    sched = TaskScheduler([1, 1, 1], 16 * 12, 16, epsilon=0.0, groups=["conv", "conv", "pool"], deferred=[1])
+    sched.run(tune_round)
+    assert rounds[:2] == [0, 2]  # the warm-up skips the deferred form
+    out_of_space = [k for k, i in enumerate(rounds) if i == 0][3]  # the leader's fourth call spends 0
+    assert 1 not in rounds[:out_of_space] and rounds[out_of_space + 1] == 1
+    sched = TaskScheduler([2, 2, 2], 960, 16, seed=0, groups=["conv", "conv", "dense"], deferred=[0])
+    direct, igemm, dense = _simulate(sched, [3e-3, 1e-3, 1e-3])
+    undeferred = _simulate(TaskScheduler([2, 2, 2], 960, 16, seed=0, groups=["conv", "conv", "dense"]),
+                           [3e-3, 1e-3, 1e-3])
+    assert direct < undeferred[0] and igemm + dense > undeferred[1] + undeferred[2]
+    alone = TaskScheduler([1, 1], 32, 16, epsilon=0.0, groups=["conv", "pool"], deferred=[0])
+    assert _simulate(alone, [1e-3, 1e-3]) == [16, 16]
+    with pytest.raises(ValueError, match="deferred"):
+        TaskScheduler([1, 1], 32, 16, deferred=[2])
+
+
 def _conv_fn(fused, key):
     return next(fn for fn in primitive_calls(fused) if workload_key(fn) == key)
 

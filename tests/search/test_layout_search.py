@@ -24,7 +24,7 @@ from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
-from search import tune_model
+from search import model_tuning, tune_model
 from search.cli import main
 from search.fusion_choice import fusion_variants, prologue_edges, without_halos
 from search.layout_dp import assign, breakdown, plan_cost
@@ -32,6 +32,7 @@ from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
 from search.models import compile_model, load_model, run_inputs, tuning_target
 from search.pipeline_choice import PLAN, candidates, prepare_plan
+from search.plan_screen import screen_plan_tasks
 
 pytestmark = pytest.mark.cpu
 
@@ -207,16 +208,36 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     assert all(f"{name} " in decided for name in r.confirmed), decided
 
 
-def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path):
+def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path, monkeypatch):
+    """Also: a deferred form skips the warm-up. The screening is timed, so which forms it defers
+    varies; the heaviest task, which the warm-up would take first, is deferred by hand (every form
+    of its layers kept), and the budget's one round must go to another task."""
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     model = load_model("nature-dqn")
+    _, every, _ = plan_tasks(model, "llvm", 1)
+    heaviest: list[str] = []
+
+    def screen_and_defer(*args, **kwargs):
+        screen = screen_plan_tasks(*args, **kwargs)
+        first = max(every.tasks, key=lambda t: t.total_flops)  # a conv: a form of its layers' group
+        siblings = [k for k, g in screen.groups.items() if g == screen.groups[first.key]]
+        assert len(siblings) > 1
+        for key in siblings:
+            screen.pruned.pop(key, None)
+        screen.deferred = {first.key: 1.3}
+        heaviest.append(first.key)
+        return screen
+
+    monkeypatch.setattr(model_tuning, "screen_plan_tasks", screen_and_defer)
     result = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
                         batch=4, pipeline="plan", compare=False)
-    _, every, _ = plan_tasks(model, "llvm", 1)
     forms = {t.key for t in every.tasks if t.template.startswith("conv2d")}
     tuned = {r.task.key for r in result.rows}
     screened = {s.key for s in result.skipped if "screening prunes" in s.reason}
     assert forms <= tuned | screened and not tuned & screened
+    (deferred,) = [r for r in result.rows if r.task.key == heaviest[0]]
+    assert deferred.new_trials == 0 and sum(r.new_trials for r in result.rows) == 4
+    assert result.deferred == {deferred.task.name: 1.3} and "deferred and never tuned" in result.table()
     assert {r.task.template for r in result.rows} & {"conv2d_nchwc", "conv2d_nchw", "conv2d_winograd"}
     assert result.layout is not None and "layout search" in result.table()
     with tuning_db.open(url) as db:

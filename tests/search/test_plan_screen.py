@@ -8,7 +8,15 @@ import pytest
 
 from search.extract import Extraction, ModelTask, Skipped
 from search.layout_costs import LayerCost
-from search.plan_screen import PRUNE_RATIO, TRAILING_RATIO, PlanScreen, decide, layer_forms, trailing_forms
+from search.plan_screen import (
+    DEFER_RATIO,
+    PRUNE_RATIO,
+    TRAILING_RATIO,
+    PlanScreen,
+    decide,
+    layer_forms,
+    trailing_forms,
+)
 
 
 def _costs() -> dict[str, LayerCost]:
@@ -37,6 +45,18 @@ def test_a_form_far_behind_on_every_layer_is_pruned():
     assert screen.groups["c16_both"] == frozenset({"a", "b"})
     looser = decide(_costs(), forms, ratio=5.0)
     assert not looser.pruned
+
+
+def test_a_form_between_the_defer_and_prune_ratios_is_deferred():
+    """On layer `a` block 8 runs 1.2x the leader's time: kept and deferred at the default ratio,
+    plainly kept above it; a form behind on one layer but leading on another is not deferred."""
+    forms = {"c8_a": {"a": (8, 0)}, "c16_both": {"a": (16, 0), "b": (16, 0)}, "f2_b": {"b": (0, 2)},
+             "direct_a": {"a": (0, 0)}}
+    screen = decide(_costs(), forms, defer=1.1)
+    assert screen.deferred == {"c8_a": pytest.approx(1.2)}  # c16_both is 1.6x behind on b, leads on a
+    assert set(screen.pruned) == {"direct_a"}
+    assert not decide(_costs(), forms, defer=1.25).deferred
+    assert DEFER_RATIO < PRUNE_RATIO
 
 
 def _task(key: str, count: int) -> ModelTask:
