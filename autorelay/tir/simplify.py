@@ -197,14 +197,42 @@ def _is_linear(n: Expr) -> bool:
     return isinstance(n, Bin) and n.op in ("add", "sub", "mul") and is_int(n.dtype)
 
 
-def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Expr:
+class Invariant:
+    """What simplifying the copies of an unrolled loop's body can share: the results for the nodes
+    of the body that do not read the loop's variable (`var`), which every copy would otherwise
+    simplify again. Valid while the body's nodes live (memos are by identity) and for copies that
+    differ only in `var`'s value."""
+
+    def __init__(self, var: Var) -> None:
+        self.var = var
+        self.reads_var: dict[int, bool] = {}
+        self.memo: dict[int, Expr] = {}
+        self.lin_memo: dict[int, Linear] = {}
+
+    def varies(self, n: Expr) -> bool:
+        """Whether `n` reads the unrolled variable."""
+        got = self.reads_var.get(id(n))
+        if got is None:
+            got = n is self.var or any(self.varies(k) for k in children(n))
+            self.reads_var[id(n)] = got
+        return got
+
+
+def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr],
+              shared: Invariant | None = None) -> Expr:
     memo: dict[int, Expr] = {}  # by node identity: a subtree shared in the input is visited once
     lin_memo: dict[int, Linear] = {}
 
     def go(n: Expr) -> Expr:
         done = memo.get(id(n))
         if done is None:
-            done = memo[id(n)] = visit(n)
+            if shared is None or shared.varies(n):
+                done = visit(n)
+            else:
+                done = shared.memo.get(id(n))
+                if done is None:
+                    done = shared.memo[id(n)] = visit(n)
+            memo[id(n)] = done
         return done
 
     def lform(n: Expr) -> Linear:
@@ -212,6 +240,8 @@ def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Exp
         building the rewritten sums below it: a chain of k additions rewritten level by level
         built k canonical sums of up to k terms each, all but the last thrown away."""
         done = lin_memo.get(id(n))
+        if done is None and shared is not None and not shared.varies(n):
+            done = shared.lin_memo.get(id(n))
         if done is not None:
             return done
         if not isinstance(n, Bin) or not _is_linear(n):
@@ -224,6 +254,8 @@ def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Exp
                 ka, kb = go(n.a), go(n.b)
                 done = ({n if ka is n.a and kb is n.b else rebuild(n, (ka, kb)): 1}, 0)
         lin_memo[id(n)] = done
+        if shared is not None and not shared.varies(n):
+            shared.lin_memo[id(n)] = done
         return done
 
     def visit(n: Expr) -> Expr:
@@ -250,19 +282,21 @@ def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Exp
     return go(e)
 
 
-def simplify_stmt(s: Stmt, bounds: Bounds | None = None,
-                  mapping: dict[Var, Expr] | None = None) -> Stmt | None:
+def simplify_stmt(s: Stmt, bounds: Bounds | None = None, mapping: dict[Var, Expr] | None = None, *,
+                  shared: Invariant | None = None) -> Stmt | None:
     """Simplify every expression; drop conditions the loop bounds prove; inline 1-trip loops.
-    `mapping`: variables replaced on the way, as `substitute_stmt` would first."""
-    return _simplify_stmt(s, dict(bounds or {}), Forms(), dict(mapping or {}))
+    `mapping`: variables replaced on the way, as `substitute_stmt` would first. `shared`: results
+    kept from simplifying another copy of the same unrolled body (`Invariant`)."""
+    return _simplify_stmt(s, dict(bounds or {}), Forms(), dict(mapping or {}), shared)
 
 
-def _simplify_stmt(s: Stmt, b: Bounds, forms: Forms, mapping: dict[Var, Expr]) -> Stmt | None:
+def _simplify_stmt(s: Stmt, b: Bounds, forms: Forms, mapping: dict[Var, Expr],
+                   shared: Invariant | None = None) -> Stmt | None:
     def expr(e: Expr) -> Expr:
-        return _simplify(e, b, forms, mapping)
+        return _simplify(e, b, forms, mapping, shared)
 
     def stmt(t: Stmt, inner: Bounds = b, m: dict[Var, Expr] = mapping) -> Stmt | None:
-        return _simplify_stmt(t, inner, forms, m)
+        return _simplify_stmt(t, inner, forms, m, shared)
 
     if isinstance(s, For):
         if s.extent == 1 and s.kind != "parallel":

@@ -200,6 +200,34 @@ def test_simplify_stmt_with_a_mapping_is_substitute_stmt_then_simplify_stmt():
             simplify_stmt(substitute_stmt(body, m), {y: (0, 3)}))
 
 
+def test_unrolled_copies_sharing_their_invariant_nodes_simplify_as_alone():
+    """Simplifying an unrolled body's copies with an `Invariant` (what `expand_unrolled` does)
+    gives each copy exactly the statements it gets alone; the nodes that do not read the unrolled
+    variable are simplified once for all copies, the others per copy."""
+    import random
+
+    from autorelay.tir.printer import stmt_lines
+    from autorelay.tir.simplify import Invariant
+
+    rng = random.Random(1)
+    z, k = Var("z"), Var("k")
+    buf = Buffer("out", (4096,), "int64")
+    bounds = {x: (0, 5), y: (0, 15)}
+    for _ in range(40):
+        fixed = _random_index(rng, 5, [x, y])  # one object, in every copy
+        moving = z * 3 + _random_index(rng, 4, [z, y])
+        body = Seq((Store(buf, _random_index(rng, 5, [x, y, z]) % 4096, fixed + moving),
+                    If(Cmp("lt", _random_index(rng, 3, [x, z]), const(7)), Store(buf, fixed % 4096, z * 2)),
+                    For(k, 1, Store(buf, (fixed + k) % 4096, _random_index(rng, 4, [x, k, z])), "serial")))
+        shared = Invariant(z)
+        copies = [simplify_stmt(body, bounds, {z: const(c)}, shared=shared) for c in range(4)]
+        alone = [simplify_stmt(body, bounds, {z: const(c)}) for c in range(4)]
+        assert [stmt_lines(c) for c in copies] == [stmt_lines(a) for a in alone]
+        assert id(fixed) in shared.memo or id(fixed) in shared.lin_memo  # simplified once, for all
+        assert not shared.varies(fixed) and shared.varies(moving)
+        assert id(moving) not in shared.memo and id(moving) not in shared.lin_memo
+
+
 def test_the_emitters_lane_dependence_agrees_with_free_vars():
     import random
 

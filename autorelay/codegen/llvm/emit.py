@@ -28,7 +28,7 @@ from autorelay.target import Target
 from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Var
 from autorelay.te.traverse import distinct_nodes, free_vars
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autorelay.tir.simplify import simplify, simplify_stmt
+from autorelay.tir.simplify import Invariant, simplify, simplify_stmt
 
 
 class SegmentEmitter(DotLoopEmitter):
@@ -313,8 +313,9 @@ def expand_unrolled(s: Stmt, bounds: dict[Var, tuple[int, int]]) -> Stmt:
     if isinstance(s, For):
         if s.kind == "unrolled":
             copies = []
+            shared = Invariant(s.var)  # what the copies share: the body's nodes that do not read s.var
             for c in range(s.extent):
-                body = simplify_stmt(s.body, bounds, {s.var: Const(c, "int64")})
+                body = simplify_stmt(s.body, bounds, {s.var: Const(c, "int64")}, shared=shared)
                 if body is not None:
                     copies.append(expand_unrolled(body, bounds))
             return Seq(tuple(copies))
