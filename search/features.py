@@ -36,7 +36,7 @@ from autorelay.kernel import KernelCode
 from autorelay.schedule.space import Config
 from autorelay.target import Target, TargetSpec
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
-from autorelay.te.traverse import walk
+from autorelay.te.traverse import children, distinct_nodes
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
     THREAD_TAGS,
@@ -137,19 +137,33 @@ def _trip(loops: list[For]) -> int:
     return n
 
 
+def _float_ops(e: Expr) -> int:
+    """Float operations of `e` counted as if its shared subtrees were copied out (a subtree two
+    parents share is computed for each), each distinct node visited once: a Winograd transform's
+    select chains share subtrees many paths reach, and walking every path took most of `extract`."""
+    memo: dict[int, int] = {}
+
+    def go(n: Expr) -> int:
+        got = memo.get(id(n))
+        if got is None:
+            got = int(isinstance(n, (Bin, Call)) and is_float(n.dtype)) + sum(go(k) for k in children(n))
+            memo[id(n)] = got
+        return got
+
+    return go(e)
+
+
 def _buffer_features(nest: _Nest) -> tuple[list[list[float]], float, float]:
     """Per accessed buffer (store first, then loads by first appearance): access count, bytes
     touched, reuse, innermost and next strides, contiguity flags, local scope. Returns them with
     the nest's total bytes touched and float operations."""
     accesses: list[tuple[object, Expr]] = [(nest.store.buffer, nest.store.index)]
     seen = {id(nest.store.buffer)}
-    flops = 0
-    for n in walk(nest.store.value):
+    for n in distinct_nodes(nest.store.value):  # first appearances in the same order as a full walk
         if isinstance(n, Load) and id(n.buffer) not in seen:
             seen.add(id(n.buffer))
             accesses.append((n.buffer, n.index))
-        elif isinstance(n, (Bin, Call)) and is_float(n.dtype):
-            flops += 1
+    flops = _float_ops(nest.store.value)
     trip = _trip(nest.loops)
     inner = [f for f in reversed(nest.loops)]
     rows, total_bytes = [], 0.0
