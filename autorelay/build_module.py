@@ -193,5 +193,6 @@ def build_prepared(prepared: IRModule, target: Target, schedules: ScheduleSource
     builder = GraphBuilder(target, schedules, offload, memo)
     plan = builder.build(prepared["main"])
     artifacts = [KernelArtifact.from_kernel(k) for k in builder.kernels]
-    funcs = [builder.externals.get(i) or ReferenceFunction(f) for i, f in enumerate(builder.functions)]
+    funcs = [builder.externals.get(i) or ReferenceFunction(f, flat_args=True)
+             for i, f in enumerate(builder.functions)]
     return Executable(plan, artifacts, builder.consts, builder.functions, funcs, target)

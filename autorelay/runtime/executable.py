@@ -299,7 +299,7 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
         else:
             target = host_target(threads or meta["target"]["threads"])
             kernels = _load_cpu_kernels(meta, read, target)
-    refs = [ReferenceFunction(f) for f in functions]
+    refs = [ReferenceFunction(f, flat_args=True) for f in functions]
     return Executable(_plan(meta), kernels, consts, functions, refs, target)
 
 

@@ -12,15 +12,19 @@ from typing import Any
 import numpy as np
 
 from autorelay.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
+from autorelay.ir.types import TupleType, Type
 from autorelay.ir.visitor import post_order
 from autorelay.runtime.interp_frames import run_op
 
 
 class ReferenceFunction:
-    """Callable: `ref(*args) -> array | tuple` computing a primitive function with NumPy references."""
+    """Callable: `ref(*args) -> array | tuple` computing a primitive function with NumPy references.
+    `flat_args`: the caller passes every tensor of a tuple-typed parameter in turn, as the graph
+    executor passes a kernel's buffers; else one value per parameter (a tuple for a tuple)."""
 
-    def __init__(self, fn: Function) -> None:
+    def __init__(self, fn: Function, *, flat_args: bool = False) -> None:
         self.fn = fn
+        self.param_types = [_param_type(p) for p in fn.params] if flat_args else None
         slot: dict[int, int] = {}
         self.consts: list[tuple[int, np.ndarray]] = []
         self.code: list[tuple[str, Any, list[int], int]] = []  # (kind, payload, operand slots, out slot)
@@ -49,6 +53,8 @@ class ReferenceFunction:
         self.result = slot[id(fn.body)]
 
     def __call__(self, *args: Any) -> Any:
+        if self.param_types is not None:
+            args = _nested(self.param_types, args)
         env: list[Any] = [None] * self.size
         env[: len(args)] = args
         for i, c in self.consts:
@@ -62,6 +68,23 @@ class ReferenceFunction:
             else:
                 env[out] = env[ins[0]][payload]
         return env[self.result]
+
+
+def _param_type(p: Var) -> Type:
+    ty = p.checked_type if p.has_checked_type else p.type_annotation
+    if ty is None:
+        raise ValueError(f"fallback kernel: parameter %{p.name_hint} has no type")
+    return ty
+
+
+def _nested(types: list[Type], flat: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One value per parameter of `types` from the tensors passed in turn (tuples rebuilt)."""
+    rest = iter(flat)
+
+    def take(ty: Type) -> Any:
+        return tuple(take(f) for f in ty.fields) if isinstance(ty, TupleType) else next(rest)
+
+    return tuple(take(ty) for ty in types)
 
 
 def flatten_value(v: Any) -> list[np.ndarray]:

@@ -284,7 +284,13 @@ class _Copier(ExprMutator):
 
 
 def _typed_copy(e: Expr) -> Expr:
-    copy = e.replace()
+    """A copy of `e` for one reader; a call's tuple arguments (a concatenate's inputs) are copied
+    too: a tuple node the copies shared would have several readers, so no copy's group could take
+    it in, and each fused function would get the tuple as one parameter, which kernels cannot take."""
+    if isinstance(e, Call):
+        copy = e.replace(args=tuple(_typed_copy(a) if isinstance(a, Tuple) else a for a in e.args))
+    else:
+        copy = e.replace()
     if e.has_checked_type:
         copy.set_checked_type(e.checked_type)
     return copy

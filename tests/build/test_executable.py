@@ -294,6 +294,24 @@ def @main(%x: Tensor[(4, 9), float32]) {
     np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
 
 
+def test_a_fallback_with_a_tuple_parameter_rebuilds_it_from_the_tensors_passed_in_turn():
+    """The graph executor passes a kernel its tensors one by one, a tuple parameter's fields in
+    turn; the VM passes the tuple. The fallback must rebuild it, not take its first field."""
+    from autorelay.runtime.fallback import ReferenceFunction
+
+    fn = autorelay.parse("""#[version = "0.0.5"]
+def @main(%p: (Tensor[(1, 2), float32], (Tensor[(1, 3), float32], Tensor[(1, 1), float32])), %s: float32) {
+  %0 = %p.1;
+  %1 = (%p.0, %0.0, %0.1);
+  multiply(concatenate(%1, axis=1), %s)
+}""")["main"]
+    a, b, c = (np.arange(n, dtype="float32").reshape(1, n) + n for n in (2, 3, 1))
+    s = np.float32(2.0)
+    want = np.concatenate([a, b, c], axis=1) * s
+    np.testing.assert_array_equal(ReferenceFunction(fn, flat_args=True)(a, b, c, s), want)
+    np.testing.assert_array_equal(ReferenceFunction(fn)((a, (b, c)), s), want)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_kernels_around_a_python_step_run_in_order_on_fresh_inputs(threads):
     """The graph executor runs its kernels as native programs that stop at each Python step (here

@@ -170,6 +170,20 @@ def test_copy_shared_gives_each_reading_kernel_its_own_copy():
     assert _fuse(mixed, plan=copies) == _fuse(mixed, plan=FusionPlan.prologues())
 
 
+def test_a_copied_concatenate_takes_its_own_tuple_so_no_kernel_gets_a_tuple_parameter():
+    """A concatenate two convolutions read, copied into each: the tuple of its inputs is copied too,
+    so each copy's kernel takes the tuple in and reads the concatenated tensors as parameters (a
+    shared tuple node would have been a tuple-typed parameter, which no kernel compiles)."""
+    joined = lambda x: (lambda t: call("add", conv(t), conv(t)))(
+        call("concatenate", Tuple((call("negative", x), call("exp", x))), axis=1))
+    copies = replace(FusionPlan.prologues(), copy_shared=True)
+    assert _fuse(joined, shape=(1, 2, 6, 6), plan=copies) == sorted(
+        [["exp"], ["negative"], ["concatenate", "nn.conv2d"], ["add", "concatenate", "nn.conv2d"]])
+    x = Var("x", TensorType((1, 2, 6, 6)))
+    out = FuseOps(plan=copies)(typed(IRModule.from_expr(Function((x,), joined(x)))))
+    assert all(isinstance(p.type_annotation, TensorType) for f in primitive_functions(out) for p in f.params)
+
+
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_whole_networks(net):
     mod = typed(NETS[net]())
