@@ -185,3 +185,34 @@ def test_grouped_and_dilated_convolutions_compile_under_every_pipeline(pipeline)
     assert direct.count("conv2d_nchwc") == (0 if pipeline == "default" else 1), direct
     want = np.asarray(autorelay.evaluate(mod, x, *ws))
     np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+CONCAT_READ_TWICE = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 4, 9, 9), float32], %w0: Tensor[(8, 4, 3, 3), float32],
+          %w1: Tensor[(8, 4, 1, 1), float32], %w2: Tensor[(8, 16, 3, 3), float32],
+          %w3: Tensor[(8, 16, 1, 1), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w0, padding=[1, 1], channels=8, kernel_size=[3, 3]));
+  %1 = nn.relu(nn.conv2d(%x, %w1, padding=[0, 0], channels=8, kernel_size=[1, 1]));
+  %2 = concatenate((%0, %1), axis=1);
+  %3 = nn.conv2d(%2, %w2, padding=[1, 1], channels=8, kernel_size=[3, 3]);
+  %4 = nn.conv2d(%2, %w3, padding=[0, 0], channels=8, kernel_size=[1, 1]);
+  add(%3, %4)
+}"""
+
+
+@pytest.mark.parametrize("block", [0, 8, 16])
+def test_a_concatenation_two_convolutions_read_is_copied_into_both_and_compiled(block):
+    """Under `copy_shared` the concatenation Inception's branches end in is copied into both
+    convolutions that read it, each copy with its own tuple of inputs: compiled kernels only (a
+    shared tuple made a tuple parameter, and those kernels fell back to NumPy and failed)."""
+    mod = autorelay.parse(CONCAT_READ_TWICE)
+    rng = np.random.default_rng(3)
+    shapes = [p.type_annotation.concrete_shape for p in mod["main"].params]
+    x, *ws = [rng.standard_normal(s).astype("float32") * 0.3 for s in shapes]
+    copies = replace(FusionPlan.prologues(), copy_shared=True)
+    plan = LayoutPlan({n: block for n in conv_layers(mod)}, {}, fusion=copies)
+    exe = autorelay.build(mod, params={f"w{i}": w for i, w in enumerate(ws)}, threads=2,
+                          pipeline=plan_pipeline(plan))
+    assert exe.report.fallbacks == []
+    want = np.asarray(autorelay.evaluate(mod, x, *ws))
+    np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
