@@ -7,6 +7,7 @@ with the reason, so a slow reference never passes for a compiled kernel.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ class ReferenceFunction:
 
     def __init__(self, fn: Function, *, flat_args: bool = False) -> None:
         self.fn = fn
-        self.param_types = [_param_type(p) for p in fn.params] if flat_args else None
+        self.params_type = TupleType(tuple(_param_type(p) for p in fn.params)) if flat_args else None
         slot: dict[int, int] = {}
         self.consts: list[tuple[int, np.ndarray]] = []
         self.code: list[tuple[str, Any, list[int], int]] = []  # (kind, payload, operand slots, out slot)
@@ -53,8 +54,8 @@ class ReferenceFunction:
         self.result = slot[id(fn.body)]
 
     def __call__(self, *args: Any) -> Any:
-        if self.param_types is not None:
-            args = _nested(self.param_types, args)
+        if self.params_type is not None:
+            args = unflatten_value(self.params_type, args)
         env: list[Any] = [None] * self.size
         env[: len(args)] = args
         for i, c in self.consts:
@@ -77,14 +78,15 @@ def _param_type(p: Var) -> Type:
     return ty
 
 
-def _nested(types: list[Type], flat: tuple[Any, ...]) -> tuple[Any, ...]:
-    """One value per parameter of `types` from the tensors passed in turn (tuples rebuilt)."""
+def unflatten_value(t: Type | None, flat: Iterable[Any]) -> Any:
+    """The value of type `t` whose tensors are `flat`, in order (`flatten_value`'s inverse):
+    nested tuples where `t` has tuple types, each tensor as it is."""
     rest = iter(flat)
 
-    def take(ty: Type) -> Any:
+    def take(ty: Type | None) -> Any:
         return tuple(take(f) for f in ty.fields) if isinstance(ty, TupleType) else next(rest)
 
-    return tuple(take(ty) for ty in types)
+    return take(t)
 
 
 def flatten_value(v: Any) -> list[np.ndarray]:

@@ -27,6 +27,7 @@ from autorelay.runtime.aot.emit import ModuleEmitter
 from autorelay.runtime.aot.jit import jit_function
 from autorelay.runtime.aot.kernels import AotError, KernelTable
 from autorelay.runtime.aot.layout import leaves, list_element
+from autorelay.runtime.fallback import unflatten_value
 from autorelay.runtime.values import ConstructorValue
 from autorelay.runtime.vm.kernels import build_report
 from autorelay.schedule.source import ScheduleSource
@@ -87,7 +88,7 @@ class AotExecutable:
         lst = np.zeros(3, np.int64)  # {data, len, cap}, grown by realloc in generated code
         self._fn(*(a.ctypes.data for a in ins), *(o.ctypes.data for o in outs), lst.ctypes.data)
         if self.elem is None:
-            return _unflatten(self.ret, outs)
+            return unflatten_value(self.ret, outs)
         return self._list(lst)
 
     def _list(self, lst: np.ndarray) -> ConstructorValue:
@@ -116,17 +117,6 @@ class AotExecutable:
     def report(self) -> Any:
         """Every distinct kernel: name, workload key, config source (`BuildReport`)."""
         return build_report(self.table.report())
-
-
-def _unflatten(t: Any, outs: list[np.ndarray]) -> Any:
-    from autorelay.ir.types import TupleType
-
-    it = iter(outs)
-
-    def build(t: Any) -> Any:
-        return tuple(build(f) for f in t.fields) if isinstance(t, TupleType) else next(it)
-
-    return build(t)
 
 
 def compile(

@@ -26,7 +26,8 @@ from autorelay.ir.expr import (
 )
 from autorelay.ir.types import TensorType
 from autorelay.runtime.aot.kernels import AotError
-from autorelay.runtime.aot.layout import TVal, flatten, leaves, nbytes, ptr_const, type_of, unflatten
+from autorelay.runtime.aot.layout import TVal, flatten, leaves, nbytes, ptr_const, type_of
+from autorelay.runtime.fallback import unflatten_value
 from autorelay.runtime.vm.compiler import wrap_op
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ class FunctionEmitter:
                 outs = self.call_global(e, tail=False)
                 assert outs is not None
                 ret = type_of(e) or self.me.mod[e.op.name_hint].ret_type
-                return unflatten(ret, outs)
+                return unflatten_value(ret, outs)
             if isinstance(e.op, Op):
                 fn, args = wrap_op(e)
                 return self.kernel_call(e, fn, args)
@@ -261,7 +262,7 @@ class FunctionEmitter:
             self.lines.append(f"  br label %{done}")
         self.memo = saved
         self.block(done)
-        return unflatten(type_of(e), [TVal(o, nbytes(t)) for o, t in zip(outs, ts)])
+        return unflatten_value(type_of(e), [TVal(o, nbytes(t)) for o, t in zip(outs, ts)])
 
     def kernel_call(self, site: Call, fn: Function, args: tuple[Expr, ...]) -> Any:
         k = self.me.table.native(fn)
@@ -283,4 +284,4 @@ class FunctionEmitter:
             self.lines.append(f"  {f} = inttoptr i64 {addr} to ptr")
             self.lines.append(f"  call void {f}({argv}, i64 0, i64 {par})")
         ret = type_of(site)
-        return unflatten(ret, [TVal(o, s) for o, s in zip(outs, sizes)])
+        return unflatten_value(ret, [TVal(o, s) for o, s in zip(outs, sizes)])

@@ -61,14 +61,3 @@ def type_of(e: Expr) -> Type | None:
 
 def flatten(v: Any) -> list[TVal]:
     return [x for f in v for x in flatten(f)] if isinstance(v, tuple) else [v]
-
-
-def unflatten(t: Type | None, vals: list[TVal]) -> Any:
-    it = iter(vals)
-
-    def build(t: Type | None) -> Any:
-        if isinstance(t, TupleType):
-            return tuple(build(f) for f in t.fields)
-        return next(it)
-
-    return build(t)
