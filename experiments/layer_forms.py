@@ -29,11 +29,11 @@ from search.models import load_model
 from search.pipeline_choice import candidates
 
 
-def pipeline_forms(model, pipeline: str) -> dict[str, Form]:
+def pipeline_forms(model, graph, pipeline: str) -> dict[str, Form]:
     """Each conv layer's form in the per-model `pipeline`'s build: (the pipeline's channel block
     where the layer is blocked, as `kernel_costs` files it even where the build shrank the block to
-    a divisor of the channels, 0 for NCHW; its Winograd output tile, 0 for direct)."""
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    a divisor of the channels, 0 for NCHW; its Winograd output tile, 0 for direct). `graph`: the
+    model after `graph_passes`, where the layers are named."""
     fused = optimize(model.mod, model.params, pipeline)
     asked = pipeline_layout(pipeline)[0]
     return {name: (asked if block else 0, winograd_tile(fn))
@@ -84,8 +84,9 @@ def main() -> None:
                  if f in c.forms else " " * 12 for f in forms]
         print(name.ljust(10), *cells)
     print()
+    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     for pipeline in candidates(target, args.threads):
-        mine, best, missing = ceiling(costs, pipeline_forms(model, pipeline))
+        mine, best, missing = ceiling(costs, pipeline_forms(model, graph, pipeline))
         note = f" ({len(missing)} layers' forms not measured: {', '.join(missing)})" if missing else ""
         print(f"{pipeline:>15}: convolutions {mine * 1e3:.3f} ms; every layer's fastest form "
               f"{best * 1e3:.3f} ms; at most {mine / best:.3f}x{note}")
