@@ -149,12 +149,13 @@ def walk(e: Expr) -> list[Expr]:
     return out
 
 
-def distinct_nodes(e: Expr) -> list[Expr]:
-    """Every node once (by identity), pre-order of first visit: what an expression contains, where
-    `walk` repeats a shared subtree for every path that reaches it (use `walk` to count)."""
+def distinct_nodes(*roots: Expr) -> list[Expr]:
+    """Every node of the expressions `roots` once (by identity), pre-order of first visit: what they
+    contain, where `walk` repeats a shared subtree for every path that reaches it (use `walk` to
+    count). Several roots are walked as one, so a subtree they share is visited once."""
     out: list[Expr] = []
     seen: set[int] = set()
-    stack = [e]
+    stack = list(reversed(roots))
     while stack:
         n = stack.pop()
         if id(n) in seen:

@@ -230,3 +230,70 @@ def test_a_block_reuses_equal_values_but_reloads_what_it_stores_to():
     arrays = [np.array([1.0, 5.0], np.float32), np.array([3.0], np.float32), np.zeros(3, np.float32)]
     module.functions[0][0](*(x.ctypes.data for x in arrays), 0, 1)
     np.testing.assert_array_equal(arrays[2], [4.0, 9.0, 8.0])
+
+
+def test_a_node_shared_across_a_store_is_read_again_and_a_pure_one_is_walked_once():
+    """One expression node used on both sides of a store to the buffer it reads is loaded again (the
+    block's memo of node values keeps no value that an unnumbered load made), while a node that
+    reads only a buffer nothing stores to is emitted once however many expressions share it."""
+    from autorelay.codegen.llvm import exprs
+    from autorelay.codegen.llvm.jit import compile_ir
+    from autorelay.tir.nodes import Buffer, For, PrimFunc, Seq, Store
+
+    a, c, out = Buffer("A", (1,), "float32"), Buffer("C", (1,), "float32"), Buffer("O", (2,), "float32")
+    i = E.Var("i")
+    zero = E.Const(0, "int64")
+    pure = E.Bin("mul", E.Load(c, i, "float32"), E.Load(c, i, "float32"), "float32")  # C[i]^2
+    shared = E.Bin("add", E.Load(a, i, "float32"), pure, "float32")  # A[i] + C[i]^2, one node
+    body = Seq((
+        Store(out, zero, shared),
+        Store(a, zero, E.Bin("mul", pure, E.Const(2.0, "float32"), "float32")),
+        Store(out, E.Const(1, "int64"), shared),
+    ))
+    func = PrimFunc("f", (a, c, out), (), For(i, 1, body))
+    walked: list[int] = []
+    original = exprs.ExprEmitter._expr
+
+    def counting(self, e):
+        walked.append(id(e))
+        return original(self, e)
+
+    exprs.ExprEmitter._expr = counting
+    try:
+        text, segs = emit_module(func, host_target(), "k_node_memo")
+    finally:
+        exprs.ExprEmitter._expr = original
+    assert walked.count(id(pure)) == 1 and walked.count(id(shared)) == 2
+    assert len([ln for ln in text.splitlines() if " = load float" in ln]) == 3  # C[i] once, A[i] twice
+    module = compile_ir(text, segs, 3, host_target(), "k_node_memo")
+    arrays = [np.array([1.0], np.float32), np.array([3.0], np.float32), np.zeros(2, np.float32)]
+    module.functions[0][0](*(x.ctypes.data for x in arrays), 0, 1)
+    np.testing.assert_array_equal(arrays[2], [10.0, 27.0])  # 1 + 9, then A = 18: 18 + 9
+
+
+@pytest.mark.parametrize("cpu", ["skylake-avx512", "znver3"])
+def test_remembering_node_values_emits_the_ir_walking_every_path_emits(cpu, monkeypatch):
+    """A Winograd kernel (whose transforms share subtrees among their sums) and a padded direct
+    convolution (clamped vector loads), at sampled configs: the same LLVM IR with the block's memo
+    of node values as without it."""
+    import random
+
+    from autorelay.codegen.llvm import exprs
+    from autorelay.te import winograd as W
+
+    target = resolve_target(f"llvm -mcpu={cpu}", 2)
+    xd, ud = te.placeholder((1, 8, 10, 10), name="X"), te.placeholder((36, 16, 8), name="U")
+    wino = te.make_def([xd, ud], W.conv2d_winograd_nchw(xd, ud, 1), "winograd")
+    xc, wc = te.placeholder((1, 8, 10, 10), name="X"), te.placeholder((16, 8, 3, 3), name="Wt")
+    direct = te.make_def([xc, wc], nn.conv2d_nchw(xc, wc, (1, 1), (1, 1)), "conv")
+    pick = random.Random(5)
+    for cdef in (wino, direct):
+        tmpl = template_for(cdef)
+        space = tmpl.space(cdef, target)
+        for cfg in [tmpl.default(cdef, target), *(space.get(pick.randrange(len(space))) for _ in range(2))]:
+            func = apply(cdef, tmpl.steps(cdef, cfg, target))[0]
+            remembered = emit_module(func, target, "k")[0]
+            with monkeypatch.context() as m:
+                m.setattr(exprs.ExprEmitter, "_node_value", lambda self, e, emit: emit(e))
+                walked = emit_module(func, target, "k")[0]
+            assert remembered == walked, cfg.as_dict()

@@ -350,15 +350,11 @@ def _vectorizable(s: For) -> bool:
             if coef == 0 and v in free_vars(t.value):
                 return False
             stores.setdefault(id(t.buffer), []).append(t.index)
-    for t in walk_stmts(s.body):
-        if isinstance(t, Store):
-            for n in distinct_nodes(t.value):
-                if (
-                    isinstance(n, Load)
-                    and id(n.buffer) in stores
-                    and any(n.index != idx for idx in stores[id(n.buffer)])
-                ):
-                    return False
+    values = [t.value for t in walk_stmts(s.body) if isinstance(t, Store)]
+    for n in distinct_nodes(*values):  # unrolled stores share subtrees: each node once
+        written = stores.get(id(n.buffer)) if isinstance(n, Load) else None
+        if written is not None and any(n.index != idx for idx in written):
+            return False
     return True
 
 

@@ -6,12 +6,21 @@ other lane-dependent integer expression is evaluated lane by lane. Float arithme
 `contract` flag so multiply-adds become FMAs; nothing is reassociated, so results stay
 deterministic.
 
+Each block remembers the value it emitted for each expression node in each lane context
+(`_node_values`), so a subtree that several expressions share (unrolled copies share the nodes
+that do not read the unrolled variable; a Winograd transform's sums share their terms) is walked
+once per block, not once per path to it. The instruction numbering (`InstructionWriter`) would
+give the same values; this spares the walk and the text it compares. A node whose emission wrote
+an unnumbered instruction (a load from a buffer the function stores to) is not remembered.
+
 Bools are `i1` in registers but one byte (`i8`, 0 or 1) in memory, NumPy's layout: a vector of
 `i1` in memory would be bit-packed. So a load of a bool buffer reads bytes and compares them with
 zero, and a store widens with `zext` (see `SegmentEmitter.store`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from autorelay.codegen.llvm.calls import emit_call
 from autorelay.codegen.llvm.instructions import InstructionWriter
@@ -54,6 +63,8 @@ class ExprEmitter(InstructionWriter):
     the values of a basic block)."""
 
     def __init__(self) -> None:
+        # (id of a node, id of the lane variable or 0, lanes) -> (the node, the variable, its value)
+        self._nodes: dict[tuple[int, int, int], tuple[Expr, Var | None, Val]] = {}
         super().__init__()
         # linear forms of load indices, kept for the emitter's life: a vector load asks for its
         # index's form twice, and neighbouring loads share most of their index's subtrees
@@ -75,6 +86,23 @@ class ExprEmitter(InstructionWriter):
             return hit[1]
         out = e is v or any(self.reads(k, v) for k in children(e))
         self._reads[key] = (e, out)
+        return out
+
+    def forget(self) -> None:
+        super().forget()
+        self._nodes.clear()
+
+    def _node_value(self, e: Expr, emit: Callable[[Expr], Val]) -> Val:
+        """`emit(e)` in the current lane context, or the value this block already has for `e` there."""
+        v = self.vector_var
+        key = (id(e), id(v) if v is not None else 0, self.lanes)
+        hit = self._nodes.get(key)
+        if hit is not None and hit[0] is e and hit[1] is v:
+            return hit[2]
+        before = self.unnumbered
+        out = emit(e)
+        if self.unnumbered == before:
+            self._nodes[key] = (e, v, out)
         return out
 
     def gep(self, buf: Buffer, idx: str) -> str:
@@ -99,7 +127,7 @@ class ExprEmitter(InstructionWriter):
         saved, self.vector_var = self.vector_var, None
         lanes, self.lanes = self.lanes, 0
         try:
-            return self._expr(e)
+            return self._node_value(e, self._expr)
         finally:
             self.vector_var, self.lanes = saved, lanes
 
@@ -108,6 +136,12 @@ class ExprEmitter(InstructionWriter):
         v = self.vector_var
         if v is None or not self.reads(e, v):
             return self.scalar(e)
+        return self._node_value(e, self._vector_value)
+
+    def _vector_value(self, e: Expr) -> Val:
+        """`e`, which reads the lane variable, as a vector (or lane by lane where it must be)."""
+        v = self.vector_var
+        assert v is not None
         if isinstance(e, Load):
             return self._vload(e)
         if e.dtype in ("int64", "int32") and not isinstance(e, Load):
@@ -160,8 +194,7 @@ class ExprEmitter(InstructionWriter):
         self.lines.append(f"{done}:")
         self.block = done
         t = self.ty(e.dtype, self.lanes)
-        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes,
-                       pure=False)
+        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes)
 
     def _direct_load(self, e: Load) -> Val:
         v = self.vector_var
@@ -243,7 +276,7 @@ class ExprEmitter(InstructionWriter):
 
     def sub(self, e: Expr) -> Val:
         """A subexpression: a vector in a vector context when it depends on the lane."""
-        return self.vexpr(e) if self.vector_var is not None else self._expr(e)
+        return self.vexpr(e) if self.vector_var is not None else self._node_value(e, self._expr)
 
     def _pair(self, a: Expr, b: Expr) -> tuple[Val, Val, int]:
         va, vb = self.sub(a), self.sub(b)

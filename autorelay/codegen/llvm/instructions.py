@@ -25,6 +25,7 @@ class InstructionWriter:
         self._values: dict[tuple[str, str, int], Val] = {}
         self.block = "entry"
         self.stored: set[int] | None = None  # ids of the buffers stored to (None: unknown)
+        self.unnumbered = 0  # instructions written with pure=False so far
 
     def tmp(self) -> str:
         self.counter += 1
@@ -42,6 +43,10 @@ class InstructionWriter:
     @block.setter
     def block(self, name: str) -> None:
         self._block = name
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop what is known of the block left: its values do not dominate the block entered."""
         self._values.clear()
 
     def op(self, text: str, dtype: str, lanes: int = 0, *, pure: bool = True) -> Val:
@@ -52,6 +57,8 @@ class InstructionWriter:
             hit = self._values.get(key)
             if hit is not None:
                 return hit
+        else:
+            self.unnumbered += 1
         t = self.tmp()
         self.lines.append(f"  {t} = {text}")
         v = Val(t, dtype, lanes)
