@@ -1,13 +1,13 @@
 """Expression emission for the LLVM backend, scalar and vector.
 
 In a vectorized loop an expression that does not depend on the lane variable is emitted once as
-a scalar (and broadcast where it meets a vector); a contiguous load becomes one vector load; any
+a scalar (and broadcast where it meets a vector); loads are `LoadEmitter`'s (`loads.py`); any
 other lane-dependent integer expression is evaluated lane by lane. Float arithmetic carries the
 `contract` flag so multiply-adds become FMAs; nothing is reassociated, so results stay
 deterministic.
 
 Each block remembers the value it emitted for each expression node in each lane context
-(`_node_values`), so a subtree that several expressions share (unrolled copies share the nodes
+(`_node_value`), so a subtree that several expressions share (unrolled copies share the nodes
 that do not read the unrolled variable; a Winograd transform's sums share their terms) is walked
 once per block, not once per path to it. The instruction numbering (`InstructionWriter`) would
 give the same values; this spares the walk and the text it compares. A node whose emission wrote
@@ -23,17 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from autorelay.codegen.llvm.calls import emit_call
-from autorelay.codegen.llvm.instructions import InstructionWriter
-from autorelay.codegen.llvm.lanes import all_of_conds as _all
-from autorelay.codegen.llvm.lanes import clamp_of as _clamp
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
-from autorelay.codegen.llvm.lanes import lane_offsets
-from autorelay.codegen.llvm.lanes import replace_atoms as _replace_atoms
+from autorelay.codegen.llvm.loads import LoadEmitter
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
 from autorelay.te.expr import BF16_FUNCS, Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
 from autorelay.te.traverse import children
-from autorelay.tir.linear_form import Forms, from_linear
-from autorelay.tir.nodes import Buffer
+from autorelay.tir.linear_form import Forms
 from autorelay.tir.simplify import simplify
 
 __all__ = ["ExprEmitter"]
@@ -41,7 +36,6 @@ __all__ = ["ExprEmitter"]
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 _UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
-_MANGLED = {"float": "f32", "double": "f64", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64"}
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 
 
@@ -58,7 +52,7 @@ def _vector_integer(e: Expr) -> bool:
     return False
 
 
-class ExprEmitter(InstructionWriter):
+class ExprEmitter(LoadEmitter):
     """Emits loop-IR expressions as LLVM instructions (through `InstructionWriter`, which numbers
     the values of a basic block)."""
 
@@ -104,11 +98,6 @@ class ExprEmitter(InstructionWriter):
         if self.unnumbered == before:
             self._nodes[key] = (e, v, out)
         return out
-
-    def gep(self, buf: Buffer, idx: str) -> str:
-        return self.op(
-            f"getelementptr inbounds {mem_type(buf.dtype)}, ptr {self.ptr[id(buf)]}, i64 {idx}", "ptr"
-        ).ref
 
     def broadcast(self, v: Val) -> Val:
         if v.lanes or not self.lanes:
@@ -158,121 +147,6 @@ class ExprEmitter(InstructionWriter):
         if (not is_float(e.dtype) and e.dtype != "bool") or isinstance(e, Var):
             return self._per_lane(e)
         return self._expr(e)
-
-    def _vload(self, e: Load) -> Val:
-        """Vector load: contiguous, stride 2, or lane by lane; an index through a clamp
-        `max(min(a + lane, hi), lo)` (inlined padding) takes the contiguous path when the
-        first and last lanes are inside the clamp, checked at run time."""
-        v = self.vector_var
-        assert v is not None
-        atoms = self.forms.linear(e.index)[0]
-        clamps = [a for a in atoms if a is not v and self.reads(a, v) and _clamp(a, v)]
-        if not clamps:
-            return self._direct_load(e)
-        checks = []
-        plain = {}
-        for a in clamps:
-            inner, lo, hi = _clamp(a, v)  # type: ignore[misc]
-            first = simplify(inner, mapping={v: Const(0, "int64")})
-            last = simplify(inner, mapping={v: Const(self.lanes - 1, "int64")})
-            checks += [Cmp("ge", first, lo), Cmp("le", last, hi)]
-            plain[a] = inner
-        ok = self.scalar(_all(checks))
-        fast, slow, done = self.new_block("cin"), self.new_block("cedge"), self.new_block("cdone")
-        self.lines.append(f"  br i1 {ok.ref}, label %{fast}, label %{slow}")
-        self.lines.append(f"{fast}:")
-        self.block = fast
-        unclamped = Load(e.buffer, _replace_atoms(e.index, plain), e.dtype)
-        fv = self._direct_load(unclamped)
-        fast_end = self.block
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{slow}:")
-        self.block = slow
-        sv = self._per_lane(e)
-        slow_end = self.block
-        self.lines.append(f"  br label %{done}")
-        self.lines.append(f"{done}:")
-        self.block = done
-        t = self.ty(e.dtype, self.lanes)
-        return self.op(f"phi {t} [{fv.ref}, %{fast_end}], [{sv.ref}, %{slow_end}]", e.dtype, self.lanes)
-
-    def _direct_load(self, e: Load) -> Val:
-        v = self.vector_var
-        assert v is not None
-        terms, c = self.forms.linear(e.index)
-        coef = terms.get(v, 0)
-        if coef in (1, 2) and not any(self.reads(a, v) for a in terms if a is not v):
-            # lane 0's index: the form without its lane term (no other atom reads the lane)
-            base = self.scalar(from_linear({a: k for a, k in terms.items() if a is not v}, c, e.index.dtype))
-            p = self.gep(e.buffer, base.ref)
-            w, vt = self.lanes, f"<{self.lanes} x {mem_type(e.dtype)}>"
-            align = mem_align(e.dtype)
-            first = self.load_op(e.buffer, f"load {vt}, ptr {p}, align {align}", e.dtype, w)
-            if coef == 1:
-                return self._from_memory(first)
-            # stride 2 (a strided convolution): two in-bounds vector loads covering exactly the
-            # span the lanes touch (the second ends at the last lane), keeping even elements
-            p2 = self.op(f"getelementptr inbounds {mem_type(e.dtype)}, ptr {p}, i64 {w - 1}", "ptr").ref
-            second = self.load_op(e.buffer, f"load {vt}, ptr {p2}, align {align}", e.dtype, w)
-            mask = ", ".join(f"i32 {2 * k if 2 * k < w else w + 2 * k - (w - 1)}" for k in range(w))
-            return self._from_memory(self.op(
-                f"shufflevector {vt} {first.ref}, {vt} {second.ref}, <{w} x i32> <{mask}>", e.dtype, w
-            ))
-        return self._window_load(e) or self._per_lane(e)
-
-    def _window_load(self, e: Load) -> Val | None:
-        """A load whose lanes read fixed offsets within a window of at most `lanes` elements (a
-        packed grouped convolution's lanes each reading lane rc of their group) as one vector load
-        of the window and a constant shuffle. A window shorter than the vector is loaded masked,
-        so no element outside the lanes' reads is touched; None for any other load."""
-        found = lane_offsets(e.index, self.vector_var, self.lanes)  # type: ignore[arg-type]
-        if found is None or mem_type(e.dtype) not in _MANGLED:
-            return None
-        first, offsets = found
-        lo, w = min(offsets), self.lanes
-        span = max(offsets) - lo + 1
-        if span > w:
-            return None
-        p = self.gep(e.buffer, self.scalar(simplify(Bin("add", first, Const(lo, "int64"), "int64"))).ref)
-        vt, align = f"<{w} x {mem_type(e.dtype)}>", mem_align(e.dtype)
-        if span == w:
-            window = self.load_op(e.buffer, f"load {vt}, ptr {p}, align {align}", e.dtype, w)
-        else:
-            fn = f"@llvm.masked.load.v{w}{_MANGLED[mem_type(e.dtype)]}.p0"
-            self.declared.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
-            mask = ", ".join(f"i1 {'true' if k < span else 'false'}" for k in range(w))
-            window = self.load_op(e.buffer, f"call {vt} {fn}(ptr {p}, i32 {align}, <{w} x i1> <{mask}>, "
-                                  f"{vt} poison)", e.dtype, w)
-        order = ", ".join(f"i32 {o - lo}" for o in offsets)
-        return self._from_memory(self.op(
-            f"shufflevector {vt} {window.ref}, {vt} poison, <{w} x i32> <{order}>", e.dtype, w))
-
-    def _from_memory(self, v: Val) -> Val:
-        """A value just loaded in its memory type, as a register value (bool bytes -> i1)."""
-        if v.dtype != "bool":
-            return v
-        t = f"<{v.lanes} x i8>" if v.lanes else "i8"
-        zero = "zeroinitializer" if v.lanes else "0"
-        return self.op(f"icmp ne {t} {v.ref}, {zero}", "bool", v.lanes)
-
-    def to_memory(self, v: Val) -> Val:
-        """A register value in its memory type, ready to store (i1 -> a 0/1 byte)."""
-        if v.dtype != "bool":
-            return v
-        byte = f"<{v.lanes} x i8>" if v.lanes else "i8"
-        return self.op(f"zext {self.ty('bool', v.lanes)} {v.ref} to {byte}", "bool", v.lanes)
-
-    def _per_lane(self, e: Expr) -> Val:
-        v = self.vector_var
-        assert v is not None
-        vec = "poison"
-        t = self.ty(e.dtype, 0)
-        for lane in range(self.lanes):
-            x = self.scalar(simplify(e, mapping={v: Const(lane, "int64")}))
-            vec = self.op(
-                f"insertelement <{self.lanes} x {t}> {vec}, {t} {x.ref}, i32 {lane}", e.dtype, self.lanes
-            ).ref
-        return Val(vec, e.dtype, self.lanes)
 
     def sub(self, e: Expr) -> Val:
         """A subexpression: a vector in a vector context when it depends on the lane."""
