@@ -8,8 +8,9 @@ explicit vector instructions (contiguous accesses become vector loads/stores, in
 scalars that are broadcast, anything else lane by lane);
 a guard that depends on the vector lane is tested at the first and last lane (linear guards are
 monotone) to choose between the vector body and a scalar fallback. Unrolled loops are replicated
-with the variable replaced by each constant and re-simplified, so register-tile accumulators end
-up at constant offsets of an entry-block alloca that SROA turns into vector registers. Tensorized
+with the variable replaced by each constant and re-simplified (`loop_shapes.expand_unrolled`), so
+register-tile accumulators end up at constant offsets of an entry-block alloca that SROA turns
+into vector registers. Tensorized
 dot loops become dot-product instructions (`dot_loops.DotLoopEmitter`, which this emitter extends).
 """
 
@@ -21,14 +22,22 @@ from collections.abc import Callable, Iterable
 from autorelay.codegen.llvm.dot_loops import DotLoopEmitter
 from autorelay.codegen.llvm.lanes import at_lane, for_all
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
+from autorelay.codegen.llvm.loop_shapes import (
+    conjunction,
+    drop_conds,
+    expand_unrolled,
+    guard_conds,
+    monotone,
+    vectorizable,
+)
 from autorelay.codegen.llvm.parallel import job_thunk, parallel_driver, serial_thunk
 from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Var
-from autorelay.te.traverse import distinct_nodes, free_vars
+from autorelay.te.expr import Bin, Const, Expr, Load, Var
+from autorelay.te.traverse import free_vars
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
-from autorelay.tir.simplify import Invariant, simplify, simplify_stmt
+from autorelay.tir.simplify import simplify, simplify_stmt
 
 
 class SegmentEmitter(DotLoopEmitter):
@@ -96,13 +105,13 @@ class SegmentEmitter(DotLoopEmitter):
         """Guards inside `s` that no loop in it changes are tested once, outside: the common case
         runs a guard-free copy of the loop (a ragged last tile takes the guarded copy)."""
         bound = {t.var for t in walk_stmts(s) if isinstance(t, For)}
-        conds = [c for c in _conds(s.body) if not free_vars(c) & bound and c not in self.no_unswitch]
+        conds = [c for c in guard_conds(s.body) if not free_vars(c) & bound and c not in self.no_unswitch]
         conds = list(dict.fromkeys(conds))
         if not conds:
             return False
-        ok = self.scalar(_conj(conds))
+        ok = self.scalar(conjunction(conds))
         self._fast_or_guarded(ok.ref, ("fast", "guarded", "unsw"),
-                              lambda: self.stmt_(_drop_conds(s, set(conds))),
+                              lambda: self.stmt_(drop_conds(s, set(conds))),
                               lambda: self._without_unswitching(conds, lambda: self._loop(s)))
         return True
 
@@ -137,7 +146,7 @@ class SegmentEmitter(DotLoopEmitter):
             return False
         extents = {t.var: t.extent for t in walk_stmts(body) if isinstance(t, For)}
         hoisted: dict[Expr, Expr] = {}
-        for c in dict.fromkeys(_conds(body)):
+        for c in dict.fromkeys(guard_conds(body)):
             if c in self.no_unswitch or not free_vars(c) & extents.keys():
                 continue
             fa = for_all(c, {v: extents[v] for v in free_vars(c) & extents.keys()})
@@ -145,8 +154,8 @@ class SegmentEmitter(DotLoopEmitter):
                 hoisted[c] = fa
         if not hoisted:
             return False
-        ok = simplify(_conj(list(hoisted.values())), self.bounds)
-        fast_body = _drop_conds(body, set(hoisted))
+        ok = simplify(conjunction(list(hoisted.values())), self.bounds)
+        fast_body = drop_conds(body, set(hoisted))
         if ok == Const(True, "bool"):
             self.stmt_(fast_body)
             return True
@@ -243,20 +252,20 @@ class SegmentEmitter(DotLoopEmitter):
 
     # ---- vectorized loops ----------------------------------------------------------------
     def _vector_loop(self, s: For) -> None:
-        if not _vectorizable(s):
+        if not vectorizable(s):
             self._loop(s)
             return
-        lane_conds = [c for c in _conds(s.body) if s.var in free_vars(c)]
-        if lane_conds and not all(_monotone(c, s.var) for c in lane_conds):
+        lane_conds = [c for c in guard_conds(s.body) if s.var in free_vars(c)]
+        if lane_conds and not all(monotone(c, s.var) for c in lane_conds):
             self._loop(s)
             return
         if not lane_conds:
             self._vector_body(s, s.body)
             return
         checks = [at_lane(c, s.var, lane) for c in lane_conds for lane in (0, s.extent - 1)]
-        ok = self.scalar(simplify(_conj(checks), self.bounds))
+        ok = self.scalar(simplify(conjunction(checks), self.bounds))
         self._fast_or_guarded(ok.ref, ("vec", "tail", "vdone"),
-                              lambda: self._vector_body(s, _drop_conds(s.body, set(lane_conds))),
+                              lambda: self._vector_body(s, drop_conds(s.body, set(lane_conds))),
                               lambda: self._loop(For(s.var, s.extent, s.body, "serial")))
 
     def _vector_body(self, s: For, body: Stmt) -> None:
@@ -267,95 +276,6 @@ class SegmentEmitter(DotLoopEmitter):
         finally:
             self.vector_var, self.lanes = None, 0
             self.bounds.pop(s.var, None)
-
-
-def _conds(s: Stmt) -> list[Expr]:
-    return [t.cond for t in walk_stmts(s) if isinstance(t, If)]
-
-
-def _conj(cs: list[Expr]) -> Expr:
-    from autorelay.te.expr import all_of
-
-    return all_of(*cs)
-
-
-def _monotone(c: Expr, v: Var) -> bool:
-    """Every comparison in the and-tree `c` is linear in `v` (so true at both ends => all lanes)."""
-
-    if isinstance(c, Bin) and c.op == "and":
-        return _monotone(c.a, v) and _monotone(c.b, v)
-    if isinstance(c, Cmp) and c.op in ("lt", "le", "gt", "ge") and c.a.dtype in ("int64", "int32"):
-        from autorelay.te.expr import Bin as B
-
-        return _lane_coef(B("sub", c.a, c.b, "int64"), v) is not None
-    return False
-
-
-def _drop_conds(s: Stmt, conds: set[Expr]) -> Stmt:
-    """`s` with every `if c` for c in `conds` replaced by its then-branch (c known true)."""
-    if isinstance(s, If) and s.cond in conds:
-        return _drop_conds(s.then, conds)
-    if isinstance(s, Seq):
-        return Seq(tuple(_drop_conds(t, conds) for t in s.stmts))
-    if isinstance(s, If):
-        return If(
-            s.cond, _drop_conds(s.then, conds), None if s.orelse is None else _drop_conds(s.orelse, conds)
-        )
-    if isinstance(s, For):
-        return For(s.var, s.extent, _drop_conds(s.body, conds), s.kind)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _drop_conds(s.body, conds))
-    return s
-
-
-def expand_unrolled(s: Stmt, bounds: dict[Var, tuple[int, int]]) -> Stmt:
-    """Replace unrolled loops by copies of their body with the variable fixed and re-simplified."""
-    if isinstance(s, For):
-        if s.kind == "unrolled":
-            copies = []
-            shared = Invariant(s.var)  # what the copies share: the body's nodes that do not read s.var
-            for c in range(s.extent):
-                body = simplify_stmt(s.body, bounds, {s.var: Const(c, "int64")}, shared=shared)
-                if body is not None:
-                    copies.append(expand_unrolled(body, bounds))
-            return Seq(tuple(copies))
-        inner = dict(bounds)
-        inner[s.var] = (0, s.extent - 1)
-        return For(s.var, s.extent, expand_unrolled(s.body, inner), s.kind)
-    if isinstance(s, Seq):
-        return Seq(tuple(expand_unrolled(t, bounds) for t in s.stmts))
-    if isinstance(s, If):
-        return If(
-            s.cond,
-            expand_unrolled(s.then, bounds),
-            None if s.orelse is None else expand_unrolled(s.orelse, bounds),
-        )
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, expand_unrolled(s.body, bounds))
-    return s
-
-
-def _vectorizable(s: For) -> bool:
-    """No inner loops or allocations; no lane-varying value stored to one address; no load of a
-    buffer the body stores to at a different lane-dependent address (a loop-carried dependence)."""
-    v = s.var
-    stores: dict[int, list[Expr]] = {}
-    for t in walk_stmts(s.body):
-        if isinstance(t, (For, Allocate)):
-            return False
-        if isinstance(t, If) and t.orelse is not None and v in free_vars(t.cond):
-            return False
-        if isinstance(t, Store):
-            coef = _lane_coef(t.index, v)
-            if coef == 0 and v in free_vars(t.value):
-                return False
-            stores.setdefault(id(t.buffer), []).append(t.index)
-    values = [t.value for t in walk_stmts(s.body) if isinstance(t, Store)]
-    for n in distinct_nodes(*values):  # unrolled stores share subtrees: each node once
-        written = stores.get(id(n.buffer)) if isinstance(n, Load) else None
-        if written is not None and any(n.index != idx for idx in written):
-            return False
-    return True
 
 
 def segments(f: PrimFunc) -> list[Stmt]:

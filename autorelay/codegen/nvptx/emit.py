@@ -21,7 +21,8 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
 from __future__ import annotations
 
 from autorelay.codegen.llvm.calls import bf16_to_f32, f32_to_bf16
-from autorelay.codegen.llvm.emit import SegmentEmitter, expand_unrolled, segments
+from autorelay.codegen.llvm.emit import SegmentEmitter, segments
+from autorelay.codegen.llvm.loop_shapes import expand_unrolled
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_type
 from autorelay.codegen.nvptx.launch import Launch, launch_of
 from autorelay.errors import ScheduleError
