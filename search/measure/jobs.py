@@ -102,12 +102,17 @@ def build_job(task: Task, config: Config, cache_dir: str, hook: FaultHook | None
     except Exception as e:  # anything else while lowering/compiling is a compile error
         return BuildResult(ErrorKind.COMPILE_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0)
     feats = code_features(code, config)  # for cuda: with the registers ptxas reports for its PTX
-    return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, code)
+    # without its compute, which carries the layer's weights (megabytes, pickled to the tuner and
+    # again to the runner); both have the task, and `run_job` puts the task's compute back
+    light = dataclasses.replace(code, cdef=None)
+    return BuildResult(ErrorKind.NONE, "", time.perf_counter() - t0, feats, light)
 
 
 def _prepare(task: Task, config: Config, cache_dir: str, hook: FaultHook | None,
              code: KernelCode | None = None) -> BoundKernel | MeasureResult:
     """Load, bind, run once and check one candidate; a MeasureResult when it fails."""
+    if code is not None and code.cdef is None:  # a build result's code (see `build_job`)
+        code = dataclasses.replace(code, cdef=task.cdef)
     try:
         kernel = load_kernel(code, cache_dir) if code is not None else compile_candidate(
             task, config, cache_dir)[0]

@@ -153,3 +153,24 @@ def test_evicting_keeps_the_data_and_the_kernel_still_computes(model_task):
         np.testing.assert_array_equal(a, b)
     bound()
     assert task.check(bound.outputs) is None
+
+
+def test_a_build_result_leaves_the_weights_behind_and_its_run_still_checks_and_evicts_them(model_task):
+    """A build result travels without the task's compute (the weights: pickled to the tuner and on
+    to the runner, megabytes for a convolution); the run puts the task's compute back, so the
+    candidate is checked against the reference and its constants are still the ones evicted."""
+    import pickle
+    import tempfile
+
+    from search.measure import jobs
+
+    task = model_task
+    cache = tempfile.mkdtemp()
+    built = jobs.build_job(task, task.default, cache)
+    assert built.error is ErrorKind.NONE and built.code.cdef is None
+    weights = sum(t.value.nbytes for t in task.cdef.inputs if t.value is not None)
+    assert len(pickle.dumps(built)) < weights / 4
+    res = jobs.run_job(task, task.default, cache, TimingSettings(number=1, repeat=2, min_repeat_ms=1.0),
+                       code=pickle.loads(pickle.dumps(built)).code)
+    assert res.ok, res.message
+    assert res.extra["number"] >= 1 and len(res.costs) == 2
