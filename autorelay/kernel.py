@@ -31,6 +31,7 @@ from autorelay.codegen.base import BackendCode
 from autorelay.codegen.llvm.cache_evict import evict
 from autorelay.codegen.llvm.jit import CompiledModule
 from autorelay.codegen.llvm.threads import Record, chunk_size, pack_records, pointer_array, run_program
+from autorelay.kernel_store import has_code, load_code, save_code
 from autorelay.schedule.apply import apply
 from autorelay.schedule.relayout import relayout
 from autorelay.schedule.space import Config
@@ -193,11 +194,12 @@ def as_compute_def(compute: Any) -> ComputeDef:
 
 
 def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
-                target: Target | str | None = None) -> KernelCode:
+                target: Target | str | None = None, *, cache_dir: str | None = None) -> KernelCode:
     """Schedule a compute and emit its backend code (pure; see the module docstring).
 
     `config`: a template Config, an explicit tuple of Steps, or None for the template's heuristic
-    default. Raises ScheduleError if the schedule is illegal for this compute.
+    default. Raises ScheduleError if the schedule is illegal for this compute. `cache_dir`: a
+    folder of emitted kernels (`autorelay.kernel_store`) read before emitting and written after.
     """
     cdef = as_compute_def(compute)
     target = resolve_target(target if target is not None else "llvm", None if target is not None else 1)
@@ -213,7 +215,14 @@ def emit_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
     key = structural_hash(func, target.key())
     code = _EMITTED.get(key)
     if code is None:
-        code = _EMITTED.put(key, backend_for(target).emit(func, target, f"k_{key[:16]}"))
+        code = load_code(cache_dir, key) if cache_dir is not None else None
+        if code is None:
+            code = backend_for(target).emit(func, target, f"k_{key[:16]}")
+            if cache_dir is not None:
+                save_code(cache_dir, key, code)
+        code = _EMITTED.put(key, code)
+    elif cache_dir is not None and not has_code(cache_dir, key):  # emitted here before, not filed
+        save_code(cache_dir, key, code)
     return KernelCode(cdef, func, tuple(steps), state.relayouts, code, key, target)
 
 
@@ -259,5 +268,6 @@ def load_kernel(code: KernelCode, cache_dir: str | None = None) -> Kernel:
 def compile_kernel(compute: Any, config: Config | Sequence[Step] | None = None,
                    target: Target | str | None = None, *, cache_dir: str | None = None) -> Kernel:
     """Emit and load one kernel: `compute` is a ComputeDef, an output Tensor or (inputs, outputs);
-    `target` a Target or target string (None: the host CPU, one thread)."""
-    return load_kernel(emit_kernel(compute, config, target), cache_dir)
+    `target` a Target or target string (None: the host CPU, one thread); `cache_dir`: a folder
+    keeping emitted kernels and their compiled objects across processes."""
+    return load_kernel(emit_kernel(compute, config, target, cache_dir=cache_dir), cache_dir)

@@ -74,10 +74,12 @@ class PrimitiveKernels:
 @dataclass
 class KernelMemo:
     """Kernels already compiled in this process, by (workload key, config, target, split outputs);
-    passed to the builds that may share them (see the module docstring)."""
+    passed to the builds that may share them (see the module docstring). `cache_dir`: a folder
+    keeping the kernels it compiles across processes (`autorelay.kernel_store`)."""
 
     kernels: dict[tuple, tuple[Kernel, ...] | ScheduleError] = field(default_factory=dict)
     hits: int = 0
+    cache_dir: str | None = None
 
     def add(self, key: tuple, kernels: tuple[Kernel, ...]) -> None:
         """Kernels compiled elsewhere (in worker processes: `search.kernel_prefetch`)."""
@@ -90,7 +92,7 @@ class KernelMemo:
         got = self.kernels.get(key)
         if got is None:
             try:
-                got = tuple(compile_kernel(c, config, target) for c in cdefs)
+                got = tuple(compile_kernel(c, config, target, cache_dir=self.cache_dir) for c in cdefs)
             except ScheduleError as e:
                 got = e
             self.kernels[key] = got

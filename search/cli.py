@@ -137,7 +137,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         db, _ = open_db(args.db)  # no --db: the default log ($AUTORELAY_DB or the user's data directory)
         with db:
             model, pipeline, note = apply_precision(args, model, db, threads)
-            res = compile_model(model, db, args.target, threads=threads, pipeline=pipeline)
+            res = compile_model(model, db, args.target, threads=threads, pipeline=pipeline,
+                                kernel_cache=args.kernel_cache)
         if note:
             print(note)
         print(res.exe.report)
@@ -172,7 +173,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         with db:
             model, pipeline, note = apply_precision(args, model, db, threads)
             res = run_model(model, db, args.target, threads=threads, pipeline=pipeline,
-                            repeat=args.repeat)
+                            repeat=args.repeat, kernel_cache=args.kernel_cache)
     except _errors() as e:
         return _fail("run", e)
     if note:
@@ -192,6 +193,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.segments and exe.target.kind != "cuda":
         _print_segments(exe, exe.profile_segments(*run_inputs(exe, model), repeat=min(args.repeat, 10)))
     return 0
+
+
+def _kernel_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel-cache", metavar="DIR", default=os.environ.get("AUTORELAY_KERNEL_CACHE") or None,
+                   help="keep the emitted and compiled kernels in this folder, so the next build (in any "
+                        "process) reads them instead of compiling them again (default: "
+                        "$AUTORELAY_KERNEL_CACHE, else none)")
 
 
 def _print_segments(exe: Any, segments: list[list[tuple[str, float]]]) -> None:
@@ -254,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="build a model with the best logged schedules")
     _model_args(comp, log_help + "data directory)")
     comp.add_argument("-o", "--output", metavar="PATH", help="save the executable here")
+    _kernel_cache_arg(comp)
     add_precision_args(comp)
     comp.set_defaults(func=_cmd_compile)
 
@@ -264,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--segments", action="store_true",
                      help="also time each loop nest of the kernels that run as several (a padded copy, "
                           "the stages of a Winograd convolution)")
+    _kernel_cache_arg(run)
     add_precision_args(run)
     run.set_defaults(func=_cmd_run)
 

@@ -197,17 +197,20 @@ class CompileResult:
 
 
 def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int | None = None,
-                  pipeline: str = "default") -> CompileResult:
+                  pipeline: str = "default", kernel_cache: str | None = None) -> CompileResult:
     """Build with the best logged schedules of `db` (a TuningDB, URL, or None for no log);
-    `pipeline` "auto" builds with the pipeline the log's run for this model tuned with."""
+    `pipeline` "auto" builds with the pipeline the log's run for this model tuned with;
+    `kernel_cache`: a folder keeping the emitted and compiled kernels for the next build, in this
+    process or another (`autorelay.kernel_store`)."""
     from search.pipeline_choice import choose_pipeline
 
     t0 = time.perf_counter()
+    memo = KernelMemo(cache_dir=kernel_cache)
     if db is None:
         choice = choose_pipeline(pipeline, model, None, target, threads, keep_build=True)
         pipeline = choice.pipeline
         exe = choice.exe or build_model(model, None, target, threads=threads, pipeline=pipeline,
-                                        prepared=choice.prepared)
+                                        prepared=choice.prepared, memo=memo)
     else:
         handle, own = open_db(db)
         try:
@@ -215,7 +218,7 @@ def compile_model(model: Model, db: Any = None, target: str = "llvm", *, threads
             pipeline = choice.pipeline
             prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
             src = schedule_source(handle, model, prepared=prepared)
-            exe = build_model(model, src, prepared=prepared)
+            exe = build_model(model, src, prepared=prepared, memo=memo)
         finally:
             if own:
                 handle.close()
@@ -232,11 +235,11 @@ class RunResult:
 
 
 def run_model(model: Model, db: Any = None, target: str = "llvm", *, threads: int | None = None,
-              pipeline: str = "default", repeat: int = 10, inputs: Mapping[str, np.ndarray] | None = None
-              ) -> RunResult:
-    """Build (with the log's schedules when `db` is given), run once, then time `repeat` calls and
-    profile every kernel (the report's time shares)."""
-    comp = compile_model(model, db, target, threads=threads, pipeline=pipeline)
+              pipeline: str = "default", repeat: int = 10, inputs: Mapping[str, np.ndarray] | None = None,
+              kernel_cache: str | None = None) -> RunResult:
+    """Build (with the log's schedules when `db` is given; `kernel_cache` as `compile_model`'s),
+    run once, then time `repeat` calls and profile every kernel (the report's time shares)."""
+    comp = compile_model(model, db, target, threads=threads, pipeline=pipeline, kernel_cache=kernel_cache)
     exe = comp.exe
     if inputs is not None:
         model = Model(model.name, model.mod, model.params, dict(inputs))

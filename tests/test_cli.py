@@ -43,6 +43,31 @@ def test_tune_then_compile_then_run(tmp_path, capsys):
     assert "tuned" in out  # the kernel report names each kernel's schedule source
 
 
+def test_a_kernel_cache_folder_serves_every_kernel_of_the_next_process(tmp_path, capsys):
+    """`run --kernel-cache DIR` files each kernel's LLVM IR and compiled object; `compile` in a
+    new process, with the backend's emitter forbidden, builds the model from the folder alone."""
+    import sys
+
+    folder = tmp_path / "kernels"
+    args = ["--model", "mlp", "--db", f"sqlite:///{tmp_path / 'empty.db'}", "--threads", "1",
+            "--pipeline", "default", "--kernel-cache", str(folder)]
+    assert main(["run", *args, "--repeat", "1"]) == 0
+    capsys.readouterr()
+    codes, objects = list(folder.glob("*.ll.json")), list(folder.glob("*.o"))
+    assert codes and len(objects) == len(codes)
+    script = ("import sys\n"
+              "from autorelay.codegen.llvm.backend import LLVMBackend\n"
+              "def refuse(*a):\n"
+              "    raise RuntimeError('emitted a kernel the folder holds')\n"
+              "LLVMBackend.emit = refuse\n"
+              "from search.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-c", script, "compile", *args], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compiled mlp" in done.stdout
+
+
 def test_run_segments_times_each_loop_nest_of_a_kernel(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     assert main(["run", "--model", "resnet-18", "--image-size", "32", "--pipeline", "default",

@@ -94,6 +94,52 @@ def test_disk_cache_serves_object_code(tmp_path):
     np.testing.assert_allclose(second.run(a, w), a @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def test_a_kernel_folder_serves_the_emitted_code_to_a_new_process_unless_the_generator_changed(
+        tmp_path, monkeypatch):
+    """With a folder, a kernel emitted once is read back by a process that has never emitted it
+    (here: the memory caches emptied and the backend's emitter forbidden) and computes the same;
+    a folder written by another code generator (fingerprint) or a damaged file is not read: the
+    kernel is emitted again and the file rewritten."""
+    from autorelay import kernel as kernel_module
+    from autorelay import kernel_store
+    from autorelay.codegen.llvm.backend import LLVMBackend
+
+    target = host_target()
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((8, 8), np.float32), rng.standard_normal((8, 8), np.float32)
+    first = compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
+    [filed] = tmp_path.glob("*.ll.json")
+    assert filed.name.startswith(first.code.key)
+    emitted: list[str] = []
+    real_emit = LLVMBackend.emit
+
+    def fresh_process(forbid_emission: bool) -> None:
+        monkeypatch.setattr(kernel_module, "_EMITTED", EmitCache(limit=1 << 20))
+        clear_memory_cache()
+
+        def emit(self, func, tgt, symbol):
+            emitted.append(symbol)
+            assert not forbid_emission, "emitted although the folder holds the kernel"
+            return real_emit(self, func, tgt, symbol)
+
+        monkeypatch.setattr(LLVMBackend, "emit", emit)
+
+    fresh_process(forbid_emission=True)
+    again = compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
+    assert again.code.code.text == first.code.code.text and again.module.from_disk and not emitted
+    np.testing.assert_allclose(again.run(a, w), a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
+    filed.write_text('{"text": ')  # damaged: emitted again, and filed whole
+    fresh_process(forbid_emission=False)
+    compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
+    assert len(emitted) == 1 and kernel_store.load_code(str(tmp_path), first.code.key) == first.code.code
+
+    monkeypatch.setattr(kernel_store, "codegen_fingerprint", lambda: "another-generator")
+    fresh_process(forbid_emission=False)
+    compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
+    assert len(emitted) == 2 and len(list(tmp_path.glob("*.ll.json"))) == 2
+
+
 def test_bound_kernel_reuses_buffers_and_checks_inputs():
     cdef = _dense()
     kernel = compile_kernel(cdef)

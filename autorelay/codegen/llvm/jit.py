@@ -56,19 +56,25 @@ def compile_ir(
     key: str,
     cache_dir: str | None = None,
 ) -> CompiledModule:
-    """Compile (or fetch from cache) a module whose segment functions take `nbuffers` pointers."""
+    """Compile (or fetch from cache) a module whose segment functions take `nbuffers` pointers.
+    `cache_dir`: a folder of compiled objects, read before compiling; a module compiled (or
+    found in memory) without its object there is filed in it."""
+    # on disk the name also digests the LLVM IR and llvmlite's version, so a changed code generator
+    # or LLVM never serves a stale object for an unchanged loop IR
+    obj_path = None
+    if cache_dir:
+        digest = hashlib.sha256(f"{llvmlite.__version__}|{text}".encode()).hexdigest()[:16]
+        obj_path = os.path.join(cache_dir, f"{key}-{digest}.o")
     with _LOCK:
         hit = _MEMORY.get(key)
     if hit is not None:
+        if obj_path is not None and hit.object_code is not None and not os.path.exists(obj_path):
+            _file_object(obj_path, hit.object_code)
         return hit
     init_llvm()
     mod = llvm.parse_assembly(text)
     mod.triple = target.triple or llvm.get_process_triple()
     mod.verify()
-    # on disk the name also digests the LLVM IR and llvmlite's version, so a changed code generator
-    # or LLVM never serves a stale object for an unchanged loop IR
-    digest = hashlib.sha256(f"{llvmlite.__version__}|{text}".encode()).hexdigest()[:16]
-    obj_path = os.path.join(cache_dir, f"{key}-{digest}.o") if cache_dir else None
     from_disk = obj_path is not None and os.path.exists(obj_path)
     if not from_disk:
         _optimize(mod, target)
@@ -78,11 +84,7 @@ def compile_ir(
     def notify(_mod: object, data: bytes) -> None:
         loaded.append(data)
         if obj_path is not None:
-            os.makedirs(cache_dir, exist_ok=True)  # type: ignore[arg-type]
-            tmp = f"{obj_path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, obj_path)
+            _file_object(obj_path, data)
 
     def getbuffer(_mod: object) -> bytes | None:
         if obj_path is not None and os.path.exists(obj_path):
@@ -100,6 +102,15 @@ def compile_ir(
     with _LOCK:
         _MEMORY.setdefault(key, cm)
         return _MEMORY[key]
+
+
+def _file_object(path: str, data: bytes) -> None:
+    """Write a compiled object whole, then rename it into place: a reader never sees half of it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
 
 
 def clear_memory_cache() -> None:
