@@ -8,10 +8,11 @@ build scheduling and emitting kernels it had emitted the run before. With a fold
 instead of emitting it, and the loader finds the compiled object beside it.
 
 A kernel's key digests its loop IR and the target's code-changing part, not the code generator
-that turned them into LLVM IR: a file is therefore named by the key and a fingerprint of the
-generator (the sources of `autorelay.codegen` and llvmlite's version), so a changed generator
-never serves code it would no longer emit. A file that cannot be read as a kernel's code is
-ignored and written again. Only the CPU backend's code (`BackendCode`) is kept: it is text.
+that turned them into LLVM IR (the emitter, and the simplifier it runs on unrolled copies): a file
+is therefore named by the key and a fingerprint of the compiler (every source file of the
+`autorelay` package, and llvmlite's version), so a changed compiler never serves code it would no
+longer emit. A file that cannot be read as a kernel's code is ignored and written again. Only the
+CPU backend's code (`BackendCode`) is kept: it is text.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ import llvmlite
 
 from autorelay.codegen.base import BackendCode
 
-__all__ = ["codegen_fingerprint", "has_code", "load_code", "save_code"]
+__all__ = ["compiler_fingerprint", "has_code", "load_code", "save_code"]
 
 
 @functools.cache
-def codegen_fingerprint() -> str:
-    """A digest of what turns loop IR into LLVM IR: every source file of `autorelay.codegen` and
-    llvmlite's version (fixed for the life of the process)."""
-    root = Path(__file__).resolve().parent / "codegen"
+def compiler_fingerprint() -> str:
+    """A digest of what turns loop IR into LLVM IR: every source file of the `autorelay` package
+    and llvmlite's version (read once: the sources a process runs do not change under it)."""
+    root = Path(__file__).resolve().parent
     digest = hashlib.sha256(llvmlite.__version__.encode())
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode())
@@ -42,7 +43,7 @@ def codegen_fingerprint() -> str:
 
 
 def _path(folder: str, key: str) -> str:
-    return os.path.join(folder, f"{key}-{codegen_fingerprint()}.ll.json")
+    return os.path.join(folder, f"{key}-{compiler_fingerprint()}.ll.json")
 
 
 def has_code(folder: str, key: str) -> bool:

@@ -98,7 +98,7 @@ def test_a_kernel_folder_serves_the_emitted_code_to_a_new_process_unless_the_gen
         tmp_path, monkeypatch):
     """With a folder, a kernel emitted once is read back by a process that has never emitted it
     (here: the memory caches emptied and the backend's emitter forbidden) and computes the same;
-    a folder written by another code generator (fingerprint) or a damaged file is not read: the
+    a folder written by another compiler (fingerprint) or a damaged file is not read: the
     kernel is emitted again and the file rewritten."""
     from autorelay import kernel as kernel_module
     from autorelay import kernel_store
@@ -134,7 +134,7 @@ def test_a_kernel_folder_serves_the_emitted_code_to_a_new_process_unless_the_gen
     compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
     assert len(emitted) == 1 and kernel_store.load_code(str(tmp_path), first.code.key) == first.code.code
 
-    monkeypatch.setattr(kernel_store, "codegen_fingerprint", lambda: "another-generator")
+    monkeypatch.setattr(kernel_store, "compiler_fingerprint", lambda: "another-compiler")
     fresh_process(forbid_emission=False)
     compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
     assert len(emitted) == 2 and len(list(tmp_path.glob("*.ll.json"))) == 2

@@ -65,7 +65,7 @@ def test_prefetched_kernels_serve_the_whole_build(model):
 def test_a_refused_schedule_is_remembered_and_refused_again(monkeypatch):
     calls = []
 
-    def refuse(cdef, config, target):
+    def refuse(cdef, config, target, **kw):
         calls.append(cdef)
         raise ScheduleError("tile 7 does not divide 32")
 
