@@ -139,6 +139,12 @@ def test_a_kernel_folder_serves_the_emitted_code_to_a_new_process_unless_the_gen
     compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(tmp_path))
     assert len(emitted) == 2 and len(list(tmp_path.glob("*.ll.json"))) == 2
 
+    blocked = tmp_path / "a-file"  # a folder that cannot be made: the kernel is built all the same
+    blocked.write_text("")
+    fresh_process(forbid_emission=False)
+    kernel = compile_kernel(_dense(8, 8, 8), None, target, cache_dir=str(blocked))
+    np.testing.assert_allclose(kernel.run(a, w), a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+
 
 def test_bound_kernel_reuses_buffers_and_checks_inputs():
     cdef = _dense()

@@ -105,12 +105,16 @@ def compile_ir(
 
 
 def _file_object(path: str, data: bytes) -> None:
-    """Write a compiled object whole, then rename it into place: a reader never sees half of it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    """Write a compiled object whole, then rename it into place: a reader never sees half of it.
+    A folder that cannot be written to is left alone: the kernel is compiled again next time."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        return
 
 
 def clear_memory_cache() -> None:
