@@ -26,6 +26,7 @@ from pathlib import Path
 import llvmlite
 
 from autorelay.codegen.base import BackendCode
+from autorelay.utils.files import write_cache_file
 
 __all__ = ["compiler_fingerprint", "has_code", "load_code", "save_code"]
 
@@ -67,12 +68,5 @@ def save_code(folder: str, key: str, code: BackendCode) -> None:
     left alone (the kernel is emitted again next time)."""
     if type(code) is not BackendCode:
         return
-    path = _path(folder, key)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"text": code.text, "segments": [list(s) for s in code.segments]}, fh)
-        os.replace(tmp, path)
-    except OSError:
-        return
+    text = json.dumps({"text": code.text, "segments": [list(s) for s in code.segments]})
+    write_cache_file(_path(folder, key), text.encode("utf-8"))

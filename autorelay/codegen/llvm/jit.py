@@ -20,6 +20,7 @@ import llvmlite.binding as llvm
 from autorelay.codegen.llvm.host import init_llvm, new_machine, target_machine
 from autorelay.codegen.llvm.parallel import job_name
 from autorelay.target import Target
+from autorelay.utils.files import write_cache_file
 
 
 @dataclass(eq=False)
@@ -69,7 +70,7 @@ def compile_ir(
         hit = _MEMORY.get(key)
     if hit is not None:
         if obj_path is not None and hit.object_code is not None and not os.path.exists(obj_path):
-            _file_object(obj_path, hit.object_code)
+            write_cache_file(obj_path, hit.object_code)
         return hit
     init_llvm()
     mod = llvm.parse_assembly(text)
@@ -84,7 +85,7 @@ def compile_ir(
     def notify(_mod: object, data: bytes) -> None:
         loaded.append(data)
         if obj_path is not None:
-            _file_object(obj_path, data)
+            write_cache_file(obj_path, data)
 
     def getbuffer(_mod: object) -> bytes | None:
         if obj_path is not None and os.path.exists(obj_path):
@@ -102,19 +103,6 @@ def compile_ir(
     with _LOCK:
         _MEMORY.setdefault(key, cm)
         return _MEMORY[key]
-
-
-def _file_object(path: str, data: bytes) -> None:
-    """Write a compiled object whole, then rename it into place: a reader never sees half of it.
-    A folder that cannot be written to is left alone: the kernel is compiled again next time."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        return
 
 
 def clear_memory_cache() -> None:
