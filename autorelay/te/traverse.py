@@ -166,5 +166,17 @@ def distinct_nodes(*roots: Expr) -> list[Expr]:
     return out
 
 
+def reads_var(e: Expr, v: Var, memo: dict[int, tuple[Expr, bool]]) -> bool:
+    """Whether `e` reads `v`, remembered per node in `memo` (which holds each node it answers for,
+    so no id is reused while it lives): asked of every subexpression of a tree, a walk per question
+    is quadratic in its depth, and one `free_vars` set per node more so."""
+    hit = memo.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = e is v or any(reads_var(k, v, memo) for k in children(e))
+    memo[id(e)] = (e, out)
+    return out
+
+
 def free_vars(e: Expr) -> set[Var]:
     return {n for n in distinct_nodes(e) if isinstance(n, Var)}

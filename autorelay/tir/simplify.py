@@ -9,7 +9,7 @@ lie in [0, 16), so a packed-weight load turns into a contiguous vector load, and
 from __future__ import annotations
 
 from autorelay.te.expr import Bin, Cast, Cmp, Const, Expr, Not, Select, Var, is_int
-from autorelay.te.traverse import INT_FOLD, children, rebuild, substitute
+from autorelay.te.traverse import INT_FOLD, children, reads_var, rebuild, substitute
 from autorelay.tir.linear_form import Forms, Linear, combine
 from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
 
@@ -205,17 +205,13 @@ class Invariant:
 
     def __init__(self, var: Var) -> None:
         self.var = var
-        self.reads_var: dict[int, bool] = {}
+        self.reads: dict[int, tuple[Expr, bool]] = {}
         self.memo: dict[int, Expr] = {}
         self.lin_memo: dict[int, Linear] = {}
 
     def varies(self, n: Expr) -> bool:
         """Whether `n` reads the unrolled variable."""
-        got = self.reads_var.get(id(n))
-        if got is None:
-            got = n is self.var or any(self.varies(k) for k in children(n))
-            self.reads_var[id(n)] = got
-        return got
+        return reads_var(n, self.var, self.reads)
 
 
 def _simplify(e: Expr, b: Bounds, forms: Forms, mapping: dict[Var, Expr],

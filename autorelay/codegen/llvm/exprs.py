@@ -27,7 +27,7 @@ from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.loads import LoadEmitter
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
 from autorelay.te.expr import BF16_FUNCS, Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
-from autorelay.te.traverse import children
+from autorelay.te.traverse import reads_var
 from autorelay.tir.linear_form import Forms
 from autorelay.tir.simplify import simplify
 
@@ -68,19 +68,16 @@ class ExprEmitter(LoadEmitter):
         self.vector_var: Var | None = None
         self.lanes = 0
         self.declared: set[str] = set()
-        # (id of an expression, id of a variable) -> (the expression, whether it reads the variable)
-        self._reads: dict[tuple[int, int], tuple[Expr, bool]] = {}
+        # per variable: id of an expression -> (the expression, whether it reads the variable)
+        self._reads: dict[Var, dict[int, tuple[Expr, bool]]] = {}
 
     def reads(self, e: Expr, v: Var) -> bool:
-        """Whether `e` reads `v`, memoised per node: emitting a vector expression asks this of every
-        subexpression, and walking each one's subtree again made that quadratic in its depth."""
-        key = (id(e), id(v))
-        hit = self._reads.get(key)
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        out = e is v or any(self.reads(k, v) for k in children(e))
-        self._reads[key] = (e, out)
-        return out
+        """Whether `e` reads `v` (`reads_var`, one memo per variable): emitting a vector expression
+        asks this of every subexpression."""
+        memo = self._reads.get(v)
+        if memo is None:
+            memo = self._reads[v] = {}
+        return reads_var(e, v, memo)
 
     def forget(self) -> None:
         super().forget()
