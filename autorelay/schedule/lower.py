@@ -2,7 +2,8 @@
 
 Order of work: (1) extents — root stages loop over their full shape; a stage computed at another
 stage's loop gets the *region* its consumer reads inside that loop (interval of the consumer's
-index expressions over the inner loops), consumers first; (2) loop nests, with attached producers
+index expressions over the inner loops), consumers first (the arithmetic of both lives in
+`schedule.stage_layout`); (2) loop nests, with attached producers
 emitted at the top of the loop they are attached to, reduction initialisation before the first
 reduction loop, and guards for ragged splits and regions that overhang the tensor; (3) the
 simplifier removes every guard the loop bounds prove.
@@ -17,13 +18,19 @@ the extra values are never copied out, and the inner loop keeps no lane-dependen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from autorelay.errors import ScheduleError
+from autorelay.schedule.stage_layout import (
+    RegionRead,
+    StageLayout,
+    bound_region,
+    flat_index,
+    leaf_extents,
+    reads_of,
+    vector_last_perm,
+)
 from autorelay.schedule.state import Stage, State
 from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Read, Var, all_of
-from autorelay.te.traverse import distinct_nodes, free_vars, substitute, transform
-from autorelay.tir.linear_form import from_linear, linear
+from autorelay.te.traverse import distinct_nodes, substitute, transform
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Barrier, Buffer, For, If, PrimFunc, Stmt, Store, seq
 from autorelay.tir.simplify import interval, simplify, simplify_stmt
 
@@ -31,85 +38,12 @@ MAX_VECTOR = 64
 MAX_UNROLL = 64
 
 
-@dataclass
-class _Layout:
-    """Per-stage lowering facts: root extents, base offsets (regions), leaf extents, buffer."""
-
-    root_ext: dict[Var, int]
-    base: list[Expr]
-    leaf_ext: dict[Var, int]
-    env: dict[Var, Expr]  # every relation var (root/leaf/intermediate) -> expression in leaves
-    guards: list[tuple[Expr, bool, bool]]  # (condition, involves a reduction var, region overhang)
-    buffer: Buffer
-    perm: list[int]  # buffer dimension order (a local buffer puts its vectorized axis last)
-
-    def flat(self, idx: list[Expr]) -> Expr:
-        return _flat([idx[d] for d in self.perm], self.buffer.strides_shape)
-
-
-def _vector_last_perm(st: Stage) -> list[int]:
-    """Dimension order that makes the root axis of the stage's vectorized leaf innermost."""
-    origin: dict[Var, Var] = {st.root_leaf[a.var]: a.var for a in st.axes + st.raxes}
-    for rel in st.rels:
-        if rel[0] == "split":
-            origin[rel[2]] = origin[rel[3]] = origin[rel[1]]
-        else:
-            origin[rel[3]] = origin[rel[2]]
-    dims = list(range(len(st.axes)))
-    vec = [v for v in st.leaves if st.kind[v] == "vectorized"]
-    if st.scope == "local" and vec:
-        root = origin[vec[0]]
-        pos = [d for d, a in enumerate(st.axes) if a.var is root]
-        if pos:
-            dims = [d for d in dims if d != pos[0]] + [pos[0]]
-    return dims
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _extents(st: Stage, root_ext: dict[Var, int]) -> tuple[dict[Var, int], dict[Var, Expr], list]:
-    ext: dict[Var, int] = {st.root_leaf[a.var]: root_ext[a.var] for a in st.axes + st.raxes}
-    guards_rel = []
-    shifted: set[Var] = set()
-    for rel in st.rels:
-        if rel[0] == "split":
-            _, p, o, i, f, shift = rel
-            ext[o], ext[i] = _ceil(ext[p], f), min(f, ext[p]) if ext[p] < f else f
-            if ext[o] * ext[i] != ext[p]:
-                if shift and ext[p] >= f:
-                    shifted.add(p)
-                else:
-                    guards_rel.append(p)
-        else:
-            _, a, b, f = rel
-            ext[f] = ext[a] * ext[b]
-    if shifted and st.raxes and st.scope != "local":
-        # two tiles would both initialise and accumulate the overlap in the same memory
-        raise ScheduleError(f"stage {st.name}: a reduction written to memory cannot shift a split's tail")
-    env: dict[Var, Expr] = {v: v for v in st.leaves}
-    for rel in reversed(st.rels):
-        if rel[0] == "split":
-            _, p, o, i, f, _shift = rel
-            start: Expr = Bin("mul", env[o], Const(f, "int64"), "int64")
-            if p in shifted:  # the last tile starts f before the end instead of running past it
-                start = Bin("min", start, Const(ext[p] - f, "int64"), "int64")
-            env[p] = Bin("add", start, env[i], "int64")
-        else:
-            _, a, b, f = rel
-            env[a] = Bin("floordiv", env[f], Const(ext[b], "int64"), "int64")
-            env[b] = Bin("mod", env[f], Const(ext[b], "int64"), "int64")
-    guards = [(Cmp("lt", env[p], Const(ext[p], "int64")), p in st.is_reduce_var, False) for p in guards_rel]
-    return ext, env, guards
-
-
 class Lowerer:
     def __init__(self, state: State, name: str):
         self.state = state
         self.name = name
         self.stages = [s for s in state.stages if not s.inline]
-        self.layout: dict[str, _Layout] = {}
+        self.layout: dict[str, StageLayout] = {}
         self.bodies: dict[str, Expr] = {s.name: state.inline_into(s.body) for s in self.stages}
         self.pitches = dict(state.cdef.pitches)
         self.params = {n: Buffer(n, t.shape, t.dtype, pitch=self.pitches.get(n))
@@ -133,22 +67,22 @@ class Lowerer:
                 raise ScheduleError(
                     f"stage {st.name}: a parallel axis must be the outermost loop of a root stage"
                 )
-        ext, env, guards = _extents(st, root_ext)
-        perm = _vector_last_perm(st)
+        ext, env, guards = leaf_extents(st, root_ext)
+        perm = vector_last_perm(st)
         shape = tuple(root_ext[st.axes[d].var] for d in perm)
         pitch = self.pitches.get(st.name) if st.is_output and st.attach is None else None
         if pitch is not None and perm != list(range(len(perm))):
             raise ScheduleError(f"stage {st.name}: an output stored with a pitch must keep its axis order")
         buf = Buffer(st.name if st.scope != "local" else f"{st.name}_l", shape, st.tensor.dtype, st.scope,
                      pitch=pitch)
-        self.layout[st.name] = _Layout(root_ext, base, ext, env, guards + extra, buf, perm)
+        self.layout[st.name] = StageLayout(root_ext, base, ext, env, guards + extra, buf, perm)
 
     def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int]]:
         """Base expressions and extents of `prod` read by `cons` inside its attach loop."""
         assert prod.attach is not None
         readers: list[tuple[Stage, list[Var], dict[Var, tuple[int, int]]]] = []
         for c in self.stages:
-            if c is prod or not any(r.tensor is prod.tensor for r in _reads(self.bodies[c.name])):
+            if c is prod or not any(r.tensor is prod.tensor for r in reads_of(self.bodies[c.name])):
                 continue
             if c is cons:
                 readers.append((c, cons.leaves[cons.leaves.index(prod.attach[1]) + 1 :],
@@ -162,52 +96,17 @@ class Lowerer:
                 )
         # a block's shared copy serves all its threads: thread indices count as inner loops
         relax = self._thread_bounds() if prod.scope == "shared" else {}
-        reads = []
+        reads: list[RegionRead] = []
         for c, inner_vars, all_b in readers:
             vals = self._root_vals(c)
             inner = {**relax, **{v: all_b[v] for v in inner_vars}}
             # one per distinct index tuple: a Winograd transform reads each input element in many
             # branches of its select chains, as distinct but equal reads
-            same = {n.indices: n for n in _reads(self.bodies[c.name]) if n.tensor is prod.tensor}
+            same = {n.indices: n for n in reads_of(self.bodies[c.name]) if n.tensor is prod.tensor}
             reads += [(n, vals, all_b, inner) for n in same.values()]
         if not reads:
             raise ScheduleError(f"ComputeAt {prod.name}: {cons.name} does not read it")
-        bases: list[Expr | None] = [None] * len(prod.axes)
-        lo_hi: list[tuple[int, int]] = [(0, 0)] * len(prod.axes)
-        for r, vals, all_b, inner in reads:
-            for d, idx in enumerate(r.indices):
-                idx = simplify(substitute(idx, vals), all_b)
-                terms, c = linear(idx)
-                outer_terms: dict[Expr, int] = {}
-                lo = hi = 0
-                for atom, k in terms.items():
-                    fv = free_vars(atom)
-                    if not fv & inner.keys():
-                        outer_terms[atom] = k
-                        continue
-                    if not fv <= inner.keys():
-                        raise ScheduleError(
-                            f"ComputeAt {prod.name}: cannot bound index {idx} of {prod.name} at "
-                            f"{cons.name}.{prod.attach[1].name} (mixes loops inside and outside it)"
-                        )
-                    iv = interval(atom, inner)
-                    assert iv is not None
-                    a, b = k * iv[0], k * iv[1]
-                    lo, hi = lo + min(a, b), hi + max(a, b)
-                base = from_linear(outer_terms, c)
-                if bases[d] is None:
-                    bases[d], lo_hi[d] = base, (lo, hi)
-                else:
-                    diff = simplify(Bin("sub", base, bases[d], "int64"))
-                    if not isinstance(diff, Const):
-                        raise ScheduleError(
-                            f"ComputeAt {prod.name}: reads at unrelated offsets in {cons.name}"
-                        )
-                    off = int(diff.value)
-                    lo_hi[d] = (min(lo_hi[d][0], lo + off), max(lo_hi[d][1], hi + off))
-        out_base = [simplify(Bin("add", b, Const(lh[0], "int64"), "int64")) for b, lh in zip(bases, lo_hi)]
-        exts = [lh[1] - lh[0] + 1 for lh in lo_hi]
-        return out_base, exts
+        return bound_region(prod, cons, reads)
 
     def _loops_inside(self, st: Stage, loop: tuple[str, Var]) -> dict[Var, tuple[int, int]] | None:
         """Bounds of the loops a read by `st` varies over within one iteration of `loop`: those of
@@ -288,7 +187,7 @@ class Lowerer:
         t = r.tensor
         if t.op is None:
             buf = self.params[t.name]
-            return Load(buf, _flat(list(r.indices), buf.strides_shape), r.dtype)
+            return Load(buf, flat_index(list(r.indices), buf.strides_shape), r.dtype)
         st = self.tensor_stage[id(t)]
         lay = self.layout[st.name]
         idx = [Bin("sub", i, b, "int64") for i, b in zip(r.indices, lay.base)]
@@ -417,19 +316,6 @@ class Lowerer:
             object.__setattr__(b, "shape", grown)  # set once, before the buffer leaves the lowering
         body = simplify_stmt(seq(segments)) or seq([])
         return PrimFunc(self.name, params, tuple(ws), body)
-
-
-def _reads(e: Expr) -> list[Read]:
-    return [n for n in distinct_nodes(e) if isinstance(n, Read)]
-
-
-def _flat(idx: list[Expr], shape: tuple[int, ...]) -> Expr:
-    out: Expr = Const(0, "int64")
-    stride = 1
-    for i, s in reversed(list(zip(idx, shape))):
-        out = Bin("add", out, Bin("mul", i, Const(stride, "int64"), "int64"), "int64")
-        stride *= s
-    return out
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
