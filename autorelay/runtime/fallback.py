@@ -15,7 +15,7 @@ import numpy as np
 from autorelay.ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
 from autorelay.ir.types import TupleType, Type
 from autorelay.ir.visitor import post_order
-from autorelay.runtime.interp_frames import run_op
+from autorelay.runtime.interp_calls import run_op
 
 
 class ReferenceFunction:

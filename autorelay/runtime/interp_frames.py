@@ -10,6 +10,9 @@ through two methods, both returning a triple `(code, a, b)`:
 environment `b`, then resume this frame) or `TAIL` (the frame is done; continue by evaluating `a` in
 `b` in its place — how let bodies, if branches and match arms run without growing the stack).
 
+The frames of calls are in `autorelay.runtime.interp_calls`; the machine's table of which frame
+starts which node is `interpreter._STARTERS`.
+
 Frames evaluate variable and constant operands inline rather than asking the machine for them:
 that is most operands, and it keeps the per-node overhead of dataflow programs low.
 """
@@ -22,35 +25,23 @@ import numpy as np
 
 from autorelay.errors import InterpreterError
 from autorelay.ir.expr import (
-    Call,
     Constant,
     Constructor,
     Expr,
     Function,
     GlobalVar,
-    If,
     Let,
-    Match,
     Op,
     Pattern,
     PatternConstructor,
     PatternTuple,
     PatternVar,
     PatternWildcard,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
     Var,
 )
-from autorelay.op.registry import OpDef
-from autorelay.op.registry import get as get_op
 from autorelay.runtime.values import (
     Closure,
-    ConstructorFn,
     ConstructorValue,
-    OpValue,
     RefValue,
     format_value,
 )
@@ -59,7 +50,7 @@ if TYPE_CHECKING:
     from autorelay.runtime.interpreter import Interpreter
 
 VALUE, CHILD, TAIL = 0, 1, 2
-_MISSING = object()
+MISSING = object()
 _LEAVES = (GlobalVar, Op, Constructor)  # structural-equality nodes: never memoised, cheap to evaluate
 
 
@@ -85,7 +76,7 @@ class Frame:
 
 
 def operand(node: Expr, env: dict[Any, Any]) -> Any:
-    """The value of `node` if it can be had without evaluating anything, else `_MISSING`."""
+    """The value of `node` if it can be had without evaluating anything, else `MISSING`."""
     t = type(node)
     if t is Var:
         try:
@@ -95,145 +86,8 @@ def operand(node: Expr, env: dict[Any, Any]) -> Any:
     if t is Constant:
         return node.data
     if t in _LEAVES:
-        return _MISSING
-    return env.get(node, _MISSING)
-
-
-# ---- calls ---------------------------------------------------------------------------------
-
-_CALLEE, _ARGS, _BODY = 0, 1, 2
-_opdefs: dict[str, OpDef] = {}
-
-
-def _opdef(name: str, site: Expr | None) -> OpDef:
-    opdef = _opdefs.get(name)
-    if opdef is None:
-        try:
-            opdef = get_op(name)
-        except KeyError:
-            raise InterpreterError(located(site, f"call of unknown operator {name!r}")) from None
-        if opdef.reference is None:
-            raise InterpreterError(located(site, f"operator {name} has no reference implementation"))
-        _opdefs[name] = opdef
-    return opdef
-
-
-class CallFrame(Frame):
-    """`f(args)`: evaluate the callee (unless it is an op, global or constructor), then the args."""
-
-    __slots__ = ("fn", "i", "phase", "vals")
-    memo = True
-
-    def __init__(self, interp: Interpreter, node: Call, env: dict[Any, Any]) -> None:
-        super().__init__(interp, node, env)
-        self.vals: list[Any] = []
-        self.i = 0
-        self.fn: Any = None
-        self.phase = _ARGS
-
-    def start(self) -> tuple[int, Any, Any]:
-        callee = self.node.op
-        t = type(callee)
-        if t is Op or t is Constructor:
-            self.fn = callee
-        elif t is GlobalVar:
-            self.fn = self.interp.global_value(callee)
-        else:
-            fn = operand(callee, self.env)
-            if fn is _MISSING:
-                self.phase = _CALLEE
-                return CHILD, callee, self.env
-            self.fn = fn
-        return self._next_arg()
-
-    def resume(self, value: Any) -> tuple[int, Any, Any]:
-        phase = self.phase
-        if phase == _ARGS:
-            self.vals.append(value)
-            self.i += 1
-            return self._next_arg()
-        if phase == _BODY:
-            return VALUE, value, None
-        self.fn = value
-        self.phase = _ARGS
-        return self._next_arg()
-
-    def _next_arg(self) -> tuple[int, Any, Any]:
-        args = self.node.args
-        vals = self.vals
-        env = self.env
-        n = len(args)
-        i = self.i
-        while i < n:
-            a = args[i]
-            v = operand(a, env)
-            if v is _MISSING:
-                self.i = i
-                return CHILD, a, env
-            vals.append(v)
-            i += 1
-        self.i = i
-        return self.apply()
-
-    def apply(self) -> tuple[int, Any, Any]:
-        fn = self.fn
-        t = type(fn)
-        if t is Closure:
-            env = self.interp.bind_params(fn, self.vals, self.node)
-            self.phase = _BODY
-            return CHILD, fn.fn.body, env
-        if t is Op:
-            return VALUE, run_op(fn.name, self.node.attrs, self.vals, self.node), None
-        if t is OpValue:
-            return VALUE, run_op(fn.name, None, self.vals, self.node), None
-        if t is Constructor or t is ConstructorFn:
-            con = fn if t is Constructor else fn.constructor
-            if len(self.vals) != len(con.inputs):
-                msg = f"constructor {con.name} takes {len(con.inputs)} field(s), got {len(self.vals)}"
-                raise InterpreterError(located(self.node, msg))
-            return VALUE, ConstructorValue(con, tuple(self.vals)), None
-        raise InterpreterError(located(self.node, f"cannot call a non-function value {format_value(fn)}"))
-
-
-class ApplyFrame(CallFrame):
-    """A call made from Python (`Interpreter.apply`): the callee and arguments are already values."""
-
-    __slots__ = ()
-    memo = False
-
-    def __init__(self, interp: Interpreter, fn: Any, args: list[Any]) -> None:
-        Frame.__init__(self, interp, None, {})
-        self.fn = fn
-        self.vals = args
-        self.i = 0
-        self.phase = _ARGS
-
-    def start(self) -> tuple[int, Any, Any]:
-        if isinstance(self.fn, Op):
-            self.fn = OpValue(self.fn.name)
-        return self.apply()
-
-
-def run_op(name: str, attrs: Any, args: list[Any], site: Call | None) -> Any:
-    """Apply an operator's NumPy reference; arrays come back as arrays, tuples as tuples."""
-    opdef = _opdef(name, site)
-    if attrs is None or len(attrs) != len(opdef.attrs):
-        attrs = opdef.make_attrs(attrs)  # fill defaults for calls built without them
-    if len(args) != opdef.num_args:
-        raise InterpreterError(located(site, f"{name} takes {opdef.num_args} argument(s), got {len(args)}"))
-    try:
-        out = opdef.reference(attrs, *args)
-    except InterpreterError:
-        raise
-    except Exception as e:
-        shapes = ", ".join(
-            str(tuple(a.shape)) if isinstance(a, np.ndarray) else format_value(a) for a in args)
-        raise InterpreterError(located(site, f"{name} failed on arguments {shapes}: {e}")) from e
-    if type(out) is np.ndarray:
-        return out
-    if isinstance(out, tuple | list):
-        return tuple(o if type(o) is np.ndarray else np.asarray(o) for o in out)
-    return np.asarray(out)
+        return MISSING
+    return env.get(node, MISSING)
 
 
 # ---- binding forms ----------------------------------------------------------------------------
@@ -255,7 +109,7 @@ class LetFrame(Frame):
                 env[value_expr] = v
             else:
                 v = operand(value_expr, env)
-                if v is _MISSING:
+                if v is MISSING:
                     self.node = node
                     return CHILD, value_expr, env
             self._bind(node, v)
@@ -283,7 +137,7 @@ class IfFrame(Frame):
 
     def start(self) -> tuple[int, Any, Any]:
         cond = operand(self.node.cond, self.env)
-        if cond is _MISSING:
+        if cond is MISSING:
             return CHILD, self.node.cond, self.env
         return self.resume(cond)
 
@@ -300,7 +154,7 @@ class MatchFrame(Frame):
 
     def start(self) -> tuple[int, Any, Any]:
         data = operand(self.node.data, self.env)
-        if data is _MISSING:
+        if data is MISSING:
             return CHILD, self.node.data, self.env
         return self.resume(data)
 
@@ -359,7 +213,7 @@ class TupleFrame(Frame):
         fields = self.node.fields
         while self.i < len(fields):
             v = operand(fields[self.i], self.env)
-            if v is _MISSING:
+            if v is MISSING:
                 return CHILD, fields[self.i], self.env
             self.vals.append(v)
             self.i += 1
@@ -375,7 +229,7 @@ class UnaryFrame(Frame):
     def start(self) -> tuple[int, Any, Any]:
         child = self.child()
         v = operand(child, self.env)
-        if v is _MISSING:
+        if v is MISSING:
             return CHILD, child, self.env
         return self.resume(v)
 
@@ -427,33 +281,20 @@ class RefWriteFrame(Frame):
     memo = True
 
     def start(self) -> tuple[int, Any, Any]:
-        self.ref = _MISSING
+        self.ref = MISSING
         v = operand(self.node.ref, self.env)
-        if v is _MISSING:
+        if v is MISSING:
             return CHILD, self.node.ref, self.env
         return self.resume(v)
 
     def resume(self, value: Any) -> tuple[int, Any, Any]:
-        if self.ref is _MISSING:
+        if self.ref is MISSING:
             if type(value) is not RefValue:
                 raise InterpreterError(located(
                     self.node, f"ref_write to a non-reference {format_value(value)}"))
             self.ref = value
             value = operand(self.node.value, self.env)
-            if value is _MISSING:
+            if value is MISSING:
                 return CHILD, self.node.value, self.env
         self.ref.value = value
         return VALUE, (), None
-
-
-STARTERS: dict[type, type[Frame]] = {
-    Call: CallFrame,
-    Let: LetFrame,
-    If: IfFrame,
-    Match: MatchFrame,
-    Tuple: TupleFrame,
-    TupleGetItem: TupleGetItemFrame,
-    RefCreate: RefCreateFrame,
-    RefRead: RefReadFrame,
-    RefWrite: RefWriteFrame,
-}

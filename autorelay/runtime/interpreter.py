@@ -27,18 +27,28 @@ import numpy as np
 
 from autorelay.errors import InterpreterError
 from autorelay.ir.expr import (
+    Call,
     Constant,
     Constructor,
     Expr,
     Function,
     GlobalVar,
+    If,
+    Let,
+    Match,
     Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
     Var,
 )
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import SymDim, TensorType
 from autorelay.ir.visitor import free_vars
 from autorelay.runtime import interp_frames as fr
+from autorelay.runtime.interp_calls import ApplyFrame, CallFrame
 from autorelay.runtime.interp_frames import located
 from autorelay.runtime.values import (
     Closure,
@@ -53,6 +63,19 @@ from autorelay.runtime.values import (
 __all__ = ["Interpreter", "evaluate", "from_list", "to_list"]
 
 _MISSING = object()
+
+# the frame each compound node starts
+_STARTERS: dict[type, type[fr.Frame]] = {
+    Call: CallFrame,
+    Let: fr.LetFrame,
+    If: fr.IfFrame,
+    Match: fr.MatchFrame,
+    Tuple: fr.TupleFrame,
+    TupleGetItem: fr.TupleGetItemFrame,
+    RefCreate: fr.RefCreateFrame,
+    RefRead: fr.RefReadFrame,
+    RefWrite: fr.RefWriteFrame,
+}
 
 
 class Interpreter:
@@ -80,7 +103,7 @@ class Interpreter:
 
     def apply(self, fn_value: Any, *args: Any) -> Any:
         """Call a function value (a closure returned by the program, a global, an op) from Python."""
-        call_frame = fr.ApplyFrame(self, fn_value, list(args))
+        call_frame = ApplyFrame(self, fn_value, list(args))
         return self._run(call_frame)
 
     def eval(self, expr: Expr, env: dict[Any, Any] | None = None) -> Any:
@@ -144,7 +167,7 @@ class Interpreter:
             if code == fr.CHILD:
                 stack.append(first)
         evaluate_simple = self._simple
-        starters = fr.STARTERS
+        starters = _STARTERS
         while True:
             # -- evaluate `expr` in `env` until it yields a value or pushes a frame
             t = type(expr)
