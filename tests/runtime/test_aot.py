@@ -87,3 +87,18 @@ def test_bad_input_shape_names_the_input_and_both_shapes() -> None:
     exe = aot.compile(mod, params=params)
     with pytest.raises(aot.AotError, match=r"input 'data': expected shape \(3, 1, 128\), got \(2, 1, 128\)"):
         exe(np.zeros((2, 1, 128), "float32"))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3"])
+def test_a_weight_passed_as_an_argument_is_packed_on_every_call(target: str) -> None:
+    """The RNN with its weights left as inputs: each step's dense layer reads its weight blocked,
+    so a packing kernel packs the argument on every call (new weights on the second call must be
+    used, not the first call's packed copy)."""
+    mod, params = zoo.get("rnn", seq_len=4)
+    exe = aot.compile(mod, target=target)
+    assert [r.detail for r in exe.report.rows if r.kind == "relayout"], "no weight is read blocked"
+    xs = f32(4, 1, 128)
+    for scale in (1.0, -0.5):
+        weights = {k: v * np.float32(scale) for k, v in params.items()}
+        out = exe(*[xs if n == "data" else weights[n] for n in exe.input_names])
+        np.testing.assert_allclose(out, interpret_main(mod, weights, xs), rtol=1e-4, atol=1e-5)

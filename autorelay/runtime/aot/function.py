@@ -25,7 +25,7 @@ from autorelay.ir.expr import (
     Var,
 )
 from autorelay.ir.types import TensorType
-from autorelay.runtime.aot.kernels import AotError
+from autorelay.runtime.aot.kernels import AotError, NativeKernel
 from autorelay.runtime.aot.layout import TVal, flatten, leaves, nbytes, ptr_const, type_of
 from autorelay.runtime.fallback import unflatten_value
 from autorelay.runtime.vm.compiler import wrap_op
@@ -268,6 +268,7 @@ class FunctionEmitter:
         k = self.me.table.native(fn)
         vals = [self.value(a) for a in args]
         ptrs = []
+        packs = iter(k.packs)
         for kind, x in k.inputs:
             if kind == "const":
                 ptrs.append(ptr_const(x))
@@ -275,13 +276,23 @@ class FunctionEmitter:
             v = vals[x]
             if not isinstance(v, TVal):
                 raise self.fail(f"a tuple argument to kernel {k.name}")
-            ptrs.append(v.ptr)
+            if kind == "packed":  # the kernel reads this argument blocked: pack it first
+                pack, buffer = next(packs)
+                self.run_segments(pack, [v.ptr, ptr_const(buffer)])
+                ptrs.append(ptr_const(buffer))
+            else:
+                ptrs.append(v.ptr)
         sizes = [int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in k.outputs]
         outs = self.site_buffers(site, sizes)
-        argv = ", ".join(f"ptr {p}" for p in [*ptrs, *outs, *(ptr_const(w) for w in k.workspaces)])
+        self.run_segments(k, [*ptrs, *outs])
+        ret = type_of(site)
+        return unflatten_value(ret, [TVal(o, s) for o, s in zip(outs, sizes)])
+
+    def run_segments(self, k: NativeKernel, buffers: list[str]) -> None:
+        """Call each loop nest of kernel `k` on `buffers` (its inputs, then its outputs) and its
+        workspaces, the parallel ones over their whole extent."""
+        argv = ", ".join(f"ptr {p}" for p in [*buffers, *(ptr_const(w) for w in k.workspaces)])
         for addr, par in k.segments:
             f = self.tmp()
             self.lines.append(f"  {f} = inttoptr i64 {addr} to ptr")
             self.lines.append(f"  call void {f}({argv}, i64 0, i64 {par})")
-        ret = type_of(site)
-        return unflatten_value(ret, [TVal(o, s) for o, s in zip(outs, sizes)])

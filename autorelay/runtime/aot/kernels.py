@@ -4,20 +4,26 @@ generated code calls directly (no Python in between).
 
 Like the VM's `CompiledProvider`, kernels come from `autorelay.primitive.compile_primitive` (the
 one schedule choice and compile seam); an op without a compute may use a builtin compute
-(`autorelay.lower.builtins`). What the AoT path cannot do is call a NumPy reference, or
-re-lay-out a non-constant input on every call: those raise `AotError` naming the kernel.
+(`autorelay.lower.builtins`). A constant input is re-laid-out once, here; a non-constant one that
+the kernel reads blocked (a dense layer whose weight is a parameter, read as packed panels) is
+packed on every call by a compiled packing kernel into a buffer of its own, as the graph
+executor's packing step does. What the AoT path cannot do is call a NumPy reference: that raises
+`AotError` naming the kernel.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
+from autorelay.ir.types import TensorType
+from autorelay.kernel import Kernel, compile_kernel
+from autorelay.lower.relayout import relayout_compute
 from autorelay.primitive import compile_primitive
 from autorelay.runtime.vm.kernels import KernelInfo
 from autorelay.schedule.relayout import relayout
@@ -35,9 +41,11 @@ class NativeKernel:
 
     name: str
     segments: list[tuple[int, int]]  # (function address, parallel extent or 0)
-    inputs: list[tuple[str, int]]  # ("param", index) | ("const", address)
+    inputs: list[tuple[str, int]]  # ("param", index) | ("const", address) | ("packed", index)
     outputs: list[tuple[tuple[int, ...], str]]  # output buffer (shape, storage dtype)
     workspaces: list[int]  # addresses
+    # per "packed" input, in order: the kernel packing the parameter and its output's address
+    packs: list[tuple[NativeKernel, int]] = field(default_factory=list)
 
 
 class KernelTable:
@@ -48,6 +56,7 @@ class KernelTable:
         self.keep: list[Any] = []
         self._rows: list[KernelInfo] = []
         self._native: dict[int, tuple[Function, NativeKernel]] = {}
+        self._packs: dict[tuple, Kernel] = {}  # packing kernels by (shape, dtype, ops)
 
     def native(self, fn: Function) -> NativeKernel:
         hit = self._native.get(id(fn))
@@ -69,6 +78,7 @@ class KernelTable:
         kern = prim.kernels[0]
         self._rows.append(KernelInfo(name, prim.source, prim.key, prim.detail))
         inputs: list[tuple[str, int]] = []
+        packs: list[tuple[NativeKernel, int]] = []
         for t, src in zip(kern.cdef.inputs, lowered.sources):
             ops = list(kern.relayouts.get(t.name, []))
             if src.kind == "const":
@@ -76,14 +86,36 @@ class KernelTable:
                 self.keep.append(arr)
                 inputs.append(("const", int(arr.ctypes.data)))
             elif ops:
-                raise AotError(f"AoT: kernel {name} wants its input {t.name} (parameter {src.index}) "
-                               f"re-laid-out ({ops}) on every call, which AoT code does not do")
+                packs.append(self._packing(fn, src.index, ops))
+                inputs.append(("packed", src.index))
             else:
                 inputs.append(("param", src.index))
+        return self._native_of(name, kern, inputs, packs)
+
+    def _packing(self, fn: Function, index: int, ops: list) -> tuple[NativeKernel, int]:
+        """The kernel that packs parameter `index` of `fn` as `ops` say, and the buffer it packs
+        into (the packed kernel reads it right after, so one buffer per input serves every call)."""
+        ptype = fn.params[index].checked_type
+        assert isinstance(ptype, TensorType)
+        shape, dtype = ptype.concrete_shape, str(ptype.dtype)
+        key = (shape, dtype, tuple(map(tuple, ops)))
+        pack = self._packs.get(key)
+        if pack is None:
+            pack = self._packs[key] = compile_kernel(relayout_compute(shape, dtype, ops), None, self.target)
+            self._rows.append(KernelInfo("pack", "relayout", "",
+                                         f"re-layout {list(shape)} for a blocked read: {ops}"))
+        kernel = self._native_of("pack", pack, [("param", 0)], [])
+        (out_shape, out_dtype), = kernel.outputs
+        out = np.zeros(out_shape, out_dtype)
+        self.keep.append(out)
+        return kernel, int(out.ctypes.data)
+
+    def _native_of(self, name: str, kern: Kernel, inputs: list[tuple[str, int]],
+                   packs: list[tuple[NativeKernel, int]]) -> NativeKernel:
         n_in = len(kern.cdef.inputs)
         outputs = [(tuple(int(d) for d in b.shape), b.dtype) for b in kern.func.params[n_in:]]
         ws = [np.zeros(b.size + b.slack, b.dtype) for b in kern.func.workspaces]
         self.keep.extend(ws)
         self.keep.append(kern)  # its execution engine owns the code at these addresses
         segs = [(int(ctypes.cast(f, ctypes.c_void_p).value or 0), par) for f, par in kern.module.functions]
-        return NativeKernel(name, segs, inputs, outputs, [int(w.ctypes.data) for w in ws])
+        return NativeKernel(name, segs, inputs, outputs, [int(w.ctypes.data) for w in ws], packs)

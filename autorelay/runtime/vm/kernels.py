@@ -114,7 +114,7 @@ class CompiledProvider:
 def build_report(rows: list[KernelInfo], const_bytes: int = 0) -> Any:
     """The rows as the build's `BuildReport` (same columns as the graph executor's report)."""
 
-    kinds = {"fallback": "fallback", "reference": "fallback"}
+    kinds = {"fallback": "fallback", "reference": "fallback", "relayout": "relayout"}
     table = [KernelRow(r.name, kinds.get(r.source, "kernel"), r.workload_key, r.source, r.detail)
              for r in rows]
     return BuildReport(table, 0, 0, const_bytes)
