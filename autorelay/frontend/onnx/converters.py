@@ -6,6 +6,7 @@ from autorelay.frontend.onnx import (
     converters_activation,
     converters_control,
     converters_loop,
+    converters_masks,
     converters_math,
     converters_nn,
     converters_norm,
@@ -17,6 +18,7 @@ from autorelay.frontend.onnx import (
     converters_rnn,
     converters_select,
     converters_shape,
+    converters_space,
 )
 
 CONVERTERS: dict = {}
@@ -35,6 +37,8 @@ for _table in (
     converters_loop.TABLE,
     converters_norm.TABLE,
     converters_select.TABLE,
+    converters_space.TABLE,
+    converters_masks.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

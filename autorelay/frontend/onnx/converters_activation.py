@@ -1,6 +1,7 @@
 """Further elementwise ops common in exported CNNs and transformers: activations without an IR op
-of their own (Gelu, Elu, Selu, Softplus, HardSwish, Mish …) written as compositions, trigonometry,
-logic, variadic Sum/Mean/Max/Min, Mod, CastLike, ArgMax/ArgMin, CumSum, Tile, Size.
+of their own (Gelu, Elu, Selu, Softplus, HardSwish, Mish, Swish, Shrink …) written as compositions,
+trigonometry (the inverse and hyperbolic functions composed from exp, log, sqrt and atan), logic,
+variadic Sum/Mean/Max/Min, Mod, CastLike, ArgMax/ArgMin, CumSum, Tile, Size.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ _LOGIC = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 _VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
 
 
-
-
 def _simple(g: GraphBuilder, node: NodeView) -> Expr:
     return g.call(_SIMPLE[node.op_type], _x(node))
 
@@ -51,8 +50,6 @@ def _variadic(g: GraphBuilder, node: NodeView) -> Expr:
 
 
 TABLE.update({k: _simple for k in _SIMPLE} | {k: _logic for k in _LOGIC} | {k: _variadic for k in _VARIADIC})
-
-
 
 
 @_reg("Reciprocal")
@@ -170,6 +167,71 @@ def _gelu(g: GraphBuilder, node: NodeView) -> Expr:
         )
         return g.call("multiply", _mul(g, x, 0.5), _add(g, g.call("tanh", inner), 1.0))
     return g.call("multiply", _mul(g, x, 0.5), _add(g, g.call("erf", _mul(g, x, 1 / math.sqrt(2))), 1.0))
+
+
+@_reg("Swish")
+def _swish(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    return g.call("multiply", x, g.call("sigmoid", _mul(g, x, float(node.attr("alpha", 1.0)))))
+
+
+@_reg("Shrink")
+def _shrink(g: GraphBuilder, node: NodeView) -> Expr:
+    x, lambd, bias = _x(node), float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+    low = g.call("where", g.call("less", x, g.scalar(-lambd, x)), _add(g, x, bias), g.call("zeros_like", x))
+    return g.call("where", g.call("greater", x, g.scalar(lambd, x)), _add(g, x, -bias), low)
+
+
+# ---- inverse and hyperbolic trigonometry as compositions ---------------------------------------
+
+
+def _sqrt_of(g: GraphBuilder, x: Expr, sign: float, c: float) -> Expr:
+    """sqrt(sign * x^2 + c)."""
+    return g.call("sqrt", _add(g, _mul(g, g.call("multiply", x, x), sign), c))
+
+
+@_reg("Sinh", "Cosh")
+def _sinh_cosh(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    both = g.call("add" if node.op_type == "Cosh" else "subtract", g.call("exp", x),
+                  g.call("exp", g.call("negative", x)))
+    return _mul(g, both, 0.5)
+
+
+@_reg("Asinh")
+def _asinh(g: GraphBuilder, node: NodeView) -> Expr:
+    # sign(x) * log(|x| + sqrt(x^2 + 1)): no cancellation for large negative x
+    x = _x(node)
+    a = g.call("abs", x)
+    return g.call("multiply", g.call("sign", x), g.call("log", g.call("add", a, _sqrt_of(g, a, 1.0, 1.0))))
+
+
+@_reg("Acosh")
+def _acosh(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    return g.call("log", g.call("add", x, _sqrt_of(g, x, 1.0, -1.0)))
+
+
+@_reg("Atanh")
+def _atanh(g: GraphBuilder, node: NodeView) -> Expr:
+    x = _x(node)
+    ratio = g.call("divide", _add(g, x, 1.0), _add(g, g.call("negative", x), 1.0))
+    return _mul(g, g.call("log", ratio), 0.5)
+
+
+@_reg("Asin")
+def _asin(g: GraphBuilder, node: NodeView) -> Expr:
+    # atan(x / sqrt(1 - x^2)); at |x| = 1 the quotient is infinite and atan gives +-pi/2
+    x = _x(node)
+    return g.call("atan", g.call("divide", x, _sqrt_of(g, x, -1.0, 1.0)))
+
+
+@_reg("Acos")
+def _acos(g: GraphBuilder, node: NodeView) -> Expr:
+    # 2 atan(sqrt((1 - x) / (1 + x))): accurate near x = 1, where pi/2 - asin(x) cancels
+    x = _x(node)
+    ratio = g.call("divide", _add(g, g.call("negative", x), 1.0), _add(g, x, 1.0))
+    return _mul(g, g.call("atan", g.call("sqrt", ratio)), 2.0)
 
 
 # ---- indexing-style ops ----------------------------------------------------------------------

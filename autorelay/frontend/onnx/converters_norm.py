@@ -1,4 +1,5 @@
-"""Normalisations beyond BatchNormalization: LayerNormalization, InstanceNormalization, LRN, and the
+"""Normalisations beyond BatchNormalization: LayerNormalization, InstanceNormalization,
+GroupNormalization, RMSNormalization, MeanVarianceNormalization, LpNormalization, LRN, and the
 composite reductions ReduceL1/L2/LogSum/LogSumExp/SumSquare.
 
 LayerNormalization over the last axis maps to `nn.layer_norm`; over several trailing axes (and
@@ -16,10 +17,6 @@ from autorelay.ir.expr import Expr
 TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
-
-
-
-
 
 
 def _normalise(g: GraphBuilder, x: Expr, axes: list[int], eps: float) -> Expr:
@@ -58,6 +55,60 @@ def _instance_norm(g: GraphBuilder, node: NodeView) -> Expr:
     scale = g.call("expand_dims", scale, axis=1, num_newaxis=ndim - 2)
     bias = g.call("expand_dims", bias, axis=1, num_newaxis=ndim - 2)
     return g.call("add", g.call("multiply", y, scale), bias)
+
+
+@_reg("GroupNormalization")
+def _group_norm(g: GraphBuilder, node: NodeView) -> Expr:
+    """Each group of channels normalised over its channels and pixels, then scaled per channel
+    (opset 21) or per group (opset 18, whose scale and bias hold one value per group)."""
+    x, scale, bias = _x(node, 0), _x(node, 1), _x(node, 2)
+    shape, groups = g.static_shape(x), int(node.attr("num_groups"))
+    if len(shape) < 2 or groups < 1 or shape[1] % groups:
+        raise node.fail(f"{groups} groups do not divide the channels of an input of shape {shape}")
+    grouped = g.call("reshape", x, newshape=(shape[0], groups, -1))
+    y = g.call("reshape", _normalise(g, grouped, [2], float(node.attr("epsilon", 1e-5))), newshape=shape)
+    if g.shape(scale)[0] != shape[1]:  # one value per group: repeat it for the group's channels
+        scale, bias = (g.call("repeat", v, repeats=shape[1] // groups, axis=0) for v in (scale, bias))
+    scale, bias = (g.call("expand_dims", v, axis=1, num_newaxis=len(shape) - 2) for v in (scale, bias))
+    return g.call("add", g.call("multiply", y, scale), bias)
+
+
+@_reg("RMSNormalization")
+def _rms_norm(g: GraphBuilder, node: NodeView) -> Expr:
+    x, scale = _x(node, 0), _x(node, 1)
+    if node.attr("stash_type", 1) != 1:
+        raise node.fail("stash_type other than float32 is not supported")
+    axes = list(range(normalize_axis(g, node.attr("axis", -1), g.ndim(x)), g.ndim(x)))
+    ms = g.call("mean", g.call("multiply", x, x), axis=axes, keepdims=True)
+    inv = g.call("rsqrt", g.call("add", ms, g.scalar(float(node.attr("epsilon", 1e-5)), ms)))
+    return g.call("multiply", g.call("multiply", x, inv), scale)
+
+
+@_reg("MeanVarianceNormalization")
+def _mean_variance_norm(g: GraphBuilder, node: NodeView) -> Expr:
+    # ONNX's definition: (x - mean) / (sqrt(E[x^2] - E[x]^2) + 1e-9)
+    x = _x(node)
+    axes = sorted({normalize_axis(g, a, g.ndim(x), "axes") for a in node.attr("axes", [0, 2, 3])})
+    mean = g.call("mean", x, axis=axes, keepdims=True)
+    var = g.call("subtract", g.call("mean", g.call("multiply", x, x), axis=axes, keepdims=True),
+                 g.call("multiply", mean, mean))
+    std = g.call("add", g.call("sqrt", var), g.scalar(1e-9, var))
+    return g.call("divide", g.call("subtract", x, mean), std)
+
+
+@_reg("LpNormalization")
+def _lp_norm(g: GraphBuilder, node: NodeView) -> Expr:
+    x, p = _x(node), int(node.attr("p", 2))
+    axis = normalize_axis(g, node.attr("axis", -1), g.ndim(x))
+    if p == 1:
+        norm = g.call("sum", g.call("abs", x), axis=[axis], keepdims=True)
+    elif p == 2:
+        norm = g.call("sqrt", g.call("sum", g.call("multiply", x, x), axis=[axis], keepdims=True))
+    else:
+        raise node.fail(f"p must be 1 or 2, got {p}")
+    # a zero vector stays zero (ONNX's reference and ONNX Runtime), not 0/0
+    zero = g.call("equal", norm, g.scalar(0, norm))
+    return g.call("where", zero, g.call("zeros_like", x), g.call("divide", x, norm))
 
 
 @_reg("LRN")

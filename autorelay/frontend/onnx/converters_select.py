@@ -1,4 +1,8 @@
-"""Selection and contraction converters: TopK, GatherElements, Einsum, NonZero.
+"""Selection and contraction converters: TopK, GatherElements, GatherND, Einsum, NonZero.
+
+GatherND reads whole slices at index tuples: each tuple (negative entries wrapped) becomes one
+row-major offset into the indexed leading axes, flattened into one axis, and a `take` along that
+axis reads the slices; with batch axes, each batch's offset is shifted by its position.
 
 Einsum is rewritten into ops the compiler already tunes: each operand's letters that appear
 nowhere else are summed away, then a two-operand contraction becomes transpose + reshape to
@@ -17,10 +21,6 @@ from autorelay.ir.expr import Expr
 TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
-
-
-
-
 
 
 @_reg("TopK")
@@ -49,6 +49,31 @@ def _gather_elements(g: GraphBuilder, node: NodeView) -> Expr:
         zero, extent = g.const(np.array(0, g.dtype(ind))), g.const(np.array(n, g.dtype(ind)))
         ind = g.call("where", g.call("less", ind, zero), g.call("add", ind, extent), ind)
     return g.call("gather", x, ind, axis=axis)
+
+
+@_reg("GatherND")
+def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
+    x, ind = _x(node, 0), _x(node, 1)
+    shape, ishape = g.static_shape(x), g.static_shape(ind, "indices")
+    b = int(node.attr("batch_dims", 0))
+    k = ishape[-1] if ishape else 0
+    if not ishape or b < 0 or b >= len(ishape) or b + k > len(shape) or tuple(ishape[:b]) != tuple(shape[:b]):
+        raise node.fail(f"indices of shape {ishape} (batch_dims={b}) do not index data of shape {shape}")
+    indexed = shape[b : b + k]
+    ind = g.call("cast", ind, dtype="int64")
+    extents = g.const(np.array(indexed, "int64"))
+    negative = g.call("less", ind, g.const(np.array(0, "int64")))
+    ind = g.call("where", negative, g.call("add", ind, extents), ind)
+    strides = [int(np.prod(indexed[i + 1 :])) for i in range(k)]
+    offset = g.call("sum", g.call("multiply", ind, g.const(np.array(strides, "int64"))), axis=(-1,),
+                    keepdims=False)
+    span = int(np.prod(indexed))
+    if b:  # each batch's slices start after those of the batches before it
+        batch = np.arange(int(np.prod(shape[:b])), dtype="int64")
+        batch = batch.reshape(shape[:b] + (1,) * (len(ishape) - 1 - b))
+        offset = g.call("add", offset, g.const(batch * span))
+    rows = g.call("reshape", x, newshape=(int(np.prod(shape[:b])) * span, *shape[b + k :]))
+    return g.call("take", rows, offset, axis=0)
 
 
 def _parse(eq: str, operands: int, node: NodeView) -> tuple[list[str], str]:

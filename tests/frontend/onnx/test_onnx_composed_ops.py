@@ -1,0 +1,103 @@
+"""ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
+EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
+MeanVariance/Lp normalisation), compiled with no NumPy fallback and checked against ONNX Runtime.
+The ONNX node test cases check the same converters through the reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autorelay
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+from ort_oracle import assert_matches_ort, make_model, value_info  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def _build_and_check(model, feeds, rtol=1e-5, atol=1e-5):
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks, exe.report
+    assert_matches_ort(exe, model, feeds, rtol=rtol, atol=atol)
+
+
+def _const(name, value):
+    tensor = onnx.numpy_helper.from_array(np.asarray(value), name)
+    return helper.make_node("Constant", [], [name], value=tensor)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_and_back(mode):
+    """A pixel shuffle between two convolutions' worth of data, and SpaceToDepth undoing DCR."""
+    nodes = [helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode),
+             helper.make_node("Relu", ["y"], ["r"]),
+             helper.make_node("SpaceToDepth", ["r"], ["z"], blocksize=2)]
+    outputs = [value_info("y", None), value_info("z", None)]
+    model = make_model(nodes, [value_info("x", (2, 12, 3, 5))], outputs)
+    _build_and_check(model, {"x": RNG.standard_normal((2, 12, 3, 5)).astype("float32")})
+
+
+@pytest.mark.parametrize(("upper", "k"), [(1, 0), (0, -1), (1, 2), (0, 3)])
+def test_trilu_masks_every_matrix_of_a_batch(upper, k):
+    nodes = [_const("k", np.array(k, "int64")), helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)]
+    model = make_model(nodes, [value_info("x", (2, 3, 4, 5))], [value_info("y", None)], opset=14)
+    _build_and_check(model, {"x": RNG.standard_normal((2, 3, 4, 5)).astype("float32")})
+
+
+def test_one_hot_hardmax_and_eye_like():
+    nodes = [_const("depth", np.array([5], "int64")), _const("values", np.array([-1.0, 2.0], "float32")),
+             helper.make_node("OneHot", ["i", "depth", "values"], ["oh"], axis=1),
+             helper.make_node("Hardmax", ["x"], ["hm"], axis=1),
+             helper.make_node("EyeLike", ["m"], ["eye"], k=1)]
+    model = make_model(nodes, [value_info("i", (3, 2), TensorProto.INT64), value_info("x", (2, 6, 3)),
+                               value_info("m", (4, 6))],
+                       [value_info(n, None) for n in ("oh", "hm", "eye")])
+    x = RNG.standard_normal((2, 6, 3)).astype("float32")
+    x[0, 2, 1] = x[0, 4, 1] = 9.0  # a tie: the first maximum wins
+    feeds = {"i": np.array([[0, 4], [-1, 2], [-5, 7]], "int64"), "x": x,
+             "m": np.zeros((4, 6), "float32")}
+    _build_and_check(model, feeds)
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_gather_nd_reads_slices_at_index_tuples(batch_dims):
+    data_shape = (3, 4, 5, 2)
+    k = 2
+    ishape = (3, 6, k) if batch_dims else (6, k)
+    bound = data_shape[batch_dims:batch_dims + k]
+    ind = np.stack([RNG.integers(-b, b, ishape[:-1]) for b in bound], -1).astype("int64")  # negatives too
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)
+    model = make_model([node], [value_info("x", data_shape), value_info("i", ishape, TensorProto.INT64)],
+                       [value_info("y", None)])
+    _build_and_check(model, {"x": RNG.standard_normal(data_shape).astype("float32"), "i": ind})
+
+
+def test_inverse_and_hyperbolic_functions_and_activations():
+    ops = ["Acos", "Asin", "Atanh", "Sinh", "Cosh", "Asinh"]
+    nodes = [helper.make_node(op, ["x"], [op]) for op in ops]
+    nodes += [helper.make_node("Acosh", ["w"], ["Acosh"]),
+              helper.make_node("Shrink", ["w"], ["Shrink"], lambd=1.5, bias=0.25)]
+    model = make_model(nodes, [value_info("x", (4, 50)), value_info("w", (4, 50))],
+                       [value_info(n, None) for n in [*ops, "Acosh", "Shrink"]])
+    x = RNG.uniform(-0.999, 0.999, (4, 50)).astype("float32")
+    x[0, :3] = [-1.0, 1.0, 0.0]
+    _build_and_check(model, {"x": x, "w": RNG.uniform(1.0, 30.0, (4, 50)).astype("float32")}, rtol=2e-5)
+
+
+@pytest.mark.filterwarnings("ignore:ONNX opset 24 is newer")
+def test_normalisations():
+    nodes = [_const("s", RNG.standard_normal(6).astype("float32")),
+             _const("b", RNG.standard_normal(6).astype("float32")),
+             _const("r", RNG.standard_normal((5, 7)).astype("float32")),
+             helper.make_node("GroupNormalization", ["x", "s", "b"], ["gn"], num_groups=3, epsilon=1e-3),
+             helper.make_node("RMSNormalization", ["x", "r"], ["rms"], axis=-2),
+             helper.make_node("MeanVarianceNormalization", ["x"], ["mvn"]),
+             helper.make_node("LpNormalization", ["x"], ["lp"], axis=1, p=1),
+             helper.make_node("Swish", ["x"], ["sw"], alpha=0.5)]
+    outs = ["gn", "rms", "mvn", "lp", "sw"]
+    model = make_model(nodes, [value_info("x", (2, 6, 5, 7))], [value_info(n, None) for n in outs], opset=24)
+    _build_and_check(model, {"x": RNG.standard_normal((2, 6, 5, 7)).astype("float32")}, rtol=1e-4, atol=1e-5)
