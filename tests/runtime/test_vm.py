@@ -176,10 +176,13 @@ def test_bytecode_turns_self_tail_calls_into_jumps() -> None:
 
 def test_weights_passed_as_inputs_are_packed_per_call_and_pooled_buffers_stay_correct() -> None:
     mod, params = zoo.get("gru", seq_len=5)
-    exe = vm.compile(mod)  # unbound weights: the dense kernels re-pack them on every call
+    exe = vm.compile(mod)  # unbound weights: compiled packing kernels re-pack them on every call
+    assert [r for r in exe.report.rows if r.kind == "relayout"], "no weight is read blocked"
     xs = f32(5, 1, 128, seed=4)
-    inputs = [params[p.name_hint] for p in mod["main"].params[1:]]
-    np.testing.assert_allclose(exe(xs, *inputs), interpret_main(mod, params, xs), rtol=1e-4, atol=1e-5)
+    for scale in (1.0, -0.5):  # the second call's weights, not the first call's packed copy
+        weights = {k: v * np.float32(scale) for k, v in params.items()}
+        inputs = [weights[p.name_hint] for p in mod["main"].params[1:]]
+        np.testing.assert_allclose(exe(xs, *inputs), interpret_main(mod, weights, xs), rtol=1e-4, atol=1e-5)
     # a kernel result held for two iterations (Fibonacci on tensors) must not be overwritten
     fib = autorelay.parse("""#[version = "0.0.5"]
 def @main(%i: Tensor[(), int32], %a: Tensor[(3), float32], %b: Tensor[(3), float32]) {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,24 +72,39 @@ def _flat_types(t: Type | None) -> list[TensorType]:
     raise TypeError(f"a primitive function returning {t} cannot be a kernel")
 
 
+# (input shape, dtype, re-layout ops) -> the compiled kernel that packs such an input
+PackKernels = Callable[[tuple[int, ...], str, list], Any]
+
+
 class CompiledCall:
-    """A compiled kernel bound to one primitive function (constants packed once), callable on arrays."""
+    """A compiled kernel bound to one primitive function (constants packed once), callable on arrays.
+    An argument the kernel reads blocked is packed on every call by a compiled packing kernel
+    (`pack_kernel`) into a buffer of the call site's own."""
 
-    def __init__(self, kernel: Any, lowered: Any, fn: Function, book: AddressBook, threads: int) -> None:
-
+    def __init__(self, kernel: Any, lowered: Any, fn: Function, book: AddressBook, threads: int,
+                 pack_kernel: PackKernels) -> None:
         self.kernel, self.book = kernel, book
         self.segments = list(kernel.module.functions)
         self.nparams = len(fn.params)
         self.inputs: list[tuple[int, int | None, list]] = []  # (param index, const address, relayout)
         self._consts: list[np.ndarray] = []
-        for t, src in zip(kernel.cdef.inputs, lowered.sources):
+        # input position -> (packing kernel, its output buffer, its workspaces)
+        self.packs: dict[int, tuple[Any, np.ndarray, list[np.ndarray]]] = {}
+        for k, (t, src) in enumerate(zip(kernel.cdef.inputs, lowered.sources)):
             ops = list(kernel.relayouts.get(t.name, []))
             if src.kind == "const":
                 arr = np.ascontiguousarray(relayout(np.asarray(src.value), ops))
                 self._consts.append(arr)
                 self.inputs.append((-1, book.add(arr), []))
-            else:
-                self.inputs.append((src.index, None, ops))
+                continue
+            if ops:
+                ptype = fn.params[src.index].checked_type
+                assert isinstance(ptype, TensorType)
+                pack = pack_kernel(ptype.concrete_shape, str(ptype.dtype), ops)
+                packed = pack.func.params[1]
+                self.packs[k] = (pack, np.zeros(tuple(packed.shape), packed.dtype),
+                                 [np.zeros(b.size + b.slack, b.dtype) for b in pack.func.workspaces])
+            self.inputs.append((src.index, None, ops))
         n_in = len(kernel.cdef.inputs)
         self.out_bufs = [(tuple(b.shape), b.dtype) for b in kernel.func.params[n_in:]]
         ret = fn.ret_type if fn.ret_type is not None else fn.body.checked_type
@@ -99,7 +115,6 @@ class CompiledCall:
         # entries: [objects to check, output addresses, result, refcounts when free]
         self.pool: list[list] = []
         self.allocated = 0  # output sets ever allocated (pool misses), for tests and tuning
-        self.relayout = relayout
         self.set_threads(threads)
 
     # ---- output pool -----------------------------------------------------------------------
@@ -133,23 +148,26 @@ class CompiledCall:
         names = [f"a{i}" for i in range(self.nparams)]
         body: list[str] = []
         ns: dict[str, Any] = {"get": self.book.permanent.get, "slow": self.book.address, "pool": self.pool,
-                              "grow": self._grow, "getrc": sys.getrefcount, "relayout": self.relayout,
-                              "asc": np.ascontiguousarray}
+                              "grow": self._grow, "getrc": sys.getrefcount}
         args: list[str] = []
-        for k, (index, caddr, ops) in enumerate(self.inputs):
+        for k, (index, caddr, _ops) in enumerate(self.inputs):
             if caddr is not None:
                 args.append(str(caddr))
                 continue
             a = names[index]
-            if ops:
-                ns[f"ops{k}"] = ops
-                body.append(f"    x{k}, k{k} = slow(asc(relayout({a}, ops{k})))")
-            else:
-                body.append(f"    h = get(id({a}))")
-                body.append(f"    if h is not None and h[0] is {a}:")
-                body.append(f"        x{k} = h[1]")
-                body.append("    else:")
-                body.append(f"        x{k}, k{k} = slow({a})")
+            body.append(f"    h = get(id({a}))")
+            body.append(f"    if h is not None and h[0] is {a}:")
+            body.append(f"        x{k} = h[1]")
+            body.append("    else:")
+            body.append(f"        x{k}, k{k} = slow({a})")
+            if k in self.packs:  # pack it into the call site's buffer, whose address the kernel reads
+                pack, packed, ws = self.packs[k]
+                argv = ", ".join([f"x{k}", str(packed.ctypes.data), *(str(w.ctypes.data) for w in ws)])
+                for j, (fn, par) in enumerate(pack.module.functions):
+                    ns[f"p{k}_{j}"] = fn
+                    body.append(f"    p{k}_{j}({argv}, 0, {par})")
+                args.append(str(packed.ctypes.data))
+                continue
             args.append(f"x{k}")
         check = "tuple(map(getrc, e[0])) == e[3]" if self.is_tuple else "getrc(e[0]) == e[3]"
         body += ["    for e in pool:", f"        if {check}:", "            break", "    else:",

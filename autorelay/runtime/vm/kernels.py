@@ -10,7 +10,8 @@ The VM does not care how a primitive function is computed. Two providers:
   one_hot) and otherwise falls back to the reference; `report()` says which, per kernel.
 
 Compiled calls go through `autorelay.runtime.vm.call_stub.CompiledCall` (preallocated outputs,
-cached addresses). A primitive function with a dynamic op or `?` extents gets a
+cached addresses; an argument a kernel reads blocked is packed by a compiled packing kernel,
+listed in the report). A primitive function with a dynamic op or `?` extents gets a
 `specializing_kernel.SpecializingKernel`: compiled through the same seam once per concrete shape.
 """
 
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autorelay.ir.expr import Function
+from autorelay.kernel import compile_kernel
+from autorelay.lower.relayout import relayout_compute
 from autorelay.primitive import compile_primitive, kernel_name
 from autorelay.runtime.fallback import ReferenceFunction
 from autorelay.runtime.report import BuildReport, KernelRow
@@ -77,6 +80,7 @@ class CompiledProvider:
         self._rows: list[KernelInfo | tuple[str, SpecializingKernel]] = []
         self.calls: list[CompiledCall] = []
         self.specializing: list[SpecializingKernel] = []
+        self._packs: dict[tuple, Any] = {}
 
     def kernel(self, fn: Function) -> Callable[..., Any]:
         if needs_specializing(fn):
@@ -94,7 +98,17 @@ class CompiledProvider:
         prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
         if prim.lowered is None:
             return None, prim
-        return CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads), prim
+        call = CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads, self._pack_kernel)
+        return call, prim
+
+    def _pack_kernel(self, shape: tuple[int, ...], dtype: str, ops: list) -> Any:
+        """The compiled kernel that packs an input of `shape` as `ops` say, once per distinct one."""
+        key = (shape, dtype, tuple(map(tuple, ops)))
+        if key not in self._packs:
+            self._packs[key] = compile_kernel(relayout_compute(shape, dtype, ops), None, self.target)
+            self._rows.append(KernelInfo("pack", "relayout", "", f"re-layout {list(shape)} for a blocked "
+                                                                 f"read: {ops}"))
+        return self._packs[key]
 
     def _compile_static(self, fn: Function) -> tuple[Callable[..., Any], str]:
         """One specialisation of a `SpecializingKernel`, with the provider's current threads."""
