@@ -21,6 +21,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     qnn_nn,
     reduce,
     reduce_sort,
+    scatter,
     transform,
     transform_index,
     transform_join,

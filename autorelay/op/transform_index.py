@@ -1,8 +1,9 @@
 """Indexing ops: `strided_slice`, `take`, `gather`, `one_hot`.
 
-Their gradients scatter an output gradient back into the input's shape. There is no scatter op,
-so the rules express the scatter with ops that have references: `take` over a zero-padded copy
-(strided_slice) or a product with `one_hot` masks summed over the index axes (take, gather).
+Their gradients scatter an output gradient back into the input's shape. The rules express that
+scatter with ops that are differentiable again: `take` over a zero-padded copy (strided_slice) or
+a product with `one_hot` masks summed over the index axes (take, gather); `scatter_elements`
+(`op.scatter`) has no gradient of its own.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Selection and contraction converters: TopK, GatherElements, GatherND, Einsum, NonZero.
+"""Selection and contraction converters: TopK, GatherElements, GatherND, ScatterElements (and
+opset 9's Scatter), ScatterND, Einsum, NonZero.
 
 GatherND reads whole slices at index tuples: each tuple (negative entries wrapped) becomes one
 row-major offset into the indexed leading axes, flattened into one axis, and a `take` along that
-axis reads the slices; with batch axes, each batch's offset is shifted by its position.
+axis reads the slices; with batch axes, each batch's offset is shifted by its position. ScatterND
+is the same flattening around `scatter_elements` along that axis, each slice's offset broadcast
+over the slice.
 
 Einsum is rewritten into ops the compiler already tunes: each operand's letters that appear
 nowhere else are summed away, then a two-operand contraction becomes transpose + reshape to
@@ -74,6 +77,45 @@ def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
         offset = g.call("add", offset, g.const(batch * span))
     rows = g.call("reshape", x, newshape=(int(np.prod(shape[:b])) * span, *shape[b + k :]))
     return g.call("take", rows, offset, axis=0)
+
+
+def _reduction(node: NodeView) -> str:
+    how = node.attr("reduction", "none")
+    how = how.decode() if isinstance(how, bytes) else how
+    if how not in ("none", "add", "mul", "max", "min"):
+        raise node.fail(f"reduction must be none, add, mul, max or min, got {how!r}")
+    return "update" if how == "none" else how
+
+
+@_reg("ScatterElements", "Scatter")
+def _scatter_elements(g: GraphBuilder, node: NodeView) -> Expr:
+    x, ind, upd = _x(node, 0), _x(node, 1), _x(node, 2)
+    axis = normalize_axis(g, node.attr("axis", 0), g.ndim(x))
+    return g.call("scatter_elements", x, ind, upd, axis=axis, reduction=_reduction(node))
+
+
+@_reg("ScatterND")
+def _scatter_nd(g: GraphBuilder, node: NodeView) -> Expr:
+    x, ind, upd = _x(node, 0), _x(node, 1), _x(node, 2)
+    shape, ishape = g.static_shape(x), g.static_shape(ind, "indices")
+    k = ishape[-1] if ishape else 0
+    rest = shape[k:]
+    if not ishape or k > len(shape) or tuple(g.static_shape(upd, "updates")) != ishape[:-1] + rest:
+        raise node.fail(f"indices {ishape} and updates {g.shape(upd)} do not scatter into data {shape}")
+    ind = g.call("cast", ind, dtype="int64")
+    extents = g.const(np.array(shape[:k], "int64"))
+    negative = g.call("less", ind, g.const(np.array(0, "int64")))
+    ind = g.call("where", negative, g.call("add", ind, extents), ind)
+    strides = [int(np.prod(shape[i + 1 : k])) for i in range(k)]
+    offset = g.call("sum", g.call("multiply", ind, g.const(np.array(strides, "int64"))), axis=(-1,),
+                    keepdims=False)
+    m = int(np.prod(ishape[:-1]))
+    offset = g.call("reshape", offset, newshape=(m,) + (1,) * len(rest))
+    offset = g.call("broadcast_to", offset, shape=(m, *rest))
+    rows = g.call("reshape", x, newshape=(int(np.prod(shape[:k])), *rest))
+    out = g.call("scatter_elements", rows, offset, g.call("reshape", upd, newshape=(m, *rest)), axis=0,
+                 reduction=_reduction(node))
+    return g.call("reshape", out, newshape=shape)
 
 
 def _parse(eq: str, operands: int, node: NodeView) -> tuple[list[str], str]:

@@ -1,6 +1,7 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation), compiled with no NumPy fallback and checked against ONNX Runtime.
+MeanVariance/Lp normalisation) or with `scatter_elements` (ScatterElements, ScatterND), compiled with
+no NumPy fallback and checked against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
 
 from __future__ import annotations
@@ -101,3 +102,42 @@ def test_normalisations():
     outs = ["gn", "rms", "mvn", "lp", "sw"]
     model = make_model(nodes, [value_info("x", (2, 6, 5, 7))], [value_info(n, None) for n in outs], opset=24)
     _build_and_check(model, {"x": RNG.standard_normal((2, 6, 5, 7)).astype("float32")}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_into_a_larger_tensor(reduction):
+    """Indices narrower than the data on the other axis, negative ones, and (with a reduction)
+    two updates landing on one element."""
+    ind = np.array([[0, -1, 2], [3, 1, 0]], "int64")
+    if reduction != "none":
+        ind[1, 1] = -2  # the second row's first two updates both land on its column 3
+    node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction=reduction)
+    model = make_model([node], [value_info("x", (3, 5)), value_info("i", (2, 3), TensorProto.INT64),
+                                value_info("u", (2, 3))], [value_info("y", None)], opset=18)
+    feeds = {"x": RNG.standard_normal((3, 5)).astype("float32"), "i": ind,
+             "u": RNG.standard_normal((2, 3)).astype("float32")}
+    _build_and_check(model, feeds)
+
+
+@pytest.mark.parametrize(("k", "reduction"), [(1, "none"), (2, "none"), (2, "add")])
+def test_scatter_nd_writes_slices_at_index_tuples(k, reduction):
+    data_shape = (4, 3, 5)
+    ind = np.array([[1, 2], [-1, 0], [0, 2]], "int64")[:, :k]
+    if reduction == "none" and k == 2:
+        ind = np.array([[1, 2], [-1, 0], [0, 1]], "int64")
+    upd_shape = ind.shape[:-1] + data_shape[k:]
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)
+    model = make_model([node], [value_info("x", data_shape), value_info("i", ind.shape, TensorProto.INT64),
+                                value_info("u", upd_shape)], [value_info("y", None)], opset=18)
+    feeds = {"x": RNG.standard_normal(data_shape).astype("float32"), "i": ind,
+             "u": RNG.standard_normal(upd_shape).astype("float32")}
+    _build_and_check(model, feeds)
+
+
+def test_scatter_elements_names_both_shapes_when_they_disagree():
+    src = """def @main(%d: Tensor[(3, 5), float32], %i: Tensor[(2, 4), int64], %u: Tensor[(2, 3), float32]) {
+  scatter_elements(%d, %i, %u, axis=1)
+}"""
+    message = r"scatter_elements: indices \(2, 4\) and updates \(2, 3\)"
+    with pytest.raises(autorelay.TypeCheckError, match=message):
+        autorelay.infer_types(autorelay.parse(src))
