@@ -97,7 +97,7 @@ def _compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
 
         def pick(*idx: E.Expr) -> E.Expr:
             j = last[idx]
-            return E.select(j >= 0, upd[source(idx, E.cast(E.maximum(j, 0), "int64"))], data[idx])
+            return E.select(j >= 0, upd[source(idx, E.maximum(j, 0))], data[idx])
 
         return te.compute(shape, pick, name="scatter_elements")
     if dtype == "bool":

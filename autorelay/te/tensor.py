@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.te.expr import DTYPES, Expr, IterVar, Read, Reduce, Var, as_expr
+from autorelay.te.expr import DTYPES, Expr, IterVar, Read, Reduce, Var, as_expr, cast
 from autorelay.te.traverse import distinct_nodes, substitute, transform
 
 
@@ -83,6 +83,9 @@ class Tensor:
         for i, e in enumerate(exprs):
             if e.dtype not in ("int64", "int32"):
                 raise TypeError(f"tensor {self.name}: index {i} has dtype {e.dtype}, expected an integer")
+        # buffer offsets are 64-bit arithmetic: an int32 index (a value read from an int32 tensor,
+        # an int32 reduction) is widened here, where the read is made
+        exprs = tuple(e if e.dtype == "int64" else cast(e, "int64") for e in exprs)
         return Read(self, exprs, self.dtype)
 
     def __repr__(self) -> str:

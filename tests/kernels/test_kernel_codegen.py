@@ -175,6 +175,22 @@ def test_integer_floor_division_and_modulo_follow_python():
         np.testing.assert_array_equal(got, data // 3 * 100 + data % 3 + (np.arange(23) - 11) // 4)
 
 
+def test_an_int32_value_indexes_a_tensor():
+    """A read whose index is an int32 value (an int32 index tensor, an int32 reduction) is widened
+    to the 64-bit offset arithmetic: it used to be an LLVM type error."""
+    x, ind = te.placeholder((6, 4), "float32", "x"), te.placeholder((5,), "int32", "ind")
+    y = te.compute((5, 4), lambda i, j: x[ind[i], j] * 2.0, name="y")
+    k = te.reduce_axis(6, "k")
+    first = te.compute((4,), lambda j: te.min(E.select(x[k.var, j] > 0.0, E.cast(k.var, "int32"),
+                                                        E.const(5, "int32")), k), name="first")
+    z = te.compute((4,), lambda j: x[first[j], j], name="z")
+    xs = np.random.default_rng(0).standard_normal((6, 4)).astype("float32")
+    idx = np.array([5, 0, 3, 3, 1], "int32")
+    np.testing.assert_array_equal(compile_kernel(te.make_def([x, ind], y), None).run(xs, idx), xs[idx] * 2)
+    hit = np.where((xs > 0).any(0), (xs > 0).argmax(0), 5)
+    np.testing.assert_array_equal(compile_kernel(te.make_def([x], z), None).run(xs), xs[hit, np.arange(4)])
+
+
 def test_math_functions_and_casts_scalar_and_vector():
     x = te.placeholder((3, 21), name="X")
     out = te.compute(

@@ -1,7 +1,8 @@
 """The computes added for the last op families — trigonometry, prod/argmax/argmin/cumsum, resize and
 upsampling, conv1d, lrn, dropout, batch_norm, cross_entropy — the direct (gather) form of
-conv2d_transpose and the Winograd convolution ops, each lowered under its default schedule against
-the op's NumPy reference on small shapes, most with extents that divide no vector width.
+conv2d_transpose, the Winograd convolution ops and scatter_elements, each lowered under its default
+schedule against the op's NumPy reference on small shapes, most with extents that divide no vector
+width.
 `test_op_computes` checks coverage over both files."""
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ MORE_CASES = [
     case("nn.batch_norm", [tensor((2, 5, 3)), *[tensor((3,))] * 4],
          {"axis": -1, "center": False, "scale": False}, rng=(0.1, 2.0), ident="batch_norm-last-axis-plain"),
     case("nn.cross_entropy", [tensor((3, 7)), tensor((3, 7))], rng=(0.1, 1.0)),
+    # scatter: indices in [-n, n) drawn with the data; one update per column (update), or several
+    # landing on one element (the reductions)
+    case("scatter_elements", [tensor((4, 5)), tensor((1, 5), "int64"), tensor((1, 5))], rng=(-4, 3)),
+    *[case("scatter_elements", [tensor((3, 7)), tensor((2, 9), "int32"), tensor((2, 9))],
+           {"axis": 1, "reduction": how}, rng=(-7, 6), ident=f"scatter_elements-{how}")
+      for how in ("add", "max", "min")],
+    case("scatter_elements", [tensor((5, 3), "int32"), tensor((4, 2), "int64"), tensor((4, 2), "int32")],
+         {"axis": 0, "reduction": "mul"}, rng=(-5, 4), ident="scatter_elements-mul-int32"),
     # the gather form of the transposed convolution: ragged taps per phase, groups, output_padding
     case("nn.conv2d_transpose", [tensor((2, 3, 6, 7)), tensor((3, 5, 3, 3))],
          {"strides": (2, 2), "padding": (1, 1), "output_padding": (1, 1)}, rtol=1e-4, ident="convT-outpad"),
