@@ -31,16 +31,12 @@ from autorelay.frontend.onnx.converters_dynamic import (
     dyn_unsqueeze,
     is_runtime,
 )
-from autorelay.ir.expr import Expr
+from autorelay.ir.expr import Call, Expr, Op
 
 TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
 _INT_MAX = 2**63 - 1
-
-
-
-
 
 
 def _axes(g: GraphBuilder, node: NodeView, since: int, index: int = 1) -> list[int] | None:
@@ -218,6 +214,8 @@ def _gather(g: GraphBuilder, node: NodeView) -> Expr:
     x, ind = _x(node, 0), _x(node, 1)
     axis = normalize_axis(g, node.attr("axis", 0), g.ndim(x))
     v = g.value_or_none(ind)
+    if v is not None and (known := _static_extents(g, x, v)) is not None:
+        return known
     if v is not None:
         n = g.shape(x)[axis]
         if isinstance(n, int):
@@ -225,6 +223,22 @@ def _gather(g: GraphBuilder, node: NodeView) -> Expr:
                 raise node.fail(f"indices {v.tolist()} out of range for axis {axis} of extent {n}")
             return g.call("take", x, g.const(np.where(v < 0, v + n, v), str(v.dtype)), axis=axis, mode="clip")
     return g.call("take", x, ind, axis=axis, mode="wrap")
+
+
+def _static_extents(g: GraphBuilder, x: Expr, v: np.ndarray) -> Expr | None:
+    """Gather at constant positions of `shape_of(t)`: a constant when those extents of `t` are
+    static (a sequence length beside a dynamic batch), so what is computed from them (a causal
+    mask's size, a reshape) stays static too; None otherwise."""
+    if not (isinstance(x, Call) and isinstance(x.op, Op) and x.op.name == "shape_of"):
+        return None
+    extents = g.shape(x.args[0])
+    n = len(extents)
+    if np.any((v < -n) | (v >= n)):
+        return None  # the general path reports it
+    picked = [extents[int(i)] for i in np.where(v < 0, v + n, v).reshape(-1)]
+    if not all(isinstance(d, int) for d in picked):
+        return None
+    return g.const(np.array(picked, "int64").reshape(v.shape))
 
 
 @_reg("Expand")
@@ -246,7 +260,7 @@ def _shape(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
     s = g.shape(x)
     start, end = node.attr("start", 0), node.attr("end", len(s))
-    if all(isinstance(d, int) for d in s):
+    if all(isinstance(d, int) for d in s[slice(start, end)]):  # the extents asked for are static
         return g.const(np.array(s[slice(start, end)], dtype="int64"))
     b, e, _ = slice(start, end).indices(len(s))
     out = g.call("shape_of", x)  # `?` or symbolic extents: known at run time (the VM specialises)

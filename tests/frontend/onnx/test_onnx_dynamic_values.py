@@ -313,3 +313,35 @@ def test_constant_of_runtime_shape():
         _check(exe, model, {"s": np.array(s, "int64"), "x": x})
     assert _compiled(exe) == 4  # full and add, for two shapes
     _no_fallback(exe)
+
+
+def test_static_extents_beside_a_dynamic_batch_stay_static():
+    """The exporter's causal mask: Shape -> Gather(1) -> ConstantOfShape -> Trilu. With only the batch
+    dynamic, the sequence length is static, so the mask folds to a constant (Trilu needs a static
+    shape) instead of a `shape_of` at run time; Shape with start=1 is static too."""
+    i64 = TensorProto.INT64
+
+    def const(name, value):
+        tensor = numpy_helper.from_array(np.array(value, "int64"))
+        return helper.make_node("Constant", [], [name], value=tensor)
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), const("one", 1),
+             helper.make_node("Gather", ["s", "one"], ["t"], axis=0), const("zero", [0]),
+             helper.make_node("Unsqueeze", ["t", "zero"], ["t1"]),
+             helper.make_node("Concat", ["t1", "t1"], ["tt"], axis=0),
+             helper.make_node("ConstantOfShape", ["tt"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1.0], "float32"))),
+             helper.make_node("Trilu", ["ones"], ["mask"], upper=0),
+             helper.make_node("Shape", ["x"], ["tail"], start=1),
+             helper.make_node("Relu", ["x"], ["y"])]
+    outputs = [_vi("mask", None), _vi("tail", None, i64), _vi("y", None)]
+    model = _model(nodes, [_vi("x", ["b", 5, 3])], outputs, opset=15)
+    mod, params = autorelay.frontend.from_onnx(model)
+    text = autorelay.astext(mod)
+    assert "shape_of" not in text and "dyn." not in text, text
+    exe = autorelay.build(mod, params=params)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (2, 4):
+        x = np.random.default_rng(batch).standard_normal((batch, 5, 3)).astype("float32")
+        for got, want in zip(exe(x), sess.run(None, {"x": x})):
+            np.testing.assert_array_equal(np.asarray(got), want)
