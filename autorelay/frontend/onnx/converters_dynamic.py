@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView
-from autorelay.ir.expr import Expr
+from autorelay.ir.expr import Call, Expr, Op, Tuple
 
 _INT64_MAX = 2**63 - 1
 
@@ -64,8 +64,52 @@ def _full_rank(g: GraphBuilder, node: NodeView, e: Expr | None, positions: Seque
     return g.call("concatenate", g.tuple(parts), axis=0)
 
 
+def known_entries(g: GraphBuilder, e: Expr) -> list[int | None] | None:
+    """The entries of a 1-D integer vector (or a scalar) known at import time, None for each one
+    computed at run time: what an exporter's shape arithmetic (Shape -> Gather -> Unsqueeze ->
+    Concat) leaves static beside a dynamic extent. None when even the length is unknown."""
+    value = g.value_or_none(e)
+    if value is not None:
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    t = g.tensor_type(e)
+    unknown: list[int | None] | None = None
+    if t.ndim == 0 or (t.ndim == 1 and isinstance(t.shape[0], int)):
+        unknown = [None] * (t.shape[0] if t.ndim else 1)
+    if not isinstance(e, Call) or not isinstance(e.op, Op):
+        return unknown
+    name, args = e.op.name, e.args
+    if name == "concatenate" and isinstance(args[0], Tuple) and t.ndim == 1:
+        joined: list[int | None] = []
+        for f in args[0].fields:
+            part = known_entries(g, f)
+            if part is None:
+                return None
+            joined += part
+        return joined
+    if name in ("expand_dims", "reshape", "squeeze", "cast") and t.ndim <= 1 and t.shape in ((), (1,)):
+        return known_entries(g, args[0])
+    if name == "shape_of":
+        return [d if isinstance(d, int) else None for d in g.shape(args[0])]
+    if name == "take" and (idx := g.value_or_none(args[1])) is not None:
+        whole = known_entries(g, args[0])
+        if whole is not None and e.attrs["axis"] in (0, None) and idx.size == 1:
+            i = int(np.asarray(idx).reshape(()))
+            return [whole[i]] if -len(whole) <= i < len(whole) else None
+    return unknown
+
+
 def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero: bool) -> Expr:
-    """Reshape to a run-time shape: the output rank is the shape tensor's (static) length."""
+    """Reshape to a run-time shape: the output rank is the shape tensor's (static) length. When all
+    entries but one are known (a dynamic batch beside static sizes), it is a static reshape with -1
+    for that one: its value is the only one the element count allows, and the result keeps the
+    static extents the ops after it need."""
+    known, extents = known_entries(g, shape), g.shape(x)
+    if known is not None:  # ONNX's 0: copy the input's extent (static or not)
+        copied = [extents[i] if v == 0 and not allowzero and i < len(extents) else v
+                  for i, v in enumerate(known)]
+        target = [v if isinstance(v, int) else None for v in copied]
+        if target.count(None) == 1 and all(v is None or v > 0 for v in target):
+            return g.call("reshape", x, newshape=tuple(-1 if v is None else v for v in target))
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.reshape", x, vec, allowzero=allowzero)
 

@@ -212,6 +212,8 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
         return g.call("squeeze", matmul(g, a, g.call("expand_dims", b, axis=1)), axis=[-1])
     if rb == 2:
         return g.call("nn.matmul", a, b)
+    if (same := _same_dynamic_batch(g, a, b)) is not None:
+        return same
     sa, sb = g.static_shape(a, "A"), g.static_shape(b, "B")
     try:
         batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
@@ -231,6 +233,24 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
 
     y = g.call("nn.batch_matmul", as3(a, sa), as3(b, sb), transpose_b=False)
     return g.call("reshape", y, newshape=batch + (sa[-2], sb[-1]))
+
+
+def _same_dynamic_batch(g: GraphBuilder, a: Expr, b: Expr) -> Expr | None:
+    """A product of operands with the same batch axes, one of them dynamic (an exported attention's
+    (batch, heads, ...) with a dynamic batch): both flattened to one batch axis for
+    `nn.batch_matmul` and the result unflattened, with -1 standing for the dynamic extent. None
+    when the shapes are static or differ (those take the general path)."""
+    sa, sb = g.shape(a), g.shape(b)
+    pattern_a = [d if isinstance(d, int) else None for d in sa[:-2]]
+    if (len(sa) != len(sb) or pattern_a.count(None) != 1 or pattern_a != [d if isinstance(d, int) else None
+                                                                         for d in sb[:-2]]
+            or not all(isinstance(d, int) for d in (*sa[-2:], *sb[-2:]))):
+        return None  # (the two dynamic extents, named alike or not, must agree at run time)
+    flat_a = g.call("reshape", a, newshape=(-1, *sa[-2:]))
+    flat_b = g.call("reshape", b, newshape=(-1, *sb[-2:]))
+    y = g.call("nn.batch_matmul", flat_a, flat_b, transpose_b=False)
+    batch = tuple(d if isinstance(d, int) else -1 for d in sa[:-2])
+    return g.call("reshape", y, newshape=(*batch, sa[-2], sb[-1]))
 
 
 # ---- normalisation, dropout ----------------------------------------------------------------

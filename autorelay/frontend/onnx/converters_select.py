@@ -97,25 +97,29 @@ def _scatter_elements(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("ScatterND")
 def _scatter_nd(g: GraphBuilder, node: NodeView) -> Expr:
     x, ind, upd = _x(node, 0), _x(node, 1), _x(node, 2)
-    shape, ishape = g.static_shape(x), g.static_shape(ind, "indices")
-    k = ishape[-1] if ishape else 0
-    rest = shape[k:]
-    if not ishape or k > len(shape) or tuple(g.static_shape(upd, "updates")) != ishape[:-1] + rest:
-        raise node.fail(f"indices {ishape} and updates {g.shape(upd)} do not scatter into data {shape}")
+    shape, ishape = g.shape(x), g.shape(ind)
+    k = ishape[-1] if ishape else None
+    if not isinstance(k, int) or not 1 <= k <= len(shape):
+        raise node.fail(f"indices of shape {ishape} do not index data of shape {shape}")
+    rest, inner = shape[k:], shape[1:k]
+    if not all(isinstance(d, int) for d in (*rest, *inner)):  # only the first axis may be dynamic
+        raise node.fail(f"data of shape {shape} needs static extents after its first axis")
     ind = g.call("cast", ind, dtype="int64")
-    extents = g.const(np.array(shape[:k], "int64"))
+    if isinstance(shape[0], int):
+        extents = g.const(np.array(shape[:k], "int64"))
+    else:  # a dynamic first axis: wrap negative indices by the run-time extents
+        extents = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(k,))
     negative = g.call("less", ind, g.const(np.array(0, "int64")))
     ind = g.call("where", negative, g.call("add", ind, extents), ind)
     strides = [int(np.prod(shape[i + 1 : k])) for i in range(k)]
     offset = g.call("sum", g.call("multiply", ind, g.const(np.array(strides, "int64"))), axis=(-1,),
                     keepdims=False)
-    m = int(np.prod(ishape[:-1]))
-    offset = g.call("reshape", offset, newshape=(m,) + (1,) * len(rest))
-    offset = g.call("broadcast_to", offset, shape=(m, *rest))
-    rows = g.call("reshape", x, newshape=(int(np.prod(shape[:k])), *rest))
-    out = g.call("scatter_elements", rows, offset, g.call("reshape", upd, newshape=(m, *rest)), axis=0,
-                 reduction=_reduction(node))
-    return g.call("reshape", out, newshape=shape)
+    rows_of_updates = g.call("reshape", upd, newshape=(-1, *rest))
+    offset = g.call("reshape", offset, newshape=(-1,) + (1,) * len(rest))
+    offset = g.call("broadcast_to_like", offset, g.call("cast", rows_of_updates, dtype="int64"))
+    rows = g.call("reshape", x, newshape=(-1, *rest))
+    out = g.call("scatter_elements", rows, offset, rows_of_updates, axis=0, reduction=_reduction(node))
+    return g.call("reshape", out, newshape=tuple(d if isinstance(d, int) else -1 for d in shape))
 
 
 def _parse(eq: str, operands: int, node: NodeView) -> tuple[list[str], str]:

@@ -345,3 +345,46 @@ def test_static_extents_beside_a_dynamic_batch_stay_static():
         x = np.random.default_rng(batch).standard_normal((batch, 5, 3)).astype("float32")
         for got, want in zip(exe(x), sess.run(None, {"x": x})):
             np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_torch_attention_block_with_a_dynamic_batch(tmp_path):
+    """A decoder block exported with a dynamic batch: its head split (a reshape whose shape is the
+    batch from Shape beside static sizes) stays a static reshape with -1, the attention products
+    multiply operands whose only dynamic axis is the batch, the causal mask (Trilu) stays static,
+    and the cache update (index_put -> ScatterND) scatters rows of a dynamic first axis."""
+    torch = pytest.importorskip("torch")
+
+    class Block(torch.nn.Module):
+        def __init__(self, d: int = 16, heads: int = 2):
+            super().__init__()
+            self.heads, self.qkv, self.out = heads, torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+        def forward(self, x, cache):
+            b, t, d = x.shape
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                       for z in self.qkv(x).split(d, -1))
+            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+            a = (q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")).softmax(-1)
+            y = x + self.out((a @ v).transpose(1, 2).reshape(b, t, d))
+            cache = cache.clone()
+            cache[:, 1:1 + t] = y
+            return y, cache
+
+    path = tmp_path / "block.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Block().eval(), (torch.randn(2, 4, 16), torch.zeros(2, 6, 16)), str(path),
+                          dynamo=False, input_names=["x", "cache"], opset_version=17,
+                          dynamic_axes={"x": {0: "batch"}, "cache": {0: "batch"}})
+    model = onnx.load(str(path))
+    mod, params = autorelay.frontend.from_onnx(model)  # it refused the head split's MatMul before
+    assert "nn.batch_matmul" in autorelay.astext(mod)
+    exe = autorelay.build(mod, params=params)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (2, 3):
+        rng = np.random.default_rng(batch)
+        feeds = {"x": rng.standard_normal((batch, 4, 16)).astype("float32"),
+                 "cache": rng.standard_normal((batch, 6, 16)).astype("float32")}
+        for got, want in zip(exe(*feeds.values()), sess.run(None, feeds)):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    _no_fallback(exe)
