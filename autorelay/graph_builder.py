@@ -27,10 +27,10 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, Tu
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import post_order
-from autorelay.kernel import Kernel, compile_kernel
+from autorelay.kernel import Kernel
 from autorelay.lower import NoCompute, workload_key
 from autorelay.lower.lower import LoweredFunction, lower
-from autorelay.lower.relayout import relayout_compute
+from autorelay.lower.relayout import compile_pack, pack_detail
 from autorelay.primitive import KernelMemo, PrimitiveKernels, compile_primitive
 from autorelay.runtime.fallback import op_names
 from autorelay.runtime.graph_executor import GraphPlan, workspace_offsets
@@ -274,16 +274,14 @@ class GraphBuilder:
         shape, dtype = self.slots[s].shape, self.slots[s].dtype
         pitch = self.slots[self.slots[s].index].shape if self.slots[s].kind == "interior" else None
         cache_key = (shape, dtype, tuple(map(tuple, ops)), pitch)
-        if cache_key not in self.pack_kernels:
-            cdef = relayout_compute(shape, dtype, ops)
-            if pitch is not None:  # it reads a bordered buffer's interior
-                cdef = BufferPlan(pitches=((0, pitch),)).apply(cdef)
-            self.kernels.append(compile_kernel(cdef, None, self.target))
+        if cache_key not in self.pack_kernels:  # a bordered buffer's interior: read with its pitch
+            pitches = ((0, pitch),) if pitch is not None else ()
+            self.kernels.append(compile_pack(shape, dtype, ops, self.target, pitches))
             self.pack_kernels[cache_key] = len(self.kernels) - 1
         kid = self.pack_kernels[cache_key]
         p = self.slot(packed_shape(shape, ops), dtype, "temp")
         self.steps.append(Step("kernel", "pack", [s], [p], kernel=kid, source="relayout",
-                               detail=f"re-layout {list(shape)} for a blocked read: {ops}"))
+                               detail=pack_detail(shape, ops)))
         return p
 
     def compile(self, fn: Function, buffers: BufferPlan = DENSE) -> PrimitiveKernels:

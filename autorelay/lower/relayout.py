@@ -16,6 +16,7 @@ from typing import Any
 from autorelay.schedule.relayout import packed_shape
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
+from autorelay.te.halo import BufferPlan
 from autorelay.te.tensor import ComputeDef
 
 
@@ -45,3 +46,19 @@ def relayout_compute(shape: Sequence[int], dtype: str, ops: Sequence[Any], name:
 
     out = te.compute(shapes[-1], body, name=name, tag="injective")
     return ComputeDef((src,), (out,), name)
+
+
+def compile_pack(shape: Sequence[int], dtype: str, ops: Sequence[Any], target: Any,
+                 pitches: tuple = ()) -> Any:
+    """The compiled packing kernel of an input of `shape` (read from a bordered buffer of row
+    pitches `pitches`, `BufferPlan`'s form, when given): what each executor runs before a kernel
+    that reads a non-constant input blocked."""
+    from autorelay.kernel import compile_kernel  # here: the kernel layer imports the lowering package
+
+    cdef = relayout_compute(shape, dtype, ops)
+    return compile_kernel(BufferPlan(pitches=pitches).apply(cdef) if pitches else cdef, None, target)
+
+
+def pack_detail(shape: Sequence[int], ops: Sequence[Any]) -> str:
+    """The build report's line for a packing kernel."""
+    return f"re-layout {list(shape)} for a blocked read: {list(ops)}"

@@ -22,8 +22,8 @@ import numpy as np
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
 from autorelay.ir.types import TensorType
-from autorelay.kernel import Kernel, compile_kernel
-from autorelay.lower.relayout import relayout_compute
+from autorelay.kernel import Kernel
+from autorelay.lower.relayout import compile_pack, pack_detail
 from autorelay.primitive import compile_primitive
 from autorelay.runtime.vm.kernels import KernelInfo
 from autorelay.schedule.relayout import relayout
@@ -101,9 +101,8 @@ class KernelTable:
         key = (shape, dtype, tuple(map(tuple, ops)))
         pack = self._packs.get(key)
         if pack is None:
-            pack = self._packs[key] = compile_kernel(relayout_compute(shape, dtype, ops), None, self.target)
-            self._rows.append(KernelInfo("pack", "relayout", "",
-                                         f"re-layout {list(shape)} for a blocked read: {ops}"))
+            pack = self._packs[key] = compile_pack(shape, dtype, ops, self.target)
+            self._rows.append(KernelInfo("pack", "relayout", "", pack_detail(shape, ops)))
         kernel = self._native_of("pack", pack, [("param", 0)], [])
         (out_shape, out_dtype), = kernel.outputs
         out = np.zeros(out_shape, out_dtype)

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autorelay.ir.expr import Function
-from autorelay.kernel import compile_kernel
-from autorelay.lower.relayout import relayout_compute
+from autorelay.lower.relayout import compile_pack, pack_detail
 from autorelay.primitive import compile_primitive, kernel_name
 from autorelay.runtime.fallback import ReferenceFunction
 from autorelay.runtime.report import BuildReport, KernelRow
@@ -105,9 +104,8 @@ class CompiledProvider:
         """The compiled kernel that packs an input of `shape` as `ops` say, once per distinct one."""
         key = (shape, dtype, tuple(map(tuple, ops)))
         if key not in self._packs:
-            self._packs[key] = compile_kernel(relayout_compute(shape, dtype, ops), None, self.target)
-            self._rows.append(KernelInfo("pack", "relayout", "", f"re-layout {list(shape)} for a blocked "
-                                                                 f"read: {ops}"))
+            self._packs[key] = compile_pack(shape, dtype, ops, self.target)
+            self._rows.append(KernelInfo("pack", "relayout", "", pack_detail(shape, ops)))
         return self._packs[key]
 
     def _compile_static(self, fn: Function) -> tuple[Callable[..., Any], str]:
