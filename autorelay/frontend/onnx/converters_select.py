@@ -104,6 +104,11 @@ def _scatter_nd(g: GraphBuilder, node: NodeView) -> Expr:
     rest, inner = shape[k:], shape[1:k]
     if not all(isinstance(d, int) for d in (*rest, *inner)):  # only the first axis may be dynamic
         raise node.fail(f"data of shape {shape} needs static extents after its first axis")
+    expected, ushape = (*ishape[:-1], *rest), g.shape(upd)
+    if len(ushape) != len(expected) or any(isinstance(u, int) and isinstance(e, int) and u != e
+                                           for u, e in zip(ushape, expected)):
+        raise node.fail(f"updates of shape {ushape} do not fit indices {ishape} into data {shape} "
+                        f"(expected {expected})")
     ind = g.call("cast", ind, dtype="int64")
     if isinstance(shape[0], int):
         extents = g.const(np.array(shape[:k], "int64"))

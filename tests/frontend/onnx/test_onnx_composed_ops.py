@@ -141,3 +141,19 @@ def test_scatter_elements_names_both_shapes_when_they_disagree():
     message = r"scatter_elements: indices \(2, 4\) and updates \(2, 3\)"
     with pytest.raises(autorelay.TypeCheckError, match=message):
         autorelay.infer_types(autorelay.parse(src))
+
+
+@pytest.mark.parametrize(("op", "inputs", "attrs", "message"), [
+    ("DepthToSpace", [("x", (1, 3, 4, 4))], {"blocksize": 2}, "3 channels do not divide into blocks of 2x2"),
+    ("SpaceToDepth", [("x", (1, 3, 4, 4))], {"blocksize": 3}, "a 4x4 map does not divide into blocks of 3x3"),
+    ("GatherND", [("x", (2, 3)), ("i", (4, 3))], {}, r"indices of shape \(4, 3\) \(batch_dims=0\)"),
+    ("ScatterND", [("x", (2, 3)), ("i", (4, 1)), ("u", (4, 2))], {},
+     r"updates of shape \(4, 2\) do not fit indices \(4, 1\) into data \(2, 3\) \(expected \(4, 3\)\)"),
+    ("Trilu", [("x", (5,))], {}, r"rank >= 2, got shape \(5,\)"),
+])
+def test_bad_shapes_name_the_node_and_the_shapes(op, inputs, attrs, message):
+    ins = [value_info(n, s, TensorProto.INT64 if n == "i" else TensorProto.FLOAT) for n, s in inputs]
+    model = make_model([helper.make_node(op, [n for n, _ in inputs], ["y"], **attrs)], ins,
+                       [value_info("y", None)], opset=18)
+    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match=message):
+        autorelay.frontend.from_onnx(model)
