@@ -247,6 +247,26 @@ def normalize_axis(g: GraphBuilder, axis: int, ndim: int, what: str = "axis") ->
     return axis % ndim if ndim else 0
 
 
+def wrap_negative(g: GraphBuilder, ind: Expr, extents: Expr | int | Sequence[int]) -> Expr:
+    """Run-time indices with ONNX's negative ones (counted from the end) made non-negative:
+    `ind + extent` where `ind < 0`. `extents` broadcasts against `ind`: one extent, or one per
+    entry of an index tuple's last axis; static ints or a run-time vector."""
+    dtype = g.dtype(ind)
+    ext = extents if isinstance(extents, Expr) else g.const(np.array(extents, dtype))
+    negative = g.call("less", ind, g.const(np.array(0, dtype)))
+    return g.call("where", negative, g.call("add", ind, ext), ind)
+
+
+def tuple_offsets(g: GraphBuilder, ind: Expr, extents: Sequence[Any], wrap_by: Expr | None = None) -> Expr:
+    """The row-major offsets, into axes of `extents`, of the index tuples along `ind`'s last axis
+    (GatherND's and ScatterND's indexing), negative entries wrapped first by `extents` or, when
+    some are dynamic, by the run-time vector `wrap_by`. Every extent but the first must be static."""
+    ind = wrap_negative(g, g.call("cast", ind, dtype="int64"), extents if wrap_by is None else wrap_by)
+    strides = [int(np.prod(extents[i + 1 :])) for i in range(len(extents))]
+    weighted = g.call("multiply", ind, g.const(np.array(strides, "int64")))
+    return g.call("sum", weighted, axis=(-1,), keepdims=False)
+
+
 Converter = Callable[[GraphBuilder, NodeView], "Expr | list[Expr | None]"]
 
 

@@ -18,6 +18,7 @@ from autorelay.frontend.onnx.context import (
     normalize_axis,
     registrar,
     required_input,
+    wrap_negative,
 )
 from autorelay.ir.expr import Expr
 
@@ -65,9 +66,7 @@ def _one_hot(g: GraphBuilder, node: NodeView) -> Expr:
     if tuple(g.shape(values)) != (2,):
         raise node.fail(f"values must hold [off_value, on_value], got shape {g.shape(values)}")
     axis = normalize_axis(g, node.attr("axis", -1), g.ndim(ind) + 1)
-    ind = g.call("cast", ind, dtype="int64")  # ONNX allows float indices
-    zero, extent = g.const(np.array(0, "int64")), g.const(np.array(depth, "int64"))
-    ind = g.call("where", g.call("less", ind, zero), g.call("add", ind, extent), ind)
+    ind = wrap_negative(g, g.call("cast", ind, dtype="int64"), depth)  # ONNX allows float indices
     off, on = (g.call("strided_slice", values, begin=(i,), end=(i + 1,), strides=(1,)) for i in (0, 1))
     off, on = (g.call("reshape", v, newshape=()) for v in (off, on))
     return g.call("one_hot", ind, on, off, depth=depth, axis=axis, dtype=g.dtype(values))

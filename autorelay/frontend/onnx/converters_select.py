@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
+from autorelay.frontend.onnx.context import (
+    GraphBuilder,
+    NodeView,
+    normalize_axis,
+    registrar,
+    required_input,
+    tuple_offsets,
+    wrap_negative,
+)
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -49,8 +57,7 @@ def _gather_elements(g: GraphBuilder, node: NodeView) -> Expr:
             raise node.fail(f"indices out of range [-{n}, {n}) for axis {axis}")
         ind = g.const(np.where(v < 0, v + n, v), str(v.dtype))
     elif isinstance(n, int):  # runtime indices: negative ones count from the end
-        zero, extent = g.const(np.array(0, g.dtype(ind))), g.const(np.array(n, g.dtype(ind)))
-        ind = g.call("where", g.call("less", ind, zero), g.call("add", ind, extent), ind)
+        ind = wrap_negative(g, ind, n)
     return g.call("gather", x, ind, axis=axis)
 
 
@@ -63,13 +70,7 @@ def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
     if not ishape or b < 0 or b >= len(ishape) or b + k > len(shape) or tuple(ishape[:b]) != tuple(shape[:b]):
         raise node.fail(f"indices of shape {ishape} (batch_dims={b}) do not index data of shape {shape}")
     indexed = shape[b : b + k]
-    ind = g.call("cast", ind, dtype="int64")
-    extents = g.const(np.array(indexed, "int64"))
-    negative = g.call("less", ind, g.const(np.array(0, "int64")))
-    ind = g.call("where", negative, g.call("add", ind, extents), ind)
-    strides = [int(np.prod(indexed[i + 1 :])) for i in range(k)]
-    offset = g.call("sum", g.call("multiply", ind, g.const(np.array(strides, "int64"))), axis=(-1,),
-                    keepdims=False)
+    offset = tuple_offsets(g, ind, indexed)
     span = int(np.prod(indexed))
     if b:  # each batch's slices start after those of the batches before it
         batch = np.arange(int(np.prod(shape[:b])), dtype="int64")
@@ -109,16 +110,10 @@ def _scatter_nd(g: GraphBuilder, node: NodeView) -> Expr:
                                            for u, e in zip(ushape, expected)):
         raise node.fail(f"updates of shape {ushape} do not fit indices {ishape} into data {shape} "
                         f"(expected {expected})")
-    ind = g.call("cast", ind, dtype="int64")
-    if isinstance(shape[0], int):
-        extents = g.const(np.array(shape[:k], "int64"))
-    else:  # a dynamic first axis: wrap negative indices by the run-time extents
-        extents = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(k,))
-    negative = g.call("less", ind, g.const(np.array(0, "int64")))
-    ind = g.call("where", negative, g.call("add", ind, extents), ind)
-    strides = [int(np.prod(shape[i + 1 : k])) for i in range(k)]
-    offset = g.call("sum", g.call("multiply", ind, g.const(np.array(strides, "int64"))), axis=(-1,),
-                    keepdims=False)
+    wrap_by = None  # a dynamic first axis: negative indices are wrapped by the run-time extents
+    if not isinstance(shape[0], int):
+        wrap_by = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(k,))
+    offset = tuple_offsets(g, ind, shape[:k], wrap_by)
     rows_of_updates = g.call("reshape", upd, newshape=(-1, *rest))
     offset = g.call("reshape", offset, newshape=(-1,) + (1,) * len(rest))
     offset = g.call("broadcast_to_like", offset, g.call("cast", rows_of_updates, dtype="int64"))
