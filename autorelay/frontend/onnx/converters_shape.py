@@ -30,8 +30,9 @@ from autorelay.frontend.onnx.converters_dynamic import (
     dyn_squeeze,
     dyn_unsqueeze,
     is_runtime,
+    known_entries,
 )
-from autorelay.ir.expr import Call, Expr, Op
+from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
 _x = required_input
@@ -226,19 +227,19 @@ def _gather(g: GraphBuilder, node: NodeView) -> Expr:
 
 
 def _static_extents(g: GraphBuilder, x: Expr, v: np.ndarray) -> Expr | None:
-    """Gather at constant positions of `shape_of(t)`: a constant when those extents of `t` are
-    static (a sequence length beside a dynamic batch), so what is computed from them (a causal
-    mask's size, a reshape) stays static too; None otherwise."""
-    if not (isinstance(x, Call) and isinstance(x.op, Op) and x.op.name == "shape_of"):
+    """Gather at constant positions of a shape vector (`shape_of(t)`, or shape arithmetic on it):
+    a constant when the entries picked are known at import time (a sequence length beside a
+    dynamic batch), so what is computed from them (a causal mask's size, a reshape) stays static
+    too; None otherwise."""
+    if g.ndim(x) != 1 or g.dtype(x) not in ("int32", "int64") or (whole := known_entries(g, x)) is None:
         return None
-    extents = g.shape(x.args[0])
-    n = len(extents)
+    n = len(whole)
     if np.any((v < -n) | (v >= n)):
         return None  # the general path reports it
-    picked = [extents[int(i)] for i in np.where(v < 0, v + n, v).reshape(-1)]
-    if not all(isinstance(d, int) for d in picked):
+    picked = [whole[int(i)] for i in np.where(v < 0, v + n, v).reshape(-1)]
+    if any(d is None for d in picked):
         return None
-    return g.const(np.array(picked, "int64").reshape(v.shape))
+    return g.const(np.array(picked, g.dtype(x)).reshape(v.shape))
 
 
 @_reg("Expand")
