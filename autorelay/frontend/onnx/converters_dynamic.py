@@ -14,6 +14,7 @@ Unsqueeze, Split's sizes and Range's bounds go to `dyn.reduce`, `dyn.squeeze`, `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,16 +99,20 @@ def known_entries(g: GraphBuilder, e: Expr) -> list[int | None] | None:
     return unknown
 
 
+def copy_zeros(target: Sequence[Any], extents: Sequence[Any], allowzero: bool) -> list[Any]:
+    """A Reshape target with ONNX's 0 entries (unless `allowzero`) replaced by the input's extent
+    at the same position."""
+    return [extents[i] if v == 0 and not allowzero and i < len(extents) else v for i, v in enumerate(target)]
+
+
 def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero: bool) -> Expr:
     """Reshape to a run-time shape: the output rank is the shape tensor's (static) length. When all
     entries but one are known (a dynamic batch beside static sizes), it is a static reshape with -1
     for that one: its value is the only one the element count allows, and the result keeps the
     static extents the ops after it need."""
-    known, extents = known_entries(g, shape), g.shape(x)
-    if known is not None:  # ONNX's 0: copy the input's extent (static or not)
-        copied = [extents[i] if v == 0 and not allowzero and i < len(extents) else v
-                  for i, v in enumerate(known)]
-        target = [v if isinstance(v, int) else None for v in copied]
+    known = known_entries(g, shape)
+    if known is not None:  # a 0 copies the input's extent, static or not
+        target = [v if isinstance(v, int) else None for v in copy_zeros(known, g.shape(x), allowzero)]
         if target.count(None) == 1 and all(v is None or v > 0 for v in target):
             return g.call("reshape", x, newshape=tuple(-1 if v is None else v for v in target))
     vec, _ = _int64_vector(g, node, shape, "shape")

@@ -20,6 +20,7 @@ import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
 from autorelay.frontend.onnx.converters_dynamic import (
+    copy_zeros,
     dyn_expand,
     dyn_full,
     dyn_pad,
@@ -62,7 +63,7 @@ def _reshape(g: GraphBuilder, node: NodeView) -> Expr:
     shape = g.shape(x)
     if all(isinstance(d, int) for d in shape) and len(target) >= 1:
         # resolve 0 and -1 now: later passes and the printer see the plain static shape
-        out = [shape[i] if v == 0 and not allowzero and i < len(shape) else v for i, v in enumerate(target)]
+        out = copy_zeros(target, shape, allowzero)
         if out.count(-1) == 1:
             rest = int(np.prod([v for v in out if v != -1]))
             total = int(np.prod(shape))
