@@ -26,6 +26,12 @@ def _normalise(g: GraphBuilder, x: Expr, axes: list[int], eps: float) -> Expr:
     return g.call("multiply", g.call("subtract", x, mean), inv)
 
 
+def _per_channel(g: GraphBuilder, y: Expr, scale: Expr, bias: Expr) -> Expr:
+    """`y * scale + bias` with one scale and bias per channel (axis 1 of an N, C, ... tensor)."""
+    scale, bias = (g.call("expand_dims", v, axis=1, num_newaxis=g.ndim(y) - 2) for v in (scale, bias))
+    return g.call("add", g.call("multiply", y, scale), bias)
+
+
 @_reg("LayerNormalization")
 def _layer_norm(g: GraphBuilder, node: NodeView) -> Expr | list[Expr | None]:
     x, scale, bias = _x(node, 0), _x(node, 1), node.input(2)
@@ -52,9 +58,7 @@ def _instance_norm(g: GraphBuilder, node: NodeView) -> Expr:
     x, scale, bias = _x(node, 0), _x(node, 1), _x(node, 2)
     ndim = g.ndim(x)
     y = _normalise(g, x, list(range(2, ndim)), float(node.attr("epsilon", 1e-5)))
-    scale = g.call("expand_dims", scale, axis=1, num_newaxis=ndim - 2)
-    bias = g.call("expand_dims", bias, axis=1, num_newaxis=ndim - 2)
-    return g.call("add", g.call("multiply", y, scale), bias)
+    return _per_channel(g, y, scale, bias)
 
 
 @_reg("GroupNormalization")
@@ -69,8 +73,7 @@ def _group_norm(g: GraphBuilder, node: NodeView) -> Expr:
     y = g.call("reshape", _normalise(g, grouped, [2], float(node.attr("epsilon", 1e-5))), newshape=shape)
     if g.shape(scale)[0] != shape[1]:  # one value per group: repeat it for the group's channels
         scale, bias = (g.call("repeat", v, repeats=shape[1] // groups, axis=0) for v in (scale, bias))
-    scale, bias = (g.call("expand_dims", v, axis=1, num_newaxis=len(shape) - 2) for v in (scale, bias))
-    return g.call("add", g.call("multiply", y, scale), bias)
+    return _per_channel(g, y, scale, bias)
 
 
 @_reg("RMSNormalization")
