@@ -10,9 +10,11 @@ to a multiple of f, splits it into (outer, f) and moves the f-axis to position `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from autorelay.ir.expr import Function
+from autorelay.ir.types import TensorType
 from autorelay.schedule.relayout import packed_shape
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
@@ -62,3 +64,24 @@ def compile_pack(shape: Sequence[int], dtype: str, ops: Sequence[Any], target: A
 def pack_detail(shape: Sequence[int], ops: Sequence[Any]) -> str:
     """The build report's line for a packing kernel."""
     return f"re-layout {list(shape)} for a blocked read: {list(ops)}"
+
+
+class PackKernels:
+    """The packing kernels of one executable's non-constant inputs (the VM's and AoT's): compiled
+    once per distinct (shape, dtype, ops) of the parameter they pack, each announced once to
+    `report` with its build-report line."""
+
+    def __init__(self, target: Any, report: Callable[[str], None]) -> None:
+        self.target, self.report = target, report
+        self._kernels: dict[tuple, Any] = {}
+
+    def for_param(self, fn: Function, index: int, ops: Sequence[Any]) -> Any:
+        """The kernel packing parameter `index` of the (static) primitive function `fn`."""
+        ptype = fn.params[index].checked_type
+        assert isinstance(ptype, TensorType)
+        shape, dtype = ptype.concrete_shape, str(ptype.dtype)
+        key = (shape, dtype, tuple(map(tuple, ops)))
+        if key not in self._kernels:
+            self._kernels[key] = compile_pack(shape, dtype, ops, self.target)
+            self.report(pack_detail(shape, ops))
+        return self._kernels[key]

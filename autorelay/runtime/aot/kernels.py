@@ -21,9 +21,8 @@ import numpy as np
 
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
-from autorelay.ir.types import TensorType
 from autorelay.kernel import Kernel
-from autorelay.lower.relayout import compile_pack, pack_detail
+from autorelay.lower.relayout import PackKernels
 from autorelay.primitive import compile_primitive
 from autorelay.runtime.vm.kernels import KernelInfo
 from autorelay.schedule.relayout import relayout
@@ -56,7 +55,8 @@ class KernelTable:
         self.keep: list[Any] = []
         self._rows: list[KernelInfo] = []
         self._native: dict[int, tuple[Function, NativeKernel]] = {}
-        self._packs: dict[tuple, Kernel] = {}  # packing kernels by (shape, dtype, ops)
+        self._packs = PackKernels(target, lambda detail: self._rows.append(
+            KernelInfo("pack", "relayout", "", detail)))
 
     def native(self, fn: Function) -> NativeKernel:
         hit = self._native.get(id(fn))
@@ -95,15 +95,7 @@ class KernelTable:
     def _packing(self, fn: Function, index: int, ops: list) -> tuple[NativeKernel, int]:
         """The kernel that packs parameter `index` of `fn` as `ops` say, and the buffer it packs
         into (the packed kernel reads it right after, so one buffer per input serves every call)."""
-        ptype = fn.params[index].checked_type
-        assert isinstance(ptype, TensorType)
-        shape, dtype = ptype.concrete_shape, str(ptype.dtype)
-        key = (shape, dtype, tuple(map(tuple, ops)))
-        pack = self._packs.get(key)
-        if pack is None:
-            pack = self._packs[key] = compile_pack(shape, dtype, ops, self.target)
-            self._rows.append(KernelInfo("pack", "relayout", "", pack_detail(shape, ops)))
-        kernel = self._native_of("pack", pack, [("param", 0)], [])
+        kernel = self._native_of("pack", self._packs.for_param(fn, index, ops), [("param", 0)], [])
         (out_shape, out_dtype), = kernel.outputs
         out = np.zeros(out_shape, out_dtype)
         self.keep.append(out)

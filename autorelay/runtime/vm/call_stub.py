@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from autorelay.codegen.llvm.threads import pointer_array, run_job
 from autorelay.ir.expr import Function
 from autorelay.ir.types import TensorType, TupleType, Type
+from autorelay.lower.relayout import PackKernels
 from autorelay.schedule.relayout import relayout
 
 _POOL = 3  # buffers per call site: the value being computed, the live one, one spare
@@ -72,17 +72,13 @@ def _flat_types(t: Type | None) -> list[TensorType]:
     raise TypeError(f"a primitive function returning {t} cannot be a kernel")
 
 
-# (input shape, dtype, re-layout ops) -> the compiled kernel that packs such an input
-PackKernels = Callable[[tuple[int, ...], str, list], Any]
-
-
 class CompiledCall:
     """A compiled kernel bound to one primitive function (constants packed once), callable on arrays.
     An argument the kernel reads blocked is packed on every call by a compiled packing kernel
-    (`pack_kernel`) into a buffer of the call site's own."""
+    (`packs`) into a buffer of the call site's own."""
 
     def __init__(self, kernel: Any, lowered: Any, fn: Function, book: AddressBook, threads: int,
-                 pack_kernel: PackKernels) -> None:
+                 packs: PackKernels) -> None:
         self.kernel, self.book = kernel, book
         self.segments = list(kernel.module.functions)
         self.nparams = len(fn.params)
@@ -98,9 +94,7 @@ class CompiledCall:
                 self.inputs.append((-1, book.add(arr), []))
                 continue
             if ops:
-                ptype = fn.params[src.index].checked_type
-                assert isinstance(ptype, TensorType)
-                pack = pack_kernel(ptype.concrete_shape, str(ptype.dtype), ops)
+                pack = packs.for_param(fn, src.index, ops)
                 packed = pack.func.params[1]
                 self.packs[k] = (pack, np.zeros(tuple(packed.shape), packed.dtype),
                                  [np.zeros(b.size + b.slack, b.dtype) for b in pack.func.workspaces])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autorelay.ir.expr import Function
-from autorelay.lower.relayout import compile_pack, pack_detail
+from autorelay.lower.relayout import PackKernels
 from autorelay.primitive import compile_primitive, kernel_name
 from autorelay.runtime.fallback import ReferenceFunction
 from autorelay.runtime.report import BuildReport, KernelRow
@@ -79,7 +79,8 @@ class CompiledProvider:
         self._rows: list[KernelInfo | tuple[str, SpecializingKernel]] = []
         self.calls: list[CompiledCall] = []
         self.specializing: list[SpecializingKernel] = []
-        self._packs: dict[tuple, Any] = {}
+        self._packs = PackKernels(target, lambda detail: self._rows.append(
+            KernelInfo("pack", "relayout", "", detail)))
 
     def kernel(self, fn: Function) -> Callable[..., Any]:
         if needs_specializing(fn):
@@ -97,16 +98,8 @@ class CompiledProvider:
         prim = compile_primitive(fn, self.schedules, self.target, builtins=True)
         if prim.lowered is None:
             return None, prim
-        call = CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads, self._pack_kernel)
+        call = CompiledCall(prim.kernels[0], prim.lowered, fn, self.book, self.threads, self._packs)
         return call, prim
-
-    def _pack_kernel(self, shape: tuple[int, ...], dtype: str, ops: list) -> Any:
-        """The compiled kernel that packs an input of `shape` as `ops` say, once per distinct one."""
-        key = (shape, dtype, tuple(map(tuple, ops)))
-        if key not in self._packs:
-            self._packs[key] = compile_pack(shape, dtype, ops, self.target)
-            self._rows.append(KernelInfo("pack", "relayout", "", pack_detail(shape, ops)))
-        return self._packs[key]
 
     def _compile_static(self, fn: Function) -> tuple[Callable[..., Any], str]:
         """One specialisation of a `SpecializingKernel`, with the provider's current threads."""
