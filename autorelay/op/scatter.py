@@ -80,8 +80,8 @@ def _compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
     n, k = data.shape[axis], te.reduce_axis(ind.shape[axis], "k")
 
     def source(idx: tuple, along: E.Expr) -> tuple:
-        """The update position `along` on `axis` that could land on output `idx` (clamped into
-        indices' shape; `covered` says whether it really exists)."""
+        """The update position `along` on `axis` that could land on output `idx`, clamped into
+        indices' shape (`lands` checks that it exists)."""
         return tuple(along if d == axis else E.minimum(i, ind.shape[d] - 1) for d, i in enumerate(idx))
 
     def lands(idx: tuple) -> E.Expr:
@@ -104,6 +104,7 @@ def _compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
         raise tc.Unsupported(f"a bool scatter with reduction {how} has no compute")
     reducer, identity = {"add": (te.sum, 0), "mul": (te.prod, 1), "max": (te.max, None),
                          "min": (te.min, None)}[how]
+
     def landing(idx: tuple, otherwise: E.Expr) -> E.Expr:
         return E.select(lands(idx), upd[source(idx, k.var)], otherwise)
 
