@@ -29,6 +29,7 @@ import numpy as np
 from autorelay.codegen import backend_for, resolve_target
 from autorelay.codegen.base import BackendCode
 from autorelay.codegen.llvm.cache_evict import evict
+from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.codegen.llvm.jit import CompiledModule
 from autorelay.codegen.llvm.threads import Record, chunk_size, pack_records, pointer_array, run_program
 from autorelay.kernel_store import has_code, load_code, save_code
@@ -115,6 +116,7 @@ class Kernel:
             raise ValueError(f"{self.cdef.name}: buffer {pitched[0]} is the interior of a zero-bordered "
                              "array (autorelay.te.halo); a graph executor binds it, not Kernel.bind")
         ins = self._check(arrays)
+        require_host_supports(self.target, f"kernel {self.cdef.name!r}")
         n_out = len(self.cdef.outputs)
         if outputs is None:
             outs = [np.empty(b.shape, b.dtype) for b in self.func.params[len(ins) :]]

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from autorelay.codegen import resolve_target
+from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.primitive import KernelMemo
 from search.extract import BoundSource, Extraction, ModelTask, Skipped
 from search.layout_search import plan_tasks, search_layout
@@ -254,6 +256,8 @@ def tune_model(
         raise ValueError(f"trials must be >= 0, got {trials}")
     if tuner not in TUNER_NAMES:
         raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(sorted(TUNER_NAMES))}")
+    if executor in (None, "local"):  # candidates are timed here: refuse before any is built
+        require_host_supports(resolve_target(target, threads), "tuning (candidates are timed on this host)")
     from search.scheduler import TaskScheduler
 
     progress = progress or Progress()

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.codegen.llvm.host import host_target
+from autorelay.codegen.llvm.host import host_target, require_host_supports
 from autorelay.codegen.llvm.jit import compile_ir
 from autorelay.errors import AutoRelayError
 from autorelay.ir.expr import Function
@@ -135,6 +135,7 @@ class Executable:
         return out
 
     def __call__(self, *inputs: Any) -> Any:
+        require_host_supports(self.target, "this executable")
         return self._executor.run(self._check(inputs))
 
     def run(self, **named: Any) -> Any:
@@ -298,6 +299,10 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
             kernels = [gpu_archive.load_kernel(i, kd, read, target) for i, kd in enumerate(meta["kernels"])]
         else:
             target = host_target(threads or meta["target"]["threads"])
+            # the kernels' IR names the CPU it was saved for (its function attributes, and intrinsics
+            # such as VNNI's): recompiled here, it is still that CPU's code, so this one must run it
+            saved = dataclasses.replace(target, cpu=meta["target"]["cpu"], features=meta["target"]["features"])
+            require_host_supports(saved, f"load: {path}")
             kernels = _load_cpu_kernels(meta, read, target)
     refs = [ReferenceFunction(f, flat_args=True) for f in functions]
     return Executable(_plan(meta), kernels, consts, functions, refs, target)

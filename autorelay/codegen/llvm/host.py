@@ -80,10 +80,32 @@ def resolve_cpu(spec: TargetSpec, threads: int) -> Target:
     return named
 
 
+@functools.cache
+def _missing(features: str) -> tuple[str, ...]:
+    host = set(host_target().features.split(","))
+    return tuple(f[1:] for f in features.split(",") if f.startswith("+") and f not in host)
+
+
+def missing_features(target: Target) -> tuple[str, ...]:
+    """The CPU features code compiled for `target` uses that this host lacks (none: it runs here)."""
+    return _missing(target.features)
+
+
 def host_supports(target: Target) -> bool:
     """Whether code compiled for `target` runs here (every feature it names, the host has)."""
-    host = set(host_target().features.split(","))
-    return all(f in host for f in target.features.split(",") if f.startswith("+"))
+    return not _missing(target.features)
+
+
+def require_host_supports(target: Target, what: str) -> None:
+    """Refuse to run `what`, compiled for `target`, where this CPU lacks its features.
+
+    Why: such code dies of SIGILL on its first wide instruction, which takes the whole process (a
+    tuner, a server, a test worker) down with it, and the signal names nothing. Compiling for
+    another CPU stays allowed (to save, or to read the assembly); only running it is refused."""
+    if target.kind == "cpu" and (missing := missing_features(target)):
+        raise TargetError(f"{what} targets -mcpu={target.cpu}, whose code needs {', '.join(missing)}; this "
+                          f"host ({host_target().cpu}) lacks them, so it cannot run here. Run it on such a "
+                          f"machine, or build for `llvm` (this host)")
 
 
 @functools.cache
@@ -101,5 +123,5 @@ def new_machine(target: Target) -> llvm.TargetMachine:
                                      codemodel="jitdefault")
 
 
-__all__ = ["NAMED_CPUS", "host_supports", "host_target", "init_llvm", "new_machine", "resolve_cpu",
-           "target_machine"]
+__all__ = ["NAMED_CPUS", "host_supports", "host_target", "init_llvm", "missing_features", "new_machine",
+           "require_host_supports", "resolve_cpu", "target_machine"]

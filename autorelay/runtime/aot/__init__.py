@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from autorelay.codegen import resolve_target
+from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.ir.expr import Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType
@@ -83,6 +84,7 @@ class AotExecutable:
         return out
 
     def __call__(self, *inputs: Any) -> Any:
+        require_host_supports(self.table.target, "this AoT program")
         ins = self._check(inputs)
         outs = [np.empty(t.concrete_shape, t.dtype) for t in self.out_types]
         lst = np.zeros(3, np.int64)  # {data, len, cap}, grown by realloc in generated code

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from autorelay.codegen import resolve_target
+from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.ir.expr import Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType
@@ -106,6 +107,8 @@ class VMExecutable:
         return self._run(name, self._check(name, args))
 
     def _run(self, name: str, args: list[Any]) -> Any:
+        if (target := getattr(self.provider, "target", None)) is not None:
+            require_host_supports(target, "this VM program")
         book = getattr(self.provider, "book", None)
         try:
             return machine.run(self.functions, self.global_index[name], args)
