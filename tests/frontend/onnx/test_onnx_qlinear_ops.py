@@ -12,6 +12,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from ort_oracle import int8_weight_bounds  # noqa: E402
 
 import autorelay  # noqa: E402
 from autorelay.frontend import from_onnx  # noqa: E402
@@ -62,6 +63,13 @@ def _ints(dtype: str, shape: tuple[int, ...], lo: int | None = None, hi: int | N
     return RNG.integers(lo, hi + 1, shape).astype(dtype)
 
 
+def _weights(x_type: str, w_type: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Random weights; int8 ones against uint8 data stay where ONNX Runtime multiplies them exactly
+    on this machine (`ort_oracle.u8s8_saturates`)."""
+    lo, hi = int8_weight_bounds() if (x_type, w_type) == ("uint8", "int8") else (None, None)
+    return _ints(w_type, shape, lo, hi)
+
+
 def _within_one_step(got: np.ndarray, want: np.ndarray) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape
     diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
@@ -80,7 +88,7 @@ def _within_one_step(got: np.ndarray, want: np.ndarray) -> None:
 def test_qlinear_conv(x_type, w_type, per_channel, group, bias):
     oc = 4
     x = _ints(x_type, (2, 4, 9, 7))
-    w = _ints(w_type, (oc, 4 // group, 3, 3))
+    w = _weights(x_type, w_type, (oc, 4 // group, 3, 3))
     wz = _ints(w_type, (oc,), -5, 5) if per_channel and w_type == "int8" else np.asarray(
         100 if w_type == "uint8" else 0, w_type)
     ws = (RNG.uniform(0.002, 0.01, oc) if per_channel else np.asarray(0.004)).astype("float32")
@@ -100,7 +108,7 @@ def test_qlinear_conv(x_type, w_type, per_channel, group, bias):
 
 @pytest.mark.cpu
 def test_qlinear_conv_1d_auto_pad():
-    x, w = _ints("uint8", (1, 3, 11)), _ints("int8", (5, 3, 4))
+    x, w = _ints("uint8", (1, 3, 11)), _weights("uint8", "int8", (5, 3, 4))
     inits = {"xs": np.float32(0.02), "xz": np.uint8(128), "w": w, "ws": np.float32(0.01), "wz": np.int8(0),
              "ys": np.float32(0.1), "yz": np.uint8(128)}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
@@ -142,7 +150,7 @@ def test_conv_integer_is_exact(per_channel_zp):
     ((2, 3, 6), "uint8", False),  # a run-time B: exact float64 product
 ])
 def test_matmul_integer_is_exact(a_shape, b_type, b_const):
-    a, b = _ints("uint8", a_shape), _ints(b_type, (6, 5))
+    a, b = _ints("uint8", a_shape), _weights("uint8", b_type, (6, 5))
     bz = _ints(b_type, (5,), -3 if b_type == "int8" else 100, 3 if b_type == "int8" else 110)
     feeds = {"a": a} if b_const else {"a": a, "b": b}
     inits = {"az": np.uint8(17), "bz": bz} | ({"b": b} if b_const else {})
@@ -160,7 +168,7 @@ def test_matmul_integer_is_exact(a_shape, b_type, b_const):
     ("uint8", "uint8", False, False),  # run-time B
 ])
 def test_qlinear_matmul(a_type, b_type, b_const, per_column):
-    a, b = _ints(a_type, (3, 4, 16)), _ints(b_type, (16, 8))
+    a, b = _ints(a_type, (3, 4, 16)), _weights(a_type, b_type, (16, 8))
     bs = (RNG.uniform(0.002, 0.01, 8) if per_column else np.asarray(0.006)).astype("float32")
     bz = np.zeros(8, b_type) if per_column else np.asarray(90 if b_type == "uint8" else 0, b_type)
     feeds = {"a": a} if b_const else {"a": a, "b": b}
@@ -223,7 +231,8 @@ def test_contrib_concat():
 
 @pytest.mark.cpu
 def test_qgemm_float_output_and_transposes():
-    a, b = _ints("uint8", (7, 5)), _ints("int8", (6, 7))  # A^T is (5, 7), B (6, 7) transposed: (7, 6)
+    # A^T is (5, 7), B (6, 7) transposed: (7, 6)
+    a, b = _ints("uint8", (7, 5)), _weights("uint8", "int8", (6, 7))
     inits = {"as": np.float32(0.03), "az": np.uint8(120), "b": b, "bs": np.float32(0.01), "bz": np.int8(0),
              "c": RNG.integers(-300, 300, 6).astype("int32")}
     node = helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["y"], domain="com.microsoft",
