@@ -1,0 +1,47 @@
+"""Tests that force a CPU target (``llvm -mcpu=znver5``, ``-mcpu=skylake-avx512``, …) whatever CPU
+runs them: compile for it always, run the code only where this host has the target's features.
+
+Running code for a CPU the host lacks is refused (`autorelay.target.TargetError`; it would die of
+SIGILL), so a test compiles first — that exercises the schedules, templates and code generation of
+the wider CPU on every host — and then calls `run_here_or_skip` before running anything: on a host
+without the features the test is skipped with a reason naming them; on one with them it runs as
+written. Import it as ``from host_widths import …`` (pytest puts tests/ on the path, see conftest).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autorelay.codegen import resolve_target
+from autorelay.codegen.llvm.host import host_supports, host_target, missing_features
+from autorelay.target import Target
+
+
+def _target(target: str | Target) -> Target:
+    return resolve_target(target, 1) if isinstance(target, str) else target
+
+
+def runs_here(target: str | Target) -> bool:
+    """Whether this host runs code compiled for `target` (a target string or a resolved Target)."""
+    return host_supports(_target(target))
+
+
+def cannot_run_reason(target: str | Target) -> str:
+    """Why code compiled for `target` does not run here ("" where it does)."""
+    tgt = _target(target)
+    missing = missing_features(tgt)
+    if not missing:
+        return ""
+    return (f"compiled for -mcpu={tgt.cpu}; running needs {', '.join(missing)}, which this host "
+            f"({host_target().cpu}) lacks")
+
+
+def run_here_or_skip(target: str | Target) -> None:
+    """Skip the rest of the test where this host cannot run code compiled for `target` (call it
+    after compiling, before running); return where it can. The skip is reported at the caller's line."""
+    __tracebackhide__ = True
+    if reason := cannot_run_reason(target):
+        pytest.skip(reason)
+
+
+__all__ = ["cannot_run_reason", "run_here_or_skip", "runs_here"]
