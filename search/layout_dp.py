@@ -198,7 +198,11 @@ def assign(graph: LayoutGraph, conv_layouts: Mapping[str, int]) -> tuple[int, ..
     """Every node's layout when the convs take `conv_layouts` (by name; unnamed convs: 0)."""
     out: list[int] = []
     for n in graph.nodes:
-        out.append(output_layout(n, tuple(out[u] for u in n.inputs), conv_layouts.get(n.name, 0)))
+        choice = conv_layouts.get(n.name, 0)
+        if n.kind == CONV and choice not in n.kernel:  # else a concatenation would quietly read NCHW
+            raise ValueError(f"layout graph node {n.name}: layout {choice} is not one of its candidates "
+                             f"{sorted(n.kernel)}")
+        out.append(output_layout(n, tuple(out[u] for u in n.inputs), choice))
     return tuple(out)
 
 

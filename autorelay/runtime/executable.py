@@ -301,7 +301,8 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
             target = host_target(threads or meta["target"]["threads"])
             # the kernels' IR names the CPU it was saved for (its function attributes, and intrinsics
             # such as VNNI's): recompiled here, it is still that CPU's code, so this one must run it
-            saved = dataclasses.replace(target, cpu=meta["target"]["cpu"], features=meta["target"]["features"])
+            cpu, features = meta["target"]["cpu"], meta["target"]["features"]
+            saved = dataclasses.replace(target, cpu=cpu, features=features)
             require_host_supports(saved, f"load: {path}")
             kernels = _load_cpu_kernels(meta, read, target)
     refs = [ReferenceFunction(f, flat_args=True) for f in functions]

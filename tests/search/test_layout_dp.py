@@ -20,6 +20,7 @@ from search.layout_dp import (
     OPAQUE,
     LayoutGraph,
     Node,
+    assign,
     breakdown,
     output_layout,
     solve,
@@ -225,3 +226,13 @@ def test_a_value_read_in_one_layout_by_two_consumers_is_transformed_once() -> No
     apart = LayoutGraph(tuple(Node(n.name, n.kind, n.inputs, n.kernel, n.transform) for n in nodes))
     assert sum(t for _, t in breakdown(apart, layouts)) == pytest.approx(3.0)
     assert solve(apart).layouts == (0,) * 6
+
+
+def test_assign_refuses_a_layout_a_conv_does_not_offer() -> None:
+    """A conv in a layout outside its candidates would have no kernel time, and a concatenation
+    after it would quietly be modelled in NCHW: named instead."""
+    to = {(0, 8): 0.1, (8, 0): 0.1}
+    g = LayoutGraph((Node("x", INPUT), Node("conv", CONV, (0,), {0: 1.0, 8: 0.5}, (to,), (0,))))
+    assert assign(g, {"conv": 8}) == (0, 8)
+    with pytest.raises(ValueError, match=r"node conv: layout 16 is not one of its candidates \[0, 8\]"):
+        assign(g, {"conv": 16})
