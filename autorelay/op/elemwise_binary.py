@@ -147,7 +147,7 @@ _COMPARE = [
 
 
 def _float_bin(fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Expr], E.Expr]:
-    """Integer division/modulo differ from the LLVM instructions at 0 and in sign: floats only."""
+    """A compute for floats only (integer `power` runs through its reference, reported as a fallback)."""
 
     def wrapped(a: E.Expr, b: E.Expr) -> E.Expr:
         if not E.is_float(a.dtype):
@@ -157,25 +157,46 @@ def _float_bin(fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Ex
     return wrapped
 
 
-def _divide(a: E.Expr, b: E.Expr) -> E.Expr:
-    """Floats divide; integers truncate toward zero and give 0 for a zero divisor (the reference's
-    rule, TVM's `truncdiv`), built from floor division of a never-zero divisor. Shape arithmetic
-    (ONNX `Div` on int64 extents) runs through this."""
-    if E.is_float(a.dtype):
-        return a / b
-    zero, one = E.const(0, b.dtype), E.const(1, b.dtype)
-    is_zero = E.compare("eq", b, zero)
-    safe = E.select(is_zero, one, b)
+def _safe_divisor(b: E.Expr) -> tuple[E.Expr, E.Expr]:
+    """(b with 1 where it is 0, whether it is 0): an integer op gives 0 for a zero divisor (the
+    references' rule; Relay leaves it undefined), and the instruction must never see one."""
+    is_zero = E.compare("eq", b, E.const(0, b.dtype))
+    return E.select(is_zero, E.const(1, b.dtype), b), is_zero
+
+
+def _trunc_quotient(a: E.Expr, safe: E.Expr) -> E.Expr:
+    """a / safe rounded toward zero (TVM's `truncdiv`), from the floor quotient."""
     q = a // safe
     if a.dtype.startswith("u"):
-        return E.select(is_zero, zero, q)
+        return q
+    zero = E.const(0, a.dtype)
     inexact = E.compare("ne", a - q * safe, zero)
     signs = E.compare("ne", a < zero, safe < zero)
-    return E.select(is_zero, zero, q + E.cast(inexact & signs, a.dtype))
+    return q + E.cast(inexact & signs, a.dtype)
+
+
+def _integer_rule(float_fn: Callable[[E.Expr, E.Expr], E.Expr],
+                  int_fn: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Expr, E.Expr], E.Expr]:
+    """Floats by `float_fn`; integers by `int_fn` of a never-zero divisor, 0 where it was zero."""
+
+    def rule(a: E.Expr, b: E.Expr) -> E.Expr:
+        if E.is_float(a.dtype):
+            return float_fn(a, b)
+        safe, is_zero = _safe_divisor(b)
+        return E.select(is_zero, E.const(0, a.dtype), int_fn(a, safe))
+
+    return rule
 
 
 def _ftrunc(x: E.Expr) -> E.Expr:
     return E.select(x < E.const(0, x.dtype), E.call("ceil", x), E.call("floor", x))
+
+
+# Shape arithmetic (ONNX `Div`, `Mod` on int64 extents) runs through the integer rules.
+_divide = _integer_rule(lambda a, b: a / b, _trunc_quotient)
+_mod = _integer_rule(lambda a, b: a - _ftrunc(a / b) * b, lambda a, s: a - _trunc_quotient(a, s) * s)
+_floor_mod = _integer_rule(lambda a, b: a - E.call("floor", a / b) * b, lambda a, s: a - (a // s) * s)
+_floor_divide = _integer_rule(lambda a, b: E.call("floor", a / b), lambda a, s: a // s)
 
 
 _BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
@@ -186,9 +207,9 @@ _BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "power": _float_bin(lambda a, b: E.call("pow", a, b)),
     "maximum": E.maximum,
     "minimum": E.minimum,
-    "mod": _float_bin(lambda a, b: a - _ftrunc(a / b) * b),
-    "floor_mod": _float_bin(lambda a, b: a - E.call("floor", a / b) * b),
-    "floor_divide": _float_bin(lambda a, b: E.call("floor", a / b)),
+    "mod": _mod,
+    "floor_mod": _floor_mod,
+    "floor_divide": _floor_divide,
     "logical_and": lambda a, b: a & b,
     "logical_or": lambda a, b: a | b,
     "logical_xor": lambda a, b: E.compare("ne", a, b),

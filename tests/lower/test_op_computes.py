@@ -50,9 +50,9 @@ CASES = [
     *[case(op, [A, tensor((19,))]) for op in BINARY],
     *[case(op, [tensor((3, 1, 5)), tensor((4, 1))], ident=f"{op}-bcast") for op in ("add", "multiply")],
     case("add", [tensor((6, 5), "int32"), tensor((6, 5), "int32")], ident="add-int32"),
-    # truncating integer division, zero divisors included (shape arithmetic: ONNX Div on int64)
-    *[case("divide", [tensor((6, 5), dt), tensor((6, 5), dt)], rng=(-7, 7), ident=f"divide-{dt}")
-      for dt in ("int32", "int64", "uint8")],
+    # integer division and remainders, zero divisors included (shape arithmetic: ONNX Div, Mod on int64)
+    *[case(op, [tensor((6, 5), dt), tensor((6, 5), dt)], rng=(-7, 7), ident=f"{op}-{dt}")
+      for op in ("divide", "mod", "floor_mod", "floor_divide") for dt in ("int32", "int64", "uint8")],
     *[case(op, [A, A], rng=POS) for op in BINARY_POS],
     *[case(op, [tensor((4, 7), "bool"), tensor((4, 7), "bool")]) for op in
       ("logical_and", "logical_or", "logical_xor")],
@@ -227,3 +227,23 @@ def test_requantize_with_run_time_scales_has_no_compute():
              tensor((), "int32")]
     with pytest.raises(NoCompute, match="constant scales"):
         lower(op_function("qnn.requantize", types, {}))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8"])
+def test_integer_division_never_traps(dtype: str):
+    """x86's `idiv` raises SIGFPE (the process dies) on a zero divisor and on the minimum divided by
+    -1. Compiled integer division, quotient and both remainders, gives the references' answers for
+    both: 0 for a zero divisor, and the wrapped quotient and a zero remainder for min / -1."""
+    import autorelay
+
+    lo = np.iinfo(dtype).min
+    a = np.array([lo, lo, 7, -7, lo, 5, -3, 0, 9, lo + 1], dtype)
+    b = np.array([-1, 0, -1, 2, 3, 0, -1, -1, -4, -1], dtype)
+    for op in ("divide", "mod", "floor_mod", "floor_divide"):
+        fn = op_function(op, [tensor(a.shape, dtype), tensor(b.shape, dtype)], {})
+        want = reference_outputs(fn, [a, b])
+        mod = autorelay.parse(f"def @main(%a: Tensor[(10,), {dtype}], %b: Tensor[(10,), {dtype}]) "
+                              f"{{ {op}(%a, %b) }}")
+        exe = autorelay.build(mod, target="llvm")
+        assert not exe.report.fallbacks, str(exe.report)
+        np.testing.assert_array_equal(exe(a, b), want[0], err_msg=op)

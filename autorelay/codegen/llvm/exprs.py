@@ -247,12 +247,38 @@ class ExprEmitter(LoadEmitter):
         if e.op == "shr":
             return self.op(f"{'lshr' if unsigned else 'ashr'} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("floordiv", "mod"):
+            b, minus_one = self._trap_free_divisor(e.b, b, t, lanes, unsigned)
             if unsigned:
                 return self.op(
                     f"{'udiv' if e.op == 'floordiv' else 'urem'} {t} {a.ref}, {b.ref}", e.dtype, lanes
                 )
-            return self._floor_divmod(e.op, a, b, t, lanes)
+            out = self._floor_divmod(e.op, a, b, t, lanes)
+            if minus_one is None:
+                return out
+            # x // -1 is -x (wrapping, as NumPy's does at the minimum) and x mod -1 is 0
+            zero = "zeroinitializer" if lanes else "0"
+            exact = self.op(f"sub {t} {zero}, {a.ref}", e.dtype, lanes) if e.op == "floordiv" else None
+            return self.op(f"select {self.ty('bool', lanes)} {minus_one.ref}, {t} "
+                           f"{exact.ref if exact else zero}, {t} {out.ref}", e.dtype, lanes)
         raise TypeError(f"codegen: integer {e.op} is not supported")
+
+    def _trap_free_divisor(self, expr: Expr, b: Val, t: str, lanes: int, unsigned: bool
+                           ) -> tuple[Val, Val | None]:
+        """A run-time divisor the division instruction cannot trap on, and (signed) the lanes where
+        it was -1. x86's `idiv` raises SIGFPE, killing the process, on a zero divisor and on the
+        minimum divided by -1; a constant divisor that is neither is used as it is. A zero divisor
+        becomes 1 (the ops define that case themselves: `divide` gives 0); -1 becomes 1 and the
+        caller selects the exact answer."""
+        if isinstance(expr, Const) and expr.value != 0 and (unsigned or expr.value != -1):
+            return b, None
+        st, bt = self.ty(b.dtype, 0), self.ty("bool", lanes)
+        bad = self.op(f"icmp eq {t} {b.ref}, {splat('0', st, lanes)}", "bool", lanes)
+        minus_one = None
+        if not unsigned:
+            minus_one = self.op(f"icmp eq {t} {b.ref}, {splat('-1', st, lanes)}", "bool", lanes)
+            bad = self.op(f"or {bt} {bad.ref}, {minus_one.ref}", "bool", lanes)
+        return self.op(f"select {bt} {bad.ref}, {t} {splat('1', st, lanes)}, {t} {b.ref}", b.dtype, lanes), \
+            minus_one
 
     def _floor_divmod(self, op: str, a: Val, b: Val, t: str, lanes: int) -> Val:
         """Python semantics: the remainder takes the divisor's sign."""

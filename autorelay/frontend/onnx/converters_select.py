@@ -220,8 +220,8 @@ def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
     coords = []
     for axis, (stride, extent) in enumerate(zip(strides, shape)):
         c = lo if stride == 1 else g.call("divide", lo, i64(stride))
-        if axis:  # c mod extent (int64 has no compiled remainder)
-            c = g.call("subtract", c, g.call("multiply", g.call("divide", c, i64(extent)), i64(extent)))
+        if axis:
+            c = g.call("floor_mod", c, i64(extent))
         coords.append(c)
     all_coords = g.call("stack", g.tuple(coords), axis=0)
     count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
