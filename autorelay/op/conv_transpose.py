@@ -200,6 +200,42 @@ def _conv2d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any
     )
 
 
+def _conv1d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """The 1-d gather form of `_conv2d_transpose_compute` (one output phase per `x % stride`), a
+    plain reduction over (input channel, tap) for the generic reduction template, as `conv1d`."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import nn as tnn
+    from autorelay.te import tensor as te
+
+    x, w = inputs
+    tc.check_dtypes(inputs, ("float32", "float64"))
+    layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
+    if layouts != ("NCW", "IOW", "NCW") or tuple(attrs["dilation"]) != (1,):
+        raise tc.Unsupported("only NCW/IOW transposed convolution with dilation=1 has a compute")
+    if attrs["out_dtype"] and attrs["out_dtype"] != x.dtype:
+        raise tc.Unsupported(f"out_dtype {attrs['out_dtype']} differs from the data dtype {x.dtype}")
+    n, o, ow = tc.out_shape(out_type)
+    _, c, width = x.shape
+    _, og, kw = w.shape
+    groups = attrs["groups"]
+    cg = c // groups
+    (s,), pl = attrs["strides"], attrs["padding"][0]
+    taps = -(-kw // s)
+    before, after = max(0, taps - 1 - pl // s), max(0, (ow - 1 + pl) // s - (width - 1))
+    xp = tnn.pad(x, (0, 0, before), (0, 0, after), name="conv1d_transpose_pad")
+    rc, rt = te.reduce_axis(cg, "rc"), te.reduce_axis(taps, "rt")
+
+    def body(b: E.Expr, f: E.Expr, xx: E.Expr) -> E.Expr:
+        ch = rc.var if groups == 1 else f // og * cg + rc.var
+        k = (xx + pl) % s + rt.var * s
+        prod = xp[b, ch, (xx + pl) // s - rt.var + before] * \
+            w[ch, f if groups == 1 else f % og, E.minimum(k, kw - 1) if kw % s else k]
+        return te.sum(E.select(k < kw, prod, E.const(0.0, x.dtype)) if kw % s else prod, [rc, rt])
+
+    return te.compute((n, o, ow), body, name="conv1d_transpose", tag="reduce")
+
+
 for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():
     _name = f"nn.conv{_nsp}d_transpose"
     _attrs = conv_attrs(_nsp, _dl, _kl)
@@ -212,7 +248,7 @@ for _nsp, (_dl, _kl) in {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW")}.items():
         attrs=_attrs,
         reference=_reference(_nsp),
         gradient=_gradient(_nsp, _name),
-        compute=_conv2d_transpose_compute if _nsp == 2 else None,
+        compute=_conv2d_transpose_compute if _nsp == 2 else _conv1d_transpose_compute,
         normalize_attrs=lambda a, _op=_name, _n=_nsp: normalize_conv_attrs(_op, _n, a),
         doc=f"{_nsp}-d transposed convolution with strides, padding, output_padding, dilation and groups.",
     ))

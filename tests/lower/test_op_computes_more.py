@@ -1,8 +1,8 @@
 """The computes added for the last op families — trigonometry, prod/argmax/argmin/cumsum, resize and
 upsampling, conv1d, lrn, dropout, batch_norm, cross_entropy — the direct (gather) form of
-conv2d_transpose, the Winograd convolution ops and scatter_elements, each lowered under its default
-schedule against the op's NumPy reference on small shapes, most with extents that divide no vector
-width.
+conv2d_transpose and conv1d_transpose, the Winograd convolution ops and scatter_elements, each
+lowered under its default schedule against the op's NumPy reference on small shapes, most with
+extents that divide no vector width.
 `test_op_computes` checks coverage over both files."""
 
 from __future__ import annotations
@@ -121,6 +121,15 @@ MORE_CASES = [
          {"strides": (2, 3), "padding": (1, 1), "groups": 2}, rtol=1e-4, ident="convT-grouped"),
     case("nn.conv2d_transpose", [tensor((1, 4, 5, 5)), tensor((4, 3, 3, 3))], rtol=1e-4,
          ident="convT-stride1"),
+    # the same in 1-d: ragged taps (kernel 5, stride 2), asymmetric padding and output_padding,
+    # groups, a kernel the stride divides (an audio decoder's 16 / 8), stride 1
+    case("nn.conv1d_transpose", [tensor((2, 3, 9)), tensor((3, 4, 5))],
+         {"strides": (2,), "padding": (2, 1), "output_padding": (1,)}, rtol=1e-4, ident="convT1d-ragged"),
+    case("nn.conv1d_transpose", [tensor((1, 4, 7)), tensor((4, 3, 3))],
+         {"strides": (3,), "padding": (1, 1), "groups": 2}, rtol=1e-4, ident="convT1d-grouped"),
+    case("nn.conv1d_transpose", [tensor((1, 3, 6)), tensor((3, 2, 16))],
+         {"strides": (8,), "padding": (4, 4)}, rtol=1e-4, ident="convT1d-upsample8"),
+    case("nn.conv1d_transpose", [tensor((1, 2, 5)), tensor((2, 3, 3))], rtol=1e-4, ident="convT1d-stride1"),
 ]
 
 

@@ -1,5 +1,6 @@
 """3-d ConvTranspose imported from ONNX (rewritten as one 2-d transposed convolution per kernel depth),
-compiled (no NumPy fallback) and interpreted, against ONNX Runtime.
+and 1-d ConvTranspose (an audio decoder's upsampling), compiled (no NumPy fallback) and interpreted,
+against ONNX Runtime.
 
 The windows mix depth strides larger and smaller than the kernel, dilations, asymmetric pads,
 output_padding, groups, auto_pad and output_shape, so that each term of the depth arithmetic shows.
@@ -76,3 +77,16 @@ def test_conv_transpose_3d(attrs, x_shape, w_shape):
 
 def test_conv_transpose_3d_weight_as_graph_input_without_bias():
     _check(dict(strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0]), (1, 2, 3, 4, 3), (2, 3, 2, 3, 2), False, True)
+
+
+CASES_1D = [
+    (dict(strides=[2], pads=[1, 2], output_padding=[1]), (2, 3, 9), (3, 4, 5)),
+    (dict(strides=[8], pads=[4, 4]), (1, 4, 12), (4, 2, 16)),  # upsampling by 8, as vocoders do
+    (dict(group=2, strides=[3]), (1, 4, 7), (4, 3, 3)),
+    (dict(strides=[2], auto_pad="SAME_UPPER"), (1, 2, 6), (2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", CASES_1D, ids=range(len(CASES_1D)))
+def test_conv_transpose_1d(attrs, x_shape, w_shape):
+    _check(attrs, x_shape, w_shape)
