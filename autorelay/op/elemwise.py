@@ -140,6 +140,7 @@ _UNARY = [
     _Unary("round", np.round, _zero_grad, NUMERIC, "half to even"),
     _Unary("sign", _sign, _zero_grad, NUMERIC),
     _Unary("logical_not", np.logical_not, None, BOOL),
+    _Unary("bitwise_not", np.invert, None, INT),
     _Unary("isnan", np.isnan, None, FLOAT, out_dtype="bool"),
     _Unary("isinf", np.isinf, None, FLOAT, out_dtype="bool"),
     _Unary("isfinite", np.isfinite, None, FLOAT, out_dtype="bool"),
@@ -192,6 +193,7 @@ _UNARY_TE: dict[str, Callable[[E.Expr], E.Expr]] = {
     if E.is_float(x.dtype) else x,
     "sign": _signum,
     "logical_not": lambda x: E.Not(x),
+    "bitwise_not": lambda x: E.bitwise("bitxor", x, E.const(-1, x.dtype)),  # every bit set, in any width
     "isnan": _float_only(lambda x: E.compare("ne", x, x)),
     "isinf": _float_only(_isinf),
     "isfinite": _float_only(lambda x: E.all_of(E.compare("eq", x, x), E.Not(_isinf(x)))),

@@ -1,5 +1,6 @@
 """Broadcasting binary operators: arithmetic (`add`, `divide`, `power`, …), logical (`logical_and`
-…) and comparisons (`less`, …), registered from tables like the unary ops in `elemwise`.
+…), bitwise (`bitwise_and` …, `left_shift`, `right_shift`) and comparisons (`less`, …), registered
+from tables like the unary ops in `elemwise`.
 
 Dtype rules (Relay's): both operands must have the same dtype (no implicit promotion; insert a
 `cast`), results keep that dtype, comparisons return `bool`, and integer ops stay integer:
@@ -8,7 +9,8 @@ Dtype rules (Relay's): both operands must have the same dtype (no implicit promo
   dividend (C `fmod`, TVM's `truncmod`); `floor_divide` / `floor_mod` round toward minus infinity.
   Integer division by zero yields 0 (the result is undefined in Relay; we pick a value rather
   than crash the reference).
-* `logical_*` require bool operands.
+* `logical_*` require bool operands; `bitwise_*` and the shifts integer ones. A shift count outside
+  [0, bits) gives 0 (-1 for a negative number shifted right), as NumPy does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import Type
-from autorelay.op.elemwise import ANY_DTYPE, BOOL, NUMERIC, as_array, check_dtype, mul, scalar_like, sum_to
+from autorelay.op.elemwise import (
+    ANY_DTYPE,
+    BOOL,
+    INT,
+    NUMERIC,
+    as_array,
+    check_dtype,
+    mul,
+    scalar_like,
+    sum_to,
+)
 from autorelay.op.registry import OpDef, OpPattern, call, register
 from autorelay.op.shape_utils import broadcast_types, tensor_arg
 from autorelay.op.te_compute import Unsupported, binary
@@ -133,6 +145,16 @@ _LOGICAL = [
     _Binary("logical_xor", np.logical_xor, None, BOOL),
 ]
 
+# integers only; shifts by a count outside [0, bits) give NumPy's answers: 0, or -1 for a negative
+# number shifted right
+_BITWISE = [
+    _Binary("bitwise_and", np.bitwise_and, None, INT, zero_grad=True),
+    _Binary("bitwise_or", np.bitwise_or, None, INT, zero_grad=True),
+    _Binary("bitwise_xor", np.bitwise_xor, None, INT, zero_grad=True),
+    _Binary("left_shift", np.left_shift, None, INT, zero_grad=True),
+    _Binary("right_shift", np.right_shift, None, INT, zero_grad=True),
+]
+
 _COMPARE = [
     _Binary(name, fn, None, ANY_DTYPE, out_dtype="bool", zero_grad=True)
     for name, fn in [
@@ -199,6 +221,25 @@ _floor_mod = _integer_rule(lambda a, b: a - E.call("floor", a / b) * b, lambda a
 _floor_divide = _integer_rule(lambda a, b: E.call("floor", a / b), lambda a, s: a // s)
 
 
+def _shift_out_of_range(a: E.Expr, b: E.Expr) -> E.Expr:
+    """Whether count `b` is outside [0, bits of a's type): LLVM's shift would be poison there."""
+    too_far = b >= E.const(8 * np.dtype(a.dtype).itemsize, b.dtype)
+    return too_far if b.dtype.startswith("u") else too_far | (b < E.const(0, b.dtype))
+
+
+def _left_shift(a: E.Expr, b: E.Expr) -> E.Expr:
+    outside, zero = _shift_out_of_range(a, b), E.const(0, a.dtype)
+    return E.select(outside, zero, E.bitwise("shl", a, E.select(outside, E.const(0, b.dtype), b)))
+
+
+def _right_shift(a: E.Expr, b: E.Expr) -> E.Expr:
+    """Arithmetic for signed types: a count past the width shifts by width - 1 (0 or -1, as NumPy)."""
+    outside, last = _shift_out_of_range(a, b), E.const(8 * np.dtype(a.dtype).itemsize - 1, b.dtype)
+    if a.dtype.startswith("u"):
+        return E.select(outside, E.const(0, a.dtype), E.shr(a, E.select(outside, last, b)))
+    return E.shr(a, E.select(outside, last, b))
+
+
 _BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
@@ -210,6 +251,11 @@ _BINARY_TE: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
     "mod": _mod,
     "floor_mod": _floor_mod,
     "floor_divide": _floor_divide,
+    "bitwise_and": lambda a, b: E.bitwise("bitand", a, b),
+    "bitwise_or": lambda a, b: E.bitwise("bitor", a, b),
+    "bitwise_xor": lambda a, b: E.bitwise("bitxor", a, b),
+    "left_shift": _left_shift,
+    "right_shift": _right_shift,
     "logical_and": lambda a, b: a & b,
     "logical_or": lambda a, b: a | b,
     "logical_xor": lambda a, b: E.compare("ne", a, b),
@@ -260,5 +306,5 @@ def _register_binary(spec: _Binary) -> OpDef:
     )
 
 
-for _spec in _ARITH + _LOGICAL + _COMPARE:
+for _spec in _ARITH + _LOGICAL + _BITWISE + _COMPARE:
     _register_binary(_spec)

@@ -119,7 +119,8 @@ class Const(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Bin(Expr):
-    """Binary arithmetic: add sub mul div floordiv mod min max and or."""
+    """Binary arithmetic: add sub mul div floordiv mod min max shr, logical and or (bool), and
+    the bitwise bitand bitor bitxor shl of integers."""
 
     op: str
     a: Expr
@@ -311,6 +312,17 @@ def shr(a: Any, b: Any) -> Expr:
     out = binary("shr", a, b)
     if not is_int(out.dtype):
         raise TypeError(f"shr: needs integer operands, got {out.dtype}")
+    return out
+
+
+def bitwise(op: str, a: Any, b: Any) -> Expr:
+    """Bitwise `bitand`, `bitor`, `bitxor` of integers, or `shl` (a shift count of at least the bit
+    width is poison in LLVM: the caller keeps it in range)."""
+    if op not in ("bitand", "bitor", "bitxor", "shl"):
+        raise TypeError(f"unknown bitwise op {op!r}")
+    out = binary(op, a, b)
+    if not is_int(out.dtype):
+        raise TypeError(f"{op}: needs integer operands, got {out.dtype}")
     return out
 
 

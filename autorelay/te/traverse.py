@@ -83,6 +83,9 @@ INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the ca
     "floordiv": lambda a, b: a // b,
     "mod": lambda a, b: a % b,
     "shr": lambda a, b: a >> b,
+    "bitand": lambda a, b: a & b,
+    "bitor": lambda a, b: a | b,
+    "bitxor": lambda a, b: a ^ b,
     "min": min,
     "max": max,
 }

@@ -54,6 +54,12 @@ CASES = [
     *[case(op, [tensor((6, 5), dt), tensor((6, 5), dt)], rng=(-7, 7), ident=f"{op}-{dt}")
       for op in ("divide", "mod", "floor_mod", "floor_divide") for dt in ("int32", "int64", "uint8")],
     *[case(op, [A, A], rng=POS) for op in BINARY_POS],
+    # bitwise ops; the shift counts run past the bit width and below 0 (NumPy's answers: 0 or -1)
+    *[case(op, [tensor((6, 5), dt), tensor((6, 5), dt)], rng=(-3, 70), ident=f"{op}-{dt}")
+      for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+      for dt in ("int8", "uint8", "int32", "int64")],
+    *[case("bitwise_not", [tensor((3, 7), dt)], rng=(-100, 100), ident=f"bitwise_not-{dt}")
+      for dt in ("int8", "uint8", "int64")],
     *[case(op, [tensor((4, 7), "bool"), tensor((4, 7), "bool")]) for op in
       ("logical_and", "logical_or", "logical_xor")],
     case("where", [tensor((3, 19), "bool"), A, tensor((19,))]),

@@ -37,6 +37,7 @@ _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 _UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor", "shl": "shl"}  # integer ops in LLVM
 
 
 def _vector_integer(e: Expr) -> bool:
@@ -246,6 +247,8 @@ class ExprEmitter(LoadEmitter):
             )
         if e.op == "shr":
             return self.op(f"{'lshr' if unsigned else 'ashr'} {t} {a.ref}, {b.ref}", e.dtype, lanes)
+        if e.op in _BITWISE:
+            return self.op(f"{_BITWISE[e.op]} {t} {a.ref}, {b.ref}", e.dtype, lanes)
         if e.op in ("floordiv", "mod"):
             b, minus_one = self._trap_free_divisor(e.b, b, t, lanes, unsigned)
             if unsigned:

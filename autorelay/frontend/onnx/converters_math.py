@@ -24,11 +24,6 @@ TABLE: dict[str, Converter] = {}
 _x = required_input
 _reg = registrar(TABLE)
 
-
-
-
-
-
 _UNARY = {
     "Relu": "nn.relu",
     "Sigmoid": "sigmoid",
@@ -41,6 +36,7 @@ _UNARY = {
     "Floor": "floor",
     "Ceil": "ceil",
     "Erf": "erf",
+    "BitwiseNot": "bitwise_not",
 }
 _BINARY = {
     "Add": "add",
@@ -52,6 +48,9 @@ _BINARY = {
     "Greater": "greater",
     "LessOrEqual": "less_equal",
     "GreaterOrEqual": "greater_equal",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
 }
 
 
@@ -75,6 +74,16 @@ for _n in _UNARY:
 TABLE["Identity"] = _identity
 for _n in _BINARY:
     TABLE[_n] = _binary
+
+
+@_reg("BitShift")
+def _bit_shift(g: GraphBuilder, node: NodeView) -> Expr:
+    """BitShift (unsigned types): `direction` LEFT or RIGHT, the count per element of Y."""
+    direction = node.attr("direction", "")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        raise node.fail(f"direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    return g.call("left_shift" if direction == "LEFT" else "right_shift", _x(node, 0), _x(node, 1))
 
 
 @_reg("Pow")

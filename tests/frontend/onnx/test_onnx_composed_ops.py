@@ -1,7 +1,8 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation) or with `scatter_elements` (ScatterElements, ScatterND), compiled with
-no NumPy fallback and checked against ONNX Runtime.
+MeanVariance/Lp normalisation) or with `scatter_elements` (ScatterElements, ScatterND), and the
+integer ones (the Bitwise ops, BitShift, Mod), compiled with no NumPy fallback and checked against
+ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
 
 from __future__ import annotations
@@ -157,3 +158,34 @@ def test_bad_shapes_name_the_node_and_the_shapes(op, inputs, attrs, message):
                        [value_info("y", None)], opset=18)
     with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match=message):
         autorelay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "int8", "int64"])
+def test_bitwise_ops_and_the_integer_remainders(dtype):
+    """BitwiseAnd/Or/Xor/Not and Mod (both signs) on integers, compiled: a weight-only quantized
+    export unpacks its 4-bit nibbles with exactly these. Divisors avoid 0 (ONNX Runtime's Mod
+    raises there)."""
+    onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("BitwiseAnd", ["a", "b"], ["and"]),
+             helper.make_node("BitwiseOr", ["a", "b"], ["or"]),
+             helper.make_node("BitwiseXor", ["a", "b"], ["xor"]),
+             helper.make_node("BitwiseNot", ["a"], ["not"]),
+             helper.make_node("Mod", ["a", "d"], ["mod"]),
+             helper.make_node("Mod", ["a", "d"], ["fmod"], fmod=1)]
+    model = make_model(nodes, [value_info(n, (3, 11), onnx_type) for n in "abd"],
+                       [value_info(n, None, onnx_type) for n in ("and", "or", "xor", "not", "mod", "fmod")],
+                       opset=18)
+    info = np.iinfo(dtype)
+    a, b = (RNG.integers(info.min, info.max, (3, 11), endpoint=True).astype(dtype) for _ in range(2))
+    d = RNG.integers(1, 9, (3, 11)).astype(dtype) * (1 if info.min == 0 else RNG.choice([-1, 1], (3, 11)))
+    _build_and_check(model, {"a": a, "b": b, "d": d.astype(dtype)})
+
+
+def test_bit_shift_in_both_directions():
+    nodes = [helper.make_node("BitShift", ["x", "n"], ["left"], direction="LEFT"),
+             helper.make_node("BitShift", ["x", "n"], ["right"], direction="RIGHT")]
+    u8 = TensorProto.UINT8
+    model = make_model(nodes, [value_info("x", (4, 9), u8), value_info("n", (9,), u8)],
+                       [value_info(n, None, u8) for n in ("left", "right")])
+    x = RNG.integers(0, 256, (4, 9)).astype("uint8")
+    _build_and_check(model, {"x": x, "n": np.arange(9, dtype="uint8") % 8})
