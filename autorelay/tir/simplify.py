@@ -9,7 +9,7 @@ lie in [0, 16), so a packed-weight load turns into a contiguous vector load, and
 from __future__ import annotations
 
 from autorelay.te.expr import Bin, Cast, Cmp, Const, Expr, Not, Select, Var, is_int
-from autorelay.te.traverse import INT_FOLD, children, reads_var, rebuild, substitute
+from autorelay.te.traverse import INT_FOLD, children, reads_var, rebuild, substitute, wrap_int
 from autorelay.tir.linear_form import Forms, Linear, combine
 from autorelay.tir.nodes import Allocate, Barrier, For, If, Seq, Stmt, Store, seq
 
@@ -152,9 +152,10 @@ def _rule(e: Expr, bounds: Bounds, f: Forms) -> Expr | None:
         if (
             isinstance(a, Const)
             and isinstance(b, Const)
+            and e.op in INT_FOLD
             and not (e.op in ("floordiv", "mod") and b.value == 0)
         ):
-            return Const(INT_FOLD[e.op](int(a.value), int(b.value)), e.dtype)
+            return Const(wrap_int(INT_FOLD[e.op](int(a.value), int(b.value)), e.dtype), e.dtype)
         if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
             return _divmod(e, bounds, f)
         if e.op in ("min", "max"):

@@ -365,3 +365,19 @@ def test_remembering_node_values_emits_the_ir_walking_every_path_emits(cpu, monk
                 m.setattr(exprs.ExprEmitter, "_node_value", lambda self, e, emit: emit(e))
                 walked = emit_module(func, target, "k")[0]
             assert remembered == walked, cfg.as_dict()
+
+
+def test_constant_bitwise_index_arithmetic_folds_and_wraps():
+    """The loop IR simplifier folds integer ops of constants, shifts and bitwise ops included,
+    wrapping as the machine does (a folded constant must fit its LLVM type)."""
+    from autorelay.te.traverse import wrap_int
+
+    x = te.placeholder((4,), "int32", name="X")
+    one, three = E.const(1, "int64"), E.const(3, "int64")
+    y = te.compute((4,), lambda i: x[E.bitwise("shl", one, one) + i * 0]
+                   + E.bitwise("bitxor", E.const(5, "int32"), E.const(3, "int32")), name="Y")
+    got = compile_kernel(te.make_def([x], y), None, None).run(np.arange(4, dtype="int32"))
+    np.testing.assert_array_equal(got, [2 + 6] * 4)
+    assert E.bitwise("bitand", three, one).dtype == "int64"
+    assert [wrap_int(v, "int32") for v in (2**31, -2**31 - 1, 7)] == [-2**31, 2**31 - 1, 7]
+    assert [wrap_int(v, "uint8") for v in (256, -1)] == [0, 255]
