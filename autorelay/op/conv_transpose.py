@@ -152,6 +152,37 @@ def _gradient(nsp: int, op: str):
     return gradient
 
 
+def _masked_compute(x: Any, w: Any, attrs: Attrs, out_type: Type) -> Any:
+    """A dilated transposed convolution (1-d or 2-d, NC<spatial>/IO<spatial>): every tap, kept where
+    it lands on an input element. Output position `y` reads input `i = (y + pad - k * dilation) / s`
+    through tap `k` when that division is exact and `i` in range. The phase trick of the gather
+    forms does not apply (a phase's taps are not every s-th one), so this does `s` times the work
+    per spatial axis: it serves the rare dilated layer, the gather forms the rest."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    nsp = x.ndim - 2
+    groups, cg, og = attrs["groups"], x.shape[1] // attrs["groups"], w.shape[1]
+    strides, dilation, pads = attrs["strides"], attrs["dilation"], attrs["padding"][:nsp]
+    rc = te.reduce_axis(cg, "rc")
+    taps = [te.reduce_axis(k, f"rk{a}") for a, k in enumerate(w.shape[2:])]
+
+    def body(b: E.Expr, f: E.Expr, *out: E.Expr) -> E.Expr:
+        ch = rc.var if groups == 1 else f // og * cg + rc.var
+        lands, src = [], []
+        for a, (y, k, s) in enumerate(zip(out, taps, strides)):
+            t = y + pads[a] - k.var * dilation[a]
+            q = t // s if s > 1 else t
+            lands += [t >= 0, q < x.shape[2 + a]] + ([E.compare("eq", t - q * s, 0)] if s > 1 else [])
+            src.append(E.minimum(E.maximum(q, 0), x.shape[2 + a] - 1))
+        prod = x[(b, ch, *src)] * w[(ch, f if groups == 1 else f % og, *[k.var for k in taps])]
+        return te.sum(E.select(E.all_of(*lands), prod, E.const(0.0, x.dtype)), [rc, *taps])
+
+    fn = (lambda b, f, y: body(b, f, y)) if nsp == 1 else (lambda b, f, y, xx: body(b, f, y, xx))
+    return te.compute(tuple(tc.out_shape(out_type)), fn, name=f"conv{nsp}d_transpose_dilated", tag="reduce")
+
+
 def _conv2d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     """The direct (gather) form: only the kernel taps that land on an input element are summed.
 
@@ -168,8 +199,10 @@ def _conv2d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any
     x, w = inputs
     tc.check_dtypes(inputs, ("float32", "float64"))
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
-    if layouts != ("NCHW", "IOHW", "NCHW") or tuple(attrs["dilation"]) != (1, 1):
-        raise tc.Unsupported("only NCHW/IOHW transposed convolution with dilation=1 has a compute")
+    if layouts != ("NCHW", "IOHW", "NCHW"):
+        raise tc.Unsupported("only NCHW/IOHW transposed convolution has a compute")
+    if tuple(attrs["dilation"]) != (1, 1):
+        return _masked_compute(x, w, attrs, out_type)
     n, o, oh, ow = tc.out_shape(out_type)
     _, c, h, wd = x.shape
     _, og, kh, kw = w.shape
@@ -211,10 +244,12 @@ def _conv1d_transpose_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any
     x, w = inputs
     tc.check_dtypes(inputs, ("float32", "float64"))
     layouts = (attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"])
-    if layouts != ("NCW", "IOW", "NCW") or tuple(attrs["dilation"]) != (1,):
-        raise tc.Unsupported("only NCW/IOW transposed convolution with dilation=1 has a compute")
+    if layouts != ("NCW", "IOW", "NCW"):
+        raise tc.Unsupported("only NCW/IOW transposed convolution has a compute")
     if attrs["out_dtype"] and attrs["out_dtype"] != x.dtype:
         raise tc.Unsupported(f"out_dtype {attrs['out_dtype']} differs from the data dtype {x.dtype}")
+    if tuple(attrs["dilation"]) != (1,):
+        return _masked_compute(x, w, attrs, out_type)
     n, o, ow = tc.out_shape(out_type)
     _, c, width = x.shape
     _, og, kw = w.shape

@@ -130,6 +130,13 @@ MORE_CASES = [
     case("nn.conv1d_transpose", [tensor((1, 3, 6)), tensor((3, 2, 16))],
          {"strides": (8,), "padding": (4, 4)}, rtol=1e-4, ident="convT1d-upsample8"),
     case("nn.conv1d_transpose", [tensor((1, 2, 5)), tensor((2, 3, 3))], rtol=1e-4, ident="convT1d-stride1"),
+    # dilated: every tap, masked where it falls between input elements
+    case("nn.conv1d_transpose", [tensor((1, 4, 6)), tensor((4, 3, 3))],
+         {"strides": (2,), "dilation": (3,), "padding": (2, 1), "groups": 2}, rtol=1e-4,
+         ident="convT1d-dilated"),
+    case("nn.conv2d_transpose", [tensor((1, 3, 5, 4)), tensor((3, 2, 3, 2))],
+         {"strides": (2, 3), "dilation": (2, 3), "padding": (1, 0, 2, 1), "output_padding": (1, 2)},
+         rtol=1e-4, ident="convT-dilated"),
 ]
 
 
