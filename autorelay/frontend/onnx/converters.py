@@ -5,6 +5,7 @@ from __future__ import annotations
 from autorelay.frontend.onnx import (
     converters_activation,
     converters_control,
+    converters_grid,
     converters_loop,
     converters_masks,
     converters_math,
@@ -39,6 +40,7 @@ for _table in (
     converters_select.TABLE,
     converters_space.TABLE,
     converters_masks.TABLE,
+    converters_grid.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

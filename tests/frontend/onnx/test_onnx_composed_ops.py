@@ -1,8 +1,8 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation) or with `scatter_elements` (ScatterElements, ScatterND), and the
-integer ones (the Bitwise ops, BitShift, Mod), compiled with no NumPy fallback and checked against
-ONNX Runtime.
+MeanVariance/Lp normalisation, GridSample) or with `scatter_elements` (ScatterElements, ScatterND),
+and the integer ones (the Bitwise ops, BitShift, Mod), compiled with no NumPy fallback and checked
+against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
 
 from __future__ import annotations
@@ -189,3 +189,31 @@ def test_bit_shift_in_both_directions():
                        [value_info(n, None, u8) for n in ("left", "right")])
     x = RNG.integers(0, 256, (4, 9)).astype("uint8")
     _build_and_check(model, {"x": x, "n": np.arange(9, dtype="uint8") % 8})
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample(mode, padding, align):
+    """A spatial transformer's sampling: grid values past [-1, 1] (so every padding mode shows),
+    on a data shape that is not square."""
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding,
+                            align_corners=align)
+    model = make_model([node], [value_info("x", (2, 3, 5, 7)), value_info("grid", (2, 4, 6, 2))],
+                       [value_info("y", None)], opset=16)
+    grid = RNG.uniform(-1.7, 1.7, (2, 4, 6, 2)).astype("float32")
+    grid[0, 0, :3] = [[-1, -1], [1, 1], [0.5, -0.25]]  # corners and a tie for nearest
+    _build_and_check(model, {"x": RNG.standard_normal((2, 3, 5, 7)).astype("float32"), "grid": grid})
+
+
+def test_grid_sample_opset_20_names_and_refusals():
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear")
+    model = make_model([node], [value_info("x", (1, 2, 4, 4)), value_info("grid", (1, 3, 3, 2))],
+                       [value_info("y", None)], opset=20)
+    _build_and_check(model, {"x": RNG.standard_normal((1, 2, 4, 4)).astype("float32"),
+                             "grid": RNG.uniform(-1, 1, (1, 3, 3, 2)).astype("float32")})
+    cubic = make_model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode="cubic")],
+                       [value_info("x", (1, 2, 4, 4)), value_info("grid", (1, 3, 3, 2))],
+                       [value_info("y", None)], opset=20)
+    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="mode 'cubic' is not supported"):
+        autorelay.frontend.from_onnx(cubic)

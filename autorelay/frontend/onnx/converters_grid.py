@@ -1,0 +1,114 @@
+"""GridSample: data read at the positions a grid names (a spatial transformer, a flow warp, a
+deformable layer's sampling), bilinear or nearest, with zeros, border or reflection padding.
+
+Written with IR ops the compiler already fuses, so no kernel of its own: the grid's coordinates are
+unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1 or 4 taps
+becomes a flat index into the data (batch and channel offsets broadcast in) read by one `take`, and
+the taps are weighted and summed. A tap outside the data reads 0 (the zeros mode, and the far
+neighbour of a coordinate on the last row or column, whose weight is 0 anyway). The arithmetic is
+PyTorch's `grid_sample`, which ONNX's definition follows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
+from autorelay.ir.expr import Expr
+
+TABLE: dict = {}
+_x = required_input
+_reg = registrar(TABLE)
+
+_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest"}  # opset 20 renamed them
+
+
+def _text(node: NodeView, name: str, default: str) -> str:
+    value = node.attr(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _coordinate(g: GraphBuilder, v: Expr, size: int, align: bool, padding: str) -> Expr:
+    """Grid values in [-1, 1] along an axis of `size` elements, as positions in that axis."""
+    def s(value: float) -> Expr:
+        return g.scalar(value, v)
+
+    one = s(1.0)
+    if align:  # -1 and 1 are the centres of the first and last elements
+        pos = g.call("multiply", g.call("add", v, one), s((size - 1) / 2))
+    else:  # -1 and 1 are their outer edges
+        scaled = g.call("multiply", g.call("add", v, one), s(size))
+        pos = g.call("divide", g.call("subtract", scaled, one), s(2.0))
+    if padding == "reflection":
+        pos = _reflect(g, pos, *((0.0, size - 1.0) if align else (-0.5, size - 0.5)))
+    if padding in ("border", "reflection"):
+        pos = g.call("clip", pos, a_min=0.0, a_max=float(size - 1))
+    return pos
+
+
+def _reflect(g: GraphBuilder, pos: Expr, low: float, high: float) -> Expr:
+    """`pos` folded into [low, high] by reflecting at its ends as often as it takes."""
+    span = high - low
+    if span <= 0:
+        return g.call("zeros_like", pos)
+    dist = g.call("abs", g.call("subtract", pos, g.scalar(low, pos)))
+    flips = g.call("floor", g.call("divide", dist, g.scalar(span, pos)))
+    extra = g.call("subtract", dist, g.call("multiply", flips, g.scalar(span, pos)))
+    even = g.call("equal", g.call("floor_mod", flips, g.scalar(2.0, pos)), g.scalar(0.0, pos))
+    return g.call("where", even, g.call("add", extra, g.scalar(low, pos)),
+                  g.call("subtract", g.scalar(high, pos), extra))
+
+
+@_reg("GridSample")
+def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
+    x, grid = _x(node, 0), _x(node, 1)
+    shape, gshape = g.static_shape(x, "X"), g.static_shape(grid, "grid")
+    if len(shape) != 4:
+        raise node.fail(f"only 4-D (N, C, H, W) data is supported, got shape {shape}")
+    n, c, h, w = shape
+    if len(gshape) != 4 or gshape[0] != n or gshape[3] != 2:
+        raise node.fail(f"grid must be (N, H_out, W_out, 2) with N = {n}, got shape {gshape}")
+    mode = _text(node, "mode", "linear" if node.opset >= 20 else "bilinear")
+    if mode not in _MODES:
+        raise node.fail(f"mode {mode!r} is not supported (bilinear/linear and nearest are)")
+    padding = _text(node, "padding_mode", "zeros")
+    if padding not in ("zeros", "border", "reflection"):
+        raise node.fail(f"padding_mode must be zeros, border or reflection, got {padding!r}")
+    align = bool(node.attr("align_corners", 0))
+    ho, wo = gshape[1], gshape[2]
+
+    def axis(k: int, size: int) -> Expr:  # the grid's x (k = 0) or y (k = 1) as (N, 1, H_out, W_out)
+        v = g.call("strided_slice", grid, begin=(0, 0, 0, k), end=(n, ho, wo, k + 1))
+        return _coordinate(g, g.call("reshape", v, newshape=(n, 1, ho, wo)), size, align, padding)
+
+    px, py = axis(0, w), axis(1, h)
+    flat = g.call("reshape", x, newshape=(n * c * h * w,))
+    planes = (np.arange(n).reshape(n, 1, 1, 1) * (c * h * w) + np.arange(c).reshape(1, c, 1, 1) * (h * w))
+    base = g.const(planes.astype("int64"))
+
+    def tap(xs: Expr, ys: Expr) -> Expr:
+        """The data at integral positions (float), 0 where they fall outside it."""
+        inside = g.call("logical_and",
+                        g.call("logical_and", g.call("greater_equal", xs, g.scalar(0.0, xs)),
+                               g.call("less_equal", xs, g.scalar(w - 1.0, xs))),
+                        g.call("logical_and", g.call("greater_equal", ys, g.scalar(0.0, ys)),
+                               g.call("less_equal", ys, g.scalar(h - 1.0, ys))))
+        xi = g.call("cast", g.call("clip", xs, a_min=0.0, a_max=float(w - 1)), dtype="int64")
+        yi = g.call("cast", g.call("clip", ys, a_min=0.0, a_max=float(h - 1)), dtype="int64")
+        index = g.call("add", base, g.call("add", g.call("multiply", yi, g.const(np.int64(w))), xi))
+        value = g.call("take", flat, index, mode="clip")
+        return g.call("where", inside, value, g.call("zeros_like", value))
+
+    if _MODES[mode] == "nearest":  # half to even, as ONNX Runtime's nearbyint
+        return tap(g.call("round", px), g.call("round", py))
+    x0, y0 = g.call("floor", px), g.call("floor", py)
+    one = g.scalar(1.0, px)
+    x1, y1 = g.call("add", x0, one), g.call("add", y0, one)
+    fx, fy = g.call("subtract", px, x0), g.call("subtract", py, y0)
+    gx, gy = g.call("subtract", one, fx), g.call("subtract", one, fy)
+    out = None
+    for xs, ys, weight in ((x0, y0, g.call("multiply", gx, gy)), (x1, y0, g.call("multiply", fx, gy)),
+                           (x0, y1, g.call("multiply", gx, fy)), (x1, y1, g.call("multiply", fx, fy))):
+        term = g.call("multiply", tap(xs, ys), weight)
+        out = term if out is None else g.call("add", out, term)
+    return out
