@@ -1,10 +1,15 @@
-"""DepthToSpace and SpaceToDepth: blocks of channels become blocks of pixels and back (a sub-pixel
-convolution's pixel shuffle, a space-to-depth stem). Each is a reshape to six axes, one transpose
-and a reshape back, so the compiler fuses the move into the kernels around it like any other
-layout change instead of running an op of its own.
+"""Ops that only move data: DepthToSpace and SpaceToDepth, where blocks of channels become blocks
+of pixels and back (a sub-pixel convolution's pixel shuffle, a space-to-depth stem), and
+ReverseSequence.
+
+DepthToSpace and SpaceToDepth are each a reshape to six axes, one transpose and a reshape back, so
+the compiler fuses the move into the kernels around it like any other layout change instead of
+running an op of its own. ReverseSequence is one `take` of rows.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
 from autorelay.ir.expr import Expr
@@ -50,3 +55,33 @@ def _space_to_depth(g: GraphBuilder, node: NodeView) -> Expr:
     y = g.call("reshape", x, newshape=(n, c, h // b, b, w // b, b))
     y = g.call("transpose", y, axes=(0, 3, 5, 1, 2, 4))
     return g.call("reshape", y, newshape=(n, c * b * b, h // b, w // b))
+
+
+@_reg("ReverseSequence")
+def _reverse_sequence(g: GraphBuilder, node: NodeView) -> Expr:
+    """Each batch entry's first `sequence_lens[b]` steps reversed, the rest kept (a bidirectional
+    RNN's backward pass over padded batches). With the time and batch axes first (in either order)
+    and the rest flattened, row (t, b) reads row (len[b] - 1 - t, b) where t < len[b]: one `take`
+    of rows by a flat index computed from the lengths."""
+    x, lens = _x(node, 0), _x(node, 1)
+    shape = g.static_shape(x)
+    time_axis, batch_axis = int(node.attr("time_axis", 0)), int(node.attr("batch_axis", 1))
+    if len(shape) < 2 or {time_axis, batch_axis} != {0, 1}:
+        raise node.fail(f"time_axis and batch_axis must be 0 and 1 (in either order) of a rank >= 2 input, "
+                        f"got {time_axis}, {batch_axis} for shape {shape}")
+    steps, batch = shape[time_axis], shape[batch_axis]
+    if g.shape(lens) != (batch,):
+        raise node.fail(f"sequence_lens must be ({batch},) for input shape {shape}, got {g.shape(lens)}")
+    lens = g.call("cast", lens, dtype="int64")
+    t = g.const(np.arange(steps, dtype="int64").reshape(steps, 1))
+    b = g.const(np.arange(batch, dtype="int64").reshape(1, batch))
+    lens = g.call("reshape", lens, newshape=(1, batch))
+    src = g.call("where", g.call("less", t, lens),
+                 g.call("subtract", g.call("subtract", lens, g.const(np.int64(1))), t), t)  # (steps, batch)
+    rows = g.call("add", g.call("multiply", src, g.const(np.int64(batch))), b) if time_axis == 0 else \
+        g.call("add", g.call("multiply", b, g.const(np.int64(steps))), src)  # row of (t, b) in x's order
+    if time_axis == 1:
+        rows = g.call("transpose", rows, axes=(1, 0))  # (batch, steps), as x lays them out
+    flat = g.call("reshape", x, newshape=(steps * batch, -1))
+    taken = g.call("take", flat, rows, axis=0, mode="clip")
+    return g.call("reshape", taken, newshape=shape)

@@ -1,8 +1,8 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation, GridSample) or with `scatter_elements` (ScatterElements, ScatterND),
-and the integer ones (the Bitwise ops, BitShift, Mod), compiled with no NumPy fallback and checked
-against ONNX Runtime.
+MeanVariance/Lp normalisation, GridSample, ReverseSequence) or with `scatter_elements`
+(ScatterElements, ScatterND), and the integer ones (the Bitwise ops, BitShift, Mod), compiled with
+no NumPy fallback and checked against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
 
 from __future__ import annotations
@@ -217,3 +217,14 @@ def test_grid_sample_opset_20_names_and_refusals():
                        [value_info("y", None)], opset=20)
     with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="mode 'cubic' is not supported"):
         autorelay.frontend.from_onnx(cubic)
+
+
+@pytest.mark.parametrize(("time_axis", "batch_axis"), [(0, 1), (1, 0)])
+def test_reverse_sequence(time_axis, batch_axis):
+    shape = (5, 4, 3) if time_axis == 0 else (4, 5, 3)
+    node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], time_axis=time_axis,
+                            batch_axis=batch_axis)
+    model = make_model([node], [value_info("x", shape), value_info("lens", (4,), TensorProto.INT64)],
+                       [value_info("y", None)])
+    _build_and_check(model, {"x": RNG.standard_normal(shape).astype("float32"),
+                             "lens": np.array([5, 1, 3, 0], "int64")})
