@@ -1,5 +1,7 @@
 """GridSample: data read at the positions a grid names (a spatial transformer, a flow warp, a
-deformable layer's sampling), bilinear or nearest, with zeros, border or reflection padding.
+deformable layer's sampling), bilinear or nearest, with zeros, border or reflection padding; and
+AffineGrid, the grid a spatial transformer samples at (a batched matrix product of its affine
+matrices with the constant grid of output positions).
 
 Written with IR ops the compiler already fuses, so no kernel of its own: the grid's coordinates are
 unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1 or 4 taps
@@ -112,3 +114,29 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
         term = g.call("multiply", tap(xs, ys), weight)
         out = term if out is None else g.call("add", out, term)
     return out
+
+
+@_reg("AffineGrid")
+def _affine_grid(g: GraphBuilder, node: NodeView) -> Expr:
+    """theta (N, 2, 3) and size (N, C, H, W) -> (N, H, W, 2): each output position's normalised
+    (x, y, 1) times theta transposed. Positions are the element centres, -1 and 1 being the first
+    and last centres with align_corners, else the outer edges."""
+    theta = _x(node, 0)
+    size = g.ints(_x(node, 1), "the output size")
+    if len(size) != 4:
+        raise node.fail(f"only 2-d grids are supported: size must be (N, C, H, W), got {size}")
+    n, _, h, w = size
+    if g.static_shape(theta, "theta") != (n, 2, 3):
+        raise node.fail(f"theta must be ({n}, 2, 3) for size {size}, got {g.shape(theta)}")
+    align = bool(node.attr("align_corners", 0))
+
+    def centres(m: int) -> np.ndarray:
+        if align:
+            return np.linspace(-1.0, 1.0, m) if m > 1 else np.zeros(1)
+        return (2.0 * np.arange(m) + 1.0) / m - 1.0
+
+    ys, xs = np.meshgrid(centres(h), centres(w), indexing="ij")
+    base = np.stack([xs.reshape(-1), ys.reshape(-1), np.ones(h * w)], axis=1)  # (H*W, 3)
+    base = g.const(np.ascontiguousarray(np.broadcast_to(base, (n, h * w, 3))).astype(g.dtype(theta)))
+    grid = g.call("nn.batch_matmul", base, theta, transpose_a=False, transpose_b=True)  # (N, H*W, 2)
+    return g.call("reshape", grid, newshape=(n, h, w, 2))

@@ -1,8 +1,8 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation, GridSample, ReverseSequence) or with `scatter_elements`
-(ScatterElements, ScatterND), and the integer ones (the Bitwise ops, BitShift, Mod), compiled with
-no NumPy fallback and checked against ONNX Runtime.
+MeanVariance/Lp normalisation, AffineGrid, GridSample, ReverseSequence, the signal windows) or with
+`scatter_elements` (ScatterElements, ScatterND), and the integer ones (the Bitwise ops, BitShift,
+Mod), compiled with no NumPy fallback and checked against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
 
 from __future__ import annotations
@@ -228,3 +228,25 @@ def test_reverse_sequence(time_axis, batch_axis):
                        [value_info("y", None)])
     _build_and_check(model, {"x": RNG.standard_normal(shape).astype("float32"),
                              "lens": np.array([5, 1, 3, 0], "int64")})
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_then_grid_sample(align):
+    """A spatial transformer: AffineGrid's grid, sampled by GridSample."""
+    size = np.array([2, 3, 5, 6], "int64")
+    nodes = [_const("size", size),
+             helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align)]
+    model = make_model(nodes, [value_info("theta", (2, 2, 3)), value_info("x", (2, 3, 7, 4))],
+                       [value_info("grid", None), value_info("y", None)], opset=20)
+    theta = np.array([[[0.9, -0.3, 0.1], [0.2, 1.1, -0.2]], [[1.2, 0.0, 0.3], [0.0, 0.7, 0.0]]], "float32")
+    _build_and_check(model, {"theta": theta, "x": RNG.standard_normal((2, 3, 7, 4)).astype("float32")})
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+def test_windows(op, periodic):
+    nodes = [_const("n", np.array(10, "int64")), helper.make_node(op, ["n"], ["y"], periodic=periodic),
+             helper.make_node("Mul", ["x", "y"], ["z"])]
+    model = make_model(nodes, [value_info("x", (3, 10))], [value_info("z", None)], opset=17)
+    _build_and_check(model, {"x": RNG.standard_normal((3, 10)).astype("float32")})
