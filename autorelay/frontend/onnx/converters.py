@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autorelay.frontend.onnx import (
     converters_activation,
+    converters_attention,
     converters_control,
     converters_grid,
     converters_loop,
@@ -41,6 +42,7 @@ for _table in (
     converters_space.TABLE,
     converters_masks.TABLE,
     converters_grid.TABLE,
+    converters_attention.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

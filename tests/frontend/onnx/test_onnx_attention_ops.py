@@ -1,0 +1,111 @@
+"""Opset 23's transformer ops, Attention and RotaryEmbedding, imported as IR ops (batched matmuls,
+softmax, elementwise), compiled with no NumPy fallback and checked against ONNX Runtime: heads
+first (4-D) and packed (3-D), grouped and multi-query heads, causal and given masks (bool and
+float; one shorter than the keys against ONNX's reference evaluator, as ONNX Runtime refuses it),
+softcapping, a key/value cache and every qk output; halves and
+interleaved rotations, whole and partial, with and without position ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autorelay
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+from ort_oracle import assert_matches_ort, make_model, value_info  # noqa: E402
+
+RNG = np.random.default_rng(23)
+
+
+def _check(model, feeds):
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks, exe.report
+    assert_matches_ort(exe, model, feeds, rtol=1e-4, atol=1e-5)
+
+
+def _f32(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+CASES = {
+    "mha 4-d": ({}, (2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 5), None),
+    "gqa 4-d causal": ({"is_causal": 1}, (1, 4, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8), None),
+    "mqa 3-d scale softcap": ({"q_num_heads": 4, "kv_num_heads": 1, "scale": 0.3, "softcap": 2.0},
+                              (2, 3, 16), (2, 7, 4), (2, 7, 4), None),
+    "bool mask": ({}, (1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), ("bool", (1, 1, 3, 5))),
+    "float mask": ({"q_num_heads": 2, "kv_num_heads": 2}, (2, 3, 8), (2, 4, 8), (2, 4, 8),
+                   ("float32", (3, 4))),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_attention(case):
+    attrs, qs, ks, vs, mask = CASES[case]
+    names = ["q", "k", "v"] + (["mask"] if mask else [])
+    node = helper.make_node("Attention", names, ["y"], **attrs)
+    inputs = [value_info("q", qs), value_info("k", ks), value_info("v", vs)]
+    feeds = {"q": _f32(*qs), "k": _f32(*ks), "v": _f32(*vs)}
+    if mask:
+        dtype, shape = mask
+        inputs.append(value_info("mask", shape, TensorProto.BOOL if dtype == "bool" else TensorProto.FLOAT))
+        feeds["mask"] = RNG.random(shape) > 0.3 if dtype == "bool" else _f32(*shape)
+        if dtype == "bool":
+            feeds["mask"][..., 0] = True  # no query row masked entirely (softmax of nothing)
+    _check(make_model([node], inputs, [value_info("y", None)], opset=23), feeds)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_attention_with_a_cache_and_every_output(mode):
+    """A decoding step: two new keys after five cached ones, causal, with all four outputs."""
+    node = helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "key", "value", "qk"],
+                            is_causal=1, softcap=3.0, qk_matmul_output_mode=mode)
+    shapes = {"q": (1, 4, 2, 8), "k": (1, 2, 2, 8), "v": (1, 2, 2, 8), "pk": (1, 2, 5, 8), "pv": (1, 2, 5, 8)}
+    model = make_model([node], [value_info(n, s) for n, s in shapes.items()],
+                       [value_info(n, None) for n in ("y", "key", "value", "qk")], opset=23)
+    _check(model, {n: _f32(*s) for n, s in shapes.items()})
+
+
+@pytest.mark.parametrize(("shape", "attrs", "positions"), [
+    ((2, 5, 12), {"num_heads": 3}, True),
+    ((2, 5, 12), {"num_heads": 2, "interleaved": 1, "rotary_embedding_dim": 4}, True),
+    ((1, 3, 4, 8), {"interleaved": 1}, True),
+    ((1, 3, 4, 8), {"rotary_embedding_dim": 6}, False),
+])
+def test_rotary_embedding(shape, attrs, positions):
+    heads = attrs.get("num_heads") or shape[1]
+    head = shape[-1] // heads if len(shape) == 3 else shape[-1]
+    half = (attrs.get("rotary_embedding_dim") or head) // 2
+    seq = shape[1] if len(shape) == 3 else shape[2]
+    cache = (11, half) if positions else (shape[0], seq, half)
+    names = ["x", "cos", "sin"] + (["pos"] if positions else [])
+    inputs = [value_info("x", shape), value_info("cos", cache), value_info("sin", cache)]
+    angles = RNG.uniform(0, 6.3, cache)
+    feeds = {"x": _f32(*shape), "cos": np.cos(angles).astype("float32"),
+             "sin": np.sin(angles).astype("float32")}
+    if positions:
+        inputs.append(value_info("pos", (shape[0], seq), TensorProto.INT64))
+        feeds["pos"] = RNG.integers(0, 11, (shape[0], seq)).astype("int64")
+    node = helper.make_node("RotaryEmbedding", names, ["y"], **attrs)
+    _check(make_model([node], inputs, [value_info("y", None)], opset=23), feeds)
+
+
+def test_a_mask_shorter_than_the_keys_is_padded_as_masked():
+    """ONNX pads a mask shorter than the keys with "masked"; ONNX Runtime refuses such a model,
+    so the oracle is ONNX's own reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])
+    shapes = {"q": (1, 2, 3, 4), "k": (1, 2, 6, 4), "v": (1, 2, 6, 4)}
+    inputs = [value_info(n, s) for n, s in shapes.items()] + [value_info("mask", (3, 4), TensorProto.BOOL)]
+    model = make_model([node], inputs, [value_info("y", None)], opset=23)
+    feeds = {n: _f32(*s) for n, s in shapes.items()} | {"mask": RNG.random((3, 4)) > 0.4}
+    feeds["mask"][:, 0] = True
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks, exe.report
+    np.testing.assert_allclose(exe(*feeds.values()), want, rtol=1e-4, atol=1e-5)
