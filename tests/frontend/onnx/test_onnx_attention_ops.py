@@ -109,3 +109,19 @@ def test_a_mask_shorter_than_the_keys_is_padded_as_masked():
     exe = autorelay.build(mod, params=params)
     assert not exe.report.fallbacks, exe.report
     np.testing.assert_allclose(exe(*feeds.values()), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_pytorch_exports_scaled_dot_product_attention_as_attention():
+    """torch.onnx's exporter at opset 23 writes `scaled_dot_product_attention` as one Attention node
+    (grouped heads and a causal mask here), which imports and matches ONNX Runtime."""
+    torch = pytest.importorskip("torch")
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    args = (torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8))
+    model = torch.onnx.export(Block(), args, dynamo=True, opset_version=23, verbose=False).model_proto
+    assert "Attention" in {n.op_type for n in model.graph.node}
+    _check(model, {i.name: a.numpy() for i, a in zip(model.graph.input, args)})
