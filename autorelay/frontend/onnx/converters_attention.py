@@ -7,8 +7,7 @@ elementwise ops), so the compiler fuses and tunes them like the MatMul/Softmax c
 exporters emit. The arithmetic is the ONNX reference's: Q and K are each scaled by sqrt(scale)
 before their product; a boolean mask keeps where True; a mask shorter than the keys is padded
 with "masked"; a causal mask lets query i see keys up to past + i; grouped K/V heads are repeated
-head by head ([h0, h0, h1, h1, …]). A masked position's bias is the lowest finite value, as ONNX
-Runtime adds (the reference adds -inf: the softmax is 0 there either way).
+head by head ([h0, h0, h1, h1, …]).
 """
 
 from __future__ import annotations
@@ -47,9 +46,10 @@ def _bmm(g: GraphBuilder, a: Expr, b: Expr, transpose_b: bool) -> Expr:
 
 
 def _masked(g: GraphBuilder, like: Expr) -> float:
-    """The bias of a masked position: the lowest finite value, as ONNX Runtime adds (the reference
-    adds -inf; the softmax is 0 there either way, and a qk output shows ONNX Runtime's value)."""
-    return float(np.finfo(g.dtype(like)).min)
+    """The bias of a masked position: -inf, as ONNX's reference adds. (ONNX Runtime adds the lowest
+    finite value instead: the softmax is 0 there either way; only a qk output with the mask in
+    it, `qk_matmul_output_mode` 2, shows the difference.)"""
+    return -np.inf
 
 
 def _mask_bias(g: GraphBuilder, node: NodeView, mask: Expr, like: Expr, total: int) -> Expr:
