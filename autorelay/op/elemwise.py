@@ -140,7 +140,7 @@ _UNARY = [
     _Unary("round", np.round, _zero_grad, NUMERIC, "half to even"),
     _Unary("sign", _sign, _zero_grad, NUMERIC),
     _Unary("logical_not", np.logical_not, None, BOOL),
-    _Unary("bitwise_not", np.invert, None, INT),
+    _Unary("bitwise_not", np.invert, _zero_grad, INT),
     _Unary("isnan", np.isnan, None, FLOAT, out_dtype="bool"),
     _Unary("isinf", np.isinf, None, FLOAT, out_dtype="bool"),
     _Unary("isfinite", np.isfinite, None, FLOAT, out_dtype="bool"),
