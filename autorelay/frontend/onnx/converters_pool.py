@@ -11,6 +11,14 @@ The IR pools in 2-d only (`nn.max_pool2d`, `nn.avg_pool2d`), so the other ranks 
   channels, then pooling depth with (H, W) folded into one axis, is exact.
 * LpPool, `(sum |x|^p)^(1/p)` over a zero-padded window, is an average of `|x|^p` that counts the
   padding, times the window size, to the power `1/p`.
+
+MaxUnpool, the inverse a segmentation decoder runs, is written for windows that tile the input
+(stride = kernel, no padding, as SegNet's): every output position lies in at most one window, so it
+keeps that window's value where the window's index names it, and 0 elsewhere — a gather, not a
+scatter. With `output_shape`, the indices are flat positions in a tensor of that shape (the pooled
+input's, whose last rows a floor-mode pooling left out), as ONNX Runtime reads them. An index must
+name a position inside its own window, as MaxPool's do; one elsewhere is not written (ONNX
+Runtime's scatter would write it).
 """
 
 from __future__ import annotations
@@ -204,3 +212,31 @@ def _global_pool(g: GraphBuilder, node: NodeView) -> Expr:
         return _root(g, g.call("sum", _abs_pow(g, x, p), axis=axes, keepdims=True), p)
     op = "mean" if node.op_type == "GlobalAveragePool" else "max"
     return g.call(op, x, axis=axes, keepdims=True)
+
+
+@_reg("MaxUnpool")
+def _max_unpool(g: GraphBuilder, node: NodeView) -> Expr:
+    x, indices = _x(node, 0), _x(node, 1)
+    shape = g.static_shape(x)
+    kernel, nsp = list(node.attr("kernel_shape", [])), len(shape) - 2
+    strides = list(node.attr("strides", [1] * nsp))
+    pads = list(node.attr("pads", [0] * 2 * nsp))
+    if nsp not in (1, 2) or kernel != strides or any(pads) or len(kernel) != nsp:
+        raise node.fail(f"only windows that tile the input are supported (1-d or 2-d, strides = "
+                        f"kernel_shape, no pads); got kernel_shape {kernel}, strides {strides}, pads {pads}")
+    out = [*shape[:2], *(n * k for n, k in zip(shape[2:], kernel))]
+    wide, where = x, g.call("cast", indices, dtype="int64")
+    for axis, k in enumerate(kernel, start=2):  # each input element repeated over its window
+        wide = g.call("repeat", wide, repeats=k, axis=axis)
+        where = g.call("repeat", where, repeats=k, axis=axis)
+    target = out if node.input(2) is None else g.ints(node.input(2), "output_shape")
+    if len(target) != len(out) or target[:2] != out[:2] or any(t < o for t, o in zip(target, out)):
+        raise node.fail(f"output_shape {target} must keep N, C and be at least {out}")
+    # the indices are flat positions in the output (the pooled input's shape, as ONNX Runtime reads
+    # output_shape): those of the positions the windows cover, then the rest of the output is 0
+    flat = np.arange(int(np.prod(target)), dtype="int64").reshape(target)
+    flat = g.const(np.ascontiguousarray(flat[tuple(slice(0, o) for o in out)]))
+    y = g.call("where", g.call("equal", where, flat), wide, g.call("zeros_like", wide))
+    if target == out:
+        return y
+    return g.call("nn.pad", y, g.scalar(0.0, y), pad_width=tuple((0, t - o) for t, o in zip(target, out)))

@@ -1,6 +1,6 @@
 """Ops that only move data: DepthToSpace and SpaceToDepth, where blocks of channels become blocks
-of pixels and back (a sub-pixel convolution's pixel shuffle, a space-to-depth stem), and
-ReverseSequence.
+of pixels and back (a sub-pixel convolution's pixel shuffle, a space-to-depth stem),
+ReverseSequence, and CenterCropPad (a strided slice and a zero pad).
 
 DepthToSpace and SpaceToDepth are each a reshape to six axes, one transpose and a reshape back, so
 the compiler fuses the move into the kernels around it like any other layout change instead of
@@ -85,3 +85,28 @@ def _reverse_sequence(g: GraphBuilder, node: NodeView) -> Expr:
     flat = g.call("reshape", x, newshape=(steps * batch, -1))
     taken = g.call("take", flat, rows, axis=0, mode="clip")
     return g.call("reshape", taken, newshape=shape)
+
+
+@_reg("CenterCropPad")
+def _center_crop_pad(g: GraphBuilder, node: NodeView) -> Expr:
+    """Each named axis cropped or zero-padded to its target size about the centre; of an odd
+    difference, the extra element is cropped or padded at the end, as ONNX's reference does."""
+    x = _x(node, 0)
+    shape = g.static_shape(x)
+    sizes = g.ints(_x(node, 1), "the target shape")
+    axes = [a % len(shape) for a in node.attr("axes", range(len(shape)))]
+    if len(sizes) != len(axes):
+        raise node.fail(f"{len(sizes)} target sizes for {len(axes)} axes")
+    begin, end, pad = [0] * len(shape), list(shape), [(0, 0)] * len(shape)
+    for a, size in zip(axes, sizes):
+        if size < shape[a]:
+            begin[a] = (shape[a] - size) // 2
+            end[a] = begin[a] + size
+        elif size > shape[a]:
+            before = (size - shape[a]) // 2
+            pad[a] = (before, size - shape[a] - before)
+    if begin != [0] * len(shape) or end != list(shape):
+        x = g.call("strided_slice", x, begin=tuple(begin), end=tuple(end))
+    if any(p != (0, 0) for p in pad):
+        x = g.call("nn.pad", x, g.scalar(0, x), pad_width=tuple(pad))
+    return x

@@ -250,3 +250,27 @@ def test_windows(op, periodic):
              helper.make_node("Mul", ["x", "y"], ["z"])]
     model = make_model(nodes, [value_info("x", (3, 10))], [value_info("z", None)], opset=17)
     _build_and_check(model, {"x": RNG.standard_normal((3, 10)).astype("float32")})
+
+
+@pytest.mark.parametrize("output_shape", [None, (2, 3, 9, 10)])
+def test_max_pool_indices_unpooled(output_shape):
+    """MaxPool's indices, as a segmentation decoder unpools with them (windows that tile the input);
+    with output_shape, back to an input whose last row the floor-mode pooling left out."""
+    shape = output_shape or (2, 3, 8, 10)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("MaxUnpool", ["p", "i"] + (["shape"] if output_shape else []), ["y"],
+                              kernel_shape=[2, 2], strides=[2, 2])]
+    if output_shape:
+        nodes.insert(0, _const("shape", np.array(output_shape, "int64")))
+    model = make_model(nodes, [value_info("x", shape)], [value_info("y", None)], opset=11)
+    _build_and_check(model, {"x": RNG.standard_normal(shape).astype("float32")})
+
+
+@pytest.mark.parametrize(("sizes", "axes"), [((3, 9), (2, 3)), ((4, 7), (-2, -1)), ((2, 6, 8, 3), None)])
+def test_center_crop_pad(sizes, axes):
+    """Crops and pads, even and odd differences, named or all axes."""
+    attrs = {} if axes is None else {"axes": list(axes)}
+    nodes = [_const("s", np.array(sizes, "int64")),
+             helper.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs)]
+    model = make_model(nodes, [value_info("x", (2, 3, 5, 6))], [value_info("y", None)], opset=18)
+    _build_and_check(model, {"x": RNG.standard_normal((2, 3, 5, 6)).astype("float32")})
