@@ -25,11 +25,6 @@ _reg = registrar(TABLE)
 _MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest"}  # opset 20 renamed them
 
 
-def _text(node: NodeView, name: str, default: str) -> str:
-    value = node.attr(name, default)
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _coordinate(g: GraphBuilder, v: Expr, size: int, align: bool, padding: str) -> Expr:
     """Grid values in [-1, 1] along an axis of `size` elements, as positions in that axis."""
     def s(value: float) -> Expr:
@@ -70,10 +65,10 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
     n, c, h, w = shape
     if len(gshape) != 4 or gshape[0] != n or gshape[3] != 2:
         raise node.fail(f"grid must be (N, H_out, W_out, 2) with N = {n}, got shape {gshape}")
-    mode = _text(node, "mode", "linear" if node.opset >= 20 else "bilinear")
+    mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")
     if mode not in _MODES:
         raise node.fail(f"mode {mode!r} is not supported (bilinear/linear and nearest are)")
-    padding = _text(node, "padding_mode", "zeros")
+    padding = node.attr("padding_mode", "zeros")
     if padding not in ("zeros", "border", "reflection"):
         raise node.fail(f"padding_mode must be zeros, border or reflection, got {padding!r}")
     align = bool(node.attr("align_corners", 0))

@@ -80,7 +80,6 @@ for _n in _BINARY:
 def _bit_shift(g: GraphBuilder, node: NodeView) -> Expr:
     """BitShift (unsigned types): `direction` LEFT or RIGHT, the count per element of Y."""
     direction = node.attr("direction", "")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction not in ("LEFT", "RIGHT"):
         raise node.fail(f"direction must be 'LEFT' or 'RIGHT', got {direction!r}")
     return g.call("left_shift" if direction == "LEFT" else "right_shift", _x(node, 0), _x(node, 1))

@@ -82,7 +82,6 @@ def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
 
 def _reduction(node: NodeView) -> str:
     how = node.attr("reduction", "none")
-    how = how.decode() if isinstance(how, bytes) else how
     if how not in ("none", "add", "mul", "max", "min"):
         raise node.fail(f"reduction must be none, add, mul, max or min, got {how!r}")
     return "update" if how == "none" else how

@@ -36,7 +36,6 @@ def _depth_to_space(g: GraphBuilder, node: NodeView) -> Expr:
     if c % (b * b):
         raise node.fail(f"{c} channels do not divide into blocks of {b}x{b}")
     mode = node.attr("mode", "DCR")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode == "DCR":  # channel index = (row in block, column in block, output channel)
         split, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
     elif mode == "CRD":  # channel index = (output channel, row in block, column in block)
