@@ -23,6 +23,11 @@ TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
 
+# The bias of a masked position: -inf, as ONNX's reference adds. (ONNX Runtime adds the lowest
+# finite value instead: the softmax is 0 there either way; only a qk output with the mask in it,
+# `qk_matmul_output_mode` 2, shows the difference.)
+_MASKED = -np.inf
+
 
 def _heads_first(g: GraphBuilder, node: NodeView, x: Expr, heads: int, what: str) -> Expr:
     """(B, S, heads * D) -> (B, heads, S, D); a 4-D input is already (B, heads, S, D)."""
@@ -45,17 +50,10 @@ def _bmm(g: GraphBuilder, a: Expr, b: Expr, transpose_b: bool) -> Expr:
     return g.call("reshape", out, newshape=(n, h, m, bs[2] if transpose_b else bs[3]))
 
 
-def _masked(g: GraphBuilder, like: Expr) -> float:
-    """The bias of a masked position: -inf, as ONNX's reference adds. (ONNX Runtime adds the lowest
-    finite value instead: the softmax is 0 there either way; only a qk output with the mask in
-    it, `qk_matmul_output_mode` 2, shows the difference.)"""
-    return -np.inf
-
-
 def _mask_bias(g: GraphBuilder, node: NodeView, mask: Expr, like: Expr, total: int) -> Expr:
     """An attention mask as an additive bias: a bool mask is 0 where True and masked elsewhere; a
     float one is itself. One shorter than the keys is padded with masked positions."""
-    neg_inf = g.scalar(_masked(g, like), like)
+    neg_inf = g.scalar(_MASKED, like)
     if g.dtype(mask) == "bool":
         mask = g.call("where", mask, g.scalar(0.0, like), neg_inf)
     elif g.dtype(mask) != g.dtype(like):
@@ -101,7 +99,7 @@ def _attention(g: GraphBuilder, node: NodeView) -> Expr | list[Expr]:
     scores = capped
     if node.attr("is_causal", 0):
         rows, cols = np.arange(lq).reshape(-1, 1), np.arange(total).reshape(1, -1)
-        causal = np.where(cols > past + rows, _masked(g, q), 0.0).astype(g.dtype(q))
+        causal = np.where(cols > past + rows, _MASKED, 0.0).astype(g.dtype(q))
         scores = g.call("add", scores, g.const(causal))
     if mask is not None:
         scores = g.call("add", scores, _mask_bias(g, node, mask, q, total))
