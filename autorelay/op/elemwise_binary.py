@@ -223,7 +223,7 @@ _floor_divide = _integer_rule(lambda a, b: E.call("floor", a / b), lambda a, s: 
 
 def _shift_out_of_range(a: E.Expr, b: E.Expr) -> E.Expr:
     """Whether count `b` is outside [0, bits of a's type): LLVM's shift would be poison there."""
-    too_far = b >= E.const(8 * np.dtype(a.dtype).itemsize, b.dtype)
+    too_far = b >= E.const(np.iinfo(a.dtype).bits, b.dtype)
     return too_far if b.dtype.startswith("u") else too_far | (b < E.const(0, b.dtype))
 
 
@@ -234,7 +234,7 @@ def _left_shift(a: E.Expr, b: E.Expr) -> E.Expr:
 
 def _right_shift(a: E.Expr, b: E.Expr) -> E.Expr:
     """Arithmetic for signed types: a count past the width shifts by width - 1 (0 or -1, as NumPy)."""
-    outside, last = _shift_out_of_range(a, b), E.const(8 * np.dtype(a.dtype).itemsize - 1, b.dtype)
+    outside, last = _shift_out_of_range(a, b), E.const(np.iinfo(a.dtype).bits - 1, b.dtype)
     if a.dtype.startswith("u"):
         return E.select(outside, E.const(0, a.dtype), E.shr(a, E.select(outside, last, b)))
     return E.shr(a, E.select(outside, last, b))

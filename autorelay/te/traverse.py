@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Read, Reduce, Select, Var, is_int
 
 
@@ -89,13 +91,10 @@ INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the ca
     "min": min,
     "max": max,
 }
-_BITS = {"int8": 8, "uint8": 8, "uint16": 16, "int32": 32, "int64": 64}
-
-
 def wrap_int(value: int, dtype: str) -> int:
     """`value` as a `dtype` integer holds it: two's complement, wrapping as the machine's arithmetic
     does (a folded constant must be what the unfolded code computes, and fit its LLVM type)."""
-    bits = _BITS[dtype]
+    bits = np.iinfo(dtype).bits
     value &= (1 << bits) - 1
     return value - (1 << bits) if not dtype.startswith("u") and value >> (bits - 1) else value
 
