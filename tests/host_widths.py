@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from autorelay.codegen import resolve_target
-from autorelay.codegen.llvm.host import host_supports, host_target, missing_features
-from autorelay.target import Target
+from autorelay.codegen.llvm.host import host_supports, require_host_supports
+from autorelay.target import Target, TargetError
 
 
 def _target(target: str | Target) -> Target:
@@ -26,22 +26,15 @@ def runs_here(target: str | Target) -> bool:
     return host_supports(_target(target))
 
 
-def cannot_run_reason(target: str | Target) -> str:
-    """Why code compiled for `target` does not run here ("" where it does)."""
-    tgt = _target(target)
-    missing = missing_features(tgt)
-    if not missing:
-        return ""
-    return (f"compiled for -mcpu={tgt.cpu}; running needs {', '.join(missing)}, which this host "
-            f"({host_target().cpu}) lacks")
-
-
 def run_here_or_skip(target: str | Target) -> None:
     """Skip the rest of the test where this host cannot run code compiled for `target` (call it
-    after compiling, before running); return where it can. The skip is reported at the caller's line."""
+    after compiling, before running), with the library's refusal, which names the missing
+    features, as the reason; return where it can. The skip is reported at the caller's line."""
     __tracebackhide__ = True
-    if reason := cannot_run_reason(target):
-        pytest.skip(reason)
+    try:
+        require_host_supports(_target(target), "the code this test compiled")
+    except TargetError as refusal:
+        pytest.skip(str(refusal))
 
 
-__all__ = ["cannot_run_reason", "run_here_or_skip", "runs_here"]
+__all__ = ["run_here_or_skip", "runs_here"]
