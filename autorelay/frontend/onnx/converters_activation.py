@@ -1,7 +1,7 @@
 """Further elementwise ops common in exported CNNs and transformers: activations without an IR op
 of their own (Gelu, Elu, Selu, Softplus, HardSwish, Mish, Swish, Shrink …) written as compositions,
 trigonometry (the inverse and hyperbolic functions composed from exp, log, sqrt and atan), logic,
-variadic Sum/Mean/Max/Min, Mod, CastLike, ArgMax/ArgMin, CumSum, Tile, Size.
+variadic Sum/Mean/Max/Min, Mod, CastLike, ArgMax/ArgMin, CumSum, CumProd, Tile, Size.
 """
 
 from __future__ import annotations
@@ -268,6 +268,25 @@ def _cumsum(g: GraphBuilder, node: NodeView) -> Expr:
     if rev:
         x = g.call("reverse", x, axis=axis)
     y = g.call("cumsum", x, axis=axis, exclusive=bool(node.attr("exclusive", 0)))
+    return g.call("reverse", y, axis=axis) if rev else y
+
+
+@_reg("CumProd")
+def _cumprod(g: GraphBuilder, node: NodeView) -> Expr:
+    """A product over a triangular mask: y[.., i, ..] = prod over k of (k <= i ? x[.., k, ..] : 1), a
+    `prod` reduction of the masked broadcast. Quadratic in the axis length, as `cumsum`'s compute,
+    and differentiable through `prod` (zeros included)."""
+    x = _x(node)
+    ndim = g.ndim(x)
+    axis = normalize_axis(g, int(np.asarray(g.value(_x(node, 1), "axis")).reshape(())), ndim)
+    n = g.static_shape(x)[axis]
+    rev = bool(node.attr("reverse", 0))
+    if rev:
+        x = g.call("reverse", x, axis=axis)
+    below = np.tri(n, n, -1 if node.attr("exclusive", 0) else 0, dtype=bool)  # [i, k]: k <= i (k < i)
+    mask = g.const(below.reshape((n, n) + (1,) * (ndim - 1 - axis)), "bool")
+    spread = g.call("expand_dims", x, axis=axis)  # [.., 1 (i), n (k), ..]
+    y = g.call("prod", g.call("where", mask, spread, g.scalar(1, x)), axis=[axis + 1], keepdims=False)
     return g.call("reverse", y, axis=axis) if rev else y
 
 

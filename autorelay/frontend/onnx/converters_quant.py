@@ -3,7 +3,9 @@
 
 ONNX's zero point carries the quantised type (uint8 when absent) and may be any integer type; the
 IR's qnn ops take a float32 scale and an int32 zero point, so both are cast (folded when constant).
-Blocked quantisation (`block_size`, opset 21) is not supported.
+Blocked quantisation (`block_size`, opset 21) is not supported. Opset 23's attributes are read:
+DequantizeLinear's `output_dtype` (float32, or float16 by a cast of the float32 result) and
+QuantizeLinear's `precision` (the division's type: float32, the only one computed here).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def _quantize(g: GraphBuilder, node: NodeView) -> Expr:
         out_dtype = want
     if out_dtype not in _QTYPES:
         raise node.fail(f"quantising to {out_dtype} is not supported ({', '.join(_QTYPES)})")
+    precision = node.attr("precision", 0)
+    if precision and ONNX_DTYPES.get(precision) != "float32":
+        raise node.fail(f"precision {_type_name(precision)} is not supported (the division is computed in "
+                        "float32)")
     scale, zp32, axis = _params(g, node, x)
     if g.dtype(x) != "float32":
         x = g.call("cast", x, dtype="float32")
@@ -59,8 +65,23 @@ def _dequantize(g: GraphBuilder, node: NodeView) -> Expr:
     x = node.input(0)
     if g.dtype(x) not in _QTYPES:
         raise node.fail(f"dequantising {g.dtype(x)} is not supported ({', '.join(_QTYPES)})")
+    want = ONNX_DTYPES.get(node.attr("output_dtype", 0) or 1)  # 0: the scale's type, float32 here
+    if want not in ("float32", "float16"):
+        raise node.fail(f"output_dtype {_type_name(node.attr('output_dtype'))} is not supported "
+                        "(float32 or float16)")
     scale, zp32, axis = _params(g, node, x)
-    return g.call("qnn.dequantize", x, scale, zp32, axis=axis, out_dtype="float32")
+    y = g.call("qnn.dequantize", x, scale, zp32, axis=axis, out_dtype="float32")
+    return y if want == "float32" else g.call("cast", y, dtype=want)
+
+
+def _type_name(code: int) -> str:
+    """An ONNX element type code as ONNX names it (FLOAT16, BFLOAT16, ...), for messages."""
+    import onnx
+
+    try:
+        return onnx.TensorProto.DataType.Name(code)
+    except ValueError:
+        return str(code)
 
 
 def _dynamic_quantize(g: GraphBuilder, node: NodeView) -> list[Expr | None]:

@@ -1,6 +1,6 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation, AffineGrid, GridSample, ReverseSequence, the signal windows) or with
+MeanVariance/Lp normalisation, AffineGrid, GridSample, ReverseSequence, the signal windows, CumProd) or with
 `scatter_elements` (ScatterElements, ScatterND), and the integer ones (the Bitwise ops, BitShift,
 Mod), compiled with no NumPy fallback and checked against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
@@ -90,7 +90,6 @@ def test_inverse_and_hyperbolic_functions_and_activations():
     _build_and_check(model, {"x": x, "w": RNG.uniform(1.0, 30.0, (4, 50)).astype("float32")}, rtol=2e-5)
 
 
-@pytest.mark.filterwarnings("ignore:ONNX opset 24 is newer")
 def test_normalisations():
     nodes = [_const("s", RNG.standard_normal(6).astype("float32")),
              _const("b", RNG.standard_normal(6).astype("float32")),
@@ -274,3 +273,19 @@ def test_center_crop_pad(sizes, axes):
              helper.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs)]
     model = make_model(nodes, [value_info("x", (2, 3, 5, 6))], [value_info("y", None)], opset=18)
     _build_and_check(model, {"x": RNG.standard_normal((2, 3, 5, 6)).astype("float32")})
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(("dtype", "axis"), [("float32", 1), ("float32", -1), ("int32", 0)])
+def test_cum_prod(exclusive, reverse, dtype, axis):
+    """Opset 26's CumProd along each kind of axis, a zero inside the scanned rows (the products after
+    it are zero, the ones before it are not)."""
+    shape = (3, 5, 4)
+    x = (RNG.uniform(0.5, 1.5, shape) if dtype == "float32" else RNG.integers(-3, 4, shape)).astype(dtype)
+    x[1, 2, 1] = 0
+    onnx_type = TensorProto.FLOAT if dtype == "float32" else TensorProto.INT32
+    nodes = [_const("axis", np.array(axis, "int64")),
+             helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)]
+    model = make_model(nodes, [value_info("x", shape, onnx_type)], [value_info("y", None, onnx_type)],
+                       opset=26)
+    _build_and_check(model, {"x": x})

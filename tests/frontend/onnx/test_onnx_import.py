@@ -3,6 +3,8 @@
 Oracles are NumPy formulas written here, independent of the importer and of the op references.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -47,6 +49,22 @@ def _softmax(x, axis):
 
 
 # ---- opset-dependent semantics ---------------------------------------------------------------
+
+
+def test_opsets_past_the_reviewed_range_warn_and_import():
+    """Up to MAX_TESTED_OPSET a model imports silently; past it, with a warning naming both opsets,
+    by the newest op versions the importer knows."""
+    from autorelay.frontend.onnx.loader import MAX_TESTED_OPSET
+
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(_run(_model(relu, [_vi("x", [2, 3])], [_vi("y", None)],
+                                                  opset=MAX_TESTED_OPSET), x), np.maximum(x, 0))
+    newer = _model(relu, [_vi("x", [2, 3])], [_vi("y", None)], opset=MAX_TESTED_OPSET + 1)
+    with pytest.warns(UserWarning, match=f"opset {MAX_TESTED_OPSET + 1} is newer than {MAX_TESTED_OPSET}"):
+        np.testing.assert_array_equal(_run(newer, x), np.maximum(x, 0))
 
 
 @pytest.mark.parametrize("opset", [11, 13])

@@ -299,3 +299,32 @@ def test_dynamic_quantize_linear_is_exact_compiled_and_interpreted():
         for got in (exe.run(x=x), autorelay.evaluate(autorelay.infer_types(mod), x)):
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(np.asarray(a), b)
+
+
+@pytest.mark.parametrize("out_type", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_opset_23_output_dtype_and_precision(out_type):
+    """Opset 23's QuantizeLinear `precision` (float32, the type computed) and DequantizeLinear
+    `output_dtype`: the round trip in the asked type, bit for bit with ONNX Runtime (compiled in
+    float32; float16 has no kernels, so that case runs on the reference interpreter)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, precision=TensorProto.FLOAT),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1, output_dtype=out_type)]
+    feeds = {"x": (RNG.standard_normal((2, 3, 5)) * 4).astype("float32")}
+    inits = {"s": np.array([0.05, 0.1, 0.03], "float32"), "z": np.array([3, -2, 0], "int8")}
+    model = _model(nodes, feeds, inits, opset=23)
+    got, want, _ = _both(model, feeds, compiled=out_type == TensorProto.FLOAT)
+    assert want.dtype == np.dtype("float16" if out_type == TensorProto.FLOAT16 else "float32")
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("op", "attr", "value", "message"), [
+    ("QuantizeLinear", "precision", TensorProto.FLOAT16, "precision FLOAT16 is not supported"),
+    ("DequantizeLinear", "output_dtype", TensorProto.BFLOAT16, "output_dtype BFLOAT16 is not supported"),
+])
+def test_opset_23_attributes_it_cannot_honour_are_refused(op, attr, value, message):
+    source = "x" if op == "QuantizeLinear" else "q"
+    feeds = {source: np.zeros((2, 3), "float32" if op == "QuantizeLinear" else "int8")}
+    node = helper.make_node(op, [source, "s", "z"], ["y"], **{attr: value})
+    model = _model([node], feeds, {"s": np.array(0.1, "float32"), "z": np.array(0, "int8")}, opset=23)
+    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match=message):
+        from_onnx(model)
