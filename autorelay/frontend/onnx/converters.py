@@ -20,6 +20,7 @@ from autorelay.frontend.onnx import (
     converters_rnn,
     converters_select,
     converters_shape,
+    converters_signal,
     converters_space,
 )
 
@@ -43,6 +44,7 @@ for _table in (
     converters_masks.TABLE,
     converters_grid.TABLE,
     converters_attention.TABLE,
+    converters_signal.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

@@ -1,6 +1,5 @@
 """Ops whose result is a pattern of positions: Trilu (one triangle of each matrix kept), EyeLike,
-OneHot and Hardmax (a one at each slice's largest element); and the signal windows (HannWindow,
-HammingWindow, BlackmanWindow), constants of their static size.
+OneHot and Hardmax (a one at each slice's largest element).
 
 Trilu and EyeLike depend only on static shapes and their diagonal offset, so the pattern is a
 constant: Trilu is a `where` against a boolean mask that broadcasts over the batch axes. OneHot
@@ -88,25 +87,3 @@ def _hardmax(g: GraphBuilder, node: NodeView) -> Expr:
     best = g.call("cast", best, dtype="int64")
     y = g.call("one_hot", best, one, zero, depth=n, axis=axis, dtype=g.dtype(x))
     return g.call("reshape", y, newshape=shape) if flat else y
-
-
-# ONNX's window coefficients: a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N the size (periodic)
-# or the size - 1 (symmetric); Hamming's are 25/46 and 21/46 exactly, as ONNX defines them
-_WINDOWS = {"HannWindow": (0.5, 0.5, 0.0), "HammingWindow": (25 / 46, 21 / 46, 0.0),
-            "BlackmanWindow": (0.42, 0.5, 0.08)}
-
-
-@_reg(*_WINDOWS)
-def _window(g: GraphBuilder, node: NodeView) -> Expr:
-    size = g.ints(_x(node), "the window size")
-    if len(size) != 1 or size[0] < 0:
-        raise node.fail(f"the size must be one non-negative integer, got {size}")
-    n = size[0]
-    periodic = bool(node.attr("periodic", 1))
-    dtype = ONNX_DTYPES.get(int(node.attr("output_datatype", 1)))
-    if dtype is None:
-        raise node.fail(f"output_datatype {node.attr('output_datatype')} is not a type the IR holds")
-    a0, a1, a2 = _WINDOWS[node.op_type]
-    denominator = n if periodic else n - 1
-    k = np.arange(n, dtype=np.float64) * (2 * np.pi / denominator) if denominator > 0 else np.zeros(n)
-    return g.const((a0 - a1 * np.cos(k) + a2 * np.cos(2 * k)).astype(dtype))
