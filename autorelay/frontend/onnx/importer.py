@@ -17,6 +17,7 @@ knowing:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -241,7 +242,12 @@ def _convert_node(
 
 
 def _check_declared(g: GraphBuilder, name: str, e: Expr, vi: Any, where: str) -> None:
-    """A static extent the model declares for a value must match the one the import computed."""
+    """A static extent the model declares for a value should match the one the import computed.
+
+    When it does not, the import warns (naming the node and both shapes) and keeps its own: the
+    computed shape follows from the op's type relation, and declared shapes are annotations that
+    exporters sometimes get wrong (PyTorch's `scatter_reduce` export declares the flattened shape
+    of a guard branch it does not take). ONNX Runtime runs such models too, with a warning."""
     if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
         return
     got = g.shape(e)
@@ -251,11 +257,9 @@ def _check_declared(g: GraphBuilder, name: str, e: Expr, vi: Any, where: str) ->
         w is not None and isinstance(h, int) and w != h for w, h in zip(want, got)
     ):
         shown = tuple("?" if w is None else w for w in want)
-        raise OnnxNodeError(
-            where,
-            f"output {name!r} is declared with shape {shown} but the node produces "
-            f"{tuple(str(d) if not isinstance(d, int) else d for d in got)}",
-        )
+        computed = tuple(str(d) if not isinstance(d, int) else d for d in got)
+        warnings.warn(f"{where}: output {name!r} is declared with shape {shown} but the node produces "
+                      f"{computed}; the import keeps {computed}", stacklevel=2)
 
 
 def _attr_value(onnx: Any, a: Any, folder: str | None, where: str) -> Any:

@@ -3,7 +3,9 @@ reference interpreter, compared with PyTorch (1e-4) and with ONNX Runtime where 
 
 The CNN goes through the default (dynamo) exporter, which writes its weights to an external data
 file; a second export with the TorchScript exporter and constant folding off keeps
-BatchNormalization nodes. The LSTM (bidirectional) uses the TorchScript exporter (fast).
+BatchNormalization nodes. The LSTM (bidirectional) uses the TorchScript exporter (fast). Two small
+programs cover export forms: `scatter_reduce` (a guard whose declared shape is wrong) and
+`torch.stft` (an STFT node).
 """
 
 import warnings
@@ -153,3 +155,46 @@ def test_gru_batch_first(tmp_path):
     with torch.no_grad():
         want = [t.numpy() for t in model(x)]
     _check(path, x.numpy(), want)
+
+
+class ScatterMax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("index", torch.tensor([[0, 1, 1], [3, 3, 2]]))
+
+    def forward(self, x):
+        return x.scatter_reduce(1, self.index, x[:, 1:] * 2, reduce="amax")
+
+
+def test_scatter_reduce_whose_export_declares_a_wrong_shape(tmp_path):
+    """The TorchScript exporter guards `scatter_reduce` with an `If` on the data's rank and declares
+    the output with the flattened shape of the branch not taken; the import warns and keeps the
+    shape the ops compute, as ONNX Runtime does."""
+    x = torch.randn(2, 4)
+    path = tmp_path / "scatter.onnx"
+    _export(ScatterMax(), x, path, dynamo=False, opset_version=17)
+    with torch.no_grad():
+        want = ScatterMax()(x).numpy()
+    with pytest.warns(UserWarning, match=r"declared with shape \(8,\) but the node produces \(2, 4\)"):
+        _check(path, x.numpy(), [want])
+
+
+class Spectrogram(nn.Module):
+    def forward(self, x):
+        window = torch.hann_window(64)
+        spec = torch.stft(x, n_fft=64, hop_length=16, window=window, center=False, return_complex=True)
+        return torch.log1p(spec.abs())
+
+
+def test_spectrogram_default_exporter(tmp_path):
+    """`torch.stft` through the default exporter: an STFT node, then the magnitude of its real and
+    imaginary parts."""
+    import onnx
+
+    x = torch.randn(2, 400)
+    path = tmp_path / "stft.onnx"
+    _export(Spectrogram(), x, path)
+    assert "STFT" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    with torch.no_grad():
+        want = Spectrogram()(x).numpy()
+    _check(path, x.numpy(), [want])
