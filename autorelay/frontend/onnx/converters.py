@@ -6,6 +6,7 @@ from autorelay.frontend.onnx import (
     converters_activation,
     converters_attention,
     converters_control,
+    converters_einsum,
     converters_grid,
     converters_loop,
     converters_masks,
@@ -45,6 +46,7 @@ for _table in (
     converters_grid.TABLE,
     converters_attention.TABLE,
     converters_signal.TABLE,
+    converters_einsum.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

@@ -1,17 +1,11 @@
 """Selection and contraction converters: TopK, GatherElements, GatherND, ScatterElements (and
-opset 9's Scatter), ScatterND, Einsum, NonZero.
+opset 9's Scatter), ScatterND, NonZero.
 
 GatherND reads whole slices at index tuples: each tuple (negative entries wrapped) becomes one
 row-major offset into the indexed leading axes, flattened into one axis, and a `take` along that
 axis reads the slices; with batch axes, each batch's offset is shifted by its position. ScatterND
 is the same flattening around `scatter_elements` along that axis, each slice's offset broadcast
 over the slice.
-
-Einsum is rewritten into ops the compiler already tunes: each operand's letters that appear
-nowhere else are summed away, then a two-operand contraction becomes transpose + reshape to
-(batch, free, contracted) x (batch, contracted, free), one `nn.batch_matmul`, and a reshape +
-transpose to the output's letter order (an equation with one operand is a transpose and sums).
-Ellipses and repeated letters within one operand (diagonals) are refused with the reason.
 """
 
 from __future__ import annotations
@@ -119,68 +113,6 @@ def _scatter_nd(g: GraphBuilder, node: NodeView) -> Expr:
     rows = g.call("reshape", x, newshape=(-1, *rest))
     out = g.call("scatter_elements", rows, offset, rows_of_updates, axis=0, reduction=_reduction(node))
     return g.call("reshape", out, newshape=tuple(d if isinstance(d, int) else -1 for d in shape))
-
-
-def _parse(eq: str, operands: int, node: NodeView) -> tuple[list[str], str]:
-    eq = eq.replace(" ", "")
-    if "." in eq:
-        raise node.fail(f"einsum {eq!r}: ellipsis ('...') is not supported")
-    lhs, arrow, out = eq.partition("->")
-    ins = lhs.split(",")
-    if len(ins) != operands:
-        raise node.fail(f"einsum {eq!r} names {len(ins)} operand(s), the node has {operands}")
-    for term in ins:
-        if len(set(term)) != len(term):
-            raise node.fail(f"einsum {eq!r}: a letter repeated in one operand (a diagonal) is not supported")
-    if not arrow:  # implicit output: the letters that appear once, in alphabetical order
-        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
-        out = "".join(sorted(c for c, n in counts.items() if n == 1))
-    if len(set(out)) != len(out) or any(c not in lhs for c in out):
-        raise node.fail(f"einsum {eq!r}: output letters must be distinct and come from the inputs")
-    return ins, out
-
-
-def _sum_away(g: GraphBuilder, x: Expr, term: str, keep: set[str]) -> tuple[Expr, str]:
-    drop = [i for i, c in enumerate(term) if c not in keep]
-    if not drop:
-        return x, term
-    return g.call("sum", x, axis=tuple(drop), keepdims=False), "".join(c for c in term if c in keep)
-
-
-def _permute(g: GraphBuilder, x: Expr, term: str, order: str) -> Expr:
-    axes = tuple(term.index(c) for c in order)
-    return x if axes == tuple(range(len(axes))) else g.call("transpose", x, axes=axes)
-
-
-@_reg("Einsum")
-def _einsum(g: GraphBuilder, node: NodeView) -> Expr:
-    xs = [_x(node, i) for i in range(len(node.inputs))]
-    ins, out = _parse(str(node.attr("equation", "")), len(xs), node)
-    if len(xs) == 1:
-        x, term = _sum_away(g, xs[0], ins[0], set(out))
-        return _permute(g, x, term, out)
-    if len(xs) != 2:
-        raise node.fail(f"einsum with {len(xs)} operands: only one or two are supported")
-    (a, ta), (b, tb) = (_sum_away(g, x, t, set(out) | set(other))
-                        for x, t, other in ((xs[0], ins[0], ins[1]), (xs[1], ins[1], ins[0])))
-    sa, sb = g.static_shape(a, "einsum operand"), g.static_shape(b, "einsum operand")
-    da, db = dict(zip(ta, sa)), dict(zip(tb, sb))
-    for c in sorted(set(ta) & set(tb)):
-        if da[c] != db[c]:
-            raise node.fail(f"einsum: letter {c!r} has extent {da[c]} in one operand, {db[c]} in the other")
-    dims = {**da, **db}
-    batch = "".join(c for c in out if c in ta and c in tb)
-    left = "".join(c for c in out if c in ta and c not in tb)
-    right = "".join(c for c in out if c in tb and c not in ta)
-    contract = "".join(c for c in ta if c in tb and c not in out)
-    size = lambda s: int(np.prod([dims[c] for c in s], dtype=np.int64))
-    a3 = g.call("reshape", _permute(g, a, ta, batch + left + contract),
-                newshape=(size(batch), size(left), size(contract)))
-    b3 = g.call("reshape", _permute(g, b, tb, batch + contract + right),
-                newshape=(size(batch), size(contract), size(right)))
-    prod = g.call("nn.batch_matmul", a3, b3, transpose_a=False, transpose_b=False)
-    res = g.call("reshape", prod, newshape=tuple(dims[c] for c in batch + left + right))
-    return _permute(g, res, batch + left + right, out)
 
 
 __all__ = ["TABLE"]

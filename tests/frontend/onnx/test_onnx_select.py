@@ -58,10 +58,42 @@ def test_einsum(eq, shapes):
     _check(model, {n: rng.standard_normal(s).astype("float32") for n, s in zip(names, shapes)})
 
 
-@pytest.mark.parametrize("eq, match", [("...ij,jk->...ik", "ellipsis"), ("ii->i", "diagonal")])
-def test_einsum_forms_not_supported_say_why(eq, match):
-    node = helper.make_node("Einsum", ["x"] if "," not in eq else ["x", "w"], ["y"], equation=eq)
-    ins = [_vi("x", (3, 3))] + ([_vi("w", (3, 3))] if "," in eq else [])
+@pytest.mark.parametrize("eq, shapes", [
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 6)]),
+    ("...ij,...jk", [(5, 1, 2, 3), (1, 4, 3, 2)]),  # extents of 1 broadcast, implicit output
+    ("...ij,jk->...ik", [(3, 4), (4, 5)]),  # an empty ellipsis
+    ("b...d,bkd->b...k", [(2, 3, 4, 8), (2, 5, 8)]),
+    ("...ii->...i", [(2, 4, 4)]),  # batched diagonals
+    ("ii", [(5, 5)]),  # a trace
+    ("iji->j", [(3, 4, 3)]),
+    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]),  # three operands, contracted left to right
+    ("bi,bj,bk->bijk", [(2, 3), (2, 4), (2, 2)]),
+])
+def test_einsum_ellipses_diagonals_and_chains(eq, shapes):
+    """The forms PyTorch programs write: batched matrix products over '...', diagonals and traces,
+    and chains of more than two operands; NumPy's einsum is the oracle, as is ONNX Runtime."""
+    rng = np.random.default_rng(3)
+    names = [f"x{i}" for i in range(len(shapes))]
+    feeds = {n: rng.standard_normal(s).astype("float32") for n, s in zip(names, shapes)}
+    node = helper.make_node("Einsum", names, ["y"], equation=eq)
+    model = _model([node], [_vi(n, s) for n, s in zip(names, shapes)], [_vi("y", None)])
+    _check(model, feeds)
+    mod, _ = autorelay.frontend.from_onnx(model)
+    got = autorelay.evaluate(autorelay.infer_types(mod), *feeds.values())
+    np.testing.assert_allclose(got, np.einsum(eq, *feeds.values()), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("eq, shapes, match", [
+    ("...ij->ij", [(2, 3, 3)], "need a '...' in the output"),
+    ("ij->i", [(3, 3, 3)], "does not fit an operand of rank 3"),
+    ("ij,j.k->ik", [(3, 3), (3, 3)], "does not fit"),
+    ("ii->i", [(3, 4)], "repeated in one operand over extents 3 and 4"),
+    ("i1->i", [(3, 3)], "subscripts must be letters"),
+])
+def test_malformed_einsums_say_why(eq, shapes, match):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=eq)
+    ins = [_vi(n, s) for n, s in zip(names, shapes)]
     with pytest.raises(OnnxImportError, match=match):
         autorelay.frontend.from_onnx(_model([node], ins, [_vi("y", None)]))
 
