@@ -1,8 +1,7 @@
 """Neural-network layer converters: Conv, ConvTranspose, Gemm, MatMul, BatchNormalization, Dropout.
 
-Only 1-d and 2-d convolutions exist in the IR: 3-d ConvTranspose is rewritten as 2-d ones (one per
-kernel depth), 3-d Conv is reported as an unsupported variant naming the node. Pooling (which reuses
-`auto_pads`) lives in `converters_pool.py`.
+Only 1-d and 2-d convolutions exist in the IR: 3-d Conv and ConvTranspose are rewritten as 2-d
+ones in `converters_volume.py`. Pooling (which reuses `auto_pads`) lives in `converters_pool.py`.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
+from autorelay.frontend.onnx.converters_volume import conv3d, conv3d_transpose
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -52,24 +52,18 @@ def _conv(g: GraphBuilder, node: NodeView) -> Expr:
     x, w, b = _x(node, 0), _x(node, 1), node.input(2)
     wshape = g.static_shape(w, "weight")
     nsp = len(wshape) - 2
-    if nsp not in (1, 2):
-        raise node.fail(f"{nsp}-d convolution is not supported (only 1-d and 2-d; weight {wshape})")
+    if nsp not in (1, 2, 3):
+        raise node.fail(f"{nsp}-d convolution is not supported (only 1-d, 2-d and 3-d; weight {wshape})")
     kernel = list(node.attr("kernel_shape", wshape[2:]))
     strides = list(node.attr("strides", [1] * nsp))
     dil = list(node.attr("dilations", [1] * nsp))
     pads = auto_pads(node, g.shape(x)[2:], kernel, strides, dil)
-    op = "nn.conv1d" if nsp == 1 else "nn.conv2d"
-    y = g.call(
-        op,
-        x,
-        w,
-        strides=tuple(strides),
-        padding=tuple(pads),
-        dilation=tuple(dil),
-        groups=int(node.attr("group", 1)),
-        channels=int(wshape[0]),
-        kernel_size=tuple(kernel),
-    )
+    window = dict(strides=tuple(strides), padding=tuple(pads), dilation=tuple(dil),
+                  groups=int(node.attr("group", 1)), channels=int(wshape[0]), kernel_size=tuple(kernel))
+    if nsp == 3:
+        y = conv3d(g, x, w, window)
+    else:
+        y = g.call("nn.conv1d" if nsp == 1 else "nn.conv2d", x, w, **window)
     return y if b is None else g.call("nn.bias_add", y, b, axis=1)
 
 
@@ -121,49 +115,10 @@ def _conv_transpose(g: GraphBuilder, node: NodeView) -> Expr:
         output_padding=tuple(out_pad),
     )
     if nsp == 3:
-        y = _conv3d_transpose(g, x, w, window)
+        y = conv3d_transpose(g, x, w, window)
     else:
         y = g.call("nn.conv1d_transpose" if nsp == 1 else "nn.conv2d_transpose", x, w, **window)
     return y if b is None else g.call("nn.bias_add", y, b, axis=1)
-
-
-def _conv3d_transpose(g: GraphBuilder, x: Expr, w: Expr, window: dict) -> Expr:
-    """3-d transposed convolution from 2-d ones: the IR has no 3-d convolution.
-
-    Input depth i and kernel depth j add to output depth `i * stride + j * dilation` (before the
-    depth padding is cropped), so each kernel depth slice is one 2-d transposed convolution of every
-    input depth at once (depth folded into the batch), spread over the output depths with the stride
-    (zero rows between them), shifted by `j * dilation` and summed: Kd 2-d convolutions, exactly.
-    """
-    n, c, d, h, wd = g.static_shape(x, "X")
-    kd, s, dil = window["kernel_size"][0], window["strides"][0], window["dilation"][0]
-    pb, pe, op = window["padding"][0], window["padding"][3], window["output_padding"][0]
-    win2 = dict(window, strides=window["strides"][1:], dilation=window["dilation"][1:],
-                kernel_size=window["kernel_size"][1:], output_padding=window["output_padding"][1:],
-                padding=window["padding"][1:3] + window["padding"][4:])
-    full = s * (d - 1) + (kd - 1) * dil + 1 + op  # output depth before cropping the padding
-    planes = g.call("reshape", g.call("transpose", x, axes=(0, 2, 1, 3, 4)), newshape=(n * d, c, h, wd))
-    wshape = g.static_shape(w, "W")
-    total = None
-    for j in range(kd):
-        wj = g.call("strided_slice", w, begin=(j,), end=(j + 1,), axes=(2,))
-        wj = g.call("reshape", wj, newshape=wshape[:2] + wshape[3:])
-        yj = g.call("nn.conv2d_transpose", planes, wj, **win2)
-        co, oh, ow = g.static_shape(yj)[1:]
-        yj = g.call("transpose", g.call("reshape", yj, newshape=(n, d, co, oh * ow)), axes=(0, 2, 1, 3))
-        if s > 1:  # output depth i * s: s - 1 zero rows after every input depth
-            zeros = g.const(np.zeros((n, co, d, s - 1, oh * ow), dtype=g.dtype(yj)))
-            rows = g.tuple([g.call("expand_dims", yj, axis=3), zeros])
-            yj = g.call("reshape", g.call("concatenate", rows, axis=3), newshape=(n, co, d * s, oh * ow))
-        tail = full - j * dil - d * s
-        width = ((0, 0), (0, 0), (j * dil, max(tail, 0)), (0, 0))
-        yj = g.call("nn.pad", yj, g.scalar(0.0, yj), pad_width=width)
-        if tail < 0:  # only zero rows of the stride spreading hang past the output
-            yj = g.call("strided_slice", yj, begin=(0,), end=(full,), axes=(2,))
-        total = yj if total is None else g.call("add", total, yj)
-    assert total is not None
-    total = g.call("strided_slice", total, begin=(pb,), end=(full - pe,), axes=(2,))
-    return g.call("reshape", total, newshape=(n, co, full - pb - pe, oh, ow))
 
 
 # ---- matrix products -----------------------------------------------------------------------

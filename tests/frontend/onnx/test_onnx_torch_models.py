@@ -5,7 +5,7 @@ The CNN goes through the default (dynamo) exporter, which writes its weights to 
 file; a second export with the TorchScript exporter and constant folding off keeps
 BatchNormalization nodes. The LSTM (bidirectional) uses the TorchScript exporter (fast). Two small
 programs cover export forms: `scatter_reduce` (a guard whose declared shape is wrong) and
-`torch.stft` (an STFT node).
+`torch.stft` (an STFT node); a small 3-d CNN covers `Conv3d`, `BatchNorm3d` and 3-d pooling.
 """
 
 import warnings
@@ -198,3 +198,39 @@ def test_spectrogram_default_exporter(tmp_path):
     with torch.no_grad():
         want = Spectrogram()(x).numpy()
     _check(path, x.numpy(), [want])
+
+
+class VideoNet(nn.Module):
+    """A small 3-d CNN, as video and volume models are built: a 3-d stem, 3-d pooling, a depthwise
+    3-d convolution strided in space only, global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn = nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8)
+        self.pool = nn.MaxPool3d(2)
+        self.depthwise = nn.Conv3d(8, 8, 3, stride=(1, 2, 2), padding=1, groups=8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        x = torch.relu(self.depthwise(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool3d(x, 1), 1))
+
+
+def test_3d_cnn(tmp_path):
+    torch.manual_seed(2)
+    model = VideoNet().eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm3d):
+            m.running_var.uniform_(0.5, 1.5)
+            m.running_mean.normal_(0, 0.1)
+    x = torch.randn(2, 3, 8, 16, 16)
+    path = tmp_path / "video.onnx"
+    _export(model, x, path, dynamo=False)
+    with torch.no_grad():
+        want = model(x).numpy()
+    _check(path, x.numpy(), [want])
+    mod, params = from_onnx(str(path))
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks, exe.report
+    np.testing.assert_allclose(np.asarray(exe(x.numpy())), want, rtol=1e-4, atol=1e-4)
