@@ -1,6 +1,7 @@
 """Ops that only move data: DepthToSpace and SpaceToDepth, where blocks of channels become blocks
 of pixels and back (a sub-pixel convolution's pixel shuffle, a space-to-depth stem),
-ReverseSequence, and CenterCropPad (a strided slice and a zero pad).
+ReverseSequence, CenterCropPad (a strided slice and a zero pad), and Col2Im (block columns gathered
+back to their image positions and their overlaps summed).
 
 DepthToSpace and SpaceToDepth are each a reshape to six axes, one transpose and a reshape back, so
 the compiler fuses the move into the kernels around it like any other layout change instead of
@@ -109,3 +110,55 @@ def _center_crop_pad(g: GraphBuilder, node: NodeView) -> Expr:
     if any(p != (0, 0) for p in pad):
         x = g.call("nn.pad", x, g.scalar(0, x), pad_width=tuple(pad))
     return x
+
+
+def _col2im_gather(image: list[int], block: list[int], dil: list[int], pads: list[int],
+                   strides: list[int]) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each kernel offset and image position: the flat (offset, column) index of the block
+    column that covers it there, and whether one does; plus the number of columns.
+
+    A position q (after the leading pad) is covered at kernel offset k by the block starting at
+    q - k * dilation, when that start is a multiple of the stride and a whole block fits."""
+    nd = len(image)
+    counts = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+              for i in range(nd)]
+    offsets = np.stack(np.unravel_index(np.arange(int(np.prod(block))), block), axis=1)  # [K, nd]
+    where = np.stack(np.unravel_index(np.arange(int(np.prod(image))), image), axis=1)  # [P, nd]
+    start = where[None, :, :] + np.asarray(pads[:nd]) - offsets[:, None, :] * np.asarray(dil)  # [K, P, nd]
+    index, rest = np.divmod(start, np.asarray(strides))
+    covered = np.all((rest == 0) & (index >= 0) & (index < np.asarray(counts)), axis=-1)
+    column = np.ravel_multi_index(tuple(np.clip(index, 0, np.asarray(counts) - 1).transpose(2, 0, 1)), counts)
+    columns = int(np.prod(counts))
+    flat = np.arange(len(offsets))[:, None] * columns + column
+    return np.where(covered, flat, 0).astype("int64"), covered, columns
+
+
+@_reg("Col2Im")
+def _col2im(g: GraphBuilder, node: NodeView) -> Expr:
+    """[N, C * prod(block), L] columns summed back into [N, C, *image]: PyTorch's `fold`, the inverse
+    layout of im2col. One `take` gathers, for each kernel offset, the column covering each image
+    position (a constant index), a mask zeroes the positions no block covers there, and a sum over
+    the offsets adds the overlaps."""
+    x = _x(node)
+    image = g.ints(_x(node, 1), "image_shape")
+    block = g.ints(_x(node, 2), "block_shape")
+    nd = len(image)
+    n, cols_c, length = g.static_shape(x)
+    dil = list(node.attr("dilations", [1] * nd))
+    pads = list(node.attr("pads", [0] * (2 * nd)))
+    strides = list(node.attr("strides", [1] * nd))
+    if len(block) != nd or len(dil) != nd or len(pads) != 2 * nd or len(strides) != nd:
+        raise node.fail(f"image_shape {image}, block_shape {block}, dilations {dil}, pads {pads} and "
+                        f"strides {strides} disagree on the number of spatial axes")
+    kernel = int(np.prod(block))
+    if cols_c % kernel:
+        raise node.fail(f"{cols_c} rows do not divide into blocks of {kernel} ({block})")
+    flat, covered, columns = _col2im_gather(image, block, dil, pads, strides)
+    if columns != length:
+        raise node.fail(f"the input holds {length} block columns; image {image} with these blocks, pads "
+                        f"and strides has {columns}")
+    c = cols_c // kernel
+    rows = g.call("reshape", x, newshape=(n, c, kernel * length))
+    gathered = g.call("take", rows, g.const(flat), axis=2)  # [N, C, K, P]
+    kept = g.call("where", g.const(covered), gathered, g.scalar(0, x))
+    return g.call("reshape", g.call("sum", kept, axis=(2,), keepdims=False), newshape=(n, c, *image))

@@ -1,6 +1,7 @@
 """ONNX ops the importer writes as compositions of IR ops (DepthToSpace, SpaceToDepth, Trilu,
 EyeLike, OneHot, Hardmax, GatherND, the inverse and hyperbolic functions, Swish, Shrink, Group/RMS/
-MeanVariance/Lp normalisation, AffineGrid, GridSample, ReverseSequence, the signal windows, CumProd) or with
+MeanVariance/Lp normalisation, AffineGrid, GridSample, ReverseSequence, the signal windows, CumProd,
+Col2Im) or with
 `scatter_elements` (ScatterElements, ScatterND), and the integer ones (the Bitwise ops, BitShift,
 Mod), compiled with no NumPy fallback and checked against ONNX Runtime.
 The ONNX node test cases check the same converters through the reference interpreter."""
@@ -288,4 +289,24 @@ def test_cum_prod(exclusive, reverse, dtype, axis):
              helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)]
     model = make_model(nodes, [value_info("x", shape, onnx_type)], [value_info("y", None, onnx_type)],
                        opset=26)
+    _build_and_check(model, {"x": x})
+
+
+@pytest.mark.parametrize(("image", "block", "attrs"), [
+    ((5, 5), (2, 2), {}),
+    ((6, 7), (3, 2), dict(strides=[2, 1], dilations=[1, 2], pads=[1, 0, 1, 0])),
+    ((7, 6), (2, 3), dict(pads=[0, 1, 1, 2])),
+    ((4, 5, 6), (2, 2, 3), dict(strides=[1, 2, 1])),  # a volume
+])
+def test_col2im_sums_overlapping_blocks(image, block, attrs):
+    """Opset 18's Col2Im (PyTorch's `fold`): overlapping, strided, dilated and padded blocks."""
+    nd = len(image)
+    dil, strides = attrs.get("dilations", [1] * nd), attrs.get("strides", [1] * nd)
+    pads = attrs.get("pads", [0] * 2 * nd)
+    counts = [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+              for i in range(nd)]
+    x = RNG.standard_normal((2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype("float32")
+    nodes = [_const("image", np.array(image, "int64")), _const("block", np.array(block, "int64")),
+             helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **attrs)]
+    model = make_model(nodes, [value_info("x", x.shape)], [value_info("y", None)], opset=18)
     _build_and_check(model, {"x": x})

@@ -5,7 +5,7 @@ The CNN goes through the default (dynamo) exporter, which writes its weights to 
 file; a second export with the TorchScript exporter and constant folding off keeps
 BatchNormalization nodes. The LSTM (bidirectional) uses the TorchScript exporter (fast). Two small
 programs cover export forms: `scatter_reduce` (a guard whose declared shape is wrong) and
-`torch.stft` (an STFT node); a small 3-d CNN covers `Conv3d`, `BatchNorm3d` and 3-d pooling.
+`torch.stft` (an STFT node), `fold` (Col2Im); a small 3-d CNN covers `Conv3d`, `BatchNorm3d` and 3-d pooling.
 """
 
 import warnings
@@ -234,3 +234,21 @@ def test_3d_cnn(tmp_path):
     exe = autorelay.build(mod, params=params)
     assert not exe.report.fallbacks, exe.report
     np.testing.assert_allclose(np.asarray(exe(x.numpy())), want, rtol=1e-4, atol=1e-4)
+
+
+class FoldUnfold(nn.Module):
+    """Sliding blocks taken out (`unfold`: an im2col the exporter writes as a gather), scaled, and
+    summed back (`fold`: Col2Im at opset 18)."""
+
+    def forward(self, x):
+        cols = nn.functional.unfold(x, kernel_size=3, padding=1, stride=2)
+        return nn.functional.fold(cols * 0.5, output_size=(9, 8), kernel_size=3, padding=1, stride=2)
+
+
+def test_fold_and_unfold(tmp_path):
+    x = torch.randn(2, 3, 9, 8)
+    path = tmp_path / "fold.onnx"
+    _export(FoldUnfold(), x, path, dynamo=False, opset_version=18)
+    with torch.no_grad():
+        want = FoldUnfold()(x).numpy()
+    _check(path, x.numpy(), [want])
