@@ -65,10 +65,12 @@ def _full_rank(g: GraphBuilder, node: NodeView, e: Expr | None, positions: Seque
     return g.call("concatenate", g.tuple(parts), axis=0)
 
 
-def known_entries(g: GraphBuilder, e: Expr) -> list[int | None] | None:
-    """The entries of a 1-D integer vector (or a scalar) known at import time, None for each one
-    computed at run time: what an exporter's shape arithmetic (Shape -> Gather -> Unsqueeze ->
-    Concat) leaves static beside a dynamic extent. None when even the length is unknown."""
+def known_entries(g: GraphBuilder, e: Expr) -> list[Any] | None:
+    """The entries of a 1-D integer vector (or a scalar) known at import time: an int where the
+    value is static, the symbolic extent itself (`SymDim`, `AnyDim`) where it is an extent read
+    by `Shape` of a dynamic axis, None for any other run-time entry: what an exporter's shape
+    arithmetic (Shape -> Gather -> Unsqueeze -> Concat) leaves known beside a dynamic extent. None
+    when even the length is unknown."""
     value = g.value_or_none(e)
     if value is not None:
         return [int(v) for v in np.asarray(value).reshape(-1)]
@@ -90,7 +92,7 @@ def known_entries(g: GraphBuilder, e: Expr) -> list[int | None] | None:
     if name in ("expand_dims", "reshape", "squeeze", "cast") and t.ndim <= 1 and t.shape in ((), (1,)):
         return known_entries(g, args[0])
     if name == "shape_of":
-        return [d if isinstance(d, int) else None for d in g.shape(args[0])]
+        return list(g.shape(args[0]))
     if name == "take" and (idx := g.value_or_none(args[1])) is not None:
         whole = known_entries(g, args[0])
         if whole is not None and e.attrs["axis"] in (0, None) and idx.size == 1:
@@ -106,15 +108,23 @@ def copy_zeros(target: Sequence[Any], extents: Sequence[Any], allowzero: bool) -
 
 
 def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero: bool) -> Expr:
-    """Reshape to a run-time shape: the output rank is the shape tensor's (static) length. When all
-    entries but one are known (a dynamic batch beside static sizes), it is a static reshape with -1
-    for that one: its value is the only one the element count allows, and the result keeps the
-    static extents the ops after it need."""
+    """Reshape to a run-time shape: the output rank is the shape tensor's (static) length. When its
+    entries are known but for one (a dynamic batch beside static sizes), it is a static reshape
+    with -1 for that one: its value is the only one the element count allows. An entry that is
+    the input's own dynamic extent at the same position (a head split of a (batch, seq, d) value,
+    reshaped to (batch, seq, heads, d / heads)) is Relay's 0, a copy of that extent. Either way the
+    result keeps the extents the ops after it need."""
     known = known_entries(g, shape)
-    if known is not None:  # a 0 copies the input's extent, static or not
-        target = [v if isinstance(v, int) else None for v in copy_zeros(known, g.shape(x), allowzero)]
-        if target.count(None) == 1 and all(v is None or v > 0 for v in target):
-            return g.call("reshape", x, newshape=tuple(-1 if v is None else v for v in target))
+    if known is not None:
+        extents = g.shape(x)
+        target = copy_zeros(known, extents, allowzero)
+        if not allowzero:  # the input's own dynamic extent in place: copied (0)
+            target = [0 if not isinstance(v, int) and v is not None and i < len(extents) and v == extents[i]
+                      else v for i, v in enumerate(target)]
+        inferred = [i for i, v in enumerate(target) if not isinstance(v, int) or v == -1]
+        if len(inferred) <= 1 and all(not isinstance(v, int) or v >= -1 for v in target):
+            newshape = tuple(-1 if i in inferred else v for i, v in enumerate(target))
+            return g.call("reshape", x, newshape=newshape)
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.reshape", x, vec, allowzero=allowzero)
 

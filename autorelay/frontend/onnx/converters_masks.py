@@ -34,14 +34,26 @@ def _offset(g: GraphBuilder, node: NodeView, index: int) -> int:
 
 @_reg("Trilu")
 def _trilu(g: GraphBuilder, node: NodeView) -> Expr:
+    """A constant mask for static matrices; for dynamic ones (a causal mask over a run-time sequence
+    length) the mask compares a run-time row and column index, `dyn.arange` of the extents."""
     x = _x(node)
-    shape = g.static_shape(x)
+    shape = g.shape(x)
     if len(shape) < 2:
         raise node.fail(f"expects a tensor of rank >= 2, got shape {shape}")
-    k, (n, m) = _offset(g, node, 1), shape[-2:]
-    rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
-    keep = cols - rows >= k if node.attr("upper", 1) else cols - rows <= k
-    return g.call("where", g.const(keep), x, g.call("zeros_like", x))
+    k = _offset(g, node, 1)
+    if all(isinstance(d, int) for d in shape[-2:]):
+        n, m = shape[-2:]
+        rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
+        keep = g.const(cols - rows >= k if node.attr("upper", 1) else cols - rows <= k)
+    else:
+        extents = g.call("shape_of", x)
+        rows, cols = (g.call("dyn.arange", g.const(np.array(0, "int64")), g.call(
+            "reshape", g.call("strided_slice", extents, begin=(axis,), end=(axis + 1,)), newshape=()),
+            g.const(np.array(1, "int64"))) for axis in (len(shape) - 2, len(shape) - 1))
+        offset = g.call("subtract", g.call("expand_dims", cols, axis=0), g.call("expand_dims", rows, axis=1))
+        bound = g.const(np.array(k, "int64"))
+        keep = g.call("greater_equal" if node.attr("upper", 1) else "less_equal", offset, bound)
+    return g.call("where", keep, x, g.call("zeros_like", x))
 
 
 @_reg("EyeLike")

@@ -191,21 +191,33 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
 
 
 def _same_dynamic_batch(g: GraphBuilder, a: Expr, b: Expr) -> Expr | None:
-    """A product of operands with the same batch axes, one of them dynamic (an exported attention's
-    (batch, heads, ...) with a dynamic batch): both flattened to one batch axis for
-    `nn.batch_matmul` and the result unflattened, with -1 standing for the dynamic extent. None
-    when the shapes are static or differ (those take the general path)."""
+    """A product of operands with the same batch axes where some extent is dynamic: an exported
+    attention's (batch, heads, seq, d) with a dynamic batch or sequence. Both operands are flattened
+    to one batch axis for `nn.batch_matmul` (Relay's reshape codes merge and split axes whatever
+    their extents) and the result unflattened. None when the shapes are static, or the batch axes
+    differ or hold more than one dynamic extent (those take the general path)."""
     sa, sb = g.shape(a), g.shape(b)
-    pattern_a = [d if isinstance(d, int) else None for d in sa[:-2]]
-    if (len(sa) != len(sb) or pattern_a.count(None) != 1 or pattern_a != [d if isinstance(d, int) else None
-                                                                         for d in sb[:-2]]
-            or not all(isinstance(d, int) for d in (*sa[-2:], *sb[-2:]))):
-        return None  # (the two dynamic extents, named alike or not, must agree at run time)
-    flat_a = g.call("reshape", a, newshape=(-1, *sa[-2:]))
-    flat_b = g.call("reshape", b, newshape=(-1, *sb[-2:]))
+    pattern = [d if isinstance(d, int) else None for d in sa[:-2]]
+    if len(sa) != len(sb) or pattern != [d if isinstance(d, int) else None for d in sb[:-2]]:
+        return None  # (dynamic extents, named alike or not, must agree at run time)
+    if pattern.count(None) > 1 or all(isinstance(d, int) for d in (*sa, *sb)):
+        return None
+    flat_a, flat_b = _merge_batch(g, a, len(pattern)), _merge_batch(g, b, len(pattern))
     y = g.call("nn.batch_matmul", flat_a, flat_b, transpose_b=False)
-    batch = tuple(d if isinstance(d, int) else -1 for d in sa[:-2])
-    return g.call("reshape", y, newshape=(*batch, sa[-2], sb[-1]))
+    for i in range(len(pattern) - 1):  # split the leading axis back into the batch extents
+        rest = pattern[i + 1:]
+        head = (pattern[i], -1) if pattern[i] is not None else (-1, int(np.prod(rest)))
+        y = g.call("reshape", y, newshape=(*(0,) * i, -4, *head, -2))
+    return y
+
+
+def _merge_batch(g: GraphBuilder, x: Expr, axes: int) -> Expr:
+    """x with its leading `axes` axes merged into one (one added when there are none)."""
+    if axes == 0:
+        return g.call("expand_dims", x, axis=0)
+    for _ in range(axes - 1):
+        x = g.call("reshape", x, newshape=(-3, -2))
+    return x
 
 
 # ---- normalisation, dropout ----------------------------------------------------------------

@@ -238,7 +238,7 @@ def _static_extents(g: GraphBuilder, x: Expr, v: np.ndarray) -> Expr | None:
     if np.any((v < -n) | (v >= n)):
         return None  # the general path reports it
     picked = [whole[int(i)] for i in np.where(v < 0, v + n, v).reshape(-1)]
-    if any(d is None for d in picked):
+    if not all(isinstance(d, int) for d in picked):
         return None
     return g.const(np.array(picked, g.dtype(x)).reshape(v.shape))
 

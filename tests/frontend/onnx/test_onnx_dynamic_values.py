@@ -388,3 +388,40 @@ def test_torch_attention_block_with_a_dynamic_batch(tmp_path):
         for got, want in zip(exe(*feeds.values()), sess.run(None, feeds)):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     _no_fallback(exe)
+
+
+def test_torch_attention_with_a_dynamic_sequence_length(tmp_path):
+    """A causal attention block exported with a dynamic batch and sequence length: the attention
+    products multiply operands whose last two axes are dynamic (flattened to one batch axis by
+    reshape codes), and the causal mask is a Trilu of a run-time shape (row and column indices
+    compared at run time). Run at several lengths through the VM, each against ONNX Runtime."""
+    torch = pytest.importorskip("torch")
+
+    class Attention(torch.nn.Module):
+        def __init__(self, d: int = 16, heads: int = 4):
+            super().__init__()
+            self.heads, self.norm = heads, torch.nn.LayerNorm(d)
+            self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+        def forward(self, x):
+            b, n, d = x.shape
+            heads = self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, d // self.heads)
+            q, k, v = heads.permute(2, 0, 3, 1, 4)
+            mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+            a = ((q @ k.transpose(-1, -2)) * 0.5).masked_fill(mask, float("-inf")).softmax(-1)
+            return x + self.out((a @ v).transpose(1, 2).reshape(b, n, d))
+
+    path = tmp_path / "attention.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Attention().eval(), (torch.randn(2, 5, 16),), str(path), dynamo=False,
+                          input_names=["x"], opset_version=17, dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    model = onnx.load(str(path))
+    mod, params = autorelay.frontend.from_onnx(model)  # refused the products and the mask before
+    exe = autorelay.build(mod, params=params)
+    rng = np.random.default_rng(11)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch, seq in ((2, 5), (1, 9), (3, 2), (2, 5)):
+        x = rng.standard_normal((batch, seq, 16)).astype("float32")
+        np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    _no_fallback(exe)
