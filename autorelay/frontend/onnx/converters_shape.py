@@ -246,8 +246,8 @@ def _static_extents(g: GraphBuilder, x: Expr, v: np.ndarray) -> Expr | None:
 @_reg("Expand")
 def _expand(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
-    if g.value_or_none(_x(node, 1)) is None:
-        return dyn_expand(g, node, x, _x(node, 1))
+    if g.value_or_none(_x(node, 1)) is None or not all(isinstance(d, int) for d in g.shape(x)):
+        return dyn_expand(g, node, x, _x(node, 1))  # a two-way broadcast the VM specialises
     target = g.ints(_x(node, 1), "shape")
     s = g.static_shape(x)
     try:

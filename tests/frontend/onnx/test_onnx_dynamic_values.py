@@ -425,3 +425,16 @@ def test_torch_attention_with_a_dynamic_sequence_length(tmp_path):
         x = rng.standard_normal((batch, seq, 16)).astype("float32")
         np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     _no_fallback(exe)
+
+
+def test_expand_of_a_dynamic_input_to_a_constant_shape():
+    """`x[..., None].expand(-1, -1, 3)` with a dynamic batch and length: the exporter writes a
+    constant shape of ones where the input's extents stay, a two-way broadcast at run time."""
+    shape = numpy_helper.from_array(np.array([1, 1, 3], "int64"), "shape")
+    node = helper.make_node("Expand", ["x", "shape"], ["y"])
+    model = _model([node], [_vi("x", ["b", "n", 1])], [_vi("y", None)], [shape])
+    exe = _build(model)
+    rng = np.random.default_rng(4)
+    for dims in ((2, 5, 1), (1, 3, 1), (2, 5, 1)):
+        _check(exe, model, {"x": rng.standard_normal(dims).astype("float32")})
+    _no_fallback(exe)
