@@ -32,7 +32,8 @@ KIND_PREFIX = {"cpu": "llvm", "cuda": "cuda", "vta": "vta"}
 PREFIX_KIND = {v: k for k, v in KIND_PREFIX.items()}
 
 _DTYPE_BITS = {"float32": 32, "float64": 64, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
-               "int16": 16, "uint16": 16, "int8": 8, "uint8": 8, "bool": 8}  # bools are bytes in memory
+               "uint32": 32, "uint64": 64, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8,
+               "bool": 8}  # bools are bytes in memory
 
 
 # The device limits a resolved cuda target carries as options (the driver's values when a GPU is

@@ -235,7 +235,7 @@ def test_requantize_with_run_time_scales_has_no_compute():
         lower(op_function("qnn.requantize", types, {}))
 
 
-@pytest.mark.parametrize("dtype", ["int32", "int64", "int8"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8", "int16"])
 def test_integer_division_never_traps(dtype: str):
     """x86's `idiv` raises SIGFPE (the process dies) on a zero divisor and on the minimum divided by
     -1. Compiled integer division, quotient and both remainders, gives the references' answers for
@@ -253,3 +253,33 @@ def test_integer_division_never_traps(dtype: str):
         exe = autorelay.build(mod, target="llvm")
         assert not exe.report.fallbacks, str(exe.report)
         np.testing.assert_array_equal(exe(a, b), want[0], err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "uint32", "uint64", "uint8"])
+def test_every_integer_type_compiles_with_its_signedness(dtype: str):
+    """Every integer type the IR holds has kernels: arithmetic that wraps, comparisons, min/max,
+    shifts and division read the unsigned types as unsigned (values past the signed range among the
+    inputs), and casts widen, narrow and convert to float by the type's sign; against the reference
+    interpreter (NumPy)."""
+    import autorelay
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    draw = rng.integers(info.min, info.max, (2, 13), dtype=dtype, endpoint=True)
+    a = np.concatenate([np.array([info.max, info.min, info.max // 2 + 3], dtype), draw[0]])
+    b = np.concatenate([np.array([3, 0, info.max], dtype), draw[1]])
+    other = "int64" if dtype != "uint64" else "uint32"
+    body = (f"(add(%a, %b), multiply(%a, %b), subtract(%a, %b), less(%a, %b), maximum(%a, %b), "
+            f"minimum(%a, %b), right_shift(%a, %s), left_shift(%a, %s), divide(%a, %b), floor_mod(%a, %b), "
+            f'cast(%a, dtype="float32"), cast(%a, dtype="float64"), cast(%a, dtype="{other}"), '
+            f'cast(%a, dtype="int8"), cast(cast(%s, dtype="float32"), dtype="{dtype}"))')
+    src = (f"def @main(%a: Tensor[(16,), {dtype}], %b: Tensor[(16,), {dtype}], %s: Tensor[(16,), {dtype}]) "
+           f"{{ {body} }}")
+    mod = autorelay.parse(src)
+    shifts = (np.arange(16) % np.iinfo(dtype).bits).astype(dtype)
+    exe = autorelay.build(mod, target="llvm")
+    assert not exe.report.fallbacks, str(exe.report)
+    want = autorelay.evaluate(autorelay.infer_types(mod), a, b, shifts)
+    for i, (got, ref) in enumerate(zip(exe(a, b, shifts), want)):
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref, err_msg=f"output {i}")

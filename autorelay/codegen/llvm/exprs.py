@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from autorelay.codegen.llvm.calls import emit_call
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.loads import LoadEmitter
@@ -35,7 +37,7 @@ __all__ = ["ExprEmitter"]
 
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
-_UNSIGNED = ("uint8", "uint16", "bool")  # as i1, true is -1 when read signed
+_UNSIGNED = ("uint8", "uint16", "uint32", "uint64", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 _BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor", "shl": "shl"}  # integer ops in LLVM
 
@@ -317,7 +319,7 @@ class ExprEmitter(LoadEmitter):
         elif is_float(src):
             ins = "fptoui" if dst in _UNSIGNED else "fptosi"
         else:
-            bits = {"int8": 8, "uint8": 8, "uint16": 16, "int32": 32, "int64": 64, "bool": 1}
+            bits = {d: 1 if d == "bool" else np.iinfo(d).bits for d in (src, dst)}
             if bits[dst] == bits[src]:
                 return Val(a.ref, dst, lanes)
             ins = "trunc" if bits[dst] < bits[src] else ("zext" if src in _UNSIGNED else "sext")

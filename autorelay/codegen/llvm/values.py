@@ -13,10 +13,13 @@ _TYPES = {
     "float32": "float",
     "float64": "double",
     "int64": "i64",
+    "uint64": "i64",
     "int32": "i32",
+    "uint32": "i32",
+    "int16": "i16",
+    "uint16": "i16",  # also bfloat16 words (autorelay.te.expr.BF16_FUNCS)
     "int8": "i8",
     "uint8": "i8",
-    "uint16": "i16",  # bfloat16 words (autorelay.te.expr.BF16_FUNCS)
     "bool": "i1",
 }
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
 from autorelay.te.expr import Var
@@ -128,12 +130,8 @@ def _check_barriers(s: Stmt, launch: Launch, tvars: frozenset[Var], divergent: b
 
 def shared_bytes(seg: Stmt) -> int:
     """Bytes of shared memory a kernel allocates."""
-    return sum(t.buffer.size * _BYTES[t.buffer.dtype] for t in walk_stmts(seg)
+    return sum(t.buffer.size * np.dtype(t.buffer.dtype).itemsize for t in walk_stmts(seg)
                if isinstance(t, Allocate) and t.buffer.scope == "shared")
-
-
-_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1, "bool": 1,
-          "float16": 2}
 
 
 def bound_vars(seg: Stmt) -> dict[Var, str]:
