@@ -58,8 +58,12 @@ def _gather_elements(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("GatherND")
 def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
     x, ind = _x(node, 0), _x(node, 1)
-    shape, ishape = g.static_shape(x), g.static_shape(ind, "indices")
+    shape, ishape = g.static_shape(x), g.shape(ind)
     b = int(node.attr("batch_dims", 0))
+    if ishape and not all(isinstance(d, int) for d in (*ishape[:b], ishape[-1])):
+        # the tuples' count may be dynamic (the coordinates NonZero found: x[mask])
+        raise node.fail(f"indices of shape {tuple(map(str, ishape))} need a static tuple length and "
+                        "batch axes")
     k = ishape[-1] if ishape else 0
     if not ishape or b < 0 or b >= len(ishape) or b + k > len(shape) or tuple(ishape[:b]) != tuple(shape[:b]):
         raise node.fail(f"indices of shape {ishape} (batch_dims={b}) do not index data of shape {shape}")
@@ -157,4 +161,5 @@ def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
     all_coords = g.call("stack", g.tuple(coords), axis=0)
     count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
     end = g.call("concatenate", g.tuple([i64([rank]), count]), axis=0)
-    return g.call("dyn.strided_slice", all_coords, i64([0, 0]), end, i64([1, 1]))
+    kept = g.call("dyn.strided_slice", all_coords, i64([0, 0]), end, i64([1, 1]))
+    return g.call("reshape", kept, newshape=(rank, -1))  # the rank stays static for the ops after it

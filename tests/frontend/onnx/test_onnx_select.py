@@ -139,6 +139,24 @@ def test_nonzero_runs_on_the_vm_with_compiled_kernels(shape, dtype):
     assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
 
 
+def test_boolean_mask_selection_gathers_a_dynamic_count():
+    """`x[x > 0]` as PyTorch exports it: NonZero, Transpose, GatherND of a dynamic number of index
+    tuples (their length, the rank, stays static), then an op on the selected values."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["i"]), helper.make_node("Transpose", ["i"], ["t"]),
+             helper.make_node("GatherND", ["x", "t"], ["v"]), helper.make_node("Mul", ["v", "two"], ["y"])]
+    consts = [numpy_helper.from_array(np.array(0, "float32"), "zero"),
+              numpy_helper.from_array(np.array(2, "float32"), "two")]
+    model = _model(nodes, [_vi("x", (3, 5))], [_vi("y", None)], consts)
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    rng = np.random.default_rng(2)
+    for shift in (0.0, 3.0, -3.0, 0.5):  # some, all, none, most selected
+        x = (rng.standard_normal((3, 5)) + shift).astype("float32")
+        np.testing.assert_array_equal(np.asarray(exe(x)), x[x > 0] * 2)
+    assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
+
+
 def test_nonzero_of_a_scalar_is_refused_clearly():
     model = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", 1, [])],
                    [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
