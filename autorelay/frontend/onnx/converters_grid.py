@@ -1,14 +1,16 @@
 """GridSample: data read at the positions a grid names (a spatial transformer, a flow warp, a
-deformable layer's sampling), bilinear or nearest, with zeros, border or reflection padding; and
+deformable layer's sampling), bilinear, nearest or bicubic, with zeros, border or reflection
+padding; and
 AffineGrid, the grid a spatial transformer samples at (a batched matrix product of its affine
 matrices with the constant grid of output positions).
 
 Written with IR ops the compiler already fuses, so no kernel of its own: the grid's coordinates are
-unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1 or 4 taps
+unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1, 4 or 16 taps
 becomes a flat index into the data (batch and channel offsets broadcast in) read by one `take`, and
 the taps are weighted and summed. A tap outside the data reads 0 (the zeros mode, and the far
 neighbour of a coordinate on the last row or column, whose weight is 0 anyway). The arithmetic is
-PyTorch's `grid_sample`, which ONNX's definition follows.
+PyTorch's `grid_sample`, which ONNX's definition follows; bicubic brings each of its 16 taps
+inside by the padding mode separately, as PyTorch does, rather than the sampled position.
 """
 
 from __future__ import annotations
@@ -22,25 +24,46 @@ TABLE: dict = {}
 _x = required_input
 _reg = registrar(TABLE)
 
-_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest"}  # opset 20 renamed them
+# opset 20 renamed them
+_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic",
+          "cubic": "bicubic"}
 
 
-def _coordinate(g: GraphBuilder, v: Expr, size: int, align: bool, padding: str) -> Expr:
+def _unnormalize(g: GraphBuilder, v: Expr, size: int, align: bool) -> Expr:
     """Grid values in [-1, 1] along an axis of `size` elements, as positions in that axis."""
-    def s(value: float) -> Expr:
-        return g.scalar(value, v)
-
-    one = s(1.0)
+    one = g.scalar(1.0, v)
     if align:  # -1 and 1 are the centres of the first and last elements
-        pos = g.call("multiply", g.call("add", v, one), s((size - 1) / 2))
-    else:  # -1 and 1 are their outer edges
-        scaled = g.call("multiply", g.call("add", v, one), s(size))
-        pos = g.call("divide", g.call("subtract", scaled, one), s(2.0))
+        return g.call("multiply", g.call("add", v, one), g.scalar((size - 1) / 2, v))
+    scaled = g.call("multiply", g.call("add", v, one), g.scalar(size, v))  # -1 and 1: the outer edges
+    return g.call("divide", g.call("subtract", scaled, one), g.scalar(2.0, v))
+
+
+def _bounded(g: GraphBuilder, pos: Expr, size: int, align: bool, padding: str) -> Expr:
+    """A position brought inside the axis as the padding mode reads outside it (zeros: as it is)."""
     if padding == "reflection":
         pos = _reflect(g, pos, *((0.0, size - 1.0) if align else (-0.5, size - 0.5)))
     if padding in ("border", "reflection"):
         pos = g.call("clip", pos, a_min=0.0, a_max=float(size - 1))
     return pos
+
+
+def _cubic_weights(g: GraphBuilder, t: Expr) -> list[Expr]:
+    """The weights of the taps at -1, 0, 1, 2 around a position `t` past the second one: the cubic
+    convolution kernel with A = -0.75, as PyTorch and ONNX define bicubic sampling."""
+    a = -0.75
+
+    def near(d: Expr) -> Expr:  # |d| <= 1: ((A + 2) d - (A + 3)) d^2 + 1
+        inner = g.call("subtract", g.call("multiply", d, g.scalar(a + 2, d)), g.scalar(a + 3, d))
+        return g.call("add", g.call("multiply", g.call("multiply", inner, d), d), g.scalar(1.0, d))
+
+    def far(d: Expr) -> Expr:  # 1 < |d| < 2: ((A d - 5A) d + 8A) d - 4A
+        inner = g.call("subtract", g.call("multiply", d, g.scalar(a, d)), g.scalar(5 * a, d))
+        inner = g.call("add", g.call("multiply", inner, d), g.scalar(8 * a, d))
+        return g.call("subtract", g.call("multiply", inner, d), g.scalar(4 * a, d))
+
+    one, two = g.scalar(1.0, t), g.scalar(2.0, t)
+    return [far(g.call("add", t, one)), near(t), near(g.call("subtract", one, t)),
+            far(g.call("subtract", two, t))]
 
 
 def _reflect(g: GraphBuilder, pos: Expr, low: float, high: float) -> Expr:
@@ -67,7 +90,7 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
         raise node.fail(f"grid must be (N, H_out, W_out, 2) with N = {n}, got shape {gshape}")
     mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")
     if mode not in _MODES:
-        raise node.fail(f"mode {mode!r} is not supported (bilinear/linear and nearest are)")
+        raise node.fail(f"mode {mode!r} is not supported (bilinear/linear, nearest and bicubic/cubic are)")
     padding = node.attr("padding_mode", "zeros")
     if padding not in ("zeros", "border", "reflection"):
         raise node.fail(f"padding_mode must be zeros, border or reflection, got {padding!r}")
@@ -76,9 +99,9 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
 
     def axis(k: int, size: int) -> Expr:  # the grid's x (k = 0) or y (k = 1) as (N, 1, H_out, W_out)
         v = g.call("strided_slice", grid, begin=(0, 0, 0, k), end=(n, ho, wo, k + 1))
-        return _coordinate(g, g.call("reshape", v, newshape=(n, 1, ho, wo)), size, align, padding)
+        return _unnormalize(g, g.call("reshape", v, newshape=(n, 1, ho, wo)), size, align)
 
-    px, py = axis(0, w), axis(1, h)
+    ux, uy = axis(0, w), axis(1, h)
     flat = g.call("reshape", x, newshape=(n * c * h * w,))
     planes = (np.arange(n).reshape(n, 1, 1, 1) * (c * h * w) + np.arange(c).reshape(1, c, 1, 1) * (h * w))
     base = g.const(planes.astype("int64"))
@@ -96,6 +119,18 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
         value = g.call("take", flat, index, mode="clip")
         return g.call("where", inside, value, g.call("zeros_like", value))
 
+    if _MODES[mode] == "bicubic":  # 4 x 4 taps, each brought inside by the padding mode on its own
+        x0, y0 = g.call("floor", ux), g.call("floor", uy)
+        wx, wy = _cubic_weights(g, g.call("subtract", ux, x0)), _cubic_weights(g, g.call("subtract", uy, y0))
+        total = None
+        for i in range(4):
+            ys = _bounded(g, g.call("add", y0, g.scalar(i - 1.0, y0)), h, align, padding)
+            for j in range(4):
+                xs = _bounded(g, g.call("add", x0, g.scalar(j - 1.0, x0)), w, align, padding)
+                term = g.call("multiply", tap(xs, ys), g.call("multiply", wx[j], wy[i]))
+                total = term if total is None else g.call("add", total, term)
+        return total
+    px, py = _bounded(g, ux, w, align, padding), _bounded(g, uy, h, align, padding)
     if _MODES[mode] == "nearest":  # half to even, as ONNX Runtime's nearbyint
         return tap(g.call("round", px), g.call("round", py))
     x0, y0 = g.call("floor", px), g.call("floor", py)

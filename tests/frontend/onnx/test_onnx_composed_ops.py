@@ -191,12 +191,12 @@ def test_bit_shift_in_both_directions():
     _build_and_check(model, {"x": x, "n": np.arange(9, dtype="uint8") % 8})
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [0, 1])
 def test_grid_sample(mode, padding, align):
-    """A spatial transformer's sampling: grid values past [-1, 1] (so every padding mode shows),
-    on a data shape that is not square."""
+    """A spatial transformer's sampling: grid values past [-1, 1] (so every padding mode shows, for
+    bicubic on taps inside as well as outside), on a data shape that is not square."""
     node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding,
                             align_corners=align)
     model = make_model([node], [value_info("x", (2, 3, 5, 7)), value_info("grid", (2, 4, 6, 2))],
@@ -206,17 +206,18 @@ def test_grid_sample(mode, padding, align):
     _build_and_check(model, {"x": RNG.standard_normal((2, 3, 5, 7)).astype("float32"), "grid": grid})
 
 
-def test_grid_sample_opset_20_names_and_refusals():
-    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear")
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_grid_sample_opset_20_names_and_refusals(mode):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode)
     model = make_model([node], [value_info("x", (1, 2, 4, 4)), value_info("grid", (1, 3, 3, 2))],
                        [value_info("y", None)], opset=20)
     _build_and_check(model, {"x": RNG.standard_normal((1, 2, 4, 4)).astype("float32"),
                              "grid": RNG.uniform(-1, 1, (1, 3, 3, 2)).astype("float32")})
-    cubic = make_model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode="cubic")],
-                       [value_info("x", (1, 2, 4, 4)), value_info("grid", (1, 3, 3, 2))],
-                       [value_info("y", None)], opset=20)
-    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="mode 'cubic' is not supported"):
-        autorelay.frontend.from_onnx(cubic)
+    volume = make_model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode)],
+                        [value_info("x", (1, 2, 3, 4, 4)), value_info("grid", (1, 3, 3, 3, 3))],
+                        [value_info("y", None)], opset=20)
+    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="only 4-D"):
+        autorelay.frontend.from_onnx(volume)
 
 
 @pytest.mark.parametrize(("time_axis", "batch_axis"), [(0, 1), (1, 0)])
