@@ -18,8 +18,20 @@ TABLE: dict = {}
 _FAST_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
 
 
-def _targets(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]) -> tuple[list[int], list[float]]:
-    """Output extents and the scale each axis uses in its coordinate transformation."""
+def _targets(g: GraphBuilder, node: NodeView, shape: tuple) -> tuple[list, list[float]]:
+    """Output extents and the scale each axis uses in its coordinate transformation. A dynamic
+    extent (an export's dynamic batch) must be left as it is: a scale of 1, or not among `axes`."""
+    out, scales = _resized(g, node, tuple(d if isinstance(d, int) else 1 for d in shape))
+    for a, d in enumerate(shape):
+        if not isinstance(d, int):
+            if scales[a] != 1.0 or out[a] != 1:
+                raise node.fail(f"axis {a} has dynamic extent {d} and is resized (scale {scales[a]:g}); only "
+                                "static axes can be resized")
+            out[a] = d
+    return out, scales
+
+
+def _resized(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]) -> tuple[list[int], list[float]]:
     rank = len(shape)
     if node.op_type == "Upsample" or node.opset < 11:
         given = node.input(1)
@@ -59,7 +71,7 @@ def _targets(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]) -> tuple[l
 
 def _resize(g: GraphBuilder, node: NodeView) -> Expr:
     x = node.input(0)
-    shape = g.static_shape(x)
+    shape = g.shape(x)
     rank = len(shape)
     legacy = node.op_type == "Upsample" or node.opset < 11
     mode = node.attr("mode", "nearest")
@@ -72,7 +84,7 @@ def _resize(g: GraphBuilder, node: NodeView) -> Expr:
         raise node.fail(f"mode={mode!r} is not supported (nearest, linear, cubic)")
     out, scales = _targets(g, node, shape)
     rois = _rois(g, node, rank) if ctm == "tf_crop_and_resize" else [(0.0, 1.0)] * rank
-    exact = all(abs(o / d - s) < 1e-9 if d else True for o, d, s in zip(out, shape, scales))
+    exact = all(o is d or abs(o / d - s) < 1e-9 if d else True for o, d, s in zip(out, shape, scales))
     simple = method != "cubic" and not exclude and not (antialias and method != "nearest")
     if rank == 4 and out[:2] == list(shape[:2]) and simple and ctm in _FAST_MODES and exact:
         return g.call(
@@ -88,7 +100,7 @@ def _resize(g: GraphBuilder, node: NodeView) -> Expr:
     valid = []
     for axis in range(rank):
         if out[axis] == shape[axis] and scales[axis] == 1.0 and rois[axis] == (0.0, 1.0):
-            valid.append(np.ones(out[axis], bool))
+            valid.append(np.ones(out[axis] if isinstance(out[axis], int) else 1, bool))
             continue
         spec = AxisResize(
             shape[axis],

@@ -438,3 +438,37 @@ def test_expand_of_a_dynamic_input_to_a_constant_shape():
     for dims in ((2, 5, 1), (1, 3, 1), (2, 5, 1)):
         _check(exe, model, {"x": rng.standard_normal(dims).astype("float32")})
     _no_fallback(exe)
+
+
+def test_resize_with_a_dynamic_batch(tmp_path):
+    """A decoder's upsampling (`interpolate`, scale 2) in an export with a dynamic batch: the batch
+    keeps its symbolic extent and the spatial axes resize; resizing a dynamic axis is refused by
+    name."""
+    torch = pytest.importorskip("torch")
+
+    class Up(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear") + 1
+
+    for axes, error in (({0: "batch"}, None), ({0: "batch", 2: "h"}, "axis 2 has dynamic extent")):
+        path = tmp_path / "up.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Up().eval(), (torch.randn(2, 3, 6, 5),), str(path), dynamo=False,
+                              input_names=["x"], opset_version=17, dynamic_axes={"x": axes})
+        model = onnx.load(str(path))
+        if error:
+            with pytest.raises(OnnxImportError, match=error):
+                autorelay.frontend.from_onnx(model)
+            continue
+        mod, params = autorelay.frontend.from_onnx(model)
+        exe = autorelay.build(mod, params=params)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for batch in (2, 4):
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 6, 5)).astype("float32")
+            np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
