@@ -2,7 +2,8 @@
 OneHot and Hardmax (a one at each slice's largest element).
 
 Trilu and EyeLike depend only on static shapes and their diagonal offset, so the pattern is a
-constant: Trilu is a `where` against a boolean mask that broadcasts over the batch axes. OneHot
+constant: Trilu is a `where` against a boolean mask that broadcasts over the batch axes (for
+matrices of run-time extents, the mask compares run-time row and column positions). OneHot
 and Hardmax are `one_hot`, after wrapping negative indices (ONNX counts them from the end) or
 after an `argmax`.
 """
@@ -47,13 +48,17 @@ def _trilu(g: GraphBuilder, node: NodeView) -> Expr:
         keep = g.const(cols - rows >= k if node.attr("upper", 1) else cols - rows <= k)
     else:
         extents = g.call("shape_of", x)
-        rows, cols = (g.call("dyn.arange", g.const(np.array(0, "int64")), g.call(
-            "reshape", g.call("strided_slice", extents, begin=(axis,), end=(axis + 1,)), newshape=()),
-            g.const(np.array(1, "int64"))) for axis in (len(shape) - 2, len(shape) - 1))
+        rows, cols = (_positions(g, extents, axis) for axis in (len(shape) - 2, len(shape) - 1))
         offset = g.call("subtract", g.call("expand_dims", cols, axis=0), g.call("expand_dims", rows, axis=1))
         bound = g.const(np.array(k, "int64"))
         keep = g.call("greater_equal" if node.attr("upper", 1) else "less_equal", offset, bound)
     return g.call("where", keep, x, g.call("zeros_like", x))
+
+
+def _positions(g: GraphBuilder, extents: Expr, axis: int) -> Expr:
+    """0, 1, ..., n - 1 for the run-time extent n of `axis` (read from the shape vector `extents`)."""
+    n = g.call("reshape", g.call("strided_slice", extents, begin=(axis,), end=(axis + 1,)), newshape=())
+    return g.call("dyn.arange", g.const(np.array(0, "int64")), n, g.const(np.array(1, "int64")))
 
 
 @_reg("EyeLike")
