@@ -38,9 +38,9 @@ def _add_vars(expr: Expr, seen: set[int], out: set[int]) -> None:
 
 
 class _DeadLets(ExprMutator):
-    def __init__(self, purity: Purity, inline_once: bool, uses: dict[int, int]) -> None:
+    def __init__(self, purity: Purity, movable: Purity, inline_once: bool, uses: dict[int, int]) -> None:
         super().__init__()
-        self.purity = purity
+        self.purity, self.movable = purity, movable
         self.inline_once = inline_once
         self.uses = uses
         self.subst: dict[int, Expr] = {}
@@ -56,7 +56,7 @@ class _DeadLets(ExprMutator):
             recursive = id(node.var) in _vars_in(node.value)  # before substitution: small
             value = self.visit(node.value)
             if (self.inline_once and not recursive and self.uses.get(id(node.var), 0) == 1
-                    and self.purity.pure(value)):
+                    and self.movable.pure(value)):
                 self.subst[id(node.var)] = value  # read exactly once: substitute at the use
                 self.removed += 1
             else:
@@ -77,13 +77,14 @@ class _DeadLets(ExprMutator):
 
 @dataclass(frozen=True)
 class DeadCodeElimination(FunctionPass):
-    """Remove unused pure `let` bindings; `inline_once` also inlines pure single-use bindings."""
+    """Remove unused pure `let` bindings; `inline_once` also inlines movable single-use bindings
+    (`Purity`: a reference's creation or read stays where it is bound)."""
 
     name: ClassVar[str] = "DeadCodeElimination"
     inline_once: bool = False
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
         uses = var_uses(fn) if self.inline_once else {}
-        out = _DeadLets(Purity(mod), self.inline_once, uses).visit(fn)
+        out = _DeadLets(Purity(mod), Purity(mod, movable=True), self.inline_once, uses).visit(fn)
         assert isinstance(out, Function)
         return out

@@ -123,7 +123,7 @@ class InlineGlobals(ModulePass):
     def transform_module(self, mod: IRModule) -> IRModule:
         graph = call_graph(mod)
         recursive = recursive_globals(mod)
-        purity = Purity(mod)
+        purity = Purity(mod, movable=True)  # an argument substituted into the body is moved there
         done: dict[GlobalVar, Function] = {}
         inlinable: dict[GlobalVar, Function] = {}
         for gv in _topological(graph):

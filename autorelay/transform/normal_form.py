@@ -238,11 +238,12 @@ class _ToGraph(ExprMutator):
 
 @dataclass(frozen=True)
 class ToGraphNormalForm(FunctionPass):
-    """Replace every pure, non-recursive `let` by its value (sharing becomes graph edges)."""
+    """Replace every movable (pure, and neither creating nor reading a reference), non-recursive
+    `let` by its value (sharing becomes graph edges)."""
 
     name: ClassVar[str] = "ToGraphNormalForm"
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
-        out = _ToGraph(Purity(mod)).visit(fn)
+        out = _ToGraph(Purity(mod, movable=True)).visit(fn)
         assert isinstance(out, Function)
         return out

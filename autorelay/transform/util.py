@@ -21,6 +21,8 @@ from autorelay.ir.expr import (
     Let,
     Match,
     Op,
+    RefCreate,
+    RefRead,
     RefWrite,
     Var,
 )
@@ -151,10 +153,16 @@ def is_pure(expr: Expr, mod: IRModule | None = None) -> bool:
 
 
 class Purity:
-    """Memoised purity of nodes (by identity), so repeated questions about shared graphs stay cheap."""
+    """Memoised purity of nodes (by identity), so repeated questions about shared graphs stay cheap.
 
-    def __init__(self, mod: IRModule | None) -> None:
+    `movable=True` asks a stronger question: may the expression be evaluated somewhere else than
+    where it is bound (substituted at its use, duplicated, moved past other lets)? A reference's
+    creation has an identity (two evaluations make two references) and a read depends on the
+    writes before it, so neither moves, though both are pure enough to drop when unused."""
+
+    def __init__(self, mod: IRModule | None, *, movable: bool = False) -> None:
         self.mod = mod
+        self.movable = movable
         self.globals: dict[str, bool] = {}
         self.memo: dict[int, tuple[Expr, bool]] = {}
 
@@ -176,7 +184,7 @@ class Purity:
         return self.memo[id(expr)][1]
 
     def _node_pure(self, node: Expr) -> bool:
-        if isinstance(node, RefWrite):
+        if isinstance(node, RefWrite) or (self.movable and isinstance(node, RefCreate | RefRead)):
             return False
         if isinstance(node, Call):
             callee = node.op
