@@ -100,3 +100,12 @@ def test_whole_networks(net):
     assert_same_outputs(mod, out)
     assert evaluate(out, *[np.zeros(p.type_annotation.concrete_shape, "float32")
                            for p in out["main"].params]) is not None
+
+
+def test_folded_scalars_stay_scalars():
+    """A folded 0-d value is a 0-d constant (NumPy's ascontiguousarray would make it 1-d, and the
+    module then failed to type-check where a scalar was expected)."""
+    mod = autorelay.parse('#[version = "0.0.5"]\ndef @main() { (zeros_like(4), add(2f, 3f)) }')
+    consts = list(FoldConstant()(autorelay.infer_types(mod))["main"].body.fields)
+    assert [c.data.shape for c in consts] == [(), ()]
+    assert int(consts[0].data) == 0 and float(consts[1].data) == 5.0
