@@ -15,7 +15,7 @@ pad stage gone (`autorelay.te.halo`). A model fused under a plan without halos
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -130,7 +130,8 @@ class GraphBuilder:
                 outs[k] = t
         ws = max((_ws_bytes(k) for k in self.kernels), default=0)
         mem = plan_memory(self.slots, self.steps, outs, ws)
-        return GraphPlan(self.slots, self.steps, names, in_slots, outs, isinstance(out, list), mem)
+        return GraphPlan(self.slots, self.steps, names, in_slots, outs, isinstance(out, list), mem,
+                         _positions(out, iter(range(len(outs)))) if isinstance(out, list) else None)
 
     def visit(self, node: Expr) -> None:
         if id(node) in self.values or isinstance(node, Op | Function):
@@ -307,6 +308,11 @@ def graph_buffer_plans(module: IRModule, target: Target) -> dict[int, BufferPlan
 
 def _flatten(v: Any) -> list[int]:
     return [x for f in v for x in _flatten(f)] if isinstance(v, list) else [v]
+
+
+def _positions(v: Any, count: Iterator[int]) -> Any:
+    """`v`'s nesting with each slot replaced by its position in `_flatten(v)`."""
+    return [_positions(f, count) for f in v] if isinstance(v, list) else next(count)
 
 
 def _ws_bytes(k: Kernel) -> int:

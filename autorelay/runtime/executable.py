@@ -40,6 +40,7 @@ from autorelay.ir.expr import Function
 from autorelay.runtime.graph_executor import GraphExecutor, GraphPlan, KernelSpec
 from autorelay.runtime.graph_plan import MemoryPlan, Slot, Step
 from autorelay.runtime.report import BuildReport
+from autorelay.runtime.values import input_array
 from autorelay.target import Target
 
 FORMAT = "autorelay-executable"
@@ -127,10 +128,9 @@ class Executable:
             if tuple(arr.shape) != s.shape:
                 raise InputError(f"input {name!r}: expected shape {s.shape} ({s.dtype}), "
                                  f"got {tuple(arr.shape)}")
-            if arr.dtype != np.dtype(s.dtype):
-                if not np.can_cast(arr.dtype, s.dtype, "same_kind"):
-                    raise InputError(f"input {name!r}: expected dtype {s.dtype}, got {arr.dtype}")
-                arr = arr.astype(s.dtype)
+            arr, problem = input_array(arr, s.dtype)
+            if problem:
+                raise InputError(f"input {name!r}: {problem}")
             out.append(arr)
         return out
 
@@ -213,6 +213,7 @@ class Executable:
             "steps": [s.to_json() for s in plan.steps],
             "inputs": plan.input_names, "input_slots": plan.input_slots,
             "outputs": plan.output_slots, "output_is_tuple": plan.output_is_tuple,
+            "output_tree": plan.output_tree,
             "memory": {"storage_bytes": plan.memory.storage_bytes,
                        "workspace_bytes": plan.memory.workspace_bytes, "zeroed": plan.memory.zeroed},
             "kernels": [{"key": k.key, "segments": [list(s) for s in k.segments], "nbuffers": k.nbuffers,
@@ -336,4 +337,4 @@ def _plan(meta: dict) -> GraphPlan:
     return GraphPlan([Slot.from_json(s) for s in meta["slots"]], [Step.from_json(s) for s in meta["steps"]],
                      meta["inputs"], meta["input_slots"], meta["outputs"], meta["output_is_tuple"],
                      MemoryPlan(meta["memory"]["storage_bytes"], meta["memory"]["workspace_bytes"],
-                                meta["memory"]["zeroed"]))
+                                meta["memory"]["zeroed"]), meta.get("output_tree"))

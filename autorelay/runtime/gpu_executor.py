@@ -117,8 +117,7 @@ class GPUGraphExecutor:
         self._upload(args)
         self.launch()
         self.device.synchronize()
-        outs = [self._download(o) for o in self.plan.output_slots]
-        return tuple(outs) if self.plan.output_is_tuple else outs[0]
+        return self.plan.pack([self._download(o) for o in self.plan.output_slots])
 
     def time_ms(self, args: Sequence[np.ndarray], repeat: int = 20) -> float:
         """Device milliseconds per forward pass (inputs already copied), by the device's timer."""

@@ -66,6 +66,19 @@ class GraphPlan:
     output_slots: list[int]
     output_is_tuple: bool
     memory: MemoryPlan
+    # a tuple output's shape: nested lists of positions in `output_slots` (None: one flat tuple)
+    output_tree: list | None = None
+
+    def pack(self, outs: Sequence[Any]) -> Any:
+        """The outputs (one per output slot) in the structure @main returns: one value, a tuple, or
+        tuples nested as the function's result nests them."""
+        if not self.output_is_tuple:
+            return outs[0]
+        return _nested(self.output_tree if self.output_tree is not None else list(range(len(outs))), outs)
+
+
+def _nested(tree: list, outs: Sequence[Any]) -> tuple:
+    return tuple(_nested(t, outs) if isinstance(t, list) else outs[t] for t in tree)
 
 
 class GraphExecutor:
@@ -194,8 +207,7 @@ class GraphExecutor:
         self.bind_inputs(args)
         for f, a in self._program:
             f(*a)
-        outs = [self.arrays[o].copy() for o in self.plan.output_slots]
-        return tuple(outs) if self.plan.output_is_tuple else outs[0]
+        return self.plan.pack([self.arrays[o].copy() for o in self.plan.output_slots])
 
     def _timed_runs(self, args: Sequence[np.ndarray], repeat: int) -> np.ndarray:
         """Seconds of every call in each of `repeat` runs, [repeat, calls], after a warm-up run.

@@ -57,6 +57,24 @@ def test_tuple_outputs_match_interpreter(net):
     assert again[0] is not got[0]
 
 
+def test_nested_tuple_outputs_keep_their_nesting_on_every_executor_and_through_save(tmp_path):
+    """A result `(a, (b, c))` (a first-order gradient's `(value, (grads…))` among them) comes back
+    nested as the function returns it; the graph executor flattened it to `(a, b, c)`."""
+    mod = autorelay.parse('#[version = "0.0.5"]\n'
+                          'def @main(%x: Tensor[(2), float32], %y: Tensor[(2), float32]) '
+                          '{ (add(%x, 1f), (multiply(%y, 2f), (%x, exp(%y)))) }')
+    x, y = np.ones(2, "float32"), np.full(2, 3, "float32")
+    want = autorelay.evaluate(mod, x, y)
+    graph = autorelay.build(mod, executor="graph")
+    path = tmp_path / "nested.arx"
+    graph.save(path)
+    for exe in (graph, autorelay.load(path), autorelay.build(mod, executor="vm"),
+                autorelay.build(mod, executor="aot")):
+        got = exe(x, y)
+        assert autorelay.runtime.values.values_equal(got, want), (type(exe).__name__, got)
+        assert isinstance(got[1], tuple) and isinstance(got[1][1], tuple)
+
+
 def test_memory_plan_reuses_storage(net):
     exe = net[4]
     temps = [s for s in exe.plan.slots if s.kind == "temp"]
