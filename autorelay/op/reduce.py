@@ -84,7 +84,9 @@ def _mean_at(m: object, ndim: int, axes: list[int], keep: bool, out_idx: tuple) 
 def _arg_compute(combiner: str):
     """argmax/argmin without a two-value (value, index) reduction, which the schedule layer lacks:
     first the extremum `m`, then the smallest (largest with `select_last_index`) flat index over
-    the reduced axes whose element equals `m`. Two passes over the data, but exact on ties."""
+    the reduced axes whose element equals `m`. Two passes over the data, but exact on ties. A NaN
+    makes `m` NaN (float max and min propagate it, as NumPy's do), and then the index is the first
+    NaN's, as NumPy's argmax and argmin answer."""
 
     def compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
         x = inputs[0]
@@ -108,7 +110,11 @@ def _arg_compute(combiner: str):
                 else:
                     src.append(next(it))
             flat = E.cast(tc.row_major([raxes[a].var for a in axes], [x.shape[a] for a in axes]), "int32")
-            hit = E.compare("eq", x[tuple(src)], best[tuple(idx)] if shape else best[()])
+            value, extremum = x[tuple(src)], best[tuple(idx)] if shape else best[()]
+            hit = E.compare("eq", value, extremum)
+            if E.is_float(x.dtype):  # a NaN is the extremum (it propagates), and the first NaN its index
+                nan_pair = E.binary("and", E.compare("ne", value, value), E.compare("ne", extremum, extremum))
+                hit = E.binary("or", hit, nan_pair)
             if last:
                 return te.max(E.select(hit, flat, E.const(-1, "int32")), list(raxes.values()))
             return te.min(E.select(hit, flat, E.const(size, "int32")), list(raxes.values()))

@@ -208,13 +208,15 @@ class ExprEmitter(LoadEmitter):
     def _splat(self, scalar: str, lanes: int) -> str:
         return splat(scalar, "i1", lanes)
 
-    def intrinsic(self, name: str, args: list[Val], dtype: str, lanes: int) -> Val:
-        """A call of the float intrinsic `llvm.<name>` on `args` (all `dtype` x `lanes`), declared once."""
+    def intrinsic(self, name: str, args: list[Val], dtype: str, lanes: int, flags: str = "") -> Val:
+        """A call of the float intrinsic `llvm.<name>` on `args` (all `dtype` x `lanes`), declared once;
+        `flags`: fast-math flags of the call (`nsz`: the sign of a zero result may differ)."""
         t = self.ty(dtype, lanes)
         width = 32 if dtype == "float32" else 64
         fn = f"@llvm.{name}.{f'v{lanes}f{width}' if lanes else f'f{width}'}"
         self.declared.add(f"declare {t} {fn}({', '.join(t for _ in args)})")
-        return self.op(f"call {t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)
+        call = f"call {flags} " if flags else "call "
+        return self.op(f"{call}{t} {fn}({', '.join(f'{t} {a.ref}' for a in args)})", dtype, lanes)
 
     def _const(self, c: Const) -> str:
         if c.dtype == "bool":
@@ -227,11 +229,9 @@ class ExprEmitter(LoadEmitter):
         a, b, lanes = self._pair(e.a, e.b)
         t = self.ty(e.dtype, lanes)
         if is_float(e.dtype):
-            if e.op in ("min", "max"):
-                c = self.op(f"fcmp {'olt' if e.op == 'min' else 'ogt'} {t} {a.ref}, {b.ref}", "bool", lanes)
-                return self.op(
-                    f"select {self.ty('bool', lanes)} {c.ref}, {t} {a.ref}, {t} {b.ref}", e.dtype, lanes
-                )
+            if e.op in ("min", "max"):  # a NaN operand gives NaN, as NumPy's minimum/maximum
+                return self.intrinsic("minimum" if e.op == "min" else "maximum", [a, b], e.dtype, lanes,
+                                      flags="nsz")
             ins = {"add": "fadd contract", "sub": "fsub contract", "mul": "fmul contract", "div": "fdiv"}
             if e.op not in ins:
                 raise TypeError(f"codegen: float {e.op} is not supported")
