@@ -180,13 +180,15 @@ def format_value(value: Any) -> str:
 
 
 def values_equal(a: Any, b: Any) -> bool:
-    """Structural equality of run-time values (arrays compared by shape, dtype and contents)."""
+    """Structural equality of run-time values (arrays compared by shape, dtype and contents; NaNs in
+    the same places are equal)."""
     stack = [(a, b)]
     while stack:
         x, y = stack.pop()
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
             x, y = np.asarray(x), np.asarray(y)
-            if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y):
+            floats = x.dtype.kind in "fc"
+            if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=floats):
                 return False
         elif isinstance(x, tuple) and isinstance(y, tuple):
             if len(x) != len(y):
@@ -203,3 +205,23 @@ def values_equal(a: Any, b: Any) -> bool:
             return False
     return True
 
+
+
+def input_array(value: Any, dtype: str) -> tuple[np.ndarray, str | None]:
+    """An executable's input as an array of the parameter's `dtype`, and None; or the value and
+    why it cannot be one (every executor checks its inputs with this one rule).
+
+    Conversions NumPy calls `same_kind` are made (a float64 array into a float32 input, a Python
+    list), except an integer conversion that would change a value: int64 300 passed for an int8
+    input wrapped to 44 before, silently. Kernels read raw memory, so nothing else gets through."""
+    arr = np.asarray(value)
+    if arr.dtype == np.dtype(dtype):
+        return arr, None
+    if not np.can_cast(arr.dtype, dtype, "same_kind") and not isinstance(value, int | float):
+        return arr, f"expected dtype {dtype}, got {arr.dtype}"
+    out = arr.astype(dtype)
+    if np.issubdtype(np.dtype(dtype), np.integer) and not np.array_equal(out, arr):
+        info = np.iinfo(dtype)
+        return arr, (f"expected dtype {dtype}; the {arr.dtype} values given do not all fit its range "
+                     f"[{info.min}, {info.max}]")
+    return out, None

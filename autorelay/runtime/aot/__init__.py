@@ -29,7 +29,7 @@ from autorelay.runtime.aot.jit import jit_function
 from autorelay.runtime.aot.kernels import AotError, KernelTable
 from autorelay.runtime.aot.layout import leaves, list_element
 from autorelay.runtime.fallback import unflatten_value
-from autorelay.runtime.values import ConstructorValue
+from autorelay.runtime.values import ConstructorValue, input_array
 from autorelay.runtime.vm.kernels import build_report
 from autorelay.schedule.source import ScheduleSource
 from autorelay.target import Target
@@ -76,10 +76,9 @@ class AotExecutable:
             if tuple(arr.shape) != t.concrete_shape:
                 raise AotError(f"input {p.name_hint!r}: expected shape {t.concrete_shape}, "
                                f"got {tuple(arr.shape)}")
-            if arr.dtype != np.dtype(t.dtype):
-                if not np.can_cast(arr.dtype, t.dtype, "same_kind"):
-                    raise AotError(f"input {p.name_hint!r}: expected dtype {t.dtype}, got {arr.dtype}")
-                arr = arr.astype(t.dtype)
+            arr, problem = input_array(arr, t.dtype)
+            if problem:
+                raise AotError(f"input {p.name_hint!r}: {problem}")
             out.append(np.ascontiguousarray(arr))
         return out
 

@@ -27,6 +27,7 @@ from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.ir.expr import Function
 from autorelay.ir.module import IRModule
 from autorelay.ir.types import TensorType
+from autorelay.runtime.values import input_array
 from autorelay.runtime.vm import machine
 from autorelay.runtime.vm.blocks import KernelBlock, fuse_blocks
 from autorelay.runtime.vm.bytecode import VMClosure, VMFunction
@@ -73,11 +74,9 @@ class VMExecutable:
         for p, a in zip(params, args):
             ann = p.type_annotation
             if isinstance(ann, TensorType):
-                arr = np.asarray(a)
-                if arr.dtype != np.dtype(ann.dtype):
-                    if not np.can_cast(arr.dtype, ann.dtype, "same_kind") and not isinstance(a, int | float):
-                        raise VMError(f"input {p.name_hint!r}: expected dtype {ann.dtype}, got {arr.dtype}")
-                    arr = arr.astype(ann.dtype)
+                arr, problem = input_array(a, ann.dtype)
+                if problem:
+                    raise VMError(f"input {p.name_hint!r}: {problem}")
                 shape = ann.shape
                 if arr.ndim != len(shape) or any(isinstance(d, int) and d != s
                                                  for d, s in zip(shape, arr.shape)):
