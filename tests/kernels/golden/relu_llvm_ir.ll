@@ -1,3 +1,7 @@
+declare <8 x float> @llvm.maximum.v8f32(<8 x float>, <8 x float>)
+
+declare float @llvm.maximum.f32(float, float)
+
 define void @relu_s0_relu(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end) #0 {
 entry:
   br label %hdr1
@@ -24,38 +28,36 @@ vec16:
   %t23 = load <8 x float>, ptr %t22, align 4
   %t24 = insertelement <8 x float> poison, float 0x0000000000000000, i32 0
   %t25 = shufflevector <8 x float> %t24, <8 x float> poison, <8 x i32> zeroinitializer
-  %t26 = fcmp ogt <8 x float> %t23, %t25
-  %t27 = select <8 x i1> %t26, <8 x float> %t23, <8 x float> %t25
-  %t28 = getelementptr inbounds float, ptr %b1, i64 %t21
-  store <8 x float> %t27, ptr %t28, align 4
+  %t26 = call nsz <8 x float> @llvm.maximum.v8f32(<8 x float> %t23, <8 x float> %t25)
+  %t27 = getelementptr inbounds float, ptr %b1, i64 %t21
+  store <8 x float> %t26, ptr %t27, align 4
   br label %vdone18
 tail17:
-  br label %hdr29
-hdr29:
-  %t32 = phi i64 [0, %tail17], [%t33, %endif40]
-  %t34 = icmp slt i64 %t32, 8
-  br i1 %t34, label %body30, label %exit31
-body30:
-  %t35 = mul i64 %t10, 8
-  %t36 = add i64 %t32, %t35
-  %t37 = icmp slt i64 %t36, 20
-  br i1 %t37, label %then38, label %endif40
-then38:
-  %t41 = mul i64 %t4, 20
-  %t42 = add i64 %t41, %t32
-  %t43 = mul i64 %t10, 8
-  %t44 = add i64 %t42, %t43
-  %t45 = getelementptr inbounds float, ptr %b0, i64 %t44
-  %t46 = load float, ptr %t45, align 4
-  %t47 = fcmp ogt float %t46, 0x0000000000000000
-  %t48 = select i1 %t47, float %t46, float 0x0000000000000000
-  %t49 = getelementptr inbounds float, ptr %b1, i64 %t44
-  store float %t48, ptr %t49, align 4
-  br label %endif40
-endif40:
-  %t33 = add nuw nsw i64 %t32, 1
-  br label %hdr29, !llvm.loop !0
-exit31:
+  br label %hdr28
+hdr28:
+  %t31 = phi i64 [0, %tail17], [%t32, %endif39]
+  %t33 = icmp slt i64 %t31, 8
+  br i1 %t33, label %body29, label %exit30
+body29:
+  %t34 = mul i64 %t10, 8
+  %t35 = add i64 %t31, %t34
+  %t36 = icmp slt i64 %t35, 20
+  br i1 %t36, label %then37, label %endif39
+then37:
+  %t40 = mul i64 %t4, 20
+  %t41 = add i64 %t40, %t31
+  %t42 = mul i64 %t10, 8
+  %t43 = add i64 %t41, %t42
+  %t44 = getelementptr inbounds float, ptr %b0, i64 %t43
+  %t45 = load float, ptr %t44, align 4
+  %t46 = call nsz float @llvm.maximum.f32(float %t45, float 0x0000000000000000)
+  %t47 = getelementptr inbounds float, ptr %b1, i64 %t43
+  store float %t46, ptr %t47, align 4
+  br label %endif39
+endif39:
+  %t32 = add nuw nsw i64 %t31, 1
+  br label %hdr28, !llvm.loop !0
+exit30:
   br label %vdone18
 vdone18:
   %t11 = add nuw nsw i64 %t10, 1
