@@ -27,6 +27,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -255,6 +256,16 @@ def _object_names(key: str, text: str) -> list[str]:
     return [f"{key}-{digest}.o", f"{key}.o"]
 
 
+def _member(z: zipfile.ZipFile, name: str, path: str | os.PathLike) -> bytes:
+    """One file of the archive; a missing or damaged one is an AutoRelayError naming it."""
+    try:
+        return z.read(name)
+    except KeyError:
+        raise AutoRelayError(f"load: {path} lacks {name}") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a CRC mismatch, a truncated stream
+        raise AutoRelayError(f"load: {path}: {name} is damaged ({e}); refusing to load it") from None
+
+
 def _verified_reader(z: zipfile.ZipFile, meta: dict, path: str | os.PathLike) -> Callable[[str], bytes]:
     """`read(name)`: a member's bytes, only if plan.json lists it and its SHA-256 matches."""
     digests = meta.get("sha256")
@@ -263,10 +274,7 @@ def _verified_reader(z: zipfile.ZipFile, meta: dict, path: str | os.PathLike) ->
 
     def read(name: str) -> bytes:
         want = digests.get(name)
-        try:
-            data = z.read(name)
-        except KeyError:
-            raise AutoRelayError(f"load: {path} lacks {name}") from None
+        data = _member(z, name, path)
         if want is None or hashlib.sha256(data).hexdigest() != want:
             raise AutoRelayError(f"load: {path}: {name} does not match the SHA-256 in plan.json "
                                  "(corrupt or altered); refusing to load it")
@@ -280,12 +288,17 @@ def load(path: str | os.PathLike, threads: int | None = None) -> Executable:
     from autorelay.runtime.fallback import ReferenceFunction
     from autorelay.text_format import parse
 
+    if not os.path.isfile(path):
+        raise AutoRelayError(f"load: {path}: no such file")
     try:
         z = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, FileNotFoundError, IsADirectoryError) as e:
+    except (zipfile.BadZipFile, OSError) as e:
         raise AutoRelayError(f"load: {path} is not a saved AutoRelay executable ({e})") from None
     with z:
-        meta = json.loads(z.read("plan.json"))
+        try:
+            meta = json.loads(_member(z, "plan.json", path))
+        except ValueError as e:
+            raise AutoRelayError(f"load: {path}: plan.json is not valid JSON ({e})") from None
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise AutoRelayError(f"load: {path} has format {meta.get('format')} v{meta.get('version')}, "
                                  f"expected {FORMAT} v{VERSION}")

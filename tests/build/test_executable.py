@@ -237,6 +237,23 @@ def test_load_rejects_other_files(tmp_path):
         autorelay.load(bad)
 
 
+def test_load_names_a_missing_file_and_a_damaged_member(net, tmp_path):
+    """A saved executable with one byte flipped inside a stored member fails its CRC; load says
+    which member is damaged instead of raising zipfile's error."""
+    _, _, _, _, exe = net
+    path = tmp_path / "net.arx"
+    exe.save(path)
+    data = bytearray(path.read_bytes())
+    start = data.find(b"consts.npz") + 200  # inside the stored (uncompressed) constants
+    data[start] ^= 0xFF
+    damaged = tmp_path / "damaged.arx"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(autorelay.AutoRelayError, match=r"consts\.npz (is damaged|does not match)"):
+        autorelay.load(damaged)
+    with pytest.raises(autorelay.AutoRelayError, match=r"missing\.arx: no such file"):
+        autorelay.load(tmp_path / "missing.arx")
+
+
 class _Lookup:
     """A plain schedule source: one logged config for one workload, nothing else."""
 
