@@ -68,6 +68,8 @@ class ExprParser(PatternParser):
                     self.next()
                     attrs[t.text] = self.parse_attr_value()
                 elif t.kind == LOCAL:
+                    if any("%" + p.name_hint == t.text for p in params):
+                        self.fail(f"parameter {t.text} is declared twice", t)
                     params.append(self.binder())
                 else:
                     self.fail("expected a parameter like %x or an attribute like Primitive=1, "

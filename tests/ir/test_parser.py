@@ -245,6 +245,7 @@ ERRORS = [
     ("type L { C(float32), C, }", 1, 22, "constructor C is defined twice"),
     ("type L { C(float32) }\ndef @main() { C(1f, 2f) }", 2, 15, "takes 1 argument(s)"),
     ("def @main(%x) { add(%x, %x, axis=1) }", 1, 29, "no attribute 'axis'"),
+    ("def @main(%x: float32, %x: float32) { %x }", 1, 24, "parameter %x is declared twice"),
 ]
 
 
