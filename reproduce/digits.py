@@ -140,7 +140,7 @@ def train(model: Model, x: np.ndarray, y: np.ndarray, epochs: int, batch: int = 
           threads: int | None = None, log: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
     """SGD with momentum 0.9 and a cosine learning rate on `model`'s loss. The gradient program is
     compiled by `autorelay.build` (about 20x faster per step than the interpreter); its output is
-    the flattened `(loss, grad data, grad labels, grad params...)`."""
+    `(loss, (grad data, grad labels, grad params...))`, as the interpreter returns it."""
     import autorelay
 
     grad = autorelay.build(IRModule.from_expr(autorelay.gradient(model.loss(batch))), target="llvm",
@@ -153,9 +153,9 @@ def train(model: Model, x: np.ndarray, y: np.ndarray, epochs: int, batch: int = 
         order, losses = rng.permutation(len(x)), []
         for start in range(0, len(x) - batch + 1, batch):
             idx = order[start:start + batch]
-            out = grad(x[idx], np.eye(CLASSES, dtype="float32")[y[idx]], *params.values())
-            losses.append(float(out[0]))
-            for (k, v), g in zip(params.items(), out[3:]):
+            loss, grads = grad(x[idx], np.eye(CLASSES, dtype="float32")[y[idx]], *params.values())
+            losses.append(float(loss))
+            for (k, v), g in zip(params.items(), grads[2:]):
                 velocity[k] = 0.9 * velocity[k] - rate * g
                 v += velocity[k]
         if log:
