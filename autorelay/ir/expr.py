@@ -120,13 +120,16 @@ class GlobalVar(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Constant(Expr):
-    """A constant tensor. Scalars are 0-d arrays."""
+    """A constant tensor, stored row-major (C-contiguous). Scalars are 0-d arrays."""
 
     data: np.ndarray
 
     def __post_init__(self) -> None:
-        if not isinstance(self.data, np.ndarray):
-            object.__setattr__(self, "data", np.asarray(self.data))
+        data = np.asarray(self.data)
+        if not data.flags.c_contiguous:  # a copy, not ascontiguousarray, which makes a 0-d array 1-d
+            data = data.copy(order="C")
+        if data is not self.data:
+            object.__setattr__(self, "data", data)
 
     @property
     def type(self) -> TensorType:

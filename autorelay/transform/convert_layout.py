@@ -68,7 +68,7 @@ def channel_block(channels: int, block: int) -> int:
 
 
 def _const(arr: np.ndarray) -> Constant:
-    c = Constant(arr if arr.flags.c_contiguous else arr.copy())  # ascontiguousarray makes 0-d 1-d
+    c = Constant(arr)
     c.set_checked_type(c.type)
     return c
 

@@ -41,7 +41,7 @@ def _to_expr(value: Any, like: Expr) -> Expr:
     arr = np.asarray(value)
     if isinstance(t, TensorType) and str(arr.dtype) != t.dtype:
         arr = arr.astype(t.dtype)
-    c = Constant(arr if arr.flags.c_contiguous else arr.copy())  # ascontiguousarray makes 0-d 1-d
+    c = Constant(arr)
     c.set_checked_type(c.type)
     return c
 

@@ -228,3 +228,15 @@ def test_dag_hash_is_linear():
     a = e.args[0]  # e = add(a, a); `unshared` uses a and a fresh copy of a
     unshared = call("add", a, call("add", a.args[0], a.args[0]))
     assert not structural_equal(e, unshared)
+
+
+def test_constants_are_stored_row_major_and_keep_their_rank():
+    """A constant made from a transposed view is stored C-contiguous with the same values; a 0-d
+    one stays 0-d (NumPy's ascontiguousarray would have made it 1-d)."""
+    view = np.arange(6, dtype="float32").reshape(2, 3).T
+    c = Constant(view)
+    assert c.data.flags.c_contiguous and np.array_equal(c.data, view)
+    scalar = Constant(np.float32(2.5))
+    assert scalar.data.shape == () and scalar.type.shape == ()
+    dense = np.zeros((2, 2), "float32")
+    assert Constant(dense).data is dense  # already row-major: not copied

@@ -186,7 +186,7 @@ class GraphBuilder:
             arr = arr.astype(dtype)
         elif arr.dtype == np.float64 and not isinstance(value, np.ndarray):
             arr = arr.astype("float32")
-        return Constant(arr if arr.flags.c_contiguous else arr.copy())  # ascontiguousarray makes 0-d 1-d
+        return Constant(arr)
 
     def scalar(self, value: float, like: Expr) -> Constant:
         """A scalar constant with the dtype of `like` (binary ops do not promote dtypes)."""
