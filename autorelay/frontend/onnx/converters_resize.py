@@ -20,24 +20,28 @@ _FAST_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"
 
 def _targets(g: GraphBuilder, node: NodeView, shape: tuple) -> tuple[list, list[float]]:
     """Output extents and the scale each axis uses in its coordinate transformation. A dynamic
-    extent (an export's dynamic batch) must be left as it is: a scale of 1, or not among `axes`."""
-    out, scales = _resized(g, node, tuple(d if isinstance(d, int) else 1 for d in shape))
+    extent (an export's dynamic batch) must be left as it is: a scale of 1, or not among `axes`
+    (an entry of `sizes` fixes its extent, whatever the input's)."""
+    out, scales, sized = _resized(g, node, tuple(d if isinstance(d, int) else 1 for d in shape))
     for a, d in enumerate(shape):
         if not isinstance(d, int):
-            if scales[a] != 1.0 or out[a] != 1:
-                raise node.fail(f"axis {a} has dynamic extent {d} and is resized (scale {scales[a]:g}); only "
-                                "static axes can be resized")
+            if a in sized or scales[a] != 1.0 or out[a] != 1:
+                how = "an entry of sizes" if a in sized else f"scale {scales[a]:g}"
+                raise node.fail(f"axis {a} has dynamic extent {d} and is resized ({how}); only static axes "
+                                "can be resized")
             out[a] = d
     return out, scales
 
 
-def _resized(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]) -> tuple[list[int], list[float]]:
+def _resized(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]
+             ) -> tuple[list[int], list[float], list[int]]:
+    """Output extents, scales, and the axes whose extent `sizes` gives (none when scales do)."""
     rank = len(shape)
     if node.op_type == "Upsample" or node.opset < 11:
         given = node.input(1)
         scales = g.value(given, "scales") if given is not None else np.array(node.attr("scales"))
         scales = [float(s) for s in np.asarray(scales).reshape(-1)]
-        return [int(np.floor(d * s)) for d, s in zip(shape, scales)], scales
+        return [int(np.floor(d * s)) for d, s in zip(shape, scales)], scales, []
     scales_e, sizes_e = node.input(2), node.input(3)
     scales = None if scales_e is None or g.shape(scales_e) == (0,) else g.value(scales_e, "scales")
     sizes = None if sizes_e is None or g.shape(sizes_e) == (0,) else g.ints(sizes_e, "sizes")
@@ -66,7 +70,7 @@ def _resized(g: GraphBuilder, node: NodeView, shape: tuple[int, ...]) -> tuple[l
             out[a], sc[a] = int(np.floor(shape[a] * scales[k])), scales[k]
     else:
         raise node.fail("one of scales and sizes is required")
-    return out, sc
+    return out, sc, axes if sizes is not None else []
 
 
 def _resize(g: GraphBuilder, node: NodeView) -> Expr:

@@ -472,3 +472,14 @@ def test_resize_with_a_dynamic_batch(tmp_path):
         for batch in (2, 4):
             x = np.random.default_rng(batch).standard_normal((batch, 3, 6, 5)).astype("float32")
             np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_resize_sizes_naming_a_dynamic_axis_are_refused():
+    """`sizes` fixes every axis it names, a dynamic batch included (its output extent is the size,
+    whatever the input's): refused by name, where the import had kept the batch dynamic."""
+    sizes = numpy_helper.from_array(np.array([1, 3, 8, 8], "int64"), "sizes")
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")
+    model = _model([node], [_vi("x", ["b", 3, 4, 4])], [_vi("y", None)], [sizes], opset=13)
+    message = r"axis 0 has dynamic extent b and is resized \(an entry of sizes\)"
+    with pytest.raises(OnnxImportError, match=message):
+        autorelay.frontend.from_onnx(model)
