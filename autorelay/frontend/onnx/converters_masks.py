@@ -21,6 +21,7 @@ from autorelay.frontend.onnx.context import (
     required_input,
     wrap_negative,
 )
+from autorelay.frontend.onnx.converters_dynamic import dyn_range
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -48,17 +49,17 @@ def _trilu(g: GraphBuilder, node: NodeView) -> Expr:
         keep = g.const(cols - rows >= k if node.attr("upper", 1) else cols - rows <= k)
     else:
         extents = g.call("shape_of", x)
-        rows, cols = (_positions(g, extents, axis) for axis in (len(shape) - 2, len(shape) - 1))
+        rows, cols = (_positions(g, node, extents, axis) for axis in (len(shape) - 2, len(shape) - 1))
         offset = g.call("subtract", g.call("expand_dims", cols, axis=0), g.call("expand_dims", rows, axis=1))
         bound = g.const(np.array(k, "int64"))
         keep = g.call("greater_equal" if node.attr("upper", 1) else "less_equal", offset, bound)
     return g.call("where", keep, x, g.call("zeros_like", x))
 
 
-def _positions(g: GraphBuilder, extents: Expr, axis: int) -> Expr:
+def _positions(g: GraphBuilder, node: NodeView, extents: Expr, axis: int) -> Expr:
     """0, 1, ..., n - 1 for the run-time extent n of `axis` (read from the shape vector `extents`)."""
-    n = g.call("reshape", g.call("strided_slice", extents, begin=(axis,), end=(axis + 1,)), newshape=())
-    return g.call("dyn.arange", g.const(np.array(0, "int64")), n, g.const(np.array(1, "int64")))
+    n = g.call("strided_slice", extents, begin=(axis,), end=(axis + 1,))
+    return dyn_range(g, node, [g.const(np.array(0, "int64")), n, g.const(np.array(1, "int64"))])
 
 
 @_reg("EyeLike")
