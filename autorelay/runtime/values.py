@@ -206,7 +206,6 @@ def values_equal(a: Any, b: Any) -> bool:
     return True
 
 
-
 def input_array(value: Any, dtype: str) -> tuple[np.ndarray, str | None]:
     """An executable's input as an array of the parameter's `dtype`, and None; or the value and
     why it cannot be one (every executor checks its inputs with this one rule).

@@ -91,6 +91,8 @@ INT_FOLD = {  # integer arithmetic on Python ints (floordiv and mod by 0: the ca
     "min": min,
     "max": max,
 }
+
+
 def wrap_int(value: int, dtype: str) -> int:
     """`value` as a `dtype` integer holds it: two's complement, wrapping as the machine's arithmetic
     does (a folded constant must be what the unfolded code computes, and fit its LLVM type)."""
