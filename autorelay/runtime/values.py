@@ -216,7 +216,7 @@ def input_array(value: Any, dtype: str) -> tuple[np.ndarray, str | None]:
     arr = np.asarray(value)
     if arr.dtype == np.dtype(dtype):
         return arr, None
-    if not np.can_cast(arr.dtype, dtype, "same_kind") and not isinstance(value, int | float):
+    if not np.can_cast(arr.dtype, dtype, "same_kind"):
         return arr, f"expected dtype {dtype}, got {arr.dtype}"
     out = arr.astype(dtype)
     if np.issubdtype(np.dtype(dtype), np.integer) and not np.array_equal(out, arr):
