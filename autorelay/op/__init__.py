@@ -25,6 +25,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     transform,
     transform_index,
     transform_join,
+    vision,
     winograd,
 )
 from autorelay.op.registry import REQUIRED, NotReady, OpDef, OpPattern, all_ops, call, exists, get, register

@@ -6,9 +6,11 @@ from autorelay.frontend.onnx import (
     converters_activation,
     converters_attention,
     converters_control,
+    converters_detection,
     converters_einsum,
     converters_grid,
     converters_loop,
+    converters_loss,
     converters_masks,
     converters_math,
     converters_nn,
@@ -47,6 +49,8 @@ for _table in (
     converters_attention.TABLE,
     converters_signal.TABLE,
     converters_einsum.TABLE,
+    converters_loss.TABLE,
+    converters_detection.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

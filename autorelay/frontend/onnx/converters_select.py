@@ -1,5 +1,5 @@
 """Selection and contraction converters: TopK, GatherElements, GatherND, ScatterElements (and
-opset 9's Scatter), ScatterND, NonZero.
+opset 9's Scatter), ScatterND, NonZero and Compress.
 
 GatherND reads whole slices at index tuples: each tuple (negative entries wrapped) becomes one
 row-major offset into the indexed leading axes, flattened into one axis, and a `take` along that
@@ -124,14 +124,9 @@ __all__ = ["TABLE"]
 
 @_reg("NonZero")
 def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
-    """NonZero: the (rank, count) int64 coordinates of the non-zero elements, in row-major order.
-
-    Why this form: the count is data, so only the VM can run it; this keeps every kernel compiled
-    and all but the last one static. `cs`, the running count of non-zeros, is non-decreasing, so
-    the k-th non-zero is at the first flat index where `cs` reaches k + 1: a binary search run for
-    every k < size at once (log2(size) rounds of gathers), then coordinates by division by the
-    row-major strides. Only the final `dyn.strided_slice`, keeping the first `count` columns, has a
-    data-dependent shape (the VM compiles it per count)."""
+    """NonZero: the (rank, count) int64 coordinates of the non-zero elements, in row-major order:
+    the positions of `nonzero_positions` in the flattened input, divided by the row-major strides,
+    for every candidate, and only then cut to the count."""
     x = _x(node)
     if g.ndim(x) == 0:
         raise node.fail("a scalar input (rank 0) is not supported; NonZero needs rank >= 1")
@@ -139,27 +134,75 @@ def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
     size, rank = int(np.prod(shape)), len(shape)
     if size == 0:
         return g.const(np.zeros((rank, 0), "int64"))
-    flat = g.call("reshape", x, newshape=(size,))
-    cs = g.call("cumsum", g.call("cast", g.call("not_equal", flat, g.scalar(0, flat)), dtype="int64"), axis=0)
-    target = g.const(np.arange(1, size + 1, dtype="int64"))
-
-    def i64(v: object) -> Expr:
-        return g.const(np.asarray(v, "int64"))
-
-    lo, hi = i64(np.zeros(size)), i64(np.full(size, size - 1))
-    for _ in range(int(np.ceil(np.log2(size))) + 1):  # lo == hi == the answer after these rounds
-        mid = g.call("divide", g.call("add", lo, hi), i64(2))  # non-negative: truncation is floor
-        right = g.call("less", g.call("take", cs, mid, axis=0, mode="clip"), target)
-        lo, hi = g.call("where", right, g.call("add", mid, i64(1)), lo), g.call("where", right, hi, mid)
+    positions, count = nonzero_positions(g, g.call("reshape", x, newshape=(size,)))
     strides = np.cumprod((1, *shape[:0:-1]))[::-1]
     coords = []
     for axis, (stride, extent) in enumerate(zip(strides, shape)):
-        c = lo if stride == 1 else g.call("divide", lo, i64(stride))
+        c = positions if stride == 1 else g.call("divide", positions, _i64(g, stride))
         if axis:
-            c = g.call("floor_mod", c, i64(extent))
+            c = g.call("floor_mod", c, _i64(g, extent))
         coords.append(c)
-    all_coords = g.call("stack", g.tuple(coords), axis=0)
-    count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
-    end = g.call("concatenate", g.tuple([i64([rank]), count]), axis=0)
-    kept = g.call("dyn.strided_slice", all_coords, i64([0, 0]), end, i64([1, 1]))
-    return g.call("reshape", kept, newshape=(rank, -1))  # the rank stays static for the ops after it
+    return keep_first(g, g.call("stack", g.tuple(coords), axis=0), count, axis=1)
+
+
+def nonzero_positions(g: GraphBuilder, flat: Expr) -> tuple[Expr, Expr]:
+    """(positions, count) for the static 1-d `flat`: the first `count` entries of the static
+    int64 `positions` are where its non-zero elements are, in order (the rest repeat the last
+    index); `count`, a 1-element int64 tensor, is data.
+
+    Why this form: only the VM can run a data-dependent shape, and this keeps every kernel compiled
+    and static until `keep_first` cuts the result (the VM compiles that one slice per count).
+    `cs`, the running count of non-zeros, is non-decreasing, so the k-th non-zero is at the first
+    index where `cs` reaches k + 1: a binary search run for every k < size at once (log2(size)
+    rounds of gathers)."""
+    (size,) = g.static_shape(flat)
+    cs = g.call("cumsum", g.call("cast", g.call("not_equal", flat, g.scalar(0, flat)), dtype="int64"), axis=0)
+    target = g.const(np.arange(1, size + 1, dtype="int64"))
+    lo, hi = _i64(g, np.zeros(size)), _i64(g, np.full(size, size - 1))
+    for _ in range(int(np.ceil(np.log2(size))) + 1):  # lo == hi == the answer after these rounds
+        mid = g.call("divide", g.call("add", lo, hi), _i64(g, 2))  # non-negative: truncation is floor
+        right = g.call("less", g.call("take", cs, mid, axis=0, mode="clip"), target)
+        lo, hi = g.call("where", right, g.call("add", mid, _i64(g, 1)), lo), g.call("where", right, hi, mid)
+    return lo, g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
+
+
+def keep_first(g: GraphBuilder, x: Expr, count: Expr, axis: int) -> Expr:
+    """The first `count` (a 1-element int64 tensor) entries of the static `x` along `axis`; the
+    result keeps its rank, with that one extent dynamic."""
+    shape = g.static_shape(x)
+    begin, strides = _i64(g, [0] * len(shape)), _i64(g, [1] * len(shape))
+    head = [_i64(g, shape[:axis])] if axis else []  # no empty constants: concatenate has no kernel for them
+    tail = [_i64(g, shape[axis + 1:])] if axis + 1 < len(shape) else []
+    end = g.call("concatenate", g.tuple([*head, count, *tail]), axis=0)
+    kept = g.call("dyn.strided_slice", x, begin, end, strides)
+    return g.call("reshape", kept, newshape=tuple(-1 if d == axis else n for d, n in enumerate(shape)))
+
+
+def _i64(g: GraphBuilder, v: object) -> Expr:
+    return g.const(np.asarray(v, "int64"))
+
+
+@_reg("Compress")
+def _compress(g: GraphBuilder, node: NodeView) -> Expr:
+    """Compress: the slices along `axis` (of the flattened input when there is none) whose entry in
+    the 1-d `condition` is true. A condition shorter than the axis keeps none of the slices past
+    its end. A constant condition is a constant `take`; a run-time one takes `nonzero_positions`."""
+    x, cond = _x(node, 0), _x(node, 1)
+    axis = node.attr("axis")
+    if axis is None:
+        x = g.call("reshape", x, newshape=(-1,))
+        axis = 0
+    axis = normalize_axis(g, axis, g.ndim(x))
+    if g.ndim(cond) != 1:
+        raise node.fail(f"condition must be 1-d, got shape {g.shape(cond)}")
+    n, (m,) = g.shape(x)[axis], g.static_shape(cond, "condition")
+    if isinstance(n, int) and m > n:
+        raise node.fail(f"condition of length {m} is longer than axis {axis} of the input ({n})")
+    known = g.value_or_none(cond)
+    if known is not None or m == 0:
+        picked = np.flatnonzero(known) if m else np.zeros(0, "int64")
+        return g.call("take", x, _i64(g, picked), axis=axis)
+    if not isinstance(n, int):
+        raise node.fail(f"a run-time condition needs a static axis {axis}; the input is {g.shape(x)}")
+    positions, count = nonzero_positions(g, cond)
+    return keep_first(g, g.call("take", x, positions, axis=axis), count, axis)

@@ -162,3 +162,39 @@ def test_nonzero_of_a_scalar_is_refused_clearly():
                    [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
     with pytest.raises(OnnxImportError, match=r"\(NonZero\): a scalar input \(rank 0\)"):
         autorelay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("shape, axis, m", [((4, 5), 0, 4), ((4, 5), 1, 3), ((2, 3, 4), None, 24),
+                                            ((2, 3, 4), -1, 4), ((6,), 0, 5)])
+def test_compress_with_a_run_time_condition(shape, axis, m):
+    """Compress keeps the slices whose condition is true (none past a short condition's end): the
+    count is data, so it runs on the VM, every kernel compiled."""
+    node = helper.make_node("Compress", ["x", "c"], ["y"], **({} if axis is None else {"axis": axis}))
+    model = _model([node], [_vi("x", shape), _vi("c", (m,), TensorProto.BOOL)], [_vi("y", None)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal(shape).astype("float32")
+    for p in (0.0, 0.5, 1.0, 0.3):
+        c = rng.random(m) < p
+        got, want = exe(x, c), sess.run(None, {"x": x, "c": c})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
+
+
+def test_compress_with_a_constant_condition_is_a_static_take():
+    node = helper.make_node("Compress", ["x", "c"], ["y"], axis=1)
+    cond = numpy_helper.from_array(np.array([True, False, True]), "c")
+    model = _model([node], [_vi("x", (2, 3))], [_vi("y", None)], [cond])
+    mod, params = autorelay.frontend.from_onnx(model)
+    assert type(autorelay.build(mod, params=params)).__name__ != "VMExecutable"  # static shapes
+    _check(model, {"x": np.arange(6, dtype="float32").reshape(2, 3)})
+
+
+def test_compress_with_a_condition_longer_than_the_axis_is_refused():
+    node = helper.make_node("Compress", ["x", "c"], ["y"], axis=0)
+    model = _model([node], [_vi("x", (2, 3)), _vi("c", (3,), TensorProto.BOOL)], [_vi("y", None)])
+    with pytest.raises(OnnxImportError, match="longer than axis 0"):
+        autorelay.frontend.from_onnx(model)
