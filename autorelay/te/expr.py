@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-FLOAT_DTYPES = ("float32", "float64")
+FLOAT_DTYPES = ("float16", "float32", "float64")
 # every integer type the IR holds; uint16 also carries bfloat16 words (see BF16_FUNCS)
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, "bool")

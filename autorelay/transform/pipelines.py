@@ -3,11 +3,12 @@
 There is no opt level and nothing is skipped silently: `pipeline("default")` runs exactly the
 passes listed below, in order.
 
-* `O0`: only what lowering needs — inference-time rewrites of training ops, and every op in its
-  own primitive function (no fusion).
-* `default`: the graph optimisations (products with a constant weight in the packed dense form
-  among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the stride-1 3x3 convolutions that
-  profit from it (their transformed weights folded at build time), then Relay's fusion rules.
+* `O0`: only what lowering needs — float16 computed in float32 (`WidenFloat16`), inference-time
+  rewrites of training ops, and every op in its own primitive function (no fusion).
+* `default`: the graph optimisations (float16 computed in float32 first; products with a constant
+  weight in the packed dense form among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the
+  stride-1 3x3 convolutions that profit from it (their transformed weights folded at build time),
+  then Relay's fusion rules.
 * `nchwc`: every convolution in channel blocks of 8 (NCHW → NCHW8c, one AVX2 float32 vector per
   block; depthwise and 1x1 convolutions gain most) before fusion, the stride-1 3x3 ones on maps of
   at least `BLOCKED_WINOGRAD_MIN_SIZE` pixels as Winograd F(4x4, 3x3) in the same blocks.
@@ -38,12 +39,14 @@ from autorelay.transform.normal_form import ToGraphNormalForm
 from autorelay.transform.pass_base import Pass, Pipeline
 from autorelay.transform.simplify_expr import SimplifyExpr
 from autorelay.transform.simplify_inference import SimplifyInference
+from autorelay.transform.widen_float16 import WidenFloat16
 from autorelay.transform.winograd_conv import WinogradConv
 
 
 def _graph_opts() -> list[Pass]:
     return [
         ToGraphNormalForm(),
+        WidenFloat16(),
         SimplifyInference(),
         MatmulToDense(),
         FoldConstant(),
@@ -63,7 +66,7 @@ def graph_passes() -> list[Pass]:
 def pipeline_passes(name: str) -> list[Pass]:
     """The pass list of a named pipeline."""
     if name == "O0":
-        return [SimplifyInference(), FuseOps(plan=FusionPlan.none())]
+        return [WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
         return [*_graph_opts(), WinogradConv(), FoldConstant(), FuseOps()]
     if name in BLOCKED_PIPELINES:

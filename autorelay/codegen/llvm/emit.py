@@ -43,7 +43,7 @@ from autorelay.tir.simplify import simplify, simplify_stmt
 class SegmentEmitter(DotLoopEmitter):
     def __init__(self, fname: str, buffers: list[Buffer], stmt: Stmt, target: Target | None = None):
         super().__init__()
-        self.target = target  # what tensorized loops pick their instructions from
+        self.target = target  # what tensorized loops and conversions pick their instructions from
         self.fname = fname
         self.buffers = buffers
         self.stmt = stmt

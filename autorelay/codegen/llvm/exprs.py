@@ -21,10 +21,12 @@ zero, and a store widens with `zext` (see `SegmentEmitter.store`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autorelay.codegen.llvm.calls import emit_call
+from autorelay.codegen.llvm.half import f16_to_f32, f32_to_f16, native_half
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.loads import LoadEmitter
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
@@ -33,10 +35,14 @@ from autorelay.te.traverse import reads_var
 from autorelay.tir.linear_form import Forms
 from autorelay.tir.simplify import simplify
 
+if TYPE_CHECKING:
+    from autorelay.target import Target
+
 __all__ = ["ExprEmitter"]
 
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
+_FLOAT_BITS = {"float16": 16, "float32": 32, "float64": 64}
 _UNSIGNED = ("uint8", "uint16", "uint32", "uint64", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 _BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor", "shl": "shl"}  # integer ops in LLVM
@@ -71,6 +77,7 @@ class ExprEmitter(LoadEmitter):
         self.vector_var: Var | None = None
         self.lanes = 0
         self.declared: set[str] = set()
+        self.target: Target | None = None  # set by emitters for a target (what instructions it has)
         # per variable: id of an expression -> (the expression, whether it reads the variable)
         self._reads: dict[Var, dict[int, tuple[Expr, bool]]] = {}
 
@@ -303,17 +310,33 @@ class ExprEmitter(LoadEmitter):
         return self.op(f"add {t} {r.ref}, {fix.ref}", a.dtype, lanes)
 
     def _cast(self, e: Cast) -> Val:
-        a = self.sub(e.a)
-        src, dst, lanes = e.a.dtype, e.dtype, a.lanes
-        ts, td = self.ty(src, lanes), self.ty(dst, lanes)
-        if src == dst:
+        return self.convert(self.sub(e.a), e.dtype)
+
+    def convert(self, a: Val, dst: str) -> Val:
+        """`a` converted to `dst`. float16 converts only to and from float32, any other type going
+        through float32 (exact, but for the rare float64 tie that the two roundings break the other
+        way; x86 has no float64 -> float16 instruction either): one instruction with F16C, else
+        integer arithmetic (`codegen.llvm.half`)."""
+        if a.dtype == dst:
             return a
+        native = native_half(self.target)
+        if a.dtype == "float16":
+            wide = self._convert_plain(a, "float32") if native else f16_to_f32(self, a)
+            return self.convert(wide, dst)
+        if dst == "float16":
+            wide = self.convert(a, "float32")
+            return self._convert_plain(wide, dst) if native else f32_to_f16(self, wide)
+        return self._convert_plain(a, dst)
+
+    def _convert_plain(self, a: Val, dst: str) -> Val:
+        src, lanes = a.dtype, a.lanes
+        ts, td = self.ty(src, lanes), self.ty(dst, lanes)
         if dst == "bool":
             if is_float(src):
                 return self.op(f"fcmp une {ts} {a.ref}, zeroinitializer", "bool", lanes)
             return self.op(f"icmp ne {ts} {a.ref}, zeroinitializer", "bool", lanes)
         if is_float(src) and is_float(dst):
-            ins = "fpext" if dst == "float64" else "fptrunc"
+            ins = "fpext" if _FLOAT_BITS[dst] > _FLOAT_BITS[src] else "fptrunc"
         elif is_float(dst):
             ins = "uitofp" if src in _UNSIGNED else "sitofp"
         elif is_float(src):

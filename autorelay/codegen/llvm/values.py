@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 
 _TYPES = {
+    "float16": "half",  # storage: WidenFloat16 leaves only conversions to and from it
     "float32": "float",
     "float64": "double",
     "int64": "i64",
@@ -36,13 +37,13 @@ def mem_type(dtype: str) -> str:
 
 def mem_bytes(dtype: str) -> int:
     """Bytes per element of `dtype` in memory."""
-    return {"i8": 1, "i16": 2, "i32": 4, "float": 4}.get(mem_type(dtype), 8)
+    return {"i8": 1, "i16": 2, "half": 2, "i32": 4, "float": 4}.get(mem_type(dtype), 8)
 
 
 def mem_align(dtype: str) -> int:
     """Alignment promised on loads/stores: the element size, capped at 4 (buffers are at least
     element-aligned; a byte buffer may start at any address, so promising 4 there would be wrong)."""
-    return {"i8": 1, "i16": 2}.get(mem_type(dtype), 4)
+    return {"i8": 1, "i16": 2, "half": 2}.get(mem_type(dtype), 4)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,10 @@ def splat(literal: str, scalar_type: str, lanes: int) -> str:
 
 
 def float_hex(value: float, dtype: str) -> str:
-    """LLVM's hex float literal (always 64-bit; a float32 value must be exactly representable)."""
+    """LLVM's hex float literal (always 64-bit; a float32 or float16 value must be exactly
+    representable, so it is rounded to that type first)."""
     if dtype == "float32":
         value = struct.unpack("<f", struct.pack("<f", value))[0]
+    elif dtype == "float16":
+        value = struct.unpack("<e", struct.pack("<e", value))[0]
     return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
