@@ -67,6 +67,11 @@ def gradient(fn_or_mod: Function | IRModule, entry: str = "main", mode: str = "a
             raise GradientError(
                 f"gradient: parameter %{p.name_hint} of @{entry} has type {p.checked_type}; "
                 "only tensor parameters can be differentiated")
+    out_t = fn.body.checked_type
+    fields = out_t.fields if isinstance(out_t, TupleType) else (out_t,)
+    if not all(isinstance(t, TensorType) for t in fields):
+        raise GradientError(f"gradient: @{entry} returns {out_t}; it must return a tensor or a tuple of "
+                            "tensors (each seeded with ones_like)")
     if mode == "auto":
         mode = "first_order" if is_dataflow(fn) else "higher_order"
     if mode == "first_order":

@@ -306,15 +306,14 @@ def gradient_higher_order(mod: IRModule, fn: Function, entry: str) -> tuple[Func
     out_t = fn.body.checked_type
     if isinstance(out_t, TupleType):
         primal: Expr = Tuple(tuple(TupleGetItem(TupleGetItem(out, j), 0) for j in range(len(out_t.fields))))
-        for j in range(len(out_t.fields)):
-            field = TupleGetItem(out, j)
-            seed = op_call("ones_like", TupleGetItem(field, 0))
-            lifter.emit(RefWrite(TupleGetItem(field, 1), seed), "seed")
-    elif isinstance(out_t, TensorType):
+        seeded = [TupleGetItem(out, j) for j in range(len(out_t.fields))]
+    else:  # a tensor (`gradient` checks the type)
         primal = TupleGetItem(out, 0)
-        lifter.emit(RefWrite(TupleGetItem(out, 1), op_call("ones_like", primal)), "seed")
-    else:
-        raise GradientError(f"gradient: @{entry} must return a tensor or a tuple of tensors, not {out_t}")
+        seeded = [out]
+    for field in seeded:  # added, not written: a value returned twice is seeded twice
+        cell = TupleGetItem(field, 1)
+        seed = op_call("add", RefRead(cell), op_call("ones_like", TupleGetItem(field, 0)))
+        lifter.emit(RefWrite(cell, seed), "seed")
     lifter.emit(Call(RefRead(bp), ()), "backward")
     grads = Tuple(tuple(RefRead(TupleGetItem(c, 1)) for c in cells))
     body = bind_lets(lifter.scopes[-1].bindings, Tuple((primal, grads)))

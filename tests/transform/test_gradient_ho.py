@@ -25,7 +25,7 @@ from autorelay.ir import (
 )
 from autorelay.op.registry import call
 from autorelay.runtime.interpreter import Interpreter, evaluate
-from autorelay.transform.gradient import gradient
+from autorelay.transform.gradient import GradientError, gradient
 from autorelay.typing import infer_types
 
 HEADER = """#[version = "0.0.5"]
@@ -197,3 +197,25 @@ def test_higher_order_gradients_built_for_the_vm_match_the_interpreter(name) -> 
     for g, w in zip(got_grads, grads):
         np.testing.assert_allclose(g, w, rtol=1e-12)
     assert any(np.abs(w).sum() > 0 for w in grads)
+
+
+@pytest.mark.parametrize("mode", ["first_order", "higher_order"])
+@pytest.mark.parametrize("body, factor", [("(%x, %x)", lambda x: 2 * np.ones_like(x)),
+                                          ("let %y = exp(%x); (%y, %x, %y)", lambda x: 2 * np.exp(x) + 1)])
+def test_a_value_returned_twice_is_seeded_twice(mode, body, factor):
+    """Each output field's cotangent is ones: a value in two fields gets both (the higher-order
+    form used to overwrite its cell with the second seed)."""
+    src = f'#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float64]) {{ {body} }}'
+    mod = infer_types(autorelay.parse(src))
+    x = np.array([0.5, -1.0, 2.0])
+    grad_mod = gradient(mod, mode=mode)
+    np.testing.assert_allclose(evaluate(grad_mod, x)[1][0], factor(x))
+    np.testing.assert_allclose(autorelay.build(grad_mod, executor="vm")(x)[1][0], factor(x))
+
+
+@pytest.mark.parametrize("mode", ["first_order", "higher_order"])
+def test_a_nested_tuple_output_is_refused_clearly(mode):
+    mod = infer_types(autorelay.parse('#[version = "0.0.5"]\n'
+                                      'def @main(%x: Tensor[(3), float64]) { ((%x, %x), %x) }'))
+    with pytest.raises(GradientError, match="must return a tensor or a tuple of tensors"):
+        gradient(mod, mode=mode)
