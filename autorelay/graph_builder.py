@@ -85,9 +85,10 @@ class GraphBuilder:
         self.steps: list[Step] = []
         self.consts: list[np.ndarray] = []
         self.kernels: list[Kernel] = []
-        self.kernel_index: dict[tuple[str, BufferPlan, int], int] = {}
+        self.kernel_index: dict[tuple[str, BufferPlan, int, int], int] = {}
         self.pack_kernels: dict[tuple, int] = {}
-        self.compiled: dict[tuple[str, BufferPlan], PrimitiveKernels] = {}  # workload key, buffers -> kernels
+        # (workload key, buffers, parameter count) -> kernels; see `compile`
+        self.compiled: dict[tuple[str, BufferPlan, int], PrimitiveKernels] = {}
         self.functions: list[Function] = []
         self.values: dict[int, Any] = {}  # expr id -> slot id | list (tuple value)
 
@@ -118,7 +119,11 @@ class GraphBuilder:
         if self.halos_for(fn):
             self.halos = plan_halos(fn.body, self.lowering)
             self.plans = buffer_plans(fn.body, self.halos, self.lowering)
-        for node in post_order(fn.body, dataflow_children):
+        nodes = post_order(fn.body, dataflow_children)
+        if any(isinstance(node, Let) for node in nodes):  # before a let-bound variable reads as free
+            raise BuildError("build: let bindings in @main; run ToGraphNormalForm first (every named "
+                             "pipeline does)")
+        for node in nodes:
             self.visit(node)
         out = self.values[id(fn.body)]
         outs = _flatten(out)
@@ -149,9 +154,6 @@ class GraphBuilder:
         elif isinstance(node, Call) and isinstance(node.op, Op):
             fn, args = _wrap_op(node)
             self.values[id(node)] = self.call(fn, args, node)
-        elif isinstance(node, Let):
-            raise BuildError("build: let bindings in @main; run ToGraphNormalForm first (the default "
-                             "pipeline does)")
         else:
             raise BuildError(f"build: cannot run {type(node).__name__} nodes in the graph executor")
 
@@ -212,7 +214,7 @@ class GraphBuilder:
             if len(consts) != sum(1 for src in prim.lowered.sources if src.kind == "const"):
                 raise BuildError(f"build: constants of {name} do not line up with its lowering")
             for k, o in enumerate(out_slots):
-                kid = self.kernel_index[(key, buffers, k)]
+                kid = self.kernel_index[(key, buffers, len(fn.params), k)]
                 kern = self.kernels[kid]
                 ins = self.kernel_inputs(kern, prim.lowered, arg_slots, consts, buffers.padded_reads)
                 detail = f"{prim.detail}; {buffers.describe()}" if buffers else prim.detail
@@ -286,15 +288,19 @@ class GraphBuilder:
         return p
 
     def compile(self, fn: Function, buffers: BufferPlan = DENSE) -> PrimitiveKernels:
-        """A workload's kernels, compiled once per distinct workload key and buffer plan."""
+        """A workload's kernels, compiled once per distinct workload key, buffer plan and number of
+        parameters. The key counts a tensor constant as an input, so `abs(%x)` and an unfolded
+        `abs(<constant>)` share it (and their schedules); but the kernel reads its inputs in the
+        order of its own lowering, parameters before constants, so each split compiles its own."""
         key = workload_key(fn)
-        if (key, buffers) not in self.compiled:
-            prim = self.compiled[(key, buffers)] = compile_primitive(
+        own = (key, buffers, len(fn.params))
+        if own not in self.compiled:
+            prim = self.compiled[own] = compile_primitive(
                 fn, self.schedules, self.target, split_outputs=True, memo=self.memo, buffers=buffers)
             for k, kern in enumerate(prim.kernels):
                 self.kernels.append(kern)
-                self.kernel_index[(key, buffers, k)] = len(self.kernels) - 1
-        return self.compiled[(key, buffers)]
+                self.kernel_index[(*own, k)] = len(self.kernels) - 1
+        return self.compiled[own]
 
 
 def graph_buffer_plans(module: IRModule, target: Target) -> dict[int, BufferPlan]:

@@ -3,8 +3,9 @@
 There is no opt level and nothing is skipped silently: `pipeline("default")` runs exactly the
 passes listed below, in order.
 
-* `O0`: only what lowering needs — float16 computed in float32 (`WidenFloat16`), inference-time
-  rewrites of training ops, and every op in its own primitive function (no fusion).
+* `O0`: only what lowering needs — the graph normal form (the graph executor runs no `let`), float16
+  computed in float32 (`WidenFloat16`), inference-time rewrites of training ops, and every op in its
+  own primitive function (no fusion).
 * `default`: the graph optimisations (float16 computed in float32 first; products with a constant
   weight in the packed dense form among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the
   stride-1 3x3 convolutions that profit from it (their transformed weights folded at build time),
@@ -66,7 +67,7 @@ def graph_passes() -> list[Pass]:
 def pipeline_passes(name: str) -> list[Pass]:
     """The pass list of a named pipeline."""
     if name == "O0":
-        return [WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
+        return [ToGraphNormalForm(), WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
         return [*_graph_opts(), WinogradConv(), FoldConstant(), FuseOps()]
     if name in BLOCKED_PIPELINES:
