@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from itertools import accumulate, pairwise
 
-from autorelay.ir.expr import Call, Expr, Function, TupleGetItem
+from autorelay.ir.expr import Call, Expr, Function, Tuple, TupleGetItem
 from autorelay.ir.visitor import ExprMutator
 from autorelay.op import registry
 from autorelay.op.registry import OpPattern
@@ -115,7 +115,16 @@ class _FieldSlicer(ExprMutator):
         return self.slices[key]
 
     def _copy(self, e: Expr, copies: dict[int, Expr]) -> Expr:
-        """`e` for one field: a fresh copy of each op in `per_field` (shared within the field)."""
+        """`e` for one field: a fresh copy of each op in `per_field` (shared within the field), and
+        of a tuple that such an op reads (a concatenate's): a tuple read by two copies would be a
+        value with two readers, which FuseOps passes to each as a tuple-typed parameter."""
+        if isinstance(e, Tuple) and id(e) not in copies:
+            new_tuple = Tuple(tuple(self._copy(f, copies) for f in e.fields))
+            if e.has_checked_type:
+                new_tuple.set_checked_type(e.checked_type)
+            copies[id(e)] = new_tuple
+        if id(e) in copies:
+            return copies[id(e)]
         if id(e) not in self.per_field:
             return self.visit(e)
         if id(e) not in copies:

@@ -38,6 +38,14 @@ def @main(%x: Tensor[(4, 6), float32]) {
   (%2, %3, sum(%0), split(%x, indices_or_sections=2, axis=0))
 }"""
 
+# the split's input is a concatenation: its tuple goes with each field's copy (shared, it would be
+# a tuple-typed parameter of both kernels, which have no compiled form then)
+CONCAT = """#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 5), float32]) {
+  %0 = split(concatenate((%x, %y), axis=1), indices_or_sections=[2, 6], axis=1);
+  (%0.0, %0.2)
+}"""
+
 
 def _groups(out: IRModule) -> list[list[str]]:
     return sorted(sorted(n.op.name for n in post_order(fn) if isinstance(n, Call) and hasattr(n.op, "name"))
@@ -91,7 +99,15 @@ def test_plans_without_the_rewrite_and_plans_that_fuse_nothing():
         assert sum(g.count("exp") for g in groups) == 1 and any("split" in g for g in groups)
 
 
-@pytest.mark.parametrize("text", [LSTM_CELL, CHAIN, NOT_SLICED])
+def test_a_concatenation_split_in_fields_fuses_into_each():
+    mod, out = _fused(CONCAT, FusionPlan.default())
+    assert_same_outputs(mod, out)
+    assert _groups(out) == [["concatenate", "strided_slice"]] * 2
+    assert all(isinstance(p.type_annotation, autorelay.ir.TensorType)
+               for fn in primitive_functions(out) for p in fn.params)
+
+
+@pytest.mark.parametrize("text", [LSTM_CELL, CHAIN, NOT_SLICED, CONCAT])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_builds_match_the_interpreter(text, threads):
     mod = autorelay.parse(text)
