@@ -183,7 +183,8 @@ class Conv2dNCHWTemplate(Template):
         _n, oc, oh, ow = (a.name for a in red.op.axes)  # type: ignore[union-attr]
         rc, rh, rw = (a.name for a in red.op.reduce_axes)  # type: ignore[union-attr]
         oc_axis = red.op.attrs.get("weight_oc_axis", 0)  # type: ignore[union-attr]  # IOHW weights: 1
-        steps.insert(0, S.Pack(weight, oc_axis, tv * lanes))
+        if weight in {t.name for t in cdef.inputs}:  # a 1-element constant weight is an inline scalar
+            steps.insert(0, S.Pack(weight, oc_axis, tv * lanes))
         tiles, parallel, pixel_tile = nchw_output_tile(cdef, out, config["outer"], tv * lanes, toh, tow,
                                                        lanes)
         steps += tiles
