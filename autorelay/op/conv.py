@@ -20,7 +20,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr
 from autorelay.ir.types import AnyDim, IncompleteType, TensorType, Type, TypeVar
-from autorelay.op.conv_compute import conv1d_compute, conv2d_compute
+from autorelay.op.conv_compute import conv1d_compute, conv2d_compute, conv_backward_weight_compute
 from autorelay.op.layout import (
     check_positive,
     from_canonical_array,
@@ -361,6 +361,7 @@ for _nsp, (_dl, _kl) in {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}.items():
         pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
         attrs=_attrs,
         reference=_backward_weight_reference(_nsp),
+        compute=conv_backward_weight_compute,
         normalize_attrs=lambda a, _op=_name, _n=_nsp: normalize_conv_attrs(_op, _n, a),
         doc="Gradient of a convolution with respect to its weight (used by the conv gradient rule).",
     ))

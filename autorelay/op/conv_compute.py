@@ -124,3 +124,37 @@ def conv1d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         return te.sum(x[b, ch, xx * s + rk.var * d] * weight[f, rc, rk], [rc, rk])
 
     return te.compute((n, o, ow), body, name="conv1d", tag="reduce")
+
+
+def conv_backward_weight_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """d(conv)/d(weight) in the canonical layouts (NCW/NCHW data and grad, OIW/OIHW weight):
+    dw[f, c, k...] = sum over (n, out positions) of grad[n, f, out...] * pad(data)[n, group(f) *
+    C/groups + c, out * s + k * d]: the training step's weight gradient, compiled. Tagged `reduce`,
+    so the generic reduction template schedules it."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import nn as tnn
+    from autorelay.te import tensor as te
+
+    grad, data = inputs
+    tc.check_dtypes(inputs, ("float32", "float64"))
+    nsp = data.ndim - 2
+    sp = {1: "W", 2: "HW"}[nsp]
+    layouts = (attrs["grad_layout"], attrs["data_layout"], attrs["kernel_layout"])
+    if layouts != ("NC" + sp, "NC" + sp, "OI" + sp):
+        raise tc.Unsupported(f"layouts {layouts} have no compute (only NC{sp}/OI{sp})")
+    if (attrs["out_dtype"] and attrs["out_dtype"] != grad.dtype) or grad.dtype != data.dtype:
+        raise tc.Unsupported("mixed dtypes have no compute")
+    shape = tc.out_shape(out_type)
+    strides, dil, pads = attrs["strides"], attrs["dilation"], attrs["padding"]
+    x = tnn.pad(data, (0, 0, *pads[:nsp]), (0, 0, *pads[nsp:]), name="backward_weight_pad")
+    per_group, cg = shape[0] // attrs["groups"], shape[1]
+    rn = te.reduce_axis(grad.shape[0], "rn")
+    rout = [te.reduce_axis(e, f"ro{i}") for i, e in enumerate(grad.shape[2:])]
+
+    def body(f: Any, c: Any, *k: Any) -> Any:
+        ch = c if attrs["groups"] == 1 else f // per_group * cg + c
+        at = [o.var * s + kk * d for o, s, kk, d in zip(rout, strides, k, dil)]
+        return te.sum(grad[(rn.var, f, *(o.var for o in rout))] * x[(rn.var, ch, *at)], [rn, *rout])
+
+    fixed = (lambda f, c, k: body(f, c, k)) if nsp == 1 else (lambda f, c, kh, kw: body(f, c, kh, kw))
+    return te.compute(shape, fixed, name="conv_backward_weight", tag="reduce")  # (te counts the indices)
