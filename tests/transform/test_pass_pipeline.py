@@ -105,8 +105,8 @@ def test_named_pipelines_are_explicit_lists():
         passes = pipeline_passes(name)
         assert [p.name for p in pipeline(name).passes] == [p.name for p in passes]
         assert len(describe(name).splitlines()) == len(passes)
-    assert [p.name for p in pipeline_passes("O0")] == ["ToGraphNormalForm", "WidenFloat16", "SimplifyInference",
-                                                       "FuseOps"]
+    o0 = ["ToGraphNormalForm", "WidenFloat16", "SimplifyInference", "FuseOps"]
+    assert [p.name for p in pipeline_passes("O0")] == o0
     for name in PIPELINES:  # float16 is computed in float32 by every pipeline, before anything else
         assert [p.name for p in pipeline_passes(name)][:2] == ["ToGraphNormalForm", "WidenFloat16"]
     default = [p.name for p in pipeline_passes("default")]

@@ -206,3 +206,70 @@ def _compress(g: GraphBuilder, node: NodeView) -> Expr:
         raise node.fail(f"a run-time condition needs a static axis {axis}; the input is {g.shape(x)}")
     positions, count = nonzero_positions(g, cond)
     return keep_first(g, g.call("take", x, positions, axis=axis), count, axis)
+
+
+@_reg("Unique")
+def _unique(g: GraphBuilder, node: NodeView) -> list[Expr]:
+    """Unique: the distinct elements (or slices along `axis`), the index of each one's first
+    occurrence, each element's (slice's) position among them, and the counts.
+
+    A stable ascending sort puts equal rows next to each other: `argsort` (on NumPy) of an element,
+    or of a slice's entries from its last to its first (each sort stable, so the order is
+    lexicographic). A group starts where a row differs from the one before it;
+    `nonzero_positions` of those starts gives each group's place in the sorted order, and the
+    stable sort makes the row there the group's first occurrence. With sorted=0 the groups are put
+    in the order of their first occurrences (a second argsort of those indices). The number of
+    groups is data, so the results are cut to it (`keep_first`) and the model runs on the VM."""
+    x = _x(node)
+    shape = g.static_shape(x, "the input")
+    axis = node.attr("axis")
+    if int(np.prod(shape)) == 0:
+        raise node.fail(f"an empty input (shape {shape}) is not supported")
+    if axis is None:
+        rows, m, width, moved = g.call("reshape", x, newshape=(-1, 1)), int(np.prod(shape)), 1, None
+    else:
+        axis = normalize_axis(g, axis, len(shape))
+        moved = (axis, *(d for d in range(len(shape)) if d != axis))
+        m, width = shape[axis], int(np.prod(shape)) // shape[axis]
+        if width > _UNIQUE_MAX_WIDTH:
+            raise node.fail(f"slices of {width} elements along axis {axis}: at most {_UNIQUE_MAX_WIDTH} "
+                            "(each is one sort)")
+        rows = g.call("reshape", g.call("transpose", x, axes=moved), newshape=(m, width))
+    order = _i64(g, np.arange(m))
+    for col in reversed(range(width)):  # lexicographic: stable sorts from the last entry to the first
+        keys = g.call("take", g.call("reshape", g.call("strided_slice", rows, begin=(col,), end=(col + 1,),
+                                                       axes=(1,)), newshape=(m,)), order, axis=0)
+        order = g.call("take", order, g.call("argsort", keys, axis=0, is_ascend=True, dtype="int64"), axis=0)
+    ordered = g.call("take", rows, order, axis=0)
+    first = g.const(np.ones(1, bool))
+    if m > 1:
+        differs = g.call("not_equal", g.call("strided_slice", ordered, begin=(1,), end=(m,), axes=(0,)),
+                         g.call("strided_slice", ordered, begin=(0,), end=(m - 1,), axes=(0,)))
+        changed = g.call("max", g.call("cast", differs, dtype="int8"), axis=[1])  # any entry differs
+        first = g.call("concatenate", g.tuple([first, g.call("cast", changed, dtype="bool")]), axis=0)
+    starts, count = nonzero_positions(g, first)  # static length m; the first `count` are the groups
+    group = g.call("subtract", g.call("cumsum", g.call("cast", first, dtype="int64"), axis=0), _i64(g, 1))
+    first_index = g.call("take", order, starts, axis=0)
+    k = _i64(g, np.arange(m))
+    last_group = g.call("subtract", count, _i64(g, 1))
+    following = g.call("take", starts, _i64(g, np.minimum(np.arange(m) + 1, m - 1)), axis=0)
+    counts = g.call("subtract", g.call("where", g.call("less", k, last_group), following, _i64(g, m)), starts)
+    inverse = g.call("scatter_elements", g.call("zeros_like", order), order, group, axis=0)
+    values = g.call("take", ordered, starts, axis=0)
+    if not node.attr("sorted", 1):  # groups in the order their values first occur
+        key = g.call("where", g.call("less", k, count), first_index, _i64(g, m + np.arange(m)))
+        perm = g.call("argsort", key, axis=0, is_ascend=True, dtype="int64")
+        rank = g.call("argsort", perm, axis=0, is_ascend=True, dtype="int64")
+        values, first_index, counts = (g.call("take", v, perm, axis=0) for v in (values, first_index, counts))
+        inverse = g.call("take", rank, inverse, axis=0)
+    values = keep_first(g, values, count, 0)
+    if moved is None:
+        values = g.call("reshape", values, newshape=(-1,))
+    else:  # rows back to slices, the axis back in its place
+        values = g.call("reshape", values, newshape=(-1, *(shape[d] for d in moved[1:])))
+        values = g.call("transpose", values, axes=tuple(int(i) for i in np.argsort(moved)))
+    return [values, keep_first(g, first_index, count, 0), inverse, keep_first(g, counts, count, 0)]
+
+
+# Unique along an axis sorts its slices with one stable sort per entry of a slice
+_UNIQUE_MAX_WIDTH = 64

@@ -198,3 +198,29 @@ def test_compress_with_a_condition_longer_than_the_axis_is_refused():
     model = _model([node], [_vi("x", (2, 3)), _vi("c", (3,), TensorProto.BOOL)], [_vi("y", None)])
     with pytest.raises(OnnxImportError, match="longer than axis 0"):
         autorelay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize("shape, axis, dtype", [
+    ((12,), None, TensorProto.FLOAT), ((3, 4), None, TensorProto.INT64), ((5, 3), 0, TensorProto.FLOAT),
+    ((2, 6, 2), -2, TensorProto.INT64)])
+@pytest.mark.parametrize("is_sorted", [1, 0])
+def test_unique_against_onnx_runtime(shape, axis, dtype, is_sorted):
+    """All four results, at several numbers of distinct values (the count is data: the VM); only the
+    sorts run on NumPy."""
+    attrs = {"sorted": is_sorted} | ({} if axis is None else {"axis": axis})
+    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], **attrs)
+    outs = [_vi("y", None, dtype)] + [_vi(n, None, TensorProto.INT64) for n in ("first", "inverse", "counts")]
+    model = _model([node], [_vi("x", shape, dtype)], outs)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    rng = np.random.default_rng(len(shape) + is_sorted)
+    nptype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    for distinct in (1, 3, 100):
+        x = rng.integers(0, distinct, shape).astype(nptype)
+        got, want = exe(x), sess.run(None, {"x": x})
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    fallbacks = {r.name for r in exe.provider.report() if r.source in ("reference", "fallback")}
+    assert fallbacks and all("argsort" in name for name in fallbacks), fallbacks
