@@ -1,5 +1,5 @@
 """Selection and contraction converters: TopK, GatherElements, GatherND, ScatterElements (and
-opset 9's Scatter), ScatterND, NonZero and Compress.
+opset 9's Scatter), ScatterND, NonZero, Compress and Unique.
 
 GatherND reads whole slices at index tuples: each tuple (negative entries wrapped) becomes one
 row-major offset into the indexed leading axes, flattened into one axis, and a `take` along that
