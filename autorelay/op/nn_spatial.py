@@ -167,6 +167,19 @@ def _pad_grad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
     return data
 
 
+def _pad_grad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Constant padding's gradient is the gradient inside the border; edge and reflect copies add
+    up, which has no compute here (a reported fallback)."""
+    from autorelay.op import te_compute as tc
+
+    g, _data = inputs
+    if attrs["pad_mode"] != "constant":
+        raise tc.Unsupported(f"the gradient of {attrs['pad_mode']} padding sums copies; no compute")
+    before = [b for b, _ in attrs["pad_width"]]
+    return tc.compute0(tc.out_shape(out_type), lambda *i: g[tuple(v + b for v, b in zip(i, before))],
+                       "pad_grad", tag="injective")
+
+
 register(OpDef(
     name="nn.pad_grad",
     arg_names=("out_grad", "data"),
@@ -174,6 +187,7 @@ register(OpDef(
     pattern=OpPattern.INJECTIVE,
     attrs={"pad_width": REQUIRED, "pad_mode": "constant"},
     reference=_pad_grad_ref,
+    compute=_pad_grad_compute,
     normalize_attrs=lambda a: _normalize_pad("nn.pad_grad", a),
     doc="Gradient of nn.pad with respect to its data (reflected/edge copies add up).",
 ))

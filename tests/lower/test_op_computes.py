@@ -102,6 +102,7 @@ CASES = [
     case("nn.log_softmax", [A]),
     case("nn.layer_norm", [tensor((4, 19)), tensor((19,)), tensor((19,))], rtol=1e-4),
     case("nn.pad", [tensor((2, 3, 5)), tensor(())], {"pad_width": ((0, 0), (1, 2), (3, 0))}),
+    case("nn.pad_grad", [tensor((2, 6, 8)), tensor((2, 3, 5))], {"pad_width": ((0, 0), (1, 2), (3, 0))}),
     *[case("nn.pad", [tensor((2, 3, 5)), tensor(())], {"pad_width": ((1, 0), (2, 2), (0, 4)), "pad_mode": m},
            ident=f"pad-{m}") for m in ("edge", "reflect")],
     case("nn.dense", [tensor((3, 21)), tensor((19, 21))], rtol=1e-4),
