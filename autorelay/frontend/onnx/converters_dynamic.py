@@ -20,6 +20,7 @@ import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView
 from autorelay.ir.expr import Call, Expr, Op, Tuple
+from autorelay.ir.types import SymDim
 
 _INT64_MAX = 2**63 - 1
 
@@ -118,9 +119,9 @@ def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero
     if known is not None:
         extents = g.shape(x)
         target = copy_zeros(known, extents, allowzero)
-        if not allowzero:  # the input's own dynamic extent in place: copied (0)
-            target = [0 if not isinstance(v, int) and v is not None and i < len(extents) and v == extents[i]
-                      else v for i, v in enumerate(target)]
+        if not allowzero:  # the input's own named extent in place: copied (0); two `?` may differ
+            target = [0 if isinstance(v, SymDim) and i < len(extents) and v == extents[i] else v
+                      for i, v in enumerate(target)]
         inferred = [i for i, v in enumerate(target) if not isinstance(v, int) or v == -1]
         if len(inferred) <= 1 and all(not isinstance(v, int) or v >= -1 for v in target):
             newshape = tuple(-1 if i in inferred else v for i, v in enumerate(target))

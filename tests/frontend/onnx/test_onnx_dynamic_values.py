@@ -474,6 +474,27 @@ def test_resize_with_a_dynamic_batch(tmp_path):
             np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_group_norm_after_a_strided_conv_with_dynamic_height_and_width(tmp_path):
+    """GroupNorm reshapes its (N, G, rest) statistics back to Shape of the conv output, whose H and
+    W are unknown extents (`?`) of a dynamic input: they are not the normalised tensor's own
+    extents at those positions, so the reshape stays run-time (two `?` are not equal; the import
+    once copied the wrong extent and the build failed its type check)."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    model_t = nn.Sequential(nn.Conv2d(4, 4, 3, stride=2, padding=1), nn.GroupNorm(2, 4)).eval()
+    path = tmp_path / "gn.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model_t, (torch.randn(1, 4, 6, 7),), str(path), dynamo=False, input_names=["x"],
+                          opset_version=17, dynamic_axes={"x": {2: "h", 3: "w"}})
+    mod, params = autorelay.frontend.from_onnx(str(path))
+    exe = autorelay.build(mod, params=params)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for h, w in ((6, 7), (9, 4)):
+        x = np.random.default_rng(h).standard_normal((1, 4, h, w)).astype("float32")
+        np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_resize_sizes_naming_a_dynamic_axis_are_refused():
     """`sizes` fixes every axis it names, a dynamic batch included (its output extent is the size,
     whatever the input's): refused by name, where the import had kept the batch dynamic."""
