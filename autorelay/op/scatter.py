@@ -108,9 +108,11 @@ def _compute(inputs: list, attrs: Attrs, out_type: Type) -> object:
     def landing(idx: tuple, otherwise: E.Expr) -> E.Expr:
         return E.select(lands(idx), upd[source(idx, k.var)], otherwise)
 
-    if identity is None:  # a position no update reaches keeps its value: combine with it
-        return te.compute(shape, lambda *idx: reducer(landing(idx, data[idx]), k), name="scatter_elements",
-                          tag="reduce")
+    if identity is None:  # max/min: the updates that land, combined with the value already there
+        acc = te.compute(shape, lambda *idx: reducer(landing(idx, data[idx]), k), name="scatter_acc",
+                         tag="reduce")
+        combine = E.maximum if how == "max" else E.minimum
+        return te.compute(shape, lambda *idx: combine(data[idx], acc[idx]), name="scatter_elements")
     zero = E.const(identity, dtype)
     acc = te.compute(shape, lambda *idx: reducer(landing(idx, zero), k), name="scatter_acc", tag="reduce")
     if how == "add":
