@@ -41,7 +41,9 @@ class DepthwiseNCHWTemplate(Template):
 
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         ow = pattern(cdef).reduce.shape[3]  # type: ignore[union-attr]
-        in_w = cdef.inputs[0].shape[3]
+        # the data's width: the widest 4-d input (the first input may be a quantized layer's
+        # run-time zero point, and the other 4-d one is the kh x kw weight)
+        in_w = max(t.shape[3] for t in cdef.inputs if len(t.shape) == 4)
         lanes = target.vector_lanes()
         # a strided or tiny output reads too little of a padded copy to pay for making it
         # (measured: inline padding wins for stride 2 and 7x7 maps)

@@ -29,7 +29,7 @@ from autorelay.ir.expr import Call, Op  # noqa: E402
 from autorelay.ir.visitor import post_order  # noqa: E402
 
 F = TensorProto.FLOAT
-X_SHAPE = {"cnn": (1, 3, 10, 10), "mlp": (2, 5, 12)}
+X_SHAPE = {"cnn": (1, 3, 10, 10), "mlp": (2, 5, 12), "dw": (1, 8, 10, 10)}
 
 
 def _cnn() -> onnx.ModelProto:
@@ -235,6 +235,26 @@ def test_dynamic_quantization_matches_onnxruntime(tmp_path, name, per_channel):
         got = list(got) if isinstance(got, (tuple, list)) else [got]
         for a, b in zip(got, _ort(model, x)):
             np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+
+
+def test_dynamic_quantization_of_a_depthwise_convolution(tmp_path):
+    """ConvInteger with group = channels and a run-time zero point: the depthwise kernel (whose
+    template once took the zero point, the kernel's first input, for the data)."""
+    rng = np.random.default_rng(5)
+    w = {"w": rng.standard_normal((8, 1, 3, 3)) * 0.3, "b": rng.standard_normal(8) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], group=8)]
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_model(nodes, "dw", w, ["y"]), src)
+    quant.quantize_dynamic(str(src), str(dst), weight_type=quant.QuantType.QUInt8,
+                           reduce_range=u8s8_saturates())
+    model = onnx.load(dst)
+    mod, params = from_onnx(model)
+    x = rng.standard_normal(X_SHAPE["dw"]).astype("float32")
+    exe = autorelay.build(mod, target="llvm", params=params)
+    assert not exe.report.fallbacks, str(exe.report)
+    want = _ort(model, x)[0]
+    got = np.asarray(exe.run(x=x))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 @pytest.mark.cpu
