@@ -121,7 +121,7 @@ class GraphBuilder:
         if not all(isinstance(d, int) for d in shape):
             raise self.fail(
                 f"{what} has dynamic shape {tuple(str(d) for d in shape)}; this op needs it "
-                "static (pass shape={{name: …}} to from_onnx)"
+                "static (pass shape={name: …} to from_onnx)"
             )
         return shape  # type: ignore[return-value]
 
