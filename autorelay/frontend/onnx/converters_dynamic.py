@@ -94,6 +94,12 @@ def known_entries(g: GraphBuilder, e: Expr) -> list[Any] | None:
         return known_entries(g, args[0])
     if name == "shape_of":
         return list(g.shape(args[0]))
+    if name == "strided_slice" and t.ndim == 1 and e.attrs["slice_mode"] == "end":  # Shape's start/end
+        whole = known_entries(g, args[0])
+        a = e.attrs
+        if whole is not None and (a["axes"] in (None, (0,))) and a["begin"] and a["end"]:
+            step = a["strides"][0] if a["strides"] else 1
+            return whole[a["begin"][0]:a["end"][0]:step]
     if name == "take" and (idx := g.value_or_none(args[1])) is not None:
         whole = known_entries(g, args[0])
         if whole is not None and e.attrs["axis"] in (0, None) and idx.size == 1:
@@ -118,14 +124,16 @@ def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero
     known = known_entries(g, shape)
     if known is not None:
         extents = g.shape(x)
+        # allowzero only matters where an entry is 0 (an empty axis); without one, 0 may copy
+        literal_zero = allowzero and any(isinstance(v, int) and v == 0 for v in known)
         target = copy_zeros(known, extents, allowzero)
-        if not allowzero:  # the input's own named extent in place: copied (0); two `?` may differ
+        if not literal_zero:  # the input's own named extent in place: copied (0); two `?` may differ
             target = [0 if isinstance(v, SymDim) and i < len(extents) and v == extents[i] else v
                       for i, v in enumerate(target)]
         inferred = [i for i, v in enumerate(target) if not isinstance(v, int) or v == -1]
         if len(inferred) <= 1 and all(not isinstance(v, int) or v >= -1 for v in target):
             newshape = tuple(-1 if i in inferred else v for i, v in enumerate(target))
-            return g.call("reshape", x, newshape=newshape)
+            return g.call("reshape", x, newshape=newshape, allowzero=literal_zero)
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.reshape", x, vec, allowzero=allowzero)
 
@@ -229,10 +237,15 @@ def dyn_split(g: GraphBuilder, node: NodeView, x: Expr, sizes: Expr, axis: int) 
 
 
 def dyn_range(g: GraphBuilder, node: NodeView, bounds: Sequence[Expr]) -> Expr:
-    """Range with run-time start/limit/delta: a vector whose length the VM learns from the values."""
+    """Range with run-time start/limit/delta: a vector whose length the VM learns from the values.
+    `0, 1, ..., n - 1` for an extent n that a tensor's type names (the position ids of a sequence
+    of dynamic length) is instead counted along that tensor's axis, so its length keeps that name
+    and the ops after it (an embedding added to the tokens') keep their symbolic shapes."""
     dtypes = {g.dtype(b) for b in bounds}
     if len(dtypes) != 1:
         raise node.fail(f"start, limit and delta must have one dtype, got {sorted(dtypes)}")
+    if (positions := _positions_along(g, bounds)) is not None:
+        return positions
     scalars = []
     for b, what in zip(bounds, ("start", "limit", "delta")):
         if any(d != 1 for d in g.shape(b)):
@@ -243,3 +256,49 @@ def dyn_range(g: GraphBuilder, node: NodeView, bounds: Sequence[Expr]) -> Expr:
         else:
             scalars.append(g.call("reshape", b, newshape=()) if g.ndim(b) else b)
     return g.call("dyn.arange", *scalars)
+
+
+def _positions_along(g: GraphBuilder, bounds: Sequence[Expr]) -> Expr | None:
+    """`0 .. n - 1` (in the bounds' dtype) counted along the axis of the tensor whose named
+    dynamic extent (`SymDim`) `n` is, when start is 0, delta is 1 and the limit is that extent read
+    by `Shape` (through casts, reshapes and a one-index gather); else None."""
+    start, step = (g.value_or_none(b) for b in (bounds[0], bounds[2]))
+    if start is None or step is None or np.asarray(start).size != 1 or np.asarray(step).size != 1:
+        return None
+    if int(np.asarray(start).reshape(())) != 0 or int(np.asarray(step).reshape(())) != 1:
+        return None
+    found = _extent_read(g, bounds[1])
+    if found is None or not isinstance(g.shape(found[0])[found[1]], SymDim):
+        return None
+    x, axis = found
+    others = [d for d in range(g.ndim(x)) if d != axis]
+    line = x
+    for d in others:  # the first entry of every other axis: a vector along `axis`
+        line = g.call("strided_slice", line, begin=(0,), end=(1,), axes=(d,))
+    line = g.call("squeeze", line, axis=others) if others else line
+    ones = g.call("ones_like", g.call("cast", line, dtype=g.dtype(bounds[1])))
+    return g.call("subtract", g.call("cumsum", ones, axis=0), g.call("ones_like", ones))
+
+
+def _extent_read(g: GraphBuilder, e: Expr) -> tuple[Expr, int] | None:
+    """(tensor, axis) when the one-element `e` is that tensor's extent along the axis, read by
+    `shape_of` and carried by casts, reshapes and a gather of one index; else None."""
+    while isinstance(e, Call) and isinstance(e.op, Op):
+        name, args = e.op.name, e.args
+        if name in ("cast", "reshape", "squeeze", "expand_dims"):
+            e = args[0]
+        elif name == "take" and (idx := g.value_or_none(args[1])) is not None and np.asarray(idx).size == 1:
+            source = args[0]
+            if isinstance(source, Call) and isinstance(source.op, Op) and source.op.name == "shape_of":
+                axis = int(np.asarray(idx).reshape(()))
+                rank = g.ndim(source.args[0])
+                return (source.args[0], axis % rank) if -rank <= axis < rank else None
+            return None
+        elif name == "strided_slice" and isinstance(args[0], Call) and isinstance(args[0].op, Op) \
+                and args[0].op.name == "shape_of" and g.shape(e) == (1,):
+            rank = g.ndim(args[0].args[0])
+            begin = e.attrs["begin"][0] if e.attrs["begin"] else 0
+            return (args[0].args[0], begin % rank) if -rank <= begin < rank else None
+        else:
+            return None
+    return None

@@ -427,6 +427,53 @@ def test_torch_attention_with_a_dynamic_sequence_length(tmp_path):
     _no_fallback(exe)
 
 
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_torch_gpt_block_with_learned_positions_and_a_dynamic_length(tmp_path, dynamo):
+    """Token and learned position embeddings (`arange(t)` of the run-time length) feeding causal
+    attention, exported with a dynamic batch and length by both exporters: the positions are
+    counted along the input's named length, so the block keeps its symbolic shapes (it was refused
+    at the attention product, the embedding sum's length unknown)."""
+    torch = pytest.importorskip("torch")
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, vocab: int = 23, d: int = 16, heads: int = 2):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(32, d)
+            self.norm, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.heads = heads
+
+        def forward(self, ids):
+            b, t = ids.shape
+            x = self.tok(ids) + self.pos(torch.arange(t))[None]
+            q, k, v = self.qkv(self.norm(x)).split(x.shape[-1], dim=-1)
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+            causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
+            att = ((q @ k.transpose(-2, -1)) * 0.25).masked_fill(~causal, float("-inf")).softmax(-1)
+            return x + self.proj((att @ v).transpose(1, 2).reshape(b, t, -1))
+
+    path = tmp_path / "gpt.onnx"
+    ids = torch.randint(0, 23, (2, 9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        axes = {"ids": {0: "b", 1: "t"}}
+        if dynamo:
+            torch.onnx.export(Block().eval(), (ids,), str(path), input_names=["ids"], dynamic_axes=axes)
+        else:
+            torch.onnx.export(Block().eval(), (ids,), str(path), dynamo=False, input_names=["ids"],
+                              opset_version=17, dynamic_axes=axes)
+    model = onnx.load(str(path))
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for batch, length in ((2, 9), (1, 4), (3, 13)):
+        x = rng.integers(0, 23, (batch, length)).astype("int64")
+        np.testing.assert_allclose(np.asarray(exe(x)), sess.run(None, {"ids": x})[0], rtol=1e-4, atol=1e-5)
+
+
 def test_expand_of_a_dynamic_input_to_a_constant_shape():
     """`x[..., None].expand(-1, -1, 3)` with a dynamic batch and length: the exporter writes a
     constant shape of ones where the input's extents stay, a two-way broadcast at run time."""
