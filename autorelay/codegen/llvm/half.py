@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 
 def native_half(target: Target | None) -> bool:
-    """Whether LLVM converts `half` without a library call for this target."""
-    return target is None or target.kind != "cpu" or target.has("f16c")
+    """Whether LLVM converts `half` without a library call for this target: F16C, which the
+    host's feature list names and every CPU with AVX2 has (a named CPU's list holds only what the
+    kernels read; LLVM takes the rest, F16C included, from the CPU's name)."""
+    return target is None or target.kind != "cpu" or target.has("f16c") or target.has("avx2")
 
 
 def _i32(value: int, lanes: int) -> str:

@@ -15,7 +15,7 @@ import llvmlite.binding as llvm
 
 from autorelay.target import Target, TargetError, TargetSpec
 
-_AVX2 = "+avx,+avx2,+fma,+f16c,+sse4.2"
+_AVX2 = "+avx,+avx2,+fma,+sse4.2"
 _AVX512 = f"{_AVX2},+avx512f,+avx512cd,+avx512bw,+avx512dq,+avx512vl"
 # AMD's SSE4A (`insertq`, `extrq`) exists on no Intel CPU, and LLVM uses it for byte inserts when it
 # compiles for a Zen: code for `-mcpu=znver3` died with SIGILL on an Intel AVX-512 host that has
