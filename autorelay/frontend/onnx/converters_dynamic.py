@@ -139,15 +139,80 @@ def dyn_reshape(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr, allowzero
 
 
 def dyn_expand(g: GraphBuilder, node: NodeView, x: Expr, shape: Expr) -> Expr:
-    """Expand to a run-time shape: the output rank is max(data's rank, the shape's length)."""
+    """Expand to a run-time shape: the output rank is max(data's rank, the shape's length). When
+    the shape's entries are static or named extents (`dyn_full`), the data is broadcast against
+    zeros of that shape (the same two-way broadcast), keeping the names."""
+    zeros = _filled(g, shape, g.const(np.array(0, g.dtype(x))))
+    if zeros is not None:
+        return g.call("logical_or" if g.dtype(x) == "bool" else "add", x, zeros)
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.broadcast_to", x, vec)
 
 
 def dyn_full(g: GraphBuilder, node: NodeView, fill: Expr, shape: Expr) -> Expr:
-    """ConstantOfShape of a run-time shape: the output rank is the shape's (static) length."""
+    """ConstantOfShape of a run-time shape: the output rank is the shape's (static) length. When
+    every entry is static or a tensor's named extent (a recurrent layer's zero state, (layers,
+    batch, hidden)), the fill is broadcast against a line along each such extent instead, so the
+    result keeps those names."""
+    filled = _filled(g, shape, fill)
+    if filled is not None:
+        return filled
     vec, _ = _int64_vector(g, node, shape, "shape")
     return g.call("dyn.full", fill, vec)
+
+
+def _filled(g: GraphBuilder, shape: Expr, fill: Expr) -> Expr | None:
+    """`fill` (a scalar constant) in the shape the vector `shape` holds, when each entry is static
+    or a tensor's named extent: a static `full` broadcast against a line of zeros along each named
+    extent, so the result keeps the names; else None."""
+    entries = _entry_sources(g, shape)
+    if entries is None or not all((isinstance(e, int) and e >= 0) or _named(g, e) for e in entries):
+        return None
+    rank, dtype = len(entries), g.dtype(fill)
+    out = g.call("full", fill, shape=tuple(e if isinstance(e, int) else 1 for e in entries), dtype=dtype)
+    for axis, e in enumerate(entries):
+        if not isinstance(e, int):
+            line = g.call("zeros_like", g.call("cast", _line_along(g, *e), dtype=dtype))
+            if axis:
+                line = g.call("expand_dims", line, axis=0, num_newaxis=axis)
+            if axis < rank - 1:
+                line = g.call("expand_dims", line, axis=axis + 1, num_newaxis=rank - 1 - axis)
+            out = g.call("logical_or" if dtype == "bool" else "add", out, line)
+    return out
+
+
+def _named(g: GraphBuilder, entry: object) -> bool:
+    return isinstance(entry, tuple) and isinstance(g.shape(entry[0])[entry[1]], SymDim)
+
+
+def _entry_sources(g: GraphBuilder, e: Expr) -> list[int | tuple[Expr, int] | None] | None:
+    """Per entry of the 1-d shape vector `e`: its value when static, (tensor, axis) when it is that
+    tensor's extent (`_extent_read`), else None; None when the vector is not a concatenation of
+    such pieces."""
+    value = g.value_or_none(e)
+    if value is not None:
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    fields = e.args[0].fields if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "concatenate" \
+        and isinstance(e.args[0], Tuple) else [e]
+    out: list[int | tuple[Expr, int] | None] = []
+    for f in fields:
+        known = g.value_or_none(f)
+        if known is not None:
+            out += [int(v) for v in np.asarray(known).reshape(-1)]
+        elif g.shape(f) in ((), (1,)):
+            out.append(_extent_read(g, f))
+        else:
+            return None
+    return out
+
+
+def _line_along(g: GraphBuilder, x: Expr, axis: int) -> Expr:
+    """A vector along `axis` of `x` (the first entry of every other axis): its extent is x's."""
+    others = [d for d in range(g.ndim(x)) if d != axis]
+    line = x
+    for d in others:
+        line = g.call("strided_slice", line, begin=(0,), end=(1,), axes=(d,))
+    return g.call("squeeze", line, axis=others) if others else line
 
 
 def dyn_slice(g: GraphBuilder, node: NodeView, x: Expr) -> Expr:
@@ -268,15 +333,9 @@ def _positions_along(g: GraphBuilder, bounds: Sequence[Expr]) -> Expr | None:
     if int(np.asarray(start).reshape(())) != 0 or int(np.asarray(step).reshape(())) != 1:
         return None
     found = _extent_read(g, bounds[1])
-    if found is None or not isinstance(g.shape(found[0])[found[1]], SymDim):
+    if found is None or not _named(g, found):
         return None
-    x, axis = found
-    others = [d for d in range(g.ndim(x)) if d != axis]
-    line = x
-    for d in others:  # the first entry of every other axis: a vector along `axis`
-        line = g.call("strided_slice", line, begin=(0,), end=(1,), axes=(d,))
-    line = g.call("squeeze", line, axis=others) if others else line
-    ones = g.call("ones_like", g.call("cast", line, dtype=g.dtype(bounds[1])))
+    ones = g.call("ones_like", g.call("cast", _line_along(g, *found), dtype=g.dtype(bounds[1])))
     return g.call("subtract", g.call("cumsum", ones, axis=0), g.call("ones_like", ones))
 
 

@@ -1,4 +1,5 @@
-"""LSTM, GRU and RNN converters: the recurrence is unrolled over the static sequence length.
+"""LSTM, GRU and RNN converters: the recurrence is unrolled over the static sequence length (the
+batch may be dynamic).
 
 ONNX packs gate weights as `W: (dirs, G*H, input)`, `R: (dirs, G*H, H)`, `B: (dirs, 2*G*H)` with the
 gate order `i, o, f, c` for LSTM and `z, r, h` for GRU (PyTorch uses `i, f, g, o` and `r, z, n`;
@@ -81,7 +82,10 @@ def _recurrent(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
         x = g.call("transpose", x, axes=(1, 0, 2))
         h0 = None if h0 is None else g.call("transpose", h0, axes=(1, 0, 2))
         c0 = None if c0 is None else g.call("transpose", c0, axes=(1, 0, 2))
-    seq, batch, in_size = g.static_shape(x, "X")
+    seq, _, in_size = g.shape(x)
+    if not isinstance(seq, int) or not isinstance(in_size, int):  # a dynamic batch is fine
+        raise node.fail(f"X of shape {tuple(str(d) for d in g.shape(x))} (sequence, batch, input): the "
+                        "sequence length and input size must be static (the recurrence is unrolled)")
     if seq_lens is not None:
         lens = np.asarray(g.value(seq_lens, "sequence_lens"))
         if not np.all(lens == seq):
@@ -100,13 +104,11 @@ def _recurrent(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
         for i, n in enumerate(names)
     ]
     clip = node.attr("clip")
-    ngates = _GATES[kind]
-    xs2 = g.call("reshape", x, newshape=(seq * batch, in_size))
     ys, hs, cs = [], [], []
     for d in range(dirs):
         f = acts[d * nacts : (d + 1) * nacts]
         wd, rd = _pick(g, w, d), _pick(g, r, d)
-        proj = g.call("nn.dense", xs2, wd)  # (seq*batch, G*H)
+        proj = g.call("nn.dense", x, wd)  # (seq, batch, G*H)
         rb_h = None
         rd_parts = None
         if b is not None:
@@ -117,12 +119,11 @@ def _recurrent(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
             proj = g.call("add", proj, g.call("add", wb, rb))
         if kind == "GRU":
             rd_parts = _chunks(g, rd, 3, 0)  # Rz, Rr, Rh each (H, H)
-        proj = g.call("reshape", proj, newshape=(seq, batch, ngates * hidden))
         steps = [g.call("squeeze", s, axis=[0]) for s in _chunks(g, proj, seq, 0)]
-        h = g.call("zeros", shape=(batch, hidden), dtype=g.dtype(x)) if h0 is None else _pick(g, h0, d)
+        h = _zero_state(g, steps[0], hidden) if h0 is None else _pick(g, h0, d)
         c = None
         if kind == "LSTM":
-            c = g.call("zeros", shape=(batch, hidden), dtype=g.dtype(x)) if c0 is None else _pick(g, c0, d)
+            c = _zero_state(g, steps[0], hidden) if c0 is None else _pick(g, c0, d)
         pi = po = pf = None
         if peep is not None:
             pi, po, pf = _chunks(g, _pick(g, peep, d), 3, 0)
@@ -180,6 +181,15 @@ def _recurrent(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
 
 for _kind in _GATES:
     TABLE[_kind] = _recurrent
+
+
+def _zero_state(g: GraphBuilder, step: Expr, hidden: int) -> Expr:
+    """A zero (batch, hidden) state; the batch is `step`'s (a (batch, gates) projection), so a
+    dynamic batch keeps its name."""
+    batch = g.shape(step)[0]
+    if isinstance(batch, int):
+        return g.call("zeros", shape=(batch, hidden), dtype=g.dtype(step))
+    return g.call("zeros_like", g.call("strided_slice", step, begin=(0,), end=(hidden,), axes=(1,)))
 
 
 def _clip(g: GraphBuilder, e: Expr, clip: float | None) -> Expr:
