@@ -13,8 +13,9 @@ import pytest
 import autorelay
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
+from ort_oracle import assert_matches_ort  # noqa: E402
 
 from autorelay.frontend.onnx import OnnxImportError  # noqa: E402
 
@@ -30,16 +31,9 @@ def _vi(name, shape, t=TensorProto.FLOAT):
 
 
 def _check(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
     mod, params = autorelay.frontend.from_onnx(model)
     exe = autorelay.build(mod, params=params)
-    got = exe(*feeds.values())
-    got = list(got) if isinstance(got, tuple | list) else [got]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert_matches_ort(exe, model, feeds)
     assert not exe.report.fallbacks, exe.report
 
 
