@@ -33,6 +33,7 @@ from autorelay.ir.op_resolver import OpResolver
 from autorelay.ir.parse_infix import parse_infix
 from autorelay.ir.parse_patterns import PatternParser
 from autorelay.ir.parse_types import describe
+from autorelay.ir.visitor import children, post_order
 
 _KEYWORDS = {"fn", "let", "if", "else", "match", "def", "type", "ref", "ref_read", "ref_write", "meta",
              "free_var", "extern"}
@@ -117,6 +118,10 @@ class ExprParser(PatternParser):
                 scope["%" + var.name_hint] = var  # in scope in its own value: recursive closures
                 self.expect("=", "in a let binding")
                 value = self.expr()
+                if var.type_annotation is None and not isinstance(value, Function) and _reads(value, var):
+                    self.fail(f"%{var.name_hint} is read in its own let value: a let variable is in scope "
+                              "there only so that a function can call itself; name the new binding "
+                              "differently", t)
                 self.expect(";", "after the let binding's value")
                 lets.append((var, value, t))
             elif t.kind == LOCAL and self.peek().is_punct("="):
@@ -356,3 +361,8 @@ class ExprParser(PatternParser):
             assert self.constants is not None
             self.const_nodes[i] = Constant(self.constants[i]).with_span(self.span(t))
         return self.const_nodes[i]
+
+
+def _reads(value: Expr, var: Var) -> bool:
+    """Whether `value` reads `var` outside the functions inside it (a closure may name itself)."""
+    return any(n is var for n in post_order(value, lambda e: [] if isinstance(e, Function) else children(e)))

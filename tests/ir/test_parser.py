@@ -265,3 +265,17 @@ def test_parse_errors_are_located(text, line, col, msg):
 def test_bad_metadata_is_a_parse_error():
     with pytest.raises(ParseError, match="bad #\\[metadata\\]"):
         parse("def @main() { meta[relay.Constant][0] }\n#[metadata]\n{not json")
+
+
+def test_a_let_value_reading_its_own_variable_is_located():
+    """A let variable is in scope in its value so that a closure can call itself; any other value
+    reading it (`let %a = multiply(%a, 2f)`, meaning the previous %a) is named at the let, where it
+    used to fail type inference with "type of lhs not known yet"."""
+    src = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32]) {\n'
+           '  let %a = add(%x, 1f);\n  let %a = multiply(%a, 2f);\n  %a\n}')
+    with pytest.raises(ParseError, match="%a is read in its own let value") as info:
+        parse(src)
+    assert (info.value.line, info.value.column) == (4, 3)
+    recursive = ('#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), float32]) {\n'
+                 '  let %f = fn (%y: Tensor[(3), float32]) -> Tensor[(3), float32] { %f(%y) };\n  %f\n}')
+    parse(recursive)  # a closure may name itself
