@@ -66,46 +66,62 @@ def _full_rank(g: GraphBuilder, node: NodeView, e: Expr | None, positions: Seque
     return g.call("concatenate", g.tuple(parts), axis=0)
 
 
-def known_entries(g: GraphBuilder, e: Expr) -> list[Any] | None:
+# An entry of a shape vector as the importer knows it: its value, the (tensor, axis) whose extent it
+# is, or None for any other run-time value.
+Entry = int | tuple[Expr, int] | None
+
+
+def entry_sources(g: GraphBuilder, e: Expr) -> list[Entry] | None:
     """The entries of a 1-D integer vector (or a scalar) known at import time: an int where the
-    value is static, the symbolic extent itself (`SymDim`, `AnyDim`) where it is an extent read
-    by `Shape` of a dynamic axis, None for any other run-time entry: what an exporter's shape
-    arithmetic (Shape -> Gather -> Unsqueeze -> Concat) leaves known beside a dynamic extent. None
-    when even the length is unknown."""
+    value is static, (tensor, axis) where it is that tensor's extent read by `Shape` (through
+    gathers, slices, concatenations, casts and reshapes of one element), None for any other
+    run-time entry: what an exporter's shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat)
+    leaves known. None when even the length is unknown."""
     value = g.value_or_none(e)
     if value is not None:
         return [int(v) for v in np.asarray(value).reshape(-1)]
     t = g.tensor_type(e)
-    unknown: list[int | None] | None = None
+    unknown: list[Entry] | None = None
     if t.ndim == 0 or (t.ndim == 1 and isinstance(t.shape[0], int)):
         unknown = [None] * (t.shape[0] if t.ndim else 1)
     if not isinstance(e, Call) or not isinstance(e.op, Op):
         return unknown
     name, args = e.op.name, e.args
     if name == "concatenate" and isinstance(args[0], Tuple) and t.ndim == 1:
-        joined: list[int | None] = []
+        joined: list[Entry] = []
         for f in args[0].fields:
-            part = known_entries(g, f)
+            part = entry_sources(g, f)
             if part is None:
                 return None
             joined += part
         return joined
     if name in ("expand_dims", "reshape", "squeeze", "cast") and t.ndim <= 1 and t.shape in ((), (1,)):
-        return known_entries(g, args[0])
+        return entry_sources(g, args[0])
     if name == "shape_of":
-        return list(g.shape(args[0]))
+        return [(args[0], axis) for axis in range(g.ndim(args[0]))]
     if name == "strided_slice" and t.ndim == 1 and e.attrs["slice_mode"] == "end":  # Shape's start/end
-        whole = known_entries(g, args[0])
+        whole = entry_sources(g, args[0])
         a = e.attrs
         if whole is not None and (a["axes"] in (None, (0,))) and a["begin"] and a["end"]:
             step = a["strides"][0] if a["strides"] else 1
             return whole[a["begin"][0]:a["end"][0]:step]
     if name == "take" and (idx := g.value_or_none(args[1])) is not None:
-        whole = known_entries(g, args[0])
+        whole = entry_sources(g, args[0])
         if whole is not None and e.attrs["axis"] in (0, None) and idx.size == 1:
             i = int(np.asarray(idx).reshape(()))
             return [whole[i]] if -len(whole) <= i < len(whole) else None
     return unknown
+
+
+def known_entries(g: GraphBuilder, e: Expr) -> list[Any] | None:
+    """`entry_sources` with each extent as its value: an int where static, the symbolic extent
+    itself (`SymDim`, `AnyDim`) where it is a dynamic axis's."""
+    sources = entry_sources(g, e)
+    return None if sources is None else [_extent(g, s) for s in sources]
+
+
+def _extent(g: GraphBuilder, entry: Entry) -> Any:
+    return g.shape(entry[0])[entry[1]] if isinstance(entry, tuple) else entry
 
 
 def copy_zeros(target: Sequence[Any], extents: Sequence[Any], allowzero: bool) -> list[Any]:
@@ -165,8 +181,11 @@ def _filled(g: GraphBuilder, shape: Expr, fill: Expr) -> Expr | None:
     """`fill` (a scalar constant) in the shape the vector `shape` holds, when each entry is static
     or a tensor's named extent: a static `full` broadcast against a line of zeros along each named
     extent, so the result keeps the names; else None."""
-    entries = _entry_sources(g, shape)
-    if entries is None or not all((isinstance(e, int) and e >= 0) or _named(g, e) for e in entries):
+    sources = entry_sources(g, shape)
+    if sources is None:
+        return None
+    entries = [s if _named(g, s) else _extent(g, s) for s in sources]
+    if not all((isinstance(e, int) and e >= 0) or _named(g, e) for e in entries):
         return None
     rank, dtype = len(entries), g.dtype(fill)
     out = g.call("full", fill, shape=tuple(e if isinstance(e, int) else 1 for e in entries), dtype=dtype)
@@ -181,29 +200,9 @@ def _filled(g: GraphBuilder, shape: Expr, fill: Expr) -> Expr | None:
     return out
 
 
-def _named(g: GraphBuilder, entry: object) -> bool:
-    return isinstance(entry, tuple) and isinstance(g.shape(entry[0])[entry[1]], SymDim)
-
-
-def _entry_sources(g: GraphBuilder, e: Expr) -> list[int | tuple[Expr, int] | None] | None:
-    """Per entry of the 1-d shape vector `e`: its value when static, (tensor, axis) when it is that
-    tensor's extent (`_extent_read`), else None; None when the vector is not a concatenation of
-    such pieces."""
-    value = g.value_or_none(e)
-    if value is not None:
-        return [int(v) for v in np.asarray(value).reshape(-1)]
-    fields = e.args[0].fields if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "concatenate" \
-        and isinstance(e.args[0], Tuple) else [e]
-    out: list[int | tuple[Expr, int] | None] = []
-    for f in fields:
-        known = g.value_or_none(f)
-        if known is not None:
-            out += [int(v) for v in np.asarray(known).reshape(-1)]
-        elif g.shape(f) in ((), (1,)):
-            out.append(_extent_read(g, f))
-        else:
-            return None
-    return out
+def _named(g: GraphBuilder, entry: Entry) -> bool:
+    """Whether the entry is a tensor's extent that its type names (`SymDim`)."""
+    return isinstance(entry, tuple) and isinstance(_extent(g, entry), SymDim)
 
 
 def _line_along(g: GraphBuilder, x: Expr, axis: int) -> Expr:
@@ -325,39 +324,15 @@ def dyn_range(g: GraphBuilder, node: NodeView, bounds: Sequence[Expr]) -> Expr:
 
 def _positions_along(g: GraphBuilder, bounds: Sequence[Expr]) -> Expr | None:
     """`0 .. n - 1` (in the bounds' dtype) counted along the axis of the tensor whose named
-    dynamic extent (`SymDim`) `n` is, when start is 0, delta is 1 and the limit is that extent read
-    by `Shape` (through casts, reshapes and a one-index gather); else None."""
+    dynamic extent (`SymDim`) `n` is, when start is 0, delta is 1 and the limit is that extent
+    (`entry_sources`); else None."""
     start, step = (g.value_or_none(b) for b in (bounds[0], bounds[2]))
     if start is None or step is None or np.asarray(start).size != 1 or np.asarray(step).size != 1:
         return None
     if int(np.asarray(start).reshape(())) != 0 or int(np.asarray(step).reshape(())) != 1:
         return None
-    found = _extent_read(g, bounds[1])
-    if found is None or not _named(g, found):
+    limit = entry_sources(g, bounds[1])
+    if limit is None or len(limit) != 1 or not _named(g, limit[0]):
         return None
-    ones = g.call("ones_like", g.call("cast", _line_along(g, *found), dtype=g.dtype(bounds[1])))
+    ones = g.call("ones_like", g.call("cast", _line_along(g, *limit[0]), dtype=g.dtype(bounds[1])))
     return g.call("subtract", g.call("cumsum", ones, axis=0), g.call("ones_like", ones))
-
-
-def _extent_read(g: GraphBuilder, e: Expr) -> tuple[Expr, int] | None:
-    """(tensor, axis) when the one-element `e` is that tensor's extent along the axis, read by
-    `shape_of` and carried by casts, reshapes and a gather of one index; else None."""
-    while isinstance(e, Call) and isinstance(e.op, Op):
-        name, args = e.op.name, e.args
-        if name in ("cast", "reshape", "squeeze", "expand_dims"):
-            e = args[0]
-        elif name == "take" and (idx := g.value_or_none(args[1])) is not None and np.asarray(idx).size == 1:
-            source = args[0]
-            if isinstance(source, Call) and isinstance(source.op, Op) and source.op.name == "shape_of":
-                axis = int(np.asarray(idx).reshape(()))
-                rank = g.ndim(source.args[0])
-                return (source.args[0], axis % rank) if -rank <= axis < rank else None
-            return None
-        elif name == "strided_slice" and isinstance(args[0], Call) and isinstance(args[0].op, Op) \
-                and args[0].op.name == "shape_of" and g.shape(e) == (1,):
-            rank = g.ndim(args[0].args[0])
-            begin = e.attrs["begin"][0] if e.attrs["begin"] else 0
-            return (args[0].args[0], begin % rank) if -rank <= begin < rank else None
-        else:
-            return None
-    return None
