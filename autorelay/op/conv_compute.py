@@ -156,5 +156,4 @@ def conv_backward_weight_compute(inputs: list, attrs: Attrs, out_type: Type) -> 
         at = [o.var * s + kk * d for o, s, kk, d in zip(rout, strides, k, dil)]
         return te.sum(grad[(rn.var, f, *(o.var for o in rout))] * x[(rn.var, ch, *at)], [rn, *rout])
 
-    fixed = (lambda f, c, k: body(f, c, k)) if nsp == 1 else (lambda f, c, kh, kw: body(f, c, kh, kw))
-    return te.compute(shape, fixed, name="conv_backward_weight", tag="reduce")  # (te counts the indices)
+    return tc.compute0(shape, body, "conv_backward_weight", tag="reduce")

@@ -15,18 +15,18 @@ from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.op.elemwise import FLOAT, check_dtype
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
-from autorelay.op.shape_utils import ANY, fmt_shape, prod, tensor_arg
+from autorelay.op.shape_utils import ANY, dim_known_different, fmt_shape, prod, tensor_arg
 
 
 def _nms_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     boxes = tensor_arg("vision.non_max_suppression", arg_types, 0, "boxes")
     scores = tensor_arg("vision.non_max_suppression", arg_types, 1, "scores")
     check_dtype("vision.non_max_suppression", boxes, FLOAT, "boxes")
-    if boxes.ndim != 3 or not _agree(boxes.shape[2], 4):
+    if boxes.ndim != 3 or dim_known_different(boxes.shape[2], 4):
         raise rel_error("vision.non_max_suppression", f"boxes must be (batch, boxes, 4), got "
                         f"{fmt_shape(boxes.shape)}")
-    if scores.ndim != 3 or not (_agree(scores.shape[0], boxes.shape[0])
-                                and _agree(scores.shape[2], boxes.shape[1])):
+    if scores.ndim != 3 or dim_known_different(scores.shape[0], boxes.shape[0]) \
+            or dim_known_different(scores.shape[2], boxes.shape[1]):
         raise rel_error("vision.non_max_suppression", f"scores must be (batch, classes, boxes) for boxes "
                         f"{fmt_shape(boxes.shape)}, got {fmt_shape(scores.shape)}")
     for i, name in ((2, "max_output"), (3, "iou_threshold"), (4, "score_threshold")):
@@ -36,11 +36,6 @@ def _nms_rel(arg_types: list[Type], attrs: Attrs) -> Type:
                             f"{fmt_shape(t.shape)}")
     rows = prod(scores.shape)
     return TupleType((TensorType((ANY if rows is None else rows, 3), "int64"), TensorType((1,), "int64")))
-
-
-def _agree(a: object, b: object) -> bool:
-    """Whether two extents may be equal: both static and equal, or either dynamic."""
-    return not (isinstance(a, int) and isinstance(b, int)) or a == b
 
 
 def _corners(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:

@@ -118,21 +118,19 @@ class _FieldSlicer(ExprMutator):
         """`e` for one field: a fresh copy of each op in `per_field` (shared within the field), and
         of a tuple that such an op reads (a concatenate's): a tuple read by two copies would be a
         value with two readers, which FuseOps passes to each as a tuple-typed parameter."""
-        if isinstance(e, Tuple) and id(e) not in copies:
-            new_tuple = Tuple(tuple(self._copy(f, copies) for f in e.fields))
-            if e.has_checked_type:
-                new_tuple.set_checked_type(e.checked_type)
-            copies[id(e)] = new_tuple
         if id(e) in copies:
             return copies[id(e)]
-        if id(e) not in self.per_field:
-            return self.visit(e)
-        if id(e) not in copies:
+        if isinstance(e, Tuple):
+            new: Expr = Tuple(tuple(self._copy(f, copies) for f in e.fields))
+        elif id(e) in self.per_field:
             assert isinstance(e, Call)
             new = Call(e.op, tuple(self._copy(a, copies) for a in e.args), e.attrs, e.type_args)
+        else:
+            return self.visit(e)
+        if e.has_checked_type:
             new.set_checked_type(e.checked_type)
-            copies[id(e)] = new
-        return copies[id(e)]
+        copies[id(e)] = new
+        return new
 
 
 __all__ = ["slice_split_fields", "split_bounds"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autorelay.codegen.llvm.fastmath import FAST_FUNCS, emit_fast, fast_exp
-from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, splat
+from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, splat, splat_i32
 from autorelay.te.expr import BF16_FUNCS, Call
 
 if TYPE_CHECKING:
@@ -70,16 +70,12 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
     return em.intrinsic(_INTRINSIC[e.name], args, e.dtype, lanes)
 
 
-def _i32(value: int, lanes: int) -> str:
-    return splat(str(value), "i32", lanes)
-
-
 def bf16_to_f32(em: ExprEmitter, x: Val) -> Val:
     """uint16 bfloat16 words -> float32, exactly: the word becomes the top half of the bits."""
     n = x.lanes
     t32, tf = em.ty("int32", n), em.ty("float32", n)
     wide = em.op(f"zext {em.ty('uint16', n)} {x.ref} to {t32}", "int32", n)
-    bits = em.op(f"shl {t32} {wide.ref}, {_i32(16, n)}", "int32", n)
+    bits = em.op(f"shl {t32} {wide.ref}, {splat_i32(16, n)}", "int32", n)
     return em.op(f"bitcast {t32} {bits.ref} to {tf}", "float32", n)
 
 
@@ -93,12 +89,12 @@ def f32_to_bf16(em: ExprEmitter, x: Val) -> Val:
     n = x.lanes
     t32 = em.ty("int32", n)
     bits = em.op(f"bitcast {em.ty('float32', n)} {x.ref} to {t32}", "int32", n)
-    top = em.op(f"lshr {t32} {bits.ref}, {_i32(16, n)}", "int32", n)
-    lsb = em.op(f"and {t32} {top.ref}, {_i32(1, n)}", "int32", n)
-    bias = em.op(f"add {t32} {lsb.ref}, {_i32(0x7FFF, n)}", "int32", n)
+    top = em.op(f"lshr {t32} {bits.ref}, {splat_i32(16, n)}", "int32", n)
+    lsb = em.op(f"and {t32} {top.ref}, {splat_i32(1, n)}", "int32", n)
+    bias = em.op(f"add {t32} {lsb.ref}, {splat_i32(0x7FFF, n)}", "int32", n)
     rounded = em.op(f"add {t32} {bits.ref}, {bias.ref}", "int32", n)
-    hi = em.op(f"lshr {t32} {rounded.ref}, {_i32(16, n)}", "int32", n)
-    quiet = em.op(f"or {t32} {top.ref}, {_i32(0x40, n)}", "int32", n)
+    hi = em.op(f"lshr {t32} {rounded.ref}, {splat_i32(16, n)}", "int32", n)
+    quiet = em.op(f"or {t32} {top.ref}, {splat_i32(0x40, n)}", "int32", n)
     nan = em.op(f"fcmp uno {em.ty('float32', n)} {x.ref}, {x.ref}", "bool", n)
     word = em.op(f"select {em.ty('bool', n)} {nan.ref}, {t32} {quiet.ref}, {t32} {hi.ref}", "int32", n)
     return em.op(f"trunc {t32} {word.ref} to {em.ty('uint16', n)}", "uint16", n)

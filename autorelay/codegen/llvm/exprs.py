@@ -42,7 +42,6 @@ __all__ = ["ExprEmitter"]
 
 _ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 _UCMP = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
-_FLOAT_BITS = {"float16": 16, "float32": 32, "float64": 64}
 _UNSIGNED = ("uint8", "uint16", "uint32", "uint64", "bool")  # as i1, true is -1 when read signed
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 _BITWISE = {"bitand": "and", "bitor": "or", "bitxor": "xor", "shl": "shl"}  # integer ops in LLVM
@@ -336,7 +335,7 @@ class ExprEmitter(LoadEmitter):
                 return self.op(f"fcmp une {ts} {a.ref}, zeroinitializer", "bool", lanes)
             return self.op(f"icmp ne {ts} {a.ref}, zeroinitializer", "bool", lanes)
         if is_float(src) and is_float(dst):
-            ins = "fpext" if _FLOAT_BITS[dst] > _FLOAT_BITS[src] else "fptrunc"
+            ins = "fpext" if np.finfo(dst).bits > np.finfo(src).bits else "fptrunc"
         elif is_float(dst):
             ins = "uitofp" if src in _UNSIGNED else "sitofp"
         elif is_float(src):

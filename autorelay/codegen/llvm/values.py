@@ -61,6 +61,12 @@ def splat(literal: str, scalar_type: str, lanes: int) -> str:
     return f"<{', '.join(f'{scalar_type} {literal}' for _ in range(lanes))}>" if lanes else literal
 
 
+def splat_i32(value: int, lanes: int) -> str:
+    """An i32 constant (a vector of `lanes` copies, or a scalar when `lanes` is 0) holding the 32
+    bits of `value`: a pattern from 2^31 up is written as the negative number LLVM reads."""
+    return splat(str(value - (1 << 32) if value >= 1 << 31 else value), "i32", lanes)
+
+
 def float_hex(value: float, dtype: str) -> str:
     """LLVM's hex float literal (always 64-bit; a float32 or float16 value must be exactly
     representable, so it is rounded to that type first)."""
