@@ -31,6 +31,7 @@ from autorelay.op.layout import (
     to_canonical_shape,
     window_out,
 )
+from autorelay.op.pool_compute import global_pool_compute, pool_compute, pool_grad_compute
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
 
@@ -185,16 +186,6 @@ def _pool_gradient(grad_op: str):
     return gradient
 
 
-def _check_layout(attrs: Attrs) -> None:
-    """Pooling computes handle NCHW and channel-blocked NCHW[x]c (the block is one more free axis)."""
-    from autorelay.op import te_compute as tc
-
-    lay, out = attrs["layout"], attrs["out_layout"] or attrs["layout"]
-    blocked = lay.startswith("NCHW") and lay[4:-1].isdigit() and lay.endswith("c")
-    if out != lay or not (lay == "NCHW" or blocked):
-        raise tc.Unsupported(f"layout {lay} -> {out} has no pooling compute")
-
-
 def windows_inside(attrs: Attrs, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> bool:
     """Whether every window of a pooling with `attrs` (input rows x columns `in_hw`, output
     `out_hw`) lies inside its input: no padding, no dilation, no ceil-mode window hanging over
@@ -215,78 +206,6 @@ def windows_tile(pool_size: Sequence[int], strides: Sequence[int], tile: int) ->
     return tuple(pool_size) == tuple(strides) and all(tile % s == 0 for s in strides)
 
 
-INT_MAX_POOL = ("int8", "uint8", "int32")
-
-
-def _pool_compute(avg: bool):
-    """NCHW pooling over the frame the type relation implies (explicit padding + ceil_mode overhang).
-
-    Max pads with -inf (an integer type's minimum: max pooling of quantized values is exact, so the
-    quantizer keeps it in int8); average sums and divides by the number of counted positions of each
-    window (all of the explicitly padded frame with count_include_pad, else only real pixels).
-    """
-
-    def compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-        from autorelay.op import te_compute as tc
-        from autorelay.te import expr as E
-        from autorelay.te import nn as tnn
-        from autorelay.te import tensor as te
-
-        x = inputs[0]
-        tc.check_dtypes([x], ("float32", "float64") if avg else ("float32", "float64", *INT_MAX_POOL))
-        _check_layout(attrs)
-        shape = tc.out_shape(out_type)  # (N, C, OH, OW) or (N, C/b, OH, OW, b): pooling is over axes 2, 3
-        oh, ow = shape[2:4]
-        (kh, kw), (sh, sw), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["dilation"]
-        pt, pl, pb, pr = attrs["padding"]
-        h, w = x.shape[2:4]
-        if avg and (dh, dw) != (1, 1):
-            raise tc.Unsupported("dilated average pooling has no compute")
-        after_h = max((oh - 1) * sh + dh * (kh - 1) + 1 - pt - h, pb)
-        after_w = max((ow - 1) * sw + dw * (kw - 1) + 1 - pl - w, pr)
-        fill = 0.0 if avg else (float("-inf") if x.dtype.startswith("float") else int(_lowest(x.dtype)))
-        extra = (0,) * (x.ndim - 4)
-        xp = tnn.pad(x, (0, 0, pt, pl, *extra), (0, 0, after_h, after_w, *extra), value=fill, name="pool_pad")
-        rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
-        red = te.sum if avg else te.max
-
-        def window(*i: E.Expr) -> E.Expr:
-            return red(xp[(i[0], i[1], i[2] * sh + rh * dh, i[3] * sw + rw * dw, *i[4:])], [rh, rw])
-
-        # the window and strides, for a kernel that computes the band of input rows a tile reads
-        acc = te.compute(shape, window, name="pool", tag="pool",
-                         attrs={"pool_size": (kh, kw), "strides": (sh, sw), "dilation": (dh, dw)})
-        if not avg:
-            return acc
-        lo_h, hi_h = (0, pt + h + pb) if attrs["count_include_pad"] else (pt, pt + h)
-        lo_w, hi_w = (0, pl + w + pr) if attrs["count_include_pad"] else (pl, pl + w)
-
-        def count(y: E.Expr, k: int, s: int, lo: int, hi: int) -> E.Expr:
-            return E.minimum(y * s + k, hi) - E.maximum(y * s, lo)
-
-        return te.compute(shape, lambda *i: acc[i] / E.cast(
-            count(i[2], kh, sh, lo_h, hi_h) * count(i[3], kw, sw, lo_w, hi_w), x.dtype), name="avg_pool")
-
-    return compute
-
-
-def _global_compute(kind: str):
-    def compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-        from autorelay.op import te_compute as tc
-        from autorelay.te import expr as E
-
-        x = inputs[0]
-        tc.check_dtypes([x], ("float32", "float64"))
-        _check_layout(attrs)
-        if kind == "max":
-            return tc.reduction(x, "max", [2, 3], True, out_type, name="global_max_pool")
-        s = tc.reduction(x, "sum", [2, 3], True, out_type, name="global_sum")
-        inv = E.const(1.0 / (x.shape[2] * x.shape[3]), x.dtype)
-        return tc.compute0(s.shape, lambda *i: s[i] * inv, "global_avg_pool")
-
-    return compute
-
-
 for _avg in (False, True):
     _kind = "avg" if _avg else "max"
     _name, _grad_name = f"nn.{_kind}_pool2d", f"nn.{_kind}_pool2d_grad"
@@ -300,7 +219,7 @@ for _avg in (False, True):
         attrs=pool_attrs(_avg),
         reference=lambda a, x, _f=_fwd: _in_layout(_f, a, x),
         gradient=_pool_gradient(_grad_name),
-        compute=_pool_compute(_avg),
+        compute=pool_compute(_avg),
         normalize_attrs=lambda a, _op=_name: normalize_pool_attrs(_op, a),
         doc=f"2-d {_kind} pooling with strides, padding, dilation and ceil_mode.",
     ))
@@ -311,6 +230,7 @@ for _avg in (False, True):
         pattern=OpPattern.OPAQUE,
         attrs=pool_attrs(_avg),
         reference=lambda a, g, x, _f=_bwd: _in_layout(_f, a, g, x, out_key="layout"),
+        compute=pool_grad_compute(_avg),
         normalize_attrs=lambda a, _op=_grad_name: normalize_pool_attrs(_op, a),
         doc=f"Gradient of nn.{_kind}_pool2d with respect to its data.",
     ))
@@ -353,6 +273,6 @@ for _kind, _fn in (("avg", np.mean), ("max", np.max)):
         reference=lambda a, x, _f=_fn: _in_layout(
             lambda y, _a: _f(y, axis=(2, 3), keepdims=True).astype(y.dtype), a, x),
         gradient=_global_gradient(_name, f"nn.{_kind}_pool2d_grad"),
-        compute=_global_compute(_kind),
+        compute=global_pool_compute(_kind),
         doc=f"{_kind} over the whole spatial extent: (N, C, H, W) -> (N, C, 1, 1).",
     ))

@@ -85,6 +85,23 @@ MORE_CASES = [
          {"padding": (1, 1, 1, 1), "channels": 5, "kernel_size": (3, 3)}, rtol=1e-4),
     case("nn.conv1d_backward_weight", [tensor((2, 5, 6)), tensor((2, 3, 11))],
          {"strides": (2,), "padding": (1, 1), "channels": 5, "kernel_size": (3,)}, rtol=1e-4),
+    # pooling gradients (grad, data), gathered per pixel over the window taps that read it: padding,
+    # overlapping and dilated windows, ceil-mode overhang, channel blocks
+    case("nn.max_pool2d_grad", [tensor((2, 3, 5, 5)), tensor((2, 3, 9, 9))],
+         {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)}, ident="max_pool2d_grad-stem"),
+    case("nn.max_pool2d_grad", [tensor((1, 2, 4, 6)), tensor((1, 2, 8, 7))],
+         {"pool_size": (2, 3), "strides": (2, 1), "dilation": (2, 1), "padding": (1, 0, 0, 1),
+          "ceil_mode": True}, ident="max_pool2d_grad-dilated-ceil"),
+    case("nn.max_pool2d_grad", [tensor((1, 2, 3, 3, 4)), tensor((1, 2, 6, 6, 4))],
+         {"pool_size": (2, 2), "strides": (2, 2), "layout": "NCHW4c"}, ident="max_pool2d_grad-nchw4c"),
+    case("nn.avg_pool2d_grad", [tensor((2, 3, 4, 4)), tensor((2, 3, 7, 8))],
+         {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)}, ident="avg_pool2d_grad-padded"),
+    case("nn.avg_pool2d_grad", [tensor((1, 2, 3, 3)), tensor((1, 2, 6, 6))],
+         {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 0, 1, 2), "count_include_pad": True},
+         ident="avg_pool2d_grad-include-pad"),
+    case("nn.avg_pool2d_grad", [tensor((1, 1, 3, 4, 8)), tensor((1, 1, 6, 7, 8))],
+         {"pool_size": (2, 2), "strides": (2, 2), "ceil_mode": True, "layout": "NCHW8c"},
+         ident="avg_pool2d_grad-ceil-nchw8c"),
     case("nn.conv1d", [tensor((1, 4, 13)), tensor((6, 2, 3))],
          {"strides": (2,), "dilation": (2,), "groups": 2, "padding": (1,)}, rtol=1e-4,
          ident="conv1d-grouped"),
@@ -185,3 +202,17 @@ def test_conv2d_transpose_skips_the_dilated_zeros():
     out = lower(fn).cdef.outputs[0]
     assert isinstance(out.op.body, Reduce)
     assert [a.extent for a in out.op.body.axes] == [8, 2, 2]
+
+
+def test_max_pool_gradient_goes_to_the_first_maximal_element():
+    """Ties everywhere (values in {0, 1}), a window of -inf beside its padding and a NaN: each
+    window's gradient goes to the tap NumPy's argmax picks, as in the reference."""
+    gen = np.random.default_rng(5)
+    x = gen.integers(0, 2, (1, 2, 7, 7)).astype("float32")
+    x[0, 0, :2, :2] = -np.inf  # the first window holds only -inf and padding (also -inf)
+    x[0, 1, 3, 4] = np.nan
+    g = gen.standard_normal((1, 2, 4, 4)).astype("float32")
+    fn = op_function("nn.max_pool2d_grad", [tensor(g.shape), tensor(x.shape)],
+                     {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)})
+    want = reference_outputs(fn, [g, x])
+    assert_close(run_lowered(fn, [g, x]), want, rtol=0, atol=0)
