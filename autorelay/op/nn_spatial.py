@@ -168,16 +168,65 @@ def _pad_grad_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
 
 
 def _pad_grad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    """Constant padding's gradient is the gradient inside the border; edge and reflect copies add
-    up, which has no compute here (a reported fallback)."""
+    """Constant padding's gradient is the gradient inside the border. Edge and reflect padding copy
+    an input element to several positions, whose gradients add up: gathered per input element
+    over the few positions that copy it (`_copies`), so no scatter is needed."""
     from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
 
-    g, _data = inputs
-    if attrs["pad_mode"] != "constant":
-        raise tc.Unsupported(f"the gradient of {attrs['pad_mode']} padding sums copies; no compute")
-    before = [b for b, _ in attrs["pad_width"]]
-    return tc.compute0(tc.out_shape(out_type), lambda *i: g[tuple(v + b for v, b in zip(i, before))],
-                       "pad_grad", tag="injective")
+    g, data = inputs
+    widths = [tuple(w) for w in attrs["pad_width"]]
+    mode = attrs["pad_mode"]
+    if mode == "constant":
+        return tc.compute0(tc.out_shape(out_type), lambda *i: g[tuple(v + b for v, (b, _) in zip(i, widths))],
+                           "pad_grad", tag="injective")
+    tc.check_dtypes([g], ("float32", "float64"))
+    copies = {ax: te.reduce_axis(_copy_count(mode, b, e), f"copy{ax}")
+              for ax, (b, e) in enumerate(widths) if b or e}
+    if not copies:
+        return tc.compute0(tc.out_shape(out_type), lambda *i: g[i], "pad_grad", tag="injective")
+
+    def body(*i: E.Expr) -> E.Expr:
+        read, conds = list(i), []
+        for ax, r in copies.items():
+            (b, e), n = widths[ax], data.shape[ax]
+            offset, copied = _copies(mode, i[ax], r.var, n, b, e)
+            read[ax] = E.maximum(E.minimum(offset + b, n + b + e - 1), 0)
+            conds.append(copied)
+        return te.sum(E.select(E.all_of(*conds), g[tuple(read)], E.const(0, g.dtype)), list(copies.values()))
+
+    return tc.compute0(tc.out_shape(out_type), body, "pad_grad", tag="reduce")
+
+
+def _copy_count(mode: str, before: int, after: int) -> int:
+    """How many padded positions may copy one input element along an axis: itself and its one
+    reflection at each end (reflect widths are below the extent), or, at an edge, every position
+    of that side's padding."""
+    return 3 if mode == "reflect" else 1 + before + after
+
+
+def _copies(mode: str, i: Any, t: Any, n: int, before: int, after: int) -> tuple[Any, Any]:
+    """The `t`-th padded offset (from the input's start; negative in the leading padding) that may
+    copy input `i` along one axis, and whether it does. Reflect: t = 0 is `i` itself, 1 its mirror
+    `-i` in the leading padding, 2 its mirror `2 (n - 1) - i` in the trailing one. Edge: t = 0 is
+    `i`; t in [1, before] the leading padding, copies of element 0; the rest the trailing
+    padding, copies of element n - 1."""
+    from autorelay.te import expr as E
+
+    if mode == "reflect":
+        mirror_after = 2 * (n - 1) - i
+        offset = E.select(E.compare("eq", t, 0), i, E.select(E.compare("eq", t, 1), 0 - i, mirror_after))
+        copied = E.select(E.compare("eq", t, 0), E.const(True),
+                          E.select(E.compare("eq", t, 1), (i >= 1) & (i <= before),
+                                   (mirror_after >= n) & (mirror_after <= n - 1 + after)))
+        return offset, copied
+    lead = t - before - 1  # t in [1, before]: offsets -before .. -1
+    trail = n - 1 + t - before  # t in [before + 1, before + after]: offsets n .. n - 1 + after
+    offset = E.select(E.compare("eq", t, 0), i, E.select(t <= before, lead, trail))
+    copied = E.select(E.compare("eq", t, 0), E.const(True),
+                      E.select(t <= before, E.compare("eq", i, 0), E.compare("eq", i, n - 1)))
+    return offset, copied
 
 
 register(OpDef(

@@ -105,6 +105,12 @@ CASES = [
     case("nn.pad_grad", [tensor((2, 6, 8)), tensor((2, 3, 5))], {"pad_width": ((0, 0), (1, 2), (3, 0))}),
     *[case("nn.pad", [tensor((2, 3, 5)), tensor(())], {"pad_width": ((1, 0), (2, 2), (0, 4)), "pad_mode": m},
            ident=f"pad-{m}") for m in ("edge", "reflect")],
+    # mirrored copies add up: both ends, one end, an edge-padded axis of one element
+    *[case("nn.pad_grad", [tensor((4, 7, 9)), tensor((2, 3, 5))], {"pad_width": ((1, 1), (2, 2), (0, 4)),
+                                                                   "pad_mode": m}, ident=f"pad_grad-{m}")
+      for m in ("edge", "reflect")],
+    case("nn.pad_grad", [tensor((5, 4)), tensor((1, 4))], {"pad_width": ((3, 1), (0, 0)), "pad_mode": "edge"},
+         ident="pad_grad-edge-one-element"),
     case("nn.dense", [tensor((3, 21)), tensor((19, 21))], rtol=1e-4),
     case("nn.matmul", [tensor((3, 21)), tensor((19, 21))], {"transpose_b": True}, rtol=1e-4),
     case("nn.matmul", [tensor((3, 21)), tensor((21, 19))], rtol=1e-4, ident="matmul-nn"),
