@@ -177,6 +177,7 @@ register(OpDef(
     pattern=OpPattern.OPAQUE,
     attrs=dict(_ATTRS),
     reference=lambda a, g, x: in_layout(resize_grad_canonical, a, g, x),
+    compute=lambda ins, a, t: resize_grad_compute(ins[0], ins[1], a, t),
     normalize_attrs=lambda a: _normalize("image.resize2d_grad", a),
     doc="Adjoint of image.resize2d (the gradient with respect to its data).",
 ))
@@ -269,3 +270,52 @@ def resize_compute(x: Any, attrs: Any, out_type: Type) -> Any:
         return to_out(top * (one - frac[0]) + bottom * frac[0])
 
     return tc.compute0(shape, body, "resize2d", tag="injective")
+
+
+def resize_grad_compute(g: Any, x: Any, attrs: Any, out_type: Type) -> Any:
+    """The adjoint `A_h.T @ g @ A_w` as two gathers, along W and then along H: input pixel `i` sums
+    the output positions `o` whose interpolation reads it, weighted by `A[o, i]`. Those positions
+    lie in a band around `i * out / in` (a source coordinate moves by in/out per output step, and
+    `A[o, i]` is nonzero only where it is within one pixel of `i`), so each stage reduces over a
+    few candidates, not the whole axis; a candidate outside the output reads nothing."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    layout = attrs["layout"]
+    if layout not in ("NCHW", "NHWC"):
+        raise tc.Unsupported(f"resize's gradient in layout {layout} has no compute")
+    tc.check_dtypes([g], ("float32", "float64"))
+    method, mode = attrs["method"], attrs["coordinate_transformation_mode"]
+    how = attrs["rounding_method"] or ("round" if mode == "align_corners" else "floor")
+    zero = E.const(0.0, g.dtype)
+
+    def weight(o: Any, i: Any, n_in: int, n_out: int) -> Any:
+        """A[o, i]: how much output position `o` takes from input `i` along one axis."""
+        num, den = _coordinate(o, n_in, n_out, mode)
+        if method == "nearest_neighbor":
+            src = E.maximum(E.minimum(_round_fraction(num, den, how), n_in - 1), 0)
+            return E.select(E.compare("eq", src, i), E.const(1.0, g.dtype), zero)
+        y0 = num // den
+        frac = E.cast(E.cast(num - y0 * den, "float64") / E.const(float(den), "float64"), g.dtype)
+        lo, hi = E.maximum(E.minimum(y0, n_in - 1), 0), E.maximum(E.minimum(y0 + 1, n_in - 1), 0)
+        return (E.select(E.compare("eq", lo, i), E.const(1.0, g.dtype) - frac, zero)
+                + E.select(E.compare("eq", hi, i), frac, zero))
+
+    def gather(src: Any, axis: int, n_in: int, name: str) -> Any:
+        n_out = src.shape[axis]
+        ratio = -(-n_out // n_in)
+        r = te.reduce_axis(3 * ratio + 6, f"{name}_r")
+        shape = tuple(n_in if d == axis else n for d, n in enumerate(src.shape))
+
+        def body(*idx: Any) -> Any:
+            i = E.cast(idx[axis], "int64")
+            o = i * n_out // n_in - (ratio + 2) + r.var
+            inside = (o >= 0) & (o < n_out)
+            read = tuple(E.maximum(E.minimum(o, n_out - 1), 0) if d == axis else v for d, v in enumerate(idx))
+            return te.sum(E.select(inside, weight(o, i, n_in, n_out) * src[read], zero), [r])
+
+        return te.compute(shape, body, name=name, tag="reduce")
+
+    along_w = gather(g, layout.index("W"), x.shape[layout.index("W")], "resize_grad_w")
+    return gather(along_w, layout.index("H"), x.shape[layout.index("H")], "resize_grad")

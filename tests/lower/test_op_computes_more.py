@@ -77,6 +77,15 @@ MORE_CASES = [
     case("nn.upsampling", [tensor((1, 4, 5, 3))], {"scale_h": 3.0, "scale_w": 2.0, "layout": "NHWC"},
          ident="upsampling-nhwc"),
     case("nn.conv1d", [tensor((2, 3, 11)), tensor((5, 3, 3))], {"padding": (1, 2)}, rtol=1e-4),
+    # resize's gradient (grad, data): up and down, every coordinate mode, both methods, NHWC
+    *[case("image.resize2d_grad", [tensor((1, 2, *size)), tensor((1, 2, *src))],
+           {"size": size, "method": method, "coordinate_transformation_mode": mode}, rtol=1e-5,
+           ident=f"resize2d_grad-{method}-{mode}-{'x'.join(map(str, src))}-to-{'x'.join(map(str, size))}")
+      for method in ("linear", "nearest_neighbor") for mode in MODES
+      for src, size in (((4, 9), (11, 5)), ((5, 3), (16, 3)), ((7, 6), (3, 13)))],
+    case("image.resize2d_grad", [tensor((1, 8, 10, 3)), tensor((1, 3, 5, 3))],
+         {"size": (8, 10), "method": "nearest_neighbor", "rounding_method": "ceil", "layout": "NHWC"},
+         ident="resize2d_grad-nearest-ceil-nhwc"),
     # weight gradients (grad, data): the output gradient's extents follow from the window
     case("nn.conv2d_backward_weight", [tensor((2, 6, 5, 3)), tensor((2, 4, 9, 9))],
          {"strides": (2, 2), "padding": (1, 0, 2, 1), "dilation": (1, 2), "groups": 2, "channels": 6,
