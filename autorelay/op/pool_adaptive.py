@@ -146,6 +146,38 @@ def _adaptive_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         count(y, h, oh) * count(z, w, ow), x.dtype), name="adaptive_avg_pool")
 
 
+def _adaptive_grad_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
+    """Each pixel gathers the bins that hold it, each bin's gradient divided by its size. The bins
+    holding row `y` start at `floor(y * OH / H) - 1` or later and number at most `ceil(OH / H) + 2`,
+    so a few masked candidates per axis replace a scatter over every bin."""
+    from autorelay.op import te_compute as tc
+    from autorelay.te import expr as E
+    from autorelay.te import tensor as te
+
+    g, x = inputs
+    tc.check_dtypes([g], ("float32", "float64"))
+    if attrs["layout"] != "NCHW":
+        raise tc.Unsupported(f"layout {attrs['layout']} has no adaptive pooling gradient compute")
+    h, w = x.shape[2:]
+    oh, ow = g.shape[2:]
+    ch, cw = (te.reduce_axis(-(-out // size) + 3, f"bin_{axis}")
+              for axis, size, out in (("h", h, oh), ("w", w, ow)))
+
+    def bin_of(y: E.Expr, cand: E.Expr, size: int, out: int) -> tuple[E.Expr, E.Expr, E.Expr]:
+        """A candidate bin holding row `y`: (the bin clamped into range, whether it holds `y`, its size)."""
+        o = (y * out) // size - 1 + cand
+        lo, hi = (o * size) // out, E.const(0) - ((E.const(0) - (o + 1) * size) // out)
+        holds = E.all_of(o >= 0, o < out, lo <= y, y < hi)
+        return E.maximum(E.minimum(o, out - 1), 0), holds, hi - lo
+
+    def body(b: E.Expr, f: E.Expr, y: E.Expr, z: E.Expr) -> E.Expr:
+        (oy, in_y, ny), (oz, in_z, nz) = bin_of(y, ch.var, h, oh), bin_of(z, cw.var, w, ow)
+        share = g[b, f, oy, oz] / E.cast(E.maximum(ny * nz, 1), g.dtype)
+        return te.sum(E.select(E.binary("and", in_y, in_z), share, E.const(0.0, g.dtype)), [ch, cw])
+
+    return tc.compute0(tc.out_shape(out_type), body, "adaptive_avg_pool_grad", tag="reduce")
+
+
 register(OpDef(
     name=OP,
     arg_names=("data",),
@@ -166,6 +198,7 @@ register(OpDef(
     pattern=OpPattern.OPAQUE,
     attrs={"output_size": None, "layout": "NCHW"},
     reference=lambda a, g, x: _run(adaptive_grad_canonical, a, g, x, out_key="layout"),
+    compute=_adaptive_grad_compute,
     normalize_attrs=lambda a: _normalize(GRAD_OP, a),
     doc="Gradient of nn.adaptive_avg_pool2d with respect to its data.",
 ))

@@ -103,6 +103,9 @@ MORE_CASES = [
           "ceil_mode": True}, ident="max_pool2d_grad-dilated-ceil"),
     case("nn.max_pool2d_grad", [tensor((1, 2, 3, 3, 4)), tensor((1, 2, 6, 6, 4))],
          {"pool_size": (2, 2), "strides": (2, 2), "layout": "NCHW4c"}, ident="max_pool2d_grad-nchw4c"),
+    *[case("nn.adaptive_avg_pool2d_grad", [tensor((2, 3, *out)), tensor((2, 3, *src))], {"output_size": out},
+           ident=f"adaptive_avg_pool2d_grad-{'x'.join(map(str, src))}-to-{'x'.join(map(str, out))}")
+      for src, out in (((7, 9), (3, 4)), ((5, 3), (7, 3)), ((6, 6), (1, 1)), ((4, 10), (4, 3)))],
     case("nn.avg_pool2d_grad", [tensor((2, 3, 4, 4)), tensor((2, 3, 7, 8))],
          {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)}, ident="avg_pool2d_grad-padded"),
     case("nn.avg_pool2d_grad", [tensor((1, 2, 3, 3)), tensor((1, 2, 6, 6))],
