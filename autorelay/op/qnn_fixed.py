@@ -80,6 +80,46 @@ def rescale_expr(x: E.Expr, m: E.Expr, shift: E.Expr, rounding: str = "UPWARD") 
     return E.shr(x * m + half, shift)
 
 
+# A sum of two rescaled 8-bit differences (|q - zp| < 2**8) over one shift: multipliers below
+# 2**(31 + 22) keep each product below 2**61, so both and the rounding half fit int64.
+SUM_HEADROOM = 22
+
+
+def common_shift(m_a: np.ndarray, s_a: np.ndarray, m_b: np.ndarray,
+                 s_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two ratios `m * 2**-s` over one shift, `(m_a', m_b', s)`, so that a sum of two rescaled
+    values rounds once (`rescale_sum`), as a real sum of the two products would, instead of once
+    per term. The shift is the larger of the two, or `SUM_HEADROOM` above the smaller where the
+    ratios differ by more than that: the smaller ratio's multiplier then loses its low bits
+    (rounded), an error below 2**-22 of a unit for every 8-bit input."""
+    m_a, s_a, m_b, s_b = (np.asarray(v, np.int64) for v in (m_a, s_a, m_b, s_b))
+    s = np.minimum(np.maximum(s_a, s_b), np.minimum(s_a, s_b) + SUM_HEADROOM)
+
+    def over(m: np.ndarray, sh: np.ndarray) -> np.ndarray:
+        up = np.left_shift(m, np.maximum(s - sh, 0))
+        drop = np.maximum(sh - s, 0)
+        down = (m + (np.left_shift(np.int64(1), drop) >> 1)) >> drop
+        return np.where(sh <= s, up, down)
+
+    return over(m_a, s_a), over(m_b, s_b), s
+
+
+def rescale_sum(x_a: np.ndarray, m_a: np.ndarray, x_b: np.ndarray, m_b: np.ndarray,
+                shift: np.ndarray) -> np.ndarray:
+    """`x_a * m_a + x_b * m_b` times `2**-shift`, rounded once half toward +infinity (UPWARD), in
+    int64 (multipliers and shift from `common_shift`)."""
+    shift = np.asarray(shift, np.int64)
+    half = np.left_shift(np.int64(1), shift - 1)
+    return (np.asarray(x_a, np.int64) * m_a + np.asarray(x_b, np.int64) * m_b + half) >> shift
+
+
+def rescale_sum_expr(x_a: E.Expr, m_a: E.Expr, x_b: E.Expr, m_b: E.Expr, shift: E.Expr) -> E.Expr:
+    """`rescale_sum` as a tensor expression (every operand widened to int64)."""
+    x_a, m_a, x_b, m_b, shift = (E.cast(v, "int64") for v in (x_a, m_a, x_b, m_b, shift))
+    half = E.shr(E.const(2**62, "int64"), E.const(63, "int64") - shift)  # 2**(shift - 1)
+    return E.shr(x_a * m_a + x_b * m_b + half, shift)
+
+
 INT32_MIN_SHIFT = 33
 
 

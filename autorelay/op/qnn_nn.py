@@ -4,8 +4,10 @@
   padded border reads the input zero point (real zero). The scales do not change the integer
   result — its real scale is `input_scale * kernel_scale` — and are carried for the requantize
   that follows. The kernel zero point may be per output channel.
-* add: both operands rescaled to the output's scale, added, then the output zero point:
-  `saturate(rescale(l - zl, sl/so) + rescale(r - zr, sr/so) + zo)`.
+* add: both operands rescaled to the output's scale and summed with one rounding, then the output
+  zero point: `saturate(round((l - zl) * sl/so + (r - zr) * sr/so) + zo)` (`qnn_fixed.rescale_sum`;
+  rescaling each operand first, as Relay does, rounds twice: one step off ONNX's QLinearAdd on a
+  quarter of the elements, and further along a chain of adds).
 * concatenate: every input rescaled to the output's scale and zero point, then joined.
 
 Every rescaling is `qnn_fixed`'s one rule, in references and kernels alike; references compute
@@ -284,8 +286,22 @@ def _rescaled(q: np.ndarray, zp: Any, scale: Any, out_scale: Any) -> np.ndarray:
     return rescale_along(q.astype(np.int64) - np.int64(np.asarray(zp).reshape(())), ratio, -1, "UPWARD")
 
 
+def _add_multipliers(ls: Any, rs: Any, os_: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both operands' ratios to the output scale (per-tensor values) over one shift
+    (`qnn_fixed.common_shift`)."""
+    out = np.float64(np.asarray(os_).reshape(()))
+    try:
+        ratios = [F.multiplier_shift(np.float64(np.asarray(v).reshape(())) / out) for v in (ls, rs)]
+    except F.QuantizationError as e:
+        raise rel_error("qnn.add", str(e)) from None
+    return F.common_shift(*ratios[0], *ratios[1])
+
+
 def _add_ref(attrs: Attrs, lhs, rhs, ls, lz, rs, rz, os_, oz) -> np.ndarray:
-    total = _rescaled(lhs, lz, ls, os_) + _rescaled(rhs, rz, rs, os_) + np.int64(np.asarray(oz).reshape(()))
+    m_l, m_r, shift = _add_multipliers(ls, rs, os_)
+    lv = lhs.astype(np.int64) - np.int64(np.asarray(lz).reshape(()))
+    rv = rhs.astype(np.int64) - np.int64(np.asarray(rz).reshape(()))
+    total = F.rescale_sum(lv, m_l, rv, m_r, shift) + np.int64(np.asarray(oz).reshape(()))
     return F.saturate(total, str(lhs.dtype))
 
 
@@ -294,14 +310,17 @@ def _add_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     from autorelay.te import expr as E
 
     lhs, rhs, ls, lz, rs, rz, os_, oz = inputs
-    rescale_l = fixed_point_rescaler(ls, os_, "UPWARD", "qnn.add")
-    rescale_r = fixed_point_rescaler(rs, os_, "UPWARD", "qnn.add")
+    for v in (ls, rs, os_):
+        if constant_value(v) is None:
+            raise tc.Unsupported("qnn.add: scales computed at run time (the kernel needs constant scales)")
+    m_l, m_r, shift = (E.const(int(np.asarray(v).reshape(())), "int64")
+                       for v in _add_multipliers(constant_value(ls), constant_value(rs), constant_value(os_)))
     dtype = tc.out_dtype(out_type)
 
     def body(*i: E.Expr) -> E.Expr:
         lv = E.cast(tc.bcast_read(lhs, i), "int64") - E.cast(_qparam(lz, i, 0), "int64")
         rv = E.cast(tc.bcast_read(rhs, i), "int64") - E.cast(_qparam(rz, i, 0), "int64")
-        total = rescale_l(lv, i) + rescale_r(rv, i) + E.cast(_qparam(oz, i, 0), "int64")
+        total = F.rescale_sum_expr(lv, m_l, rv, m_r, shift) + E.cast(_qparam(oz, i, 0), "int64")
         return F.saturate_expr(total, dtype)
 
     return tc.compute0(tc.out_shape(out_type), body, "qnn_add", tag="elemwise")
@@ -315,7 +334,7 @@ register(OpDef(
     attrs={},
     reference=_add_ref,
     compute=_add_compute,
-    doc="Quantized add: both operands rescaled to the output scale, then the output zero point.",
+    doc="Quantized add: both operands rescaled to the output scale and summed, rounded once.",
 ))
 
 

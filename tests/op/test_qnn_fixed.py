@@ -58,3 +58,25 @@ def test_saturate_clips_to_the_type():
     v = np.array([-300, -129, -128, 0, 127, 128, 300])
     np.testing.assert_array_equal(F.saturate(v, "int8"), [-128, -128, -128, 0, 127, 127, 127])
     np.testing.assert_array_equal(F.saturate(v, "uint8"), [0, 0, 0, 0, 127, 128, 255])
+
+
+@pytest.mark.parametrize(("ratio_a", "ratio_b"), [(0.4, 1.4), (0.7, 0.7), (3e-3, 0.9), (2.0**29 * 0.99, 1e-4),
+                                                  (2.0**-31, 0.5), (1e-9, 7e3)])
+def test_a_sum_of_two_rescaled_values_rounds_once(ratio_a, ratio_b):
+    """`rescale_sum` over `common_shift` is the real sum of both products rounded once, exactly
+    where the ratios are within 2**22 of each other; beyond that the smaller ratio's dropped bits
+    move the sum by under 2**-22 of a unit, so it is exact but at such near-ties. Extreme 8-bit
+    differences included: nothing overflows int64."""
+    (m_a, s_a), (m_b, s_b) = F.multiplier_shift(np.array([ratio_a])), F.multiplier_shift(np.array([ratio_b]))
+    ma, mb, shift = F.common_shift(m_a, s_a, m_b, s_b)
+    rng = np.random.default_rng(7)
+    xa = np.concatenate([[255, -255, 255, -255], rng.integers(-255, 256, 500)])
+    xb = np.concatenate([[255, -255, -255, 255], rng.integers(-255, 256, 500)])
+    got = F.rescale_sum(xa, ma, xb, mb, shift)
+    far = abs(int(s_a[0]) - int(s_b[0])) > F.SUM_HEADROOM
+    for a, b, g in zip(xa, xb, got):
+        real = (Fraction(int(a) * int(m_a[0]), 2 ** int(s_a[0]))
+                + Fraction(int(b) * int(m_b[0]), 2 ** int(s_b[0])))
+        want = math.floor(real + Fraction(1, 2))
+        above = real + Fraction(1, 2) - want  # in [0, 1): how far from flipping the rounding
+        assert int(g) == want or (far and min(above, 1 - above) < Fraction(1, 2**21)), (a, b)

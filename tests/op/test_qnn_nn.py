@@ -27,12 +27,16 @@ def C(v, dtype):
     return Constant(np.asarray(v, dtype))
 
 
-def _rescale_exact(x: int, scale_in: float, scale_out: float) -> int:
-    """Round-half-up of x * (in/out) with the ratio rounded to 31 significant bits as the rule says."""
+def _ratio_exact(scale_in: float, scale_out: float) -> Fraction:
+    """in/out with the ratio rounded to 31 significant bits, as the rule says."""
     ratio = Fraction(float(np.float64(np.float32(scale_in)) / np.float64(np.float32(scale_out))))
     exp = math.floor(math.log2(ratio)) + 1  # ratio = frac * 2**exp, frac in [0.5, 1)
-    m = round(ratio * 2 ** (31 - exp))
-    return math.floor(Fraction(x * m, 2 ** (31 - exp)) + Fraction(1, 2))
+    return Fraction(round(ratio * 2 ** (31 - exp)), 2 ** (31 - exp))
+
+
+def _rescale_exact(x: int, scale_in: float, scale_out: float) -> int:
+    """Round-half-up of x * (in/out)."""
+    return math.floor(x * _ratio_exact(scale_in, scale_out) + Fraction(1, 2))
 
 
 def _sat(v: int, dtype: str) -> int:
@@ -134,7 +138,9 @@ def test_add_and_concatenate_against_exact_rationals(dtype):
              C(os_, "float32"), C(oz, "int32"))
     got = _run_everywhere(IRModule.from_expr(Function([av, bv], y)), a, b)
     for idx in np.ndindex(a.shape):
-        want = _rescale_exact(int(a[idx]) - lz, ls, os_) + _rescale_exact(int(b[idx]) - rz, rs, os_) + oz
+        # the real sum of both rescaled operands, rounded once
+        total = (int(a[idx]) - lz) * _ratio_exact(ls, os_) + (int(b[idx]) - rz) * _ratio_exact(rs, os_)
+        want = math.floor(total + Fraction(1, 2)) + oz
         assert got[idx] == _sat(want, dtype), idx
     y = call("qnn.concatenate", Tuple((av, bv)), Tuple((C(ls, "float32"), C(rs, "float32"))),
              Tuple((C(lz, "int32"), C(rz, "int32"))), C(os_, "float32"), C(oz, "int32"), axis=1)

@@ -217,6 +217,40 @@ def test_contrib_binary_ops(op, dtype):
     _within_one_step(got, want)
 
 
+def _qdq_add_chain(adds: int) -> onnx.ModelProto:
+    """x -> Q -> (DQ, DQ(constant) -> Add -> Q) x `adds` = y: residual-style adds in the QDQ
+    format, each with its own output scale; the importer folds each into one qnn.add."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["q0"])]
+    inits: dict = {"s_in": np.float32(0.0271), "z_in": np.uint8(121)}
+    prev = ("q0", "s_in", "z_in")
+    for i in range(adds):
+        out = "y" if i == adds - 1 else f"q{i + 1}"
+        inits |= {f"k{i}": _ints("uint8", (8,)), f"ks{i}": np.float32(0.0015 + 0.001 * i),
+                  f"kz{i}": np.uint8(136), f"os{i}": np.float32(0.0287 + 0.0013 * i), f"oz{i}": np.uint8(128)}
+        nodes += [helper.make_node("DequantizeLinear", list(prev), [f"d{i}"]),
+                  helper.make_node("DequantizeLinear", [f"k{i}", f"ks{i}", f"kz{i}"], [f"dk{i}"]),
+                  helper.make_node("Add", [f"d{i}", f"dk{i}"], [f"a{i}"]),
+                  helper.make_node("QuantizeLinear", [f"a{i}", f"os{i}", f"oz{i}"], [out])]
+        prev = (out, f"os{i}", f"oz{i}")
+    return _model(nodes, {"x": np.zeros((64, 8), "float32")}, inits, opset=17)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("adds", [1, 6])
+def test_quantized_adds_round_once_as_onnx_runtime(adds):
+    """A quantized add rounds the real sum of its rescaled operands once, as ONNX's QLinearAdd and
+    the QDQ Add it folds do: bit-exact for one add (rounding each operand first was one step off on
+    a quarter of the elements), and a chain of them stays within one step (ONNX Runtime's float32
+    sums round a few near-ties the other way) instead of drifting further."""
+    model = _qdq_add_chain(adds)
+    x = RNG.standard_normal((64, 8)).astype("float32")
+    got, want, ops = _both(model, {"x": x}, compiled=True)
+    assert "qnn.add" in ops
+    diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+    assert diff.max() <= (0 if adds == 1 else 1), np.bincount(diff.ravel())
+    assert (diff == 0).mean() > 0.97
+
+
 @pytest.mark.cpu
 def test_contrib_concat():
     a, b = _ints("uint8", (1, 2, 3)), _ints("uint8", (1, 4, 3))
