@@ -8,6 +8,8 @@
 * `cast(x, t)` where `x` already has dtype `t` → `x`; `negative(negative(x))` → `x`.
 * `layout_transform(layout_transform(x, A, B), B, C)` → `layout_transform(x, A, C)`, or `x` when
   `A == C` (back-to-back transforms cancel).
+* a convolution's leading and trailing kernel taps that read only padding (a dilated kernel on a
+  small map) are dropped, with the padding they spanned (`conv_taps.drop_dead_taps`).
 
 Rules read checked types, so the pass requires them; rewritten nodes inherit the checked type of
 the node they replace, which lets rules cascade bottom-up in one walk.
@@ -22,6 +24,7 @@ from autorelay.ir.expr import Call, Expr, Function, GlobalVar
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
 from autorelay.op import registry
+from autorelay.transform.conv_taps import drop_dead_taps
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.util import is_constant_value, op_name, static_shape, tensor_type, with_type
 
@@ -83,6 +86,8 @@ def simplify_call(c: Call) -> Expr:
             return args[0].args[0]  # type: ignore[union-attr]
     elif name == "layout_transform":
         return cancel_layout_transforms(c)
+    elif name in ("nn.conv1d", "nn.conv2d"):
+        return drop_dead_taps(c) or c
     return c
 
 
