@@ -175,3 +175,24 @@ def test_narrow_scheme_on_avx2_is_bit_identical_and_takes_vpmaddubsw():
         x = images(BATCH, seed=51)
         want = evaluate(bind_params(qmod, qparams), x)
         np.testing.assert_array_equal(np.asarray(exe(x)), np.asarray(want))
+
+
+@pytest.mark.parametrize("body", [
+    "%0 = nn.conv2d(%x, %w, channels=4, kernel_size=[1, 1]); concatenate((%0, %x), axis=1)",
+    "%0 = nn.conv2d(%x, %w, channels=4, kernel_size=[1, 1]); (%0, %x)",
+])
+def test_a_layer_without_bias_read_by_a_tuple_quantizes(body):
+    """A bias-free layer whose only reader is a tuple (a concatenation's inputs, the returned
+    tuple) has no bias to fold; it used to fail annotation with a bare assertion."""
+    mod = autorelay.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(1, 3, 8, 8), float32], '
+                          '%w: Tensor[(4, 3, 1, 1), float32]) { ' + body + " }")
+    gen = np.random.default_rng(0)
+    params = {"w": gen.standard_normal((4, 3, 1, 1)).astype("float32")}
+    batches = [{"x": gen.standard_normal((1, 3, 8, 8)).astype("float32")} for _ in range(2)]
+    qmod, qparams = quantize_model(mod, params, calibrate(mod, params, batches, progress=False))
+    assert op_histogram(qmod)["qnn.conv2d"] == 1
+    x = batches[0]["x"]
+    want = evaluate(bind_params(autorelay.infer_types(mod), params), x)
+    got = evaluate(bind_params(qmod, qparams), x)
+    first = lambda v: np.asarray(v[0] if isinstance(v, tuple) else v)
+    assert np.abs(first(got) - first(want)).max() < 0.05 * np.abs(first(want)).max()

@@ -131,8 +131,9 @@ def _sole_consumer(uses: dict[int, list[Expr]], e: Expr) -> Expr | None:
 
 def _channel_bias(add: Expr, x: Expr, channels: int) -> np.ndarray | None:
     """The (channels,) bias vector when `add` adds a per-channel constant to `x`, else None."""
+    if not isinstance(add, Call):  # a tuple or a function reads the layer: no bias to fold
+        return None
     name = op_name(add)
-    assert isinstance(add, Call)
     if name == "nn.bias_add" and add.args[0] is x and isinstance(add.args[1], Constant):
         t = tensor_type(x)
         if t is not None and add.attrs["axis"] % len(t.shape) == 1:
