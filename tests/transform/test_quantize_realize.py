@@ -196,3 +196,33 @@ def test_a_layer_without_bias_read_by_a_tuple_quantizes(body):
     got = evaluate(bind_params(qmod, qparams), x)
     first = lambda v: np.asarray(v[0] if isinstance(v, tuple) else v)
     assert np.abs(first(got) - first(want)).max() < 0.05 * np.abs(first(want)).max()
+
+
+def test_a_linear_layer_on_token_rows_quantizes():
+    """PyTorch's nn.Linear on (batch, tokens, features) exports as MatMul with an initializer and
+    an Add: it imports as a dense layer, which quantizes along its last axis with the bias folded
+    (it used to stay float without a word), compiled equal to the interpreter."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autorelay.frontend import from_onnx
+
+    gen = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(gen.standard_normal((16, 8)).astype("float32"), "w"),
+             numpy_helper.from_array(gen.standard_normal(8).astype("float32"), "b")]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    mod, params = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    batches = [{"x": gen.standard_normal((2, 5, 16)).astype("float32")} for _ in range(4)]
+    qmod, qparams = quantize_model(mod, params, calibrate(mod, params, batches, progress=False))
+    ops = op_histogram(qmod)
+    assert ops["qnn.dense"] == 1 and "nn.dense" not in ops and "add" not in ops, ops
+    x = batches[0]["x"]
+    want = np.asarray(evaluate(bind_params(autorelay.infer_types(mod), params), x))
+    got = np.asarray(evaluate(bind_params(qmod, qparams), x))
+    assert np.abs(got - want).max() < 0.03 * np.abs(want).max()
+    exe = autorelay.build(qmod, params=qparams)
+    assert not exe.report.fallbacks
+    np.testing.assert_array_equal(np.asarray(exe(x)), got)

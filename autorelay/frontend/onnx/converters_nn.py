@@ -166,7 +166,7 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
     if rb == 1:
         return g.call("squeeze", matmul(g, a, g.call("expand_dims", b, axis=1)), axis=[-1])
     if rb == 2:
-        return g.call("nn.matmul", a, b)
+        return _weight_product(g, a, b)
     if (same := _same_dynamic_batch(g, a, b)) is not None:
         return same
     sa, sb = g.static_shape(a, "A"), g.static_shape(b, "B")
@@ -176,7 +176,7 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
         raise g.fail(f"MatMul batch axes of A {sa} and B {sb} do not broadcast") from None
     nb = int(np.prod(batch)) if batch else 1
     if int(np.prod(sb[:-2])) == 1 and sa[:-2] == batch:  # one B for every batch: x @ W
-        return g.call("nn.matmul", a, g.call("reshape", b, newshape=sb[-2:]))
+        return _weight_product(g, a, g.call("reshape", b, newshape=sb[-2:]), weight=b)
 
     def as3(e: Expr, s: tuple[int, ...]) -> Expr:
         if int(np.prod(s[:-2])) == 1:  # batch_matmul broadcasts a batch of 1: no copies
@@ -188,6 +188,16 @@ def matmul(g: GraphBuilder, a: Expr, b: Expr) -> Expr:
 
     y = g.call("nn.batch_matmul", as3(a, sa), as3(b, sb), transpose_b=False)
     return g.call("reshape", y, newshape=batch + (sa[-2], sb[-1]))
+
+
+def _weight_product(g: GraphBuilder, a: Expr, b: Expr, weight: Expr | None = None) -> Expr:
+    """`a @ b` for a matrix `b`. When `b` is (a reshape of) an initializer, a layer's weight as
+    PyTorch exports `nn.Linear` on 3-d activations, it is the dense layer it is, `nn.dense(a, b.T)`
+    (the transpose folds when the weights are bound): the quantizer sees it as a layer, and the
+    build would have rewritten it so anyway (`MatmulToDense`)."""
+    if id(weight if weight is not None else b) in g.init_values:
+        return g.call("nn.dense", a, g.call("transpose", b, axes=(1, 0)))
+    return g.call("nn.matmul", a, b)
 
 
 def _same_dynamic_batch(g: GraphBuilder, a: Expr, b: Expr) -> Expr | None:

@@ -84,7 +84,16 @@ class Layer:
 
     @property
     def axis(self) -> int:
-        return 1  # NCHW conv and (N, units) dense both keep channels on axis 1
+        """The output's channel axis: 1 of an NCHW convolution, the last of a dense layer (whose
+        data may have several row axes, as a transformer's (batch, tokens, features))."""
+        return channel_axis(self.call)
+
+
+def channel_axis(layer: Call) -> int:
+    if op_name(layer) == "nn.dense":
+        t = tensor_type(layer)
+        return len(t.shape) - 1 if t is not None else 1
+    return 1
 
 
 @dataclass(eq=False)
@@ -129,14 +138,14 @@ def _sole_consumer(uses: dict[int, list[Expr]], e: Expr) -> Expr | None:
     return cs[0] if len(cs) == 1 else None
 
 
-def _channel_bias(add: Expr, x: Expr, channels: int) -> np.ndarray | None:
-    """The (channels,) bias vector when `add` adds a per-channel constant to `x`, else None."""
+def _channel_bias(add: Expr, x: Expr, channels: int, axis: int) -> np.ndarray | None:
+    """The (channels,) bias vector when `add` adds a constant along `x`'s channel `axis`, else None."""
     if not isinstance(add, Call):  # a tuple or a function reads the layer: no bias to fold
         return None
     name = op_name(add)
     if name == "nn.bias_add" and add.args[0] is x and isinstance(add.args[1], Constant):
         t = tensor_type(x)
-        if t is not None and add.attrs["axis"] % len(t.shape) == 1:
+        if t is not None and add.attrs["axis"] % len(t.shape) == axis:
             return np.asarray(add.args[1].data, np.float64).reshape(-1)
         return None
     if name != "add" or add.args[0] is not x or not isinstance(add.args[1], Constant):
@@ -145,7 +154,7 @@ def _channel_bias(add: Expr, x: Expr, channels: int) -> np.ndarray | None:
     if t is None or c.ndim > len(t.shape):
         return None
     shape = (1,) * (len(t.shape) - c.ndim) + c.shape
-    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+    if any(d != 1 for i, d in enumerate(shape) if i != axis) or shape[axis] not in (1, channels):
         return None
     return np.broadcast_to(np.asarray(c, np.float64).reshape(-1), (channels,)).copy()
 
@@ -167,8 +176,6 @@ def _unsupported(c: Call) -> str:
         layouts = (a["data_layout"], a["kernel_layout"], a.get("out_layout", "") or "NCHW")
         if layouts != ("NCHW", "OIHW", "NCHW"):
             return f"layout {a['data_layout']}/{a['kernel_layout']} (NCHW/OIHW only)"
-    elif len(t.shape) != 2:
-        return "dense input is not 2-d"
     return ""
 
 
@@ -180,10 +187,11 @@ def annotate(fn: Function | IRModule) -> Annotation:
     layers: dict[str, Layer] = {}
     for name, c in layer_calls(fn).items():
         layer = Layer(name, c, c, unsupported=_unsupported(c))
-        channels = tensor_type(c).shape[1] if tensor_type(c) is not None else None  # type: ignore[union-attr]
+        t = tensor_type(c)
+        channels = t.shape[layer.axis] if t is not None else None
         nxt = _sole_consumer(uses, c)
         if nxt is not None and isinstance(channels, int):
-            bias = _channel_bias(nxt, c, channels)
+            bias = _channel_bias(nxt, c, channels, layer.axis)
             if bias is not None:
                 layer.bias, layer.bias_call, layer.inner, layer.out = bias, nxt, [c], nxt  # type: ignore[assignment]
                 nxt = _sole_consumer(uses, nxt)
