@@ -78,11 +78,45 @@ def _stored_calibration(source: str, model: Model) -> Any:
     return load_folder(source, model, what="calibration")
 
 
+def _check_precision_options(args: argparse.Namespace) -> None:
+    """Refuse options the chosen precision would ignore, instead of building without them."""
+    given = [flag for flag, on in (("--calibration", bool(args.calibration)),
+                                   ("--calibration-random", bool(args.calibration_random)),
+                                   ("--method", args.method != "max"),
+                                   ("--max-drop", args.max_drop is not None)) if on]
+    if args.precision in ("fp32", "bf16") and given:
+        why = "calibrates nothing" if args.precision == "bf16" else "quantizes nothing"
+        raise ValueError(f"{', '.join(given)} apply to --precision int8 or plan; {args.precision} {why}")
+    if args.precision == "int8" and args.max_drop is not None:
+        raise ValueError("--max-drop picks a stored plan within that drop: it applies to --precision plan, "
+                         "not int8 (every quantizable layer)")
+
+
+def _no_plan_message(db: Any, model: Model, target: str, max_drop: float | None) -> str:
+    """Why no stored precision plan applies: plans on this target all lose more than the bound
+    (then the smallest drop among them), plans only on other targets, or none at all."""
+    from autorelay.lower import model_key
+
+    key = model_key(model.mod)
+    here = db.plans(key, target)
+    if here and max_drop is not None:
+        least = min(here, key=lambda r: r.accuracy_drop)
+        return (f"the {len(here)} quantization plan(s) stored for {model.name} on {target} all lose more "
+                f"than --max-drop {max_drop:g}: the smallest drop is {least.accuracy_drop:.4g} (plan "
+                f"#{least.id}); raise --max-drop, or run `autorelay quantize --model {model.name} --max-drop "
+                f"{max_drop:g}` to search plans within it")
+    others = [t for t in db.plan_targets(key) if t != target]
+    hint = f"; plans exist for {', '.join(others)}" if others else ""
+    return (f"no quantization plan stored for {model.name} on {target} in {db.url}{hint} (run `autorelay "
+            f"quantize --model {model.name} ...` first)")
+
+
 def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: int) -> tuple[Model, str, str]:
     """(the model to build, the pipeline to build it with, a line saying what was applied)."""
     from autorelay.lower import model_key
     from search.models import tuning_target
 
+    _check_precision_options(args)
     if args.precision == "fp32":
         return model, args.pipeline, ""
     from autorelay.transform.quantize import (
@@ -113,11 +147,7 @@ def apply_precision(args: argparse.Namespace, model: Model, db: Any, threads: in
         target = tuning_target(args.target, threads)
         rec = db.best_plan(model_key(model.mod), target, max_drop=args.max_drop)
         if rec is None:
-            others = db.plan_targets(model_key(model.mod))
-            bound = f" within a drop of {args.max_drop}" if args.max_drop is not None else ""
-            hint = f"; plans exist for {', '.join(others)}" if others else ""
-            raise ValueError(f"no quantization plan{bound} stored for {model.name} on {target} in {db.url}"
-                             f"{hint} (run `autorelay quantize --model {model.name} ...` first)")
+            raise ValueError(_no_plan_message(db, model, target, args.max_drop))
         plan = QuantizePlan.from_json(rec.plan)
         info = rec.info or {}
         if own_data:

@@ -63,6 +63,18 @@ def test_quantize_then_compile_and_run_the_plan(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "no quantization plan stored for mlp on llvm" in err
     assert "plans exist for llvm" in err and "-threads=1" in err
+    # a bound no stored plan meets: said so, with the smallest stored drop
+    least = min(r.accuracy_drop for r in rows)
+    if least > 0:
+        assert main(["run", *common, "--precision", "plan", "--max-drop", f"{least / 2:g}"]) == 1
+        _, err = capsys.readouterr()
+        assert f"lose more than --max-drop {least / 2:g}" in err and f"smallest drop is {least:.4g}" in err
+    # options the precision would ignore are refused
+    for extra in (["--precision", "bf16", "--calibration-random", "2"],
+                  ["--precision", "fp32", "--method", "kl"], ["--precision", "int8", "--max-drop", "0.1"]):
+        assert main(["run", *common, *extra]) == 1, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and extra[2] in err and "--precision" in err, err
     with pytest.raises(SystemExit) as e:
         main(["compile", *common, "--precision", "plan", "--max-drop", "-1"])
     assert e.value.code == 2 and "--max-drop: must be a finite number >= 0" in capsys.readouterr().err

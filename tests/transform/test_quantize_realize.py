@@ -4,6 +4,8 @@ net stays close to the float one."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from quantize_nets import images, small_net
@@ -226,3 +228,15 @@ def test_a_linear_layer_on_token_rows_quantizes():
     exe = autorelay.build(qmod, params=qparams)
     assert not exe.report.fallbacks
     np.testing.assert_array_equal(np.asarray(exe(x)), got)
+
+
+def test_calibration_on_degenerate_data_warns():
+    """All-zero or astronomically large calibration inputs leave ranges no 8-bit step resolves:
+    said, not silently turned into a model that outputs zeros."""
+    mod = small_net(1)
+    for data in (np.zeros_like(images(1, seed=0)), np.full_like(images(1, seed=0), 1e30)):
+        with pytest.warns(UserWarning, match="calibration saw only zeros"):
+            calibrate(mod, None, [{"data": data}], progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calibrate(mod, None, [{"data": images(1, seed=0)}], progress=False)

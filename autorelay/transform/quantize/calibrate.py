@@ -211,5 +211,25 @@ def calibrate(mod: IRModule, params: Mapping[str, np.ndarray] | None,
         by_node[id(node)] = choose_range(np.concatenate(samples[k]), method, percentile)
     for name, node in points.items():
         ranges[name] = by_node[id(node)]
+    _warn_degenerate(ranges)
     options = {"percentile": percentile} if method == "percentile" else {}
     return Calibration(method, ranges, tuple(quantizable_layers(mod)), options)
+
+
+# ranges no 8-bit step can resolve sensibly: the int8 model would output (nearly) zero there
+_TINY, _HUGE = 1e-20, 1e20
+
+
+def _warn_degenerate(ranges: Mapping[str, tuple[float, float]]) -> None:
+    """Warn (not fail: the caller may mean it) when calibration saw only zeros, denormal-small or
+    astronomically large values at some point, as with an all-zero or unnormalised calibration set:
+    the quantized model then computes nothing useful there."""
+    bad = [name for name, (lo, hi) in ranges.items()
+           if not (np.isfinite(lo) and np.isfinite(hi)) or not _TINY < max(abs(lo), abs(hi)) < _HUGE]
+    if bad:
+        import warnings
+
+        shown = ", ".join(f"{n} {ranges[n]}" for n in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        warnings.warn(f"calibration saw only zeros, or magnitudes below {_TINY:g} or above {_HUGE:g}, at "
+                      f"{len(bad)} of {len(ranges)} points ({shown}): the quantized model's values there "
+                      f"will be meaningless; check the calibration data", UserWarning, stacklevel=3)
