@@ -18,6 +18,7 @@ from autorelay.frontend.onnx import (
     converters_nn,
     converters_pool,
     converters_quant,
+    converters_rnn,
     converters_shape,
 )
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, required_input
@@ -105,9 +106,36 @@ def _unary(float_type: str, keep: Sequence[str] = ()):
     return convert
 
 
+def _dynamic_quantize_lstm(g: GraphBuilder, node: NodeView) -> list[Expr | None]:
+    """`DynamicQuantizeLSTM` (what `quantize_dynamic` makes of an LSTM): an LSTM whose W and R are
+    8-bit and stored transposed, `[directions, input, 4 * hidden]` and `[directions, hidden, 4 *
+    hidden]`, with a scale and zero point per direction or per gate column (inputs 8-11). The
+    weights are dequantized into the float LSTM's layout, a constant expression folded at build,
+    and the LSTM runs in float32: ONNX Runtime also quantizes each step's activations, so the two
+    agree to within that rounding, not bit for bit."""
+    if len(node.inputs) < 12 or any(node.input(i) is None for i in (1, 2, 8, 9, 10, 11)):
+        raise node.fail("expected X, W, R, ..., W_scale, W_zero_point, R_scale, R_zero_point (12 inputs)")
+
+    def weight(q: Expr, scale: Expr, zp: Expr, what: str) -> Expr:
+        directions, _, gates = g.static_shape(q, what)
+        per_column = g.ndim(scale) == 2  # [directions, 4 * hidden], else [directions]
+        per = (directions, 1, gates) if per_column else (directions, 1, 1)
+        zero = g.call("reshape", g.call("cast", zp, dtype="float32"), newshape=per)
+        real = g.call("subtract", g.call("cast", q, dtype="float32"), zero)
+        real = g.call("multiply", real, g.call("reshape", scale, newshape=per))
+        return g.call("transpose", real, axes=(0, 2, 1))
+
+    w = weight(node.input(1), node.input(8), node.input(9), "W")  # type: ignore[arg-type]
+    r = weight(node.input(2), node.input(10), node.input(11), "R")  # type: ignore[arg-type]
+    lstm = NodeView(node.index, node.name, "LSTM", [node.input(0), w, r, *node.inputs[3:8]],
+                    node.input_names[:8], node.attrs, node.num_outputs, node.opset, node.output_names)
+    return converters_rnn.TABLE["LSTM"](g, lstm)
+
+
 _POOL_ATTRS = ("kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad", "dilations")
 TABLE.update({
     _MS + "QLinearAdd": _qlinear_add,
+    _MS + "DynamicQuantizeLSTM": _dynamic_quantize_lstm,
     _MS + "QLinearMul": _qlinear_mul,
     _MS + "QLinearConcat": _qlinear_concat,
     _MS + "QLinearGlobalAveragePool": _unary("GlobalAveragePool"),

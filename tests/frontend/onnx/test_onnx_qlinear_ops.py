@@ -362,3 +362,63 @@ def test_opset_23_attributes_it_cannot_honour_are_refused(op, attr, value, messa
     model = _model([node], feeds, {"s": np.array(0.1, "float32"), "z": np.array(0, "int8")}, opset=23)
     with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match=message):
         from_onnx(model)
+
+
+def _dequantized_lstm(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The float LSTM that a DynamicQuantizeLSTM's weights dequantize to: the oracle for weights
+    quantized, activations not."""
+    node = model.graph.node[0]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+    def real(q: str, scale: str, zp: str) -> np.ndarray:
+        s, z = inits[scale], inits[zp].astype(np.float32)
+        s, z = (s[:, None, :], z[:, None, :]) if s.ndim == 2 else (s[:, None, None], z[:, None, None])
+        return ((inits[q].astype(np.float32) - z) * s).transpose(0, 2, 1)
+
+    weights = {"W": real(node.input[1], *node.input[8:10]), "R": real(node.input[2], *node.input[10:12])}
+    lstm = helper.make_node("LSTM", ["X", "W", "R", *node.input[3:4]], list(node.output),
+                            **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    graph = helper.make_graph([lstm], "f", list(model.graph.input), list(model.graph.output),
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()]
+                              + [numpy_helper.from_array(inits[n], n) for n in node.input[3:4]])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dynamic_quantize_lstm_runs_on_its_dequantized_weights(tmp_path, per_channel):
+    """quantize_dynamic's LSTM (com.microsoft.DynamicQuantizeLSTM, 8-bit W and R stored transposed)
+    imports as the float LSTM on its dequantized weights: equal to that LSTM in ONNX Runtime and
+    close to the unquantized one. (ONNX Runtime's own kernel also quantizes the activations; on
+    an AVX2 host without VNNI its u8 x s8 products saturate, 0.3 off the float LSTM here.)"""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    seq, batch, inputs, hidden = 5, 2, 6, 4
+    inits = {"W": RNG.standard_normal((2, 4 * hidden, inputs)) * 0.5,
+             "R": RNG.standard_normal((2, 4 * hidden, hidden)) * 0.5,
+             "B": RNG.standard_normal((2, 8 * hidden)) * 0.1}
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=hidden,
+                          direction="bidirectional")], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inputs])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")],
+        [numpy_helper.from_array(v.astype("float32"), k) for k, v in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8,
+                     per_channel=per_channel)
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert [n.op_type for n in quantized.graph.node] == ["DynamicQuantizeLSTM"]
+    x = RNG.standard_normal((seq, batch, inputs)).astype("float32")
+    mod, params = from_onnx(quantized)
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks
+    got = [np.asarray(v) for v in exe(x)]
+
+    def run(m: onnx.ModelProto) -> list[np.ndarray]:
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, {"X": x})
+
+    for g, w, f in zip(got, run(_dequantized_lstm(quantized)), run(onnx.load(tmp_path / "f.onnx")),
+                       strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        assert np.abs(g - f).max() < 0.05
