@@ -9,7 +9,8 @@ passes listed below, in order.
 * `default`: the graph optimisations (float16 computed in float32 first; products with a constant
   weight in the packed dense form among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the
   stride-1 3x3 convolutions that profit from it (their transformed weights folded at build time),
-  then Relay's fusion rules.
+  grouped convolutions in channel blocks of 8 (`BlockGroupedConvs`: NCHW has no grouped
+  template), then Relay's fusion rules.
 * `nchwc`: every convolution in channel blocks of 8 (NCHW → NCHW8c, one AVX2 float32 vector per
   block; depthwise and 1x1 convolutions gain most) before fusion, the stride-1 3x3 ones on maps of
   at least `BLOCKED_WINOGRAD_MIN_SIZE` pixels as Winograd F(4x4, 3x3) in the same blocks.
@@ -35,6 +36,7 @@ from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fold_scale_axis import FoldScaleAxis
 from autorelay.transform.fuse_ops import FuseOps
 from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.grouped_blocks import BlockGroupedConvs
 from autorelay.transform.matmul_to_dense import MatmulToDense
 from autorelay.transform.normal_form import ToGraphNormalForm
 from autorelay.transform.pass_base import Pass, Pipeline
@@ -69,7 +71,8 @@ def pipeline_passes(name: str) -> list[Pass]:
     if name == "O0":
         return [ToGraphNormalForm(), WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
-        return [*_graph_opts(), WinogradConv(), FoldConstant(), FuseOps()]
+        grouped = [BlockGroupedConvs(), FoldConstant(), SimplifyExpr()]
+        return [*_graph_opts(), WinogradConv(), FoldConstant(), *grouped, FuseOps()]
     if name in BLOCKED_PIPELINES:
         block, winograd = pipeline_layout(name)
         packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr()]

@@ -1,0 +1,34 @@
+"""The `default` pipeline runs grouped convolutions (not depthwise ones) in channel blocks, where
+they have a register-tiled template, and every other convolution as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autorelay
+
+pytestmark = pytest.mark.cpu
+
+NET = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 12, 12), float32], %g: Tensor[(32, 8, 3, 3), float32],
+          %d: Tensor[(32, 1, 3, 3), float32], %p: Tensor[(16, 32, 1, 1), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %g, padding=[1, 1], groups=4));
+  %1 = nn.relu(nn.conv2d(%0, %d, padding=[1, 1], groups=32));
+  nn.conv2d(%1, %p)
+}
+"""
+
+
+def test_grouped_convolutions_take_the_blocked_template_in_default():
+    mod = autorelay.parse(NET)
+    gen = np.random.default_rng(0)
+    params = {p.name_hint: gen.standard_normal(p.type_annotation.concrete_shape).astype("float32")
+              for p in mod["main"].params[1:]}
+    x = gen.standard_normal((1, 32, 12, 12)).astype("float32")
+    want = np.asarray(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
+    exe = autorelay.build(mod, params=params, pipeline="default")
+    np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-4, atol=1e-4)
+    templates = [row.detail.split()[0] for row in exe.report.rows]
+    assert templates.count("conv2d_nchwc") == 1, templates  # the grouped one; depthwise and 1x1 stay NCHW
+    assert "reduction" not in templates and not exe.report.fallbacks, templates
