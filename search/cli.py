@@ -219,7 +219,8 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
     p.add_argument("--image-size", type=positive_int, default=None, metavar="S",
                    help="input height/width for zoo image models (smaller: faster)")
     p.add_argument("--batch", type=positive_int, default=1, metavar="N",
-                   help="batch size of a zoo model (default 1); its kernels are other workloads in the log")
+                   help="batch size of a zoo model, or of an ONNX file whose batch axis is symbolic "
+                        "(default 1); its kernels are other workloads in the log")
     p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="kernel threads (default: every core); part of the tuning target")
     p.add_argument("--pipeline", default="auto",

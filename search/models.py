@@ -48,15 +48,12 @@ def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1,
     from autorelay.frontend import zoo
 
     if spec.lower().endswith(".onnx") or os.path.sep in spec:
-        if image_size is not None or batch_size != 1:
-            raise ValueError("--image-size and --batch apply to zoo models only; an ONNX file fixes its "
-                             "shapes")
+        if image_size is not None:
+            raise ValueError("--image-size applies to zoo models only; an ONNX file fixes its image size")
         if not os.path.exists(spec):
             raise FileNotFoundError(f"model file {spec!r} does not exist")
-        from autorelay.frontend import from_onnx
-
-        mod, params = from_onnx(spec)
-        name = os.path.basename(spec)
+        mod, params = _onnx_at_batch(spec, batch_size)
+        name = os.path.basename(spec) + (f":b{batch_size}" if batch_size != 1 else "")
     else:
         try:
             name = zoo.canonical_name(spec)
@@ -75,6 +72,37 @@ def load_model(spec: str, *, image_size: int | None = None, batch_size: int = 1,
             name = f"{name}:b{batch_size}"
     params = dict(params)
     return Model(name, mod, params, zoo.random_inputs(mod, params, seed))
+
+
+def _onnx_at_batch(path: str, batch_size: int) -> tuple[Any, dict]:
+    """An ONNX file imported with static shapes, as builds and tuning logs need: a symbolic
+    leading (batch) axis of an input becomes `batch_size`; any other symbolic extent is refused
+    by name. `batch_size` must match a batch axis the file fixes."""
+    from autorelay.frontend import from_onnx
+    from autorelay.ir.types import TensorType
+
+    mod, params = from_onnx(path)
+    shapes: dict[str, tuple] = {}
+    fixed: list[tuple[str, int]] = []
+    for p in mod["main"].params:
+        t = p.type_annotation
+        if p.name_hint in params or not isinstance(t, TensorType) or not t.shape:
+            continue
+        dims = tuple(t.shape)
+        if isinstance(dims[0], int):
+            fixed.append((p.name_hint, dims[0]))
+        symbolic = [str(d) for d in dims[1:] if not isinstance(d, int)]
+        if symbolic:
+            raise ValueError(f"{os.path.basename(path)}: input {p.name_hint!r} of shape "
+                             f"({', '.join(map(str, dims))}) has symbolic extents ({', '.join(symbolic)}) "
+                             f"past its batch axis; builds and tuning logs need static shapes (the Python "
+                             f"API builds such a model per input shape: autorelay.build)")
+        if not isinstance(dims[0], int):
+            shapes[p.name_hint] = (batch_size, *dims[1:])
+    if batch_size != 1 and any(b != batch_size for _, b in fixed):
+        raise ValueError(f"--batch {batch_size}: {os.path.basename(path)} fixes the batch of "
+                         f"{', '.join(f'{n!r} to {b}' for n, b in fixed)}")
+    return from_onnx(path, shape=shapes) if shapes else (mod, params)
 
 
 def tuning_target(target: str | Target, threads: int | None) -> str:
