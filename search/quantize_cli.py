@@ -80,14 +80,17 @@ def _stored_calibration(source: str, model: Model) -> Any:
 
 def _check_precision_options(args: argparse.Namespace) -> None:
     """Refuse options the chosen precision would ignore, instead of building without them."""
-    given = [flag for flag, on in (("--calibration", bool(args.calibration)),
-                                   ("--calibration-random", bool(args.calibration_random)),
-                                   ("--method", args.method != "max"),
-                                   ("--max-drop", args.max_drop is not None)) if on]
+    def option(name: str, default: object = None) -> object:  # a caller's namespace may hold fewer
+        return getattr(args, name, default)
+
+    given = [flag for flag, on in (("--calibration", bool(option("calibration"))),
+                                   ("--calibration-random", bool(option("calibration_random"))),
+                                   ("--method", option("method", "max") != "max"),
+                                   ("--max-drop", option("max_drop") is not None)) if on]
     if args.precision in ("fp32", "bf16") and given:
         why = "calibrates nothing" if args.precision == "bf16" else "quantizes nothing"
         raise ValueError(f"{', '.join(given)} apply to --precision int8 or plan; {args.precision} {why}")
-    if args.precision == "int8" and args.max_drop is not None:
+    if args.precision == "int8" and option("max_drop") is not None:
         raise ValueError("--max-drop picks a stored plan within that drop: it applies to --precision plan, "
                          "not int8 (every quantizable layer)")
 

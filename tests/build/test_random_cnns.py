@@ -172,17 +172,18 @@ def @main(%x: Tensor[(1, 8, 13, 11), float32], %w0: Tensor[(16, 4, 3, 3), float3
 @pytest.mark.parametrize("pipeline", ["default", "nchwc", "nchwc16", "nchwc16-direct"])
 def test_grouped_and_dilated_convolutions_compile_under_every_pipeline(pipeline):
     """Grouped (ResNeXt-style) and dilated convolutions run compiled kernels, no fallback: the
-    grouped compute in NCHW, the blocked one where the pipeline packs channels, and the blocked
-    pipelines leave a dilated convolution in NCHW (the blocked computes have no dilation)."""
+    grouped layer in channel blocks under every pipeline (`default` packs just its grouped layers:
+    NCHW has no grouped template), and the blocked pipelines leave a dilated convolution in NCHW
+    (the blocked computes have no dilation)."""
     mod = autorelay.parse(GROUPED)
     rng = np.random.default_rng(5)
     shapes = [p.type_annotation.concrete_shape for p in mod["main"].params]
     x, *ws = [rng.standard_normal(s).astype("float32") * 0.3 for s in shapes]
     exe = autorelay.build(mod, params=dict(zip(("w0", "w1", "w2"), ws)), threads=2, pipeline=pipeline)
     assert exe.report.fallbacks == []
-    # the blocked pipelines pack the grouped layer too (each group's 4 -> 8 channels in whole blocks)
+    # every pipeline packs the grouped layer (each group's 4 -> 8 channels in whole blocks)
     direct = [r.detail.split()[0] for r in exe.report.rows if r.kind == "kernel" and "conv2d" in r.name]
-    assert direct.count("conv2d_nchwc") == (0 if pipeline == "default" else 1), direct
+    assert direct.count("conv2d_nchwc") == 1, direct
     want = np.asarray(autorelay.evaluate(mod, x, *ws))
     np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
