@@ -18,6 +18,7 @@ from autorelay.op import (  # noqa: F401  (imported for registration)
     pool,
     pool_adaptive,
     qnn,
+    qnn_add,
     qnn_nn,
     reduce,
     reduce_sort,

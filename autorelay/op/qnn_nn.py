@@ -1,13 +1,10 @@
-"""Integer qnn ops: `qnn.conv2d`, `qnn.dense`, `qnn.add`, `qnn.concatenate` (Relay's signatures).
+"""Integer qnn ops: `qnn.conv2d`, `qnn.dense`, `qnn.concatenate` (Relay's signatures; `qnn.add` is in
+`qnn_add.py`).
 
 * conv2d / dense: int32 `sum((data - input_zero_point) * (weight - kernel_zero_point))`; the
   padded border reads the input zero point (real zero). The scales do not change the integer
   result — its real scale is `input_scale * kernel_scale` — and are carried for the requantize
   that follows. The kernel zero point may be per output channel.
-* add: both operands rescaled to the output's scale and summed with one rounding, then the output
-  zero point: `saturate(round((l - zl) * sl/so + (r - zr) * sr/so) + zo)` (`qnn_fixed.rescale_sum`;
-  rescaling each operand first, as Relay does, rounds twice: one step off ONNX's QLinearAdd on a
-  quarter of the elements, and further along a chain of adds).
 * concatenate: every input rescaled to the output's scale and zero point, then joined.
 
 Every rescaling is `qnn_fixed`'s one rule, in references and kernels alike; references compute
@@ -28,7 +25,7 @@ from autorelay.op.conv import conv_attrs, conv_canonical, conv_rel, is_depthwise
 from autorelay.op.layout import from_canonical_array, parse_layout, to_canonical_array
 from autorelay.op.qnn import _qparam, constant_value, fixed_point_rescaler, rescale_along
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
-from autorelay.op.shape_utils import broadcast_shapes, fmt_shape, normalize_axis, tensor_arg, tuple_arg
+from autorelay.op.shape_utils import fmt_shape, normalize_axis, tensor_arg, tuple_arg
 
 INT8 = ("int8", "uint8")
 
@@ -265,77 +262,10 @@ register(OpDef(
 ))
 
 
-# ---- qnn.add ----------------------------------------------------------------------------------
-
-_ADD_PARAMS = (("lhs_scale", "float32"), ("lhs_zero_point", "int32"), ("rhs_scale", "float32"),
-               ("rhs_zero_point", "int32"), ("output_scale", "float32"), ("output_zero_point", "int32"))
-
-
-def _add_rel(arg_types: list[Type], attrs: Attrs) -> TensorType:
-    op = "qnn.add"
-    lhs, rhs = tensor_arg(op, arg_types, 0, "lhs"), tensor_arg(op, arg_types, 1, "rhs")
-    if lhs.dtype not in INT8 or rhs.dtype != lhs.dtype:
-        raise rel_error(op, f"lhs and rhs must share an int8 or uint8 dtype, got {lhs.dtype} and {rhs.dtype}")
-    for k, (name, dtype) in enumerate(_ADD_PARAMS, start=2):
-        _scalar_or_vector(op, tensor_arg(op, arg_types, k, name), name, dtype, None)
-    return TensorType(broadcast_shapes(op, lhs.shape, rhs.shape), lhs.dtype)
-
-
 def _rescaled(q: np.ndarray, zp: Any, scale: Any, out_scale: Any) -> np.ndarray:
     ratio = np.float64(np.asarray(scale).reshape(())) / np.float64(np.asarray(out_scale).reshape(()))
     return rescale_along(q.astype(np.int64) - np.int64(np.asarray(zp).reshape(())), ratio, -1, "UPWARD")
 
-
-def _add_multipliers(ls: Any, rs: Any, os_: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Both operands' ratios to the output scale (per-tensor values) over one shift
-    (`qnn_fixed.common_shift`)."""
-    out = np.float64(np.asarray(os_).reshape(()))
-    try:
-        ratios = [F.multiplier_shift(np.float64(np.asarray(v).reshape(())) / out) for v in (ls, rs)]
-    except F.QuantizationError as e:
-        raise rel_error("qnn.add", str(e)) from None
-    return F.common_shift(*ratios[0], *ratios[1])
-
-
-def _add_ref(attrs: Attrs, lhs, rhs, ls, lz, rs, rz, os_, oz) -> np.ndarray:
-    m_l, m_r, shift = _add_multipliers(ls, rs, os_)
-    lv = lhs.astype(np.int64) - np.int64(np.asarray(lz).reshape(()))
-    rv = rhs.astype(np.int64) - np.int64(np.asarray(rz).reshape(()))
-    total = F.rescale_sum(lv, m_l, rv, m_r, shift) + np.int64(np.asarray(oz).reshape(()))
-    return F.saturate(total, str(lhs.dtype))
-
-
-def _add_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
-    from autorelay.op import te_compute as tc
-    from autorelay.te import expr as E
-
-    lhs, rhs, ls, lz, rs, rz, os_, oz = inputs
-    for v in (ls, rs, os_):
-        if constant_value(v) is None:
-            raise tc.Unsupported("qnn.add: scales computed at run time (the kernel needs constant scales)")
-    m_l, m_r, shift = (E.const(int(np.asarray(v).reshape(())), "int64")
-                       for v in _add_multipliers(constant_value(ls), constant_value(rs), constant_value(os_)))
-    dtype = tc.out_dtype(out_type)
-
-    def body(*i: E.Expr) -> E.Expr:
-        lv = E.cast(tc.bcast_read(lhs, i), "int64") - E.cast(_qparam(lz, i, 0), "int64")
-        rv = E.cast(tc.bcast_read(rhs, i), "int64") - E.cast(_qparam(rz, i, 0), "int64")
-        total = F.rescale_sum_expr(lv, m_l, rv, m_r, shift) + E.cast(_qparam(oz, i, 0), "int64")
-        return F.saturate_expr(total, dtype)
-
-    return tc.compute0(tc.out_shape(out_type), body, "qnn_add", tag="elemwise")
-
-
-register(OpDef(
-    name="qnn.add",
-    arg_names=("lhs", "rhs", *(n for n, _ in _ADD_PARAMS)),
-    type_rel=_add_rel,
-    pattern=OpPattern.BROADCAST,
-    attrs={},
-    reference=_add_ref,
-    compute=_add_compute,
-    doc="Quantized add: both operands rescaled to the output scale and summed, rounded once.",
-))
 
 
 # ---- qnn.concatenate ----------------------------------------------------------------------------
