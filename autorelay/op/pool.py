@@ -31,7 +31,7 @@ from autorelay.op.layout import (
     to_canonical_shape,
     window_out,
 )
-from autorelay.op.pool_compute import global_pool_compute, pool_compute, pool_grad_compute
+from autorelay.op.pool_compute import global_pool_compute, lowest, pool_compute, pool_grad_compute
 from autorelay.op.registry import OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
 
@@ -127,13 +127,9 @@ class _Windows:
         return full[..., self.pads[0]: self.pads[0] + self.h, self.pads[1]: self.pads[1] + self.w]
 
 
-def _lowest(dtype: np.dtype) -> Any:
-    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
-
-
 def max_pool_canonical(x: np.ndarray, attrs: Attrs) -> np.ndarray:
     win = _Windows(x.shape, attrs)
-    xp = np.pad(x, win.pad_spec(), constant_values=_lowest(x.dtype))
+    xp = np.pad(x, win.pad_spec(), constant_values=lowest(x.dtype))
     return np.max(np.stack([xp[sl] for sl in win.offsets()]), axis=0)
 
 
@@ -149,7 +145,7 @@ def avg_pool_canonical(x: np.ndarray, attrs: Attrs) -> np.ndarray:
 def max_pool_grad_canonical(g: np.ndarray, x: np.ndarray, attrs: Attrs) -> np.ndarray:
     """Each window's gradient goes to its first maximal element."""
     win = _Windows(x.shape, attrs)
-    xp = np.pad(x, win.pad_spec(), constant_values=_lowest(x.dtype))
+    xp = np.pad(x, win.pad_spec(), constant_values=lowest(x.dtype))
     slices = list(win.offsets())
     arg = np.argmax(np.stack([xp[sl] for sl in slices]), axis=0)
     full = np.zeros(xp.shape, dtype=g.dtype)

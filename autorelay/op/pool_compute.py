@@ -94,7 +94,7 @@ def pool_compute(avg: bool):
         shape = tc.out_shape(out_type)  # (N, C, OH, OW) or (N, C/b, OH, OW, b): pooling is over axes 2, 3
         (kh, kw), (sh, sw), dil = attrs["pool_size"], attrs["strides"], attrs["dilation"]
         if not avg:
-            fill = float("-inf") if x.dtype.startswith("float") else _lowest_int(x.dtype)
+            fill = lowest(x.dtype)
             return _window_max(_padded_frame(x, attrs, shape[2:4], fill), shape, attrs, "pool", "pool")
         if tuple(dil) != (1, 1):
             raise tc.Unsupported("dilated average pooling has no compute")
@@ -112,10 +112,11 @@ def pool_compute(avg: bool):
     return compute
 
 
-def _lowest_int(dtype: str) -> int:
+def lowest(dtype: Any) -> float | int:
+    """What max pooling pads with: -inf, or an integer type's minimum."""
     import numpy as np
 
-    return int(np.iinfo(dtype).min)
+    return float("-inf") if np.issubdtype(np.dtype(dtype), np.floating) else int(np.iinfo(dtype).min)
 
 
 def global_pool_compute(kind: str):
@@ -217,4 +218,5 @@ def _first_maximal_tap(x: Any, attrs: Attrs, pooled: tuple[int, int]) -> Any:
     return te.compute(shape, first, name="pool_grad_first", tag="reduce")
 
 
-__all__ = ["INT_MAX_POOL", "check_pool_layout", "global_pool_compute", "pool_compute", "pool_grad_compute"]
+__all__ = ["INT_MAX_POOL", "check_pool_layout", "global_pool_compute", "lowest", "pool_compute",
+           "pool_grad_compute"]

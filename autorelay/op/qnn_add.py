@@ -16,7 +16,7 @@ import numpy as np
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.types import TensorType, Type
 from autorelay.op import qnn_fixed as F
-from autorelay.op.qnn import _qparam, constant_value
+from autorelay.op.qnn import _qparam, scale_multiplier
 from autorelay.op.qnn_nn import INT8, _scalar_or_vector
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
 from autorelay.op.shape_utils import broadcast_shapes, tensor_arg
@@ -59,11 +59,8 @@ def _add_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     from autorelay.te import expr as E
 
     lhs, rhs, ls, lz, rs, rz, os_, oz = inputs
-    for v in (ls, rs, os_):
-        if constant_value(v) is None:
-            raise tc.Unsupported("qnn.add: scales computed at run time (the kernel needs constant scales)")
-    m_l, m_r, shift = (E.const(int(np.asarray(v).reshape(())), "int64")
-                       for v in _add_multipliers(constant_value(ls), constant_value(rs), constant_value(os_)))
+    ratios = F.common_shift(*scale_multiplier(ls, os_, "qnn.add"), *scale_multiplier(rs, os_, "qnn.add"))
+    m_l, m_r, shift = (E.const(int(np.asarray(v).reshape(())), "int64") for v in ratios)
     dtype = tc.out_dtype(out_type)
 
     def body(*i: E.Expr) -> E.Expr:

@@ -68,10 +68,15 @@ def rescale(x: np.ndarray, m: np.ndarray, shift: np.ndarray, rounding: str = "UP
     return (x * m + half) >> shift
 
 
+def _half_expr(shift: E.Expr) -> E.Expr:
+    """2**(shift - 1), the rounding half, for an int64 shift in [1, 62]."""
+    return E.shr(E.const(2**62, "int64"), E.const(63, "int64") - shift)
+
+
 def rescale_expr(x: E.Expr, m: E.Expr, shift: E.Expr, rounding: str = "UPWARD") -> E.Expr:
     """`rescale` as a tensor expression (every operand widened to int64)."""
     x, m, shift = (E.cast(v, "int64") for v in (x, m, shift))
-    half = E.shr(E.const(2**62, "int64"), E.const(63, "int64") - shift)  # 2**(shift - 1)
+    half = _half_expr(shift)
     if rounding == "TONEAREST":
         mag = E.shr(E.select(x < 0, E.const(0, "int64") - x, x) * m + half, shift)
         return E.select(x < 0, E.const(0, "int64") - mag, mag)
@@ -116,7 +121,7 @@ def rescale_sum(x_a: np.ndarray, m_a: np.ndarray, x_b: np.ndarray, m_b: np.ndarr
 def rescale_sum_expr(x_a: E.Expr, m_a: E.Expr, x_b: E.Expr, m_b: E.Expr, shift: E.Expr) -> E.Expr:
     """`rescale_sum` as a tensor expression (every operand widened to int64)."""
     x_a, m_a, x_b, m_b, shift = (E.cast(v, "int64") for v in (x_a, m_a, x_b, m_b, shift))
-    half = E.shr(E.const(2**62, "int64"), E.const(63, "int64") - shift)  # 2**(shift - 1)
+    half = _half_expr(shift)
     return E.shr(x_a * m_a + x_b * m_b + half, shift)
 
 
