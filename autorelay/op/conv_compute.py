@@ -23,10 +23,10 @@ def _pointwise(wshape: tuple, strides: tuple, pad: tuple, dil: tuple) -> bool:
 def direct_nchwc(attrs: Attrs) -> bool:
     """Whether a conv2d with these attrs is the direct NCHW[x]c convolution (`te.nn.conv2d_nchwc`):
     blocked data and output, the matching blocked kernel (in groups: each group's channels in whole
-    blocks), no dilation."""
+    blocks), any dilation."""
     dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
     return dl.startswith("NCHW") and dl.endswith("c") and ol.startswith("NCHW") \
-        and tuple(attrs["dilation"]) == (1, 1) and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o"
+        and kl == f"OIHW{dl[4:-1]}i{ol[4:-1]}o"
 
 
 def packed_groups(attrs: Attrs, data_shape: tuple) -> int:
@@ -34,7 +34,7 @@ def packed_groups(attrs: Attrs, data_shape: tuple) -> int:
     each block (kernel `OIHW{g}i{b}o`, g dividing b, g channels in and out per group; g = 1 is
     depthwise), else 0 (`te.nn.packed_group_conv2d_nchwc`)."""
     dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
-    if dl != ol or not (dl.startswith("NCHW") and dl.endswith("c")) or tuple(attrs["dilation"]) != (1, 1):
+    if dl != ol or not (dl.startswith("NCHW") and dl.endswith("c")):
         return 0
     b = dl[4:-1]
     if not b.isdigit() or not (kl.startswith("OIHW") and kl.endswith(f"i{b}o")) or len(data_shape) != 5:
@@ -64,14 +64,14 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
             out = tnn.conv2d_1x1_nchw(data, weight)
         elif groups == 1:
             out = tnn.conv2d_nchw(data, weight, strides, pad, dil)
-        elif is_depthwise(groups, data.shape[1], weight.shape[0]) and tuple(dil) == (1, 1):
-            out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad)
+        elif is_depthwise(groups, data.shape[1], weight.shape[0]):
+            out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad, dilation=dil)
         else:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
-        out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups)
+        out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups, dilation=dil)
     elif packed_groups(attrs, data.shape):  # depthwise (g = 1) or small groups packed in blocks
-        out = tnn.packed_group_conv2d_nchwc(data, weight, strides, pad)
+        out = tnn.packed_group_conv2d_nchwc(data, weight, strides, pad, dilation=dil)
     else:
         raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")
     if tuple(out.shape) != tc.out_shape(out_type):
@@ -81,8 +81,8 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
 
 def _grouped_conv2d(data: Any, weight: Any, groups: int, strides: Any, pad: Any, dil: Any) -> Any:
     """An NCHW/OIHW convolution in groups that is neither plain nor the depthwise kernel (ResNeXt's
-    and AlexNet's groups, a dilated depthwise layer): output channel f reads the C/groups input
-    channels of its group, as `conv1d_compute` does. Tagged `reduce`, so the generic reduction
+    and AlexNet's groups): output channel f reads the C/groups input channels of its group, as
+    `conv1d_compute` does. Tagged `reduce`, so the generic reduction
     template schedules it (vectors along the output width)."""
     from autorelay.te import nn as tnn
     from autorelay.te import tensor as te

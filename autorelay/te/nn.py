@@ -189,18 +189,19 @@ def conv2d_1x1_nchw(data: Tensor, weight: Tensor, name: str = "conv2d") -> Tenso
 
 
 def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "conv2d_nchwc",
-                 groups: int = 1) -> Tensor:
+                 groups: int = 1, dilation=1) -> Tensor:
     """data [N, C/icb, H, W, icb], weight [OC/ocb, C/groups/icb, KH, KW, icb, ocb] -> [N, OC/ocb, OH, OW,
     ocb]. In groups, output block f reads the input blocks of its group (ResNeXt's grouped layers,
-    whose channels per group divide into blocks)."""
+    whose channels per group divide into blocks). A dilated kernel (the atrous layers of DeepLab's
+    and FCN's backbones) only spaces its taps: the template's tiles are the same."""
     n, co, h, w, icb = data.shape
     oco, ico, kh, kw, icb2, ocb = weight.shape
     if co != ico * groups or icb != icb2 or oco % groups:
         raise ValueError(f"conv2d_nchwc: data {data.shape} and weight {weight.shape} disagree on channels "
                          f"in {groups} group(s)")
-    (sh, sw) = _pair(strides)
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
     pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
     x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name=f"{name}_pad")
     rc, rh, rw = te.reduce_axis(ico * icb, "rc"), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
     per_group = oco // groups  # output blocks per group
@@ -211,7 +212,8 @@ def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str =
     return te.compute(
         (n, oco, oh, ow, ocb),
         lambda b, f, y, xx, v: te.sum(
-            x[b, block(f), y * sh + rh, xx * sw + rw, rc % icb] * weight[f, rc // icb, rh, rw, rc % icb, v],
+            x[b, block(f), y * sh + rh * dh, xx * sw + rw * dw, rc % icb]
+            * weight[f, rc // icb, rh, rw, rc % icb, v],
             [rc, rh, rw],
         ),
         name=name,
@@ -220,58 +222,62 @@ def conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0, name: str =
     )
 
 
-def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "dwconv") -> Tensor:
+def depthwise_conv2d_nchw(data: Tensor, weight: Tensor, strides=1, padding=0, name: str = "dwconv",
+                          dilation=1) -> Tensor:
     n, c, h, w = data.shape
     wc, mult, kh, kw = weight.shape
     if wc != c or mult != 1:
         raise ValueError(f"depthwise_conv2d: weight {weight.shape} must be [C=={c}, 1, KH, KW]")
-    (sh, sw) = _pair(strides)
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
     pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
     x = pad(data, (0, 0, pt, pl), (0, 0, pb, pr), name=f"{name}_pad")
     rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
     return te.compute(
         (n, c, oh, ow),
-        lambda b, f, y, xx: te.sum(x[b, f, y * sh + rh, xx * sw + rw] * weight[f, 0, rh, rw], [rh, rw]),
+        lambda b, f, y, xx: te.sum(
+            x[b, f, y * sh + rh * dh, xx * sw + rw * dw] * weight[f, 0, rh, rw], [rh, rw]),
         name=name,
         tag="depthwise_conv2d_nchw",
     )
 
 
 def depthwise_nchwc_window(data: Tensor, weight: Tensor, strides, padding, name: str, pad_value=0.0,
-                           group: int = 1
-                           ) -> tuple[Tensor, tuple[int, ...], int, int, te.IterVar, te.IterVar]:
+                           group: int = 1, dilation=1
+                           ) -> tuple[Tensor, tuple[int, ...], tuple[int, int], tuple[int, int],
+                                      te.IterVar, te.IterVar]:
     """What a depthwise (or, with `group` channels per group, a packed grouped) NCHW[x]c
-    convolution reads, checked: (the padded data, the output shape, the strides, the two spatial
-    reduction axes). Shared by the float and the int8 computes."""
+    convolution reads, checked: (the padded data, the output shape, the strides, the dilations,
+    the two spatial reduction axes). Shared by the float and the int8 computes."""
     n, cb, h, w, b = data.shape
     wcb, one, kh, kw, wg, wb = weight.shape
     if (wcb, one, wg, wb) != (cb, 1, group, b) or b % group:
         raise ValueError(f"{name}: weight {weight.shape} must be [{cb}, 1, KH, KW, {group}, {b}] "
                          f"with {group} dividing {b}")
-    (sh, sw) = _pair(strides)
+    (sh, sw), (dh, dw) = _pair(strides), _pair(dilation)
     pt, pl, pb, pr = _pad4(padding)
-    oh, ow = _out_dim(h, kh, sh, pt, pb), _out_dim(w, kw, sw, pl, pr)
+    oh, ow = _out_dim(h, kh, sh, pt, pb, dh), _out_dim(w, kw, sw, pl, pr, dw)
     x = pad(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), value=pad_value, name=f"{name}_pad")
-    return x, (n, cb, oh, ow, b), sh, sw, te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+    return x, (n, cb, oh, ow, b), (sh, sw), (dh, dw), te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
 
 
 def depthwise_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
-                           name: str = "depthwise_nchwc") -> Tensor:
+                           name: str = "depthwise_nchwc", dilation=1) -> Tensor:
     """data [N, C/b, H, W, b], weight [C/b, 1, KH, KW, 1, b] (OIHW1i{b}o) -> [N, C/b, OH, OW, b]:
     each channel block is one vector of b lanes (template `depthwise_nchwc`)."""
-    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name)
+    x, shape, (sh, sw), (dh, dw), rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name,
+                                                                  dilation=dilation)
     return te.compute(
         shape,
         lambda i, c, y, z, v: te.sum(
-            x[i, c, y * sh + rh, z * sw + rw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
+            x[i, c, y * sh + rh * dh, z * sw + rw * dw, v] * weight[c, 0, rh, rw, 0, v], [rh, rw]),
         name=name,
         tag="depthwise_nchwc",
     )
 
 
 def packed_group_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0,
-                              name: str = "group_conv2d_nchwc") -> Tensor:
+                              name: str = "group_conv2d_nchwc", dilation=1) -> Tensor:
     """data [N, C/b, H, W, b], weight [C/b, 1, KH, KW, g, b] (OIHW{g}i{b}o) -> [N, C/b, OH, OW, b]:
     a grouped convolution of g input and g output channels per group with b/g whole groups packed
     in each block, so a block reads only itself (ResNeXt's groups of 4 or 8 channels in blocks of
@@ -281,13 +287,15 @@ def packed_group_conv2d_nchwc(data: Tensor, weight: Tensor, strides=1, padding=0
     compute has no group axis); one template schedules both."""
     g = weight.shape[4]
     if g == 1:
-        return depthwise_conv2d_nchwc(data, weight, strides, padding)
-    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, group=g)
+        return depthwise_conv2d_nchwc(data, weight, strides, padding, dilation=dilation)
+    x, shape, (sh, sw), (dh, dw), rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name,
+                                                                  group=g, dilation=dilation)
     rc = te.reduce_axis(g, "rc")
     return te.compute(
         shape,
         lambda i, c, y, z, v: te.sum(
-            x[i, c, y * sh + rh, z * sw + rw, v // g * g + rc] * weight[c, 0, rh, rw, rc, v], [rc, rh, rw]),
+            x[i, c, y * sh + rh * dh, z * sw + rw * dw, v // g * g + rc] * weight[c, 0, rh, rw, rc, v],
+            [rc, rh, rw]),
         name=name,
         tag="group_conv2d_nchwc",
     )

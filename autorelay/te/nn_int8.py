@@ -101,8 +101,8 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     them."""
     _check_int8(name, data, weight)
     g = weight.shape[4]
-    x, shape, sh, sw, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name, int(pad_value),
-                                                      group=g)
+    x, shape, (sh, sw), _, rh, rw = depthwise_nchwc_window(data, weight, strides, padding, name,
+                                                           int(pad_value), group=g)
     acc = "float32" if weight.shape[2] * weight.shape[3] * g <= _F32_EXACT_TAPS else "int32"
     taps = weight
     if acc == "float32" and weight_value is not None:

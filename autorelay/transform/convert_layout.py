@@ -164,8 +164,8 @@ class _Converter(ExprMutator):
         out_c = wt[kernel.index("O")]
         x, lay = self.track(c.args[0])
         if self.dst == "NCHWc":
-            if not isinstance(in_c, int) or tuple(a["dilation"]) != (1, 1):
-                return None  # the blocked computes have no dilation: the conv stays in NCHW
+            if not isinstance(in_c, int):
+                return None
             per_group = block_channels(a["groups"], in_c, out_c)
             packed = packed_group_block(a["groups"], in_c, out_c, self._requested(c, lay)[0])
             ic, oc = self._blocks(c, lay, *per_group)

@@ -44,6 +44,7 @@ from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import post_order
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.op.winograd import TILE_SIZES
+from autorelay.transform.conv_bands import SplitConvBands
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fuse_ops import FuseOps
@@ -182,7 +183,7 @@ def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks(), qnn_block=plan.int8_block)
     return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
-            SimplifyExpr(), FuseOps(plan=plan.fusion or FusionPlan.default())]
+            SimplifyExpr(), SplitConvBands(), FuseOps(plan=plan.fusion or FusionPlan.default())]
 
 
 def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:

@@ -9,11 +9,14 @@ passes listed below, in order.
 * `default`: the graph optimisations (float16 computed in float32 first; products with a constant
   weight in the packed dense form among them: `MatmulToDense`), Winograd F(2x2, 3x3) for the
   stride-1 3x3 convolutions that profit from it (their transformed weights folded at build time),
-  grouped convolutions in channel blocks of 8 (`BlockGroupedConvs`: NCHW has no grouped
-  template), then Relay's fusion rules.
+  grouped and dilated convolutions in channel blocks of 8 (`BlockGroupedConvs`: NCHW has no
+  grouped template and a slow dilated one), then Relay's fusion rules.
 * `nchwc`: every convolution in channel blocks of 8 (NCHW → NCHW8c, one AVX2 float32 vector per
   block; depthwise and 1x1 convolutions gain most) before fusion, the stride-1 3x3 ones on maps of
   at least `BLOCKED_WINOGRAD_MIN_SIZE` pixels as Winograd F(4x4, 3x3) in the same blocks.
+
+Every pipeline that blocks convolutions then computes a dilated one whose taps read padding over
+much of its output in bands of outputs, each over its live taps (`SplitConvBands`).
 * `nchwc16`: the same with blocks of 16, one AVX-512 float32 vector (`--pipeline auto` measures it
   on targets with 16 lanes).
 * `nchwc-direct`, `nchwc16-direct`: every convolution in channel blocks of 8/16, none as Winograd.
@@ -29,6 +32,7 @@ passes listed below, in order.
 
 from __future__ import annotations
 
+from autorelay.transform.conv_bands import SplitConvBands
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.cse import EliminateCommonSubexpr
 from autorelay.transform.dce import DeadCodeElimination
@@ -71,11 +75,11 @@ def pipeline_passes(name: str) -> list[Pass]:
     if name == "O0":
         return [ToGraphNormalForm(), WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
-        grouped = [BlockGroupedConvs(), FoldConstant(), SimplifyExpr()]
+        grouped = [BlockGroupedConvs(), FoldConstant(), SimplifyExpr(), SplitConvBands()]
         return [*_graph_opts(), WinogradConv(), FoldConstant(), *grouped, FuseOps()]
     if name in BLOCKED_PIPELINES:
         block, winograd = pipeline_layout(name)
-        packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr()]
+        packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr(), SplitConvBands()]
         first = [WinogradConv(tile=4, min_size=BLOCKED_WINOGRAD_MIN_SIZE), FoldConstant()] if winograd else []
         return [*_graph_opts(), *first, *packing, FuseOps()]
     if name == "gpu":

@@ -172,9 +172,9 @@ def @main(%x: Tensor[(1, 8, 13, 11), float32], %w0: Tensor[(16, 4, 3, 3), float3
 @pytest.mark.parametrize("pipeline", ["default", "nchwc", "nchwc16", "nchwc16-direct"])
 def test_grouped_and_dilated_convolutions_compile_under_every_pipeline(pipeline):
     """Grouped (ResNeXt-style) and dilated convolutions run compiled kernels, no fallback: the
-    grouped layer in channel blocks under every pipeline (`default` packs just its grouped layers:
-    NCHW has no grouped template), and the blocked pipelines leave a dilated convolution in NCHW
-    (the blocked computes have no dilation)."""
+    grouped and the dilated layer in channel blocks under every pipeline (`default` packs just
+    those: NCHW has no grouped template and a slow dilated one), the dilated depthwise layer on a
+    depthwise template (NCHW in `default`, blocked in the others), none on the generic one."""
     mod = autorelay.parse(GROUPED)
     rng = np.random.default_rng(5)
     shapes = [p.type_annotation.concrete_shape for p in mod["main"].params]
@@ -183,7 +183,9 @@ def test_grouped_and_dilated_convolutions_compile_under_every_pipeline(pipeline)
     assert exe.report.fallbacks == []
     # every pipeline packs the grouped layer (each group's 4 -> 8 channels in whole blocks)
     direct = [r.detail.split()[0] for r in exe.report.rows if r.kind == "kernel" and "conv2d" in r.name]
-    assert direct.count("conv2d_nchwc") == 1, direct
+    assert direct.count("conv2d_nchwc") == 2, direct
+    depthwise = "depthwise_conv2d_nchw" if pipeline == "default" else "depthwise_nchwc"
+    assert direct.count(depthwise) == 1, direct
     want = np.asarray(autorelay.evaluate(mod, x, *ws))
     np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
