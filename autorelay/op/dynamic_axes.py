@@ -1,8 +1,9 @@
 """Dynamic ops whose run-time *axes*, sizes or bounds decide the output shape: `dyn.reduce`,
-`dyn.squeeze`, `dyn.expand_dims`, `dyn.split` and `dyn.arange`.
+`dyn.squeeze`, `dyn.expand_dims`, `dyn.split`, `dyn.arange` and `dyn.topk`.
 
 Why: ONNX (opset 13/18) passes the axes of ReduceSum/ReduceMean/…, Squeeze and Unsqueeze, Split's
-sizes and Range's bounds as tensors, which a model may compute from data. The static ops take them
+sizes, Range's bounds and TopK's k as tensors, which a model may compute from data (a detector
+keeps the best min(k, n) of the n boxes that passed its score threshold). The static ops take them
 as attributes. These take them as 1-D integer tensors (scalars for `dyn.arange`), so the output rank
 is known when types are checked (it follows from the static *length* of the axes tensor) while the
 extents are `?`. Like the ops of `autorelay.op.dynamic` they are OPAQUE and have no compute: the VM's
@@ -10,7 +11,8 @@ specialising kernel reads the run-time values and replaces each call by its stat
 with `axis=…`, a `squeeze`, a `reshape`, a `split`, a constant range), compiled per value.
 
 Semantics are ONNX's: negative axes count from the end, repeated axes are an error, an empty axes
-tensor reduces every axis unless `noop_with_empty_axes`; Squeeze's axes must have extent 1.
+tensor reduces every axis unless `noop_with_empty_axes`; Squeeze's axes must have extent 1; TopK's
+k may be 0 (empty outputs) but not more than the axis holds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autorelay.ir.attrs import Attrs
-from autorelay.ir.expr import Constant, Expr, Var
+from autorelay.ir.expr import Constant, Expr, Tuple, Var
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.op.dynamic import DynamicValueError, int_vector_arg, register_dynamic
 from autorelay.op.elemwise import INT
@@ -231,6 +233,47 @@ def _arange_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], value
     return Constant(arange_value(*values))
 
 
+# ---- dyn.topk -----------------------------------------------------------------------------------
+
+
+def _topk_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    data = tensor_arg("dyn.topk", arg_types, 0, "data")
+    int_vector_arg("dyn.topk", arg_types, 1, "k", 1)
+    axis = attrs["axis"]
+    if not 0 <= axis < data.ndim:
+        raise rel_error("dyn.topk", f"axis={axis} is out of range for data {data} (normalise it first)")
+    shape = tuple(ANY if i == axis else d for i, d in enumerate(data.shape))
+    return TupleType((TensorType(shape, data.dtype), TensorType(shape, attrs["dtype"])))
+
+
+def topk_count(shape: Sequence[int], axis: int, k: np.ndarray) -> int:
+    """The run-time k, checked against the extent it selects from."""
+    count = int(np.asarray(k).reshape(-1)[0])
+    if not 0 <= count <= shape[axis]:
+        raise DynamicValueError(f"dyn.topk: k={count} must be in [0, {shape[axis]}], the extent of axis "
+                                f"{axis} of data {tuple(shape)}")
+    return count
+
+
+def _topk_ref(attrs: Attrs, x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    count = topk_count(np.shape(x), attrs["axis"], k)
+    static = get("topk").reference
+    if count == 0:
+        empty = np.take(np.asarray(x), [], axis=attrs["axis"])
+        return empty, empty.astype(attrs["dtype"])
+    return static(Attrs({**dict(attrs), "k": count, "ret_type": "both"}), x)  # type: ignore[misc]
+
+
+def _topk_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], values: Values) -> Expr:
+    count, axis = topk_count(shape, attrs["axis"], values[0]), attrs["axis"]
+    if count == 0:  # the static topk reads k < 1 as "all"
+        end = tuple(0 if i == axis else d for i, d in enumerate(shape))
+        empty = call("strided_slice", args[0], begin=(0,) * len(shape), end=end, strides=(1,) * len(shape))
+        return Tuple((empty, call("cast", empty, dtype=attrs["dtype"])))
+    return call("topk", args[0], k=count, axis=axis, ret_type="both", is_ascend=attrs["is_ascend"],
+                dtype=attrs["dtype"])
+
+
 register(OpDef(
     name="dyn.reduce", arg_names=("data", "axes"), type_rel=_reduce_rel, pattern=OpPattern.OPAQUE,
     attrs={"reducer": "sum", "keepdims": True, "noop_with_empty_axes": False}, reference=_reduce_ref,
@@ -254,10 +297,17 @@ register(OpDef(
     name="dyn.arange", arg_names=("start", "limit", "delta"), type_rel=_arange_rel, pattern=OpPattern.OPAQUE,
     reference=_arange_ref, doc="ONNX Range of run-time scalar bounds (its length depends on them)",
 ))
+register(OpDef(
+    name="dyn.topk", arg_names=("data", "k"), type_rel=_topk_rel, pattern=OpPattern.OPAQUE,
+    attrs={"axis": -1, "is_ascend": False, "dtype": "int64"}, reference=_topk_ref,
+    doc="ONNX TopK of a run-time k (a 1-element int tensor): values and indices along a static axis",
+))
 register_dynamic("dyn.reduce", (1,), _reduce_form)
 register_dynamic("dyn.squeeze", (1,), _squeeze_form)
 register_dynamic("dyn.expand_dims", (1,), _expand_dims_form)
 register_dynamic("dyn.split", (1,), _split_form)
 register_dynamic("dyn.arange", (0, 1, 2), _arange_form)
+register_dynamic("dyn.topk", (1,), _topk_form)
 
-__all__ = ["REDUCERS", "arange_value", "concrete_axes", "split_bounds", "squeeze_axes", "unsqueezed_shape"]
+__all__ = ["REDUCERS", "arange_value", "concrete_axes", "split_bounds", "squeeze_axes", "topk_count",
+           "unsqueezed_shape"]

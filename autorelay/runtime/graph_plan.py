@@ -169,6 +169,11 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
                 bordered[kind_of(s)].append(s.index)
             elif s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
                 free.append(s.index)  # one live slot per block at a time, so the block is now free
+    unwritten = [s for s in slots if s.kind == "temp" and s.index < 0]
+    if unwritten:  # empty values, which no step computes (`GraphBuilder`): any block holds them
+        blocks.append(_round_up(1))
+        for s in unwritten:
+            s.index = len(blocks) - 1
     return MemoryPlan(blocks, _round_up(workspace_bytes), zeroed)
 
 

@@ -21,3 +21,16 @@ def @main(%x: Tensor[(4, 5), float32]) {
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     assert [r.name for r in exe.report.rows] == ["add"], exe.report
+
+
+def test_a_program_whose_only_results_are_empty():
+    """No step at all, so no storage block is made for any kernel: the empty values still get one
+    (they were given the index -1, an error with no block to index)."""
+    mod = autorelay.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 5), float32]) {
+  %0 = strided_slice(%x, begin=[2], end=[2], axes=[0]);
+  (%0, cast(%0, dtype="int64"))
+}''')
+    x = np.arange(20, dtype="float32").reshape(4, 5)
+    got = autorelay.build(mod, executor="graph")(x)
+    assert [(g.shape, g.dtype) for g in got] == [((0, 5), np.float32), ((0, 5), np.int64)]

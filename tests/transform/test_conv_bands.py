@@ -65,7 +65,8 @@ def _blocked_conv(data: tuple, weight: np.ndarray, block: int, **attrs) -> IRMod
 
 
 def _convs(mod: IRModule) -> list:
-    return [n for n in post_order(mod["main"].body) if getattr(getattr(n, "op", None), "name", "") == "nn.conv2d"]
+    return [n for n in post_order(mod["main"].body)
+            if getattr(getattr(n, "op", None), "name", "") == "nn.conv2d"]
 
 
 def _macs(mod: IRModule) -> int:
@@ -120,10 +121,12 @@ def test_an_atrous_block_compiles_to_the_same_values(pipeline):
     (dilation 2), with no fallback: `default` blocks the dilated layers and splits the branch."""
     gen = np.random.default_rng(3)
     x = Var("x", TensorType((1, 16, 16, 16)))
-    w1, w2 = (Constant(gen.standard_normal(s).astype("float32") * 0.2) for s in ((16, 16, 3, 3), (8, 16, 3, 3)))
+    w1, w2 = (Constant(gen.standard_normal(s).astype("float32") * 0.2)
+              for s in ((16, 16, 3, 3), (8, 16, 3, 3)))
     bias = Constant(gen.standard_normal((8, 1, 1)).astype("float32"))
     body = call("nn.relu", call("nn.conv2d", x, w1, padding=(2, 2), dilation=(2, 2)))
-    body = call("nn.relu", call("add", call("nn.conv2d", body, w2, padding=(12, 12), dilation=(12, 12)), bias))
+    pyramid = call("nn.conv2d", body, w2, padding=(12, 12), dilation=(12, 12))
+    body = call("nn.relu", call("add", pyramid, bias))
     mod = IRModule.from_expr(Function((x,), body))
     xv = gen.standard_normal((1, 16, 16, 16)).astype("float32")
     want = np.asarray(evaluate(typed(mod), xv))

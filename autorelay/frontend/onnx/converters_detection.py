@@ -238,7 +238,6 @@ def _non_max_suppression(g: GraphBuilder, node: NodeView) -> Expr:
     if g.ndim(boxes) != 3 or g.ndim(scores) != 3:
         raise node.fail(f"expects boxes (batch, boxes, 4) and scores (batch, classes, boxes), got "
                         f"{g.shape(boxes)} and {g.shape(scores)}")
-    g.static_shape(scores, "scores")  # the selection's capacity: every (batch, class, box)
 
     def scalar(i: int, dtype: str, default: float) -> Expr:
         given = node.input(i)

@@ -32,10 +32,22 @@ _reg = registrar(TABLE)
 def _topk(g: GraphBuilder, node: NodeView) -> Expr:
     x = _x(node)
     axis = normalize_axis(g, node.attr("axis", -1), g.ndim(x))
+    largest = bool(node.attr("largest", 1))
+    if node.opset >= 10 and g.value_or_none(_x(node, 1)) is None:  # k computed at run time
+        k = _x(node, 1)
+        if g.dtype(k) not in ("int32", "int64") or any(d != 1 for d in g.shape(k)):
+            raise node.fail(f"k must be a 1-element integer tensor, got {g.type_of(k)}")
+        k = g.call("cast", g.call("reshape", k, newshape=(1,)), dtype="int64")
+        out = g.call("dyn.topk", x, k, axis=axis, is_ascend=not largest, dtype="int64")
+        return [g.item(out, 0), g.item(out, 1)]
     k = int(node.attr("k")) if node.opset < 10 else g.ints(_x(node, 1), "k")[0]
     if k < 0:
         raise node.fail(f"k must be >= 0, got {k}")
-    largest = bool(node.attr("largest", 1))
+    if k == 0:  # empty outputs (the topk op reads k < 1 as "all")
+        shape = g.shape(x)
+        end = tuple(0 if i == axis else d for i, d in enumerate(shape))
+        empty = g.call("strided_slice", x, begin=(0,) * len(shape), end=end, strides=(1,) * len(shape))
+        return [empty, g.call("cast", empty, dtype="int64")]
     out = g.call("topk", x, k=k, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
     return [g.item(out, 0), g.item(out, 1)]
 
@@ -167,10 +179,14 @@ def nonzero_positions(g: GraphBuilder, flat: Expr) -> tuple[Expr, Expr]:
 
 
 def keep_first(g: GraphBuilder, x: Expr, count: Expr, axis: int) -> Expr:
-    """The first `count` (a 1-element int64 tensor) entries of the static `x` along `axis`; the
-    result keeps its rank, with that one extent dynamic."""
-    shape = g.static_shape(x)
+    """The first `count` (a 1-element int64 tensor) entries of `x` along `axis`; the result keeps
+    its rank, with that one extent dynamic (and the others as they were: static ones stay so)."""
+    shape = g.shape(x)
     begin, strides = _i64(g, [0] * len(shape)), _i64(g, [1] * len(shape))
+    if not all(isinstance(d, int) for d in shape):  # x's run-time extents, count at `axis`
+        at_axis = g.const(np.arange(len(shape)) == axis)
+        end = g.call("where", at_axis, count, g.call("shape_of", x))
+        return g.call("dyn.strided_slice", x, begin, end, strides)
     head = [_i64(g, shape[:axis])] if axis else []  # no empty constants: concatenate has no kernel for them
     tail = [_i64(g, shape[axis + 1:])] if axis + 1 < len(shape) else []
     end = g.call("concatenate", g.tuple([*head, count, *tail]), axis=0)

@@ -1,6 +1,7 @@
 """ONNX `If` onto the IR's `if`: data-dependent branches run on the VM and match ONNX Runtime; a
-condition known at import time picks its branch then; mismatched branches and unsupported ops
-inside a branch are one clear error."""
+condition known at import time picks its branch then; branches whose extents differ give a value
+of run-time extents; branches of different dtypes or ranks and unsupported ops inside a branch
+are one clear error."""
 
 from __future__ import annotations
 
@@ -65,9 +66,24 @@ def test_a_constant_condition_picks_its_branch_at_import():
     np.testing.assert_array_equal(exe(x)[0], -x)
 
 
-def test_branches_of_different_types_are_one_clear_error():
+def test_branches_of_different_extents_give_a_value_of_run_time_extents():
+    """ONNX lets the branches' shapes differ: (2, 3) against (1, 1) becomes (?, ?), and each run
+    gives the extents of the branch it took."""
     model = _model(_sum_positive(), _branch("then", "Mul", "t", extra=["x"]),
                    _branch("else", "ReduceSum", "e", shape=(1, 1)), outputs=("y0", "y1"))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    for sign in (1.0, -1.0):
+        x = (sign * (np.random.default_rng(1).random((2, 3)) + 0.1)).astype("float32")
+        for got, want in zip(exe(x), sess.run(None, {"x": x}), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_branches_of_different_types_are_one_clear_error():
+    model = _model(_sum_positive(), _branch("then", "Mul", "t", extra=["x"]),
+                   _branch("else", "Shape", "e", shape=(2,)), outputs=("y0", "y1"))
     with pytest.raises(OnnxImportError, match="output 0: the then branch gives Tensor"):
         autorelay.frontend.from_onnx(model)
 
