@@ -17,7 +17,7 @@ k may be 0 (empty outputs) but not more than the axis holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -264,12 +264,20 @@ def _topk_ref(attrs: Attrs, x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, n
     return static(Attrs({**dict(attrs), "k": count, "ret_type": "both"}), x)  # type: ignore[misc]
 
 
+def empty_topk(make: Callable[..., Expr], x: Expr, shape: Sequence, axis: int,
+               dtype: str) -> tuple[Expr, Expr]:
+    """TopK's values and indices for k = 0: `x` sliced to nothing along `axis` and that cast to
+    `dtype`, built with `make` (`registry.call`, or an importer's typed call). The static `topk`
+    cannot say it: it reads k < 1 as "all"."""
+    end = tuple(0 if i == axis else d for i, d in enumerate(shape))
+    empty = make("strided_slice", x, begin=(0,) * len(shape), end=end, strides=(1,) * len(shape))
+    return empty, make("cast", empty, dtype=dtype)
+
+
 def _topk_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], values: Values) -> Expr:
     count, axis = topk_count(shape, attrs["axis"], values[0]), attrs["axis"]
-    if count == 0:  # the static topk reads k < 1 as "all"
-        end = tuple(0 if i == axis else d for i, d in enumerate(shape))
-        empty = call("strided_slice", args[0], begin=(0,) * len(shape), end=end, strides=(1,) * len(shape))
-        return Tuple((empty, call("cast", empty, dtype=attrs["dtype"])))
+    if count == 0:
+        return Tuple(empty_topk(call, args[0], shape, axis, attrs["dtype"]))
     return call("topk", args[0], k=count, axis=axis, ret_type="both", is_ascend=attrs["is_ascend"],
                 dtype=attrs["dtype"])
 
@@ -309,5 +317,5 @@ register_dynamic("dyn.split", (1,), _split_form)
 register_dynamic("dyn.arange", (0, 1, 2), _arange_form)
 register_dynamic("dyn.topk", (1,), _topk_form)
 
-__all__ = ["REDUCERS", "arange_value", "concrete_axes", "split_bounds", "squeeze_axes", "topk_count",
-           "unsqueezed_shape"]
+__all__ = ["REDUCERS", "arange_value", "concrete_axes", "empty_topk", "split_bounds", "squeeze_axes",
+           "topk_count", "unsqueezed_shape"]

@@ -22,6 +22,7 @@ from autorelay.frontend.onnx.context import (
     wrap_negative,
 )
 from autorelay.ir.expr import Expr
+from autorelay.op.dynamic_axes import empty_topk
 
 TABLE: dict = {}
 _x = required_input
@@ -44,10 +45,7 @@ def _topk(g: GraphBuilder, node: NodeView) -> Expr:
     if k < 0:
         raise node.fail(f"k must be >= 0, got {k}")
     if k == 0:  # empty outputs (the topk op reads k < 1 as "all")
-        shape = g.shape(x)
-        end = tuple(0 if i == axis else d for i, d in enumerate(shape))
-        empty = g.call("strided_slice", x, begin=(0,) * len(shape), end=end, strides=(1,) * len(shape))
-        return [empty, g.call("cast", empty, dtype="int64")]
+        return list(empty_topk(g.call, x, g.shape(x), axis, "int64"))
     out = g.call("topk", x, k=k, axis=axis, ret_type="both", is_ascend=not largest, dtype="int64")
     return [g.item(out, 0), g.item(out, 1)]
 
