@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autorelay.codegen import resolve_target
 from autorelay.kernel import compile_kernel
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 from autorelay.te.tensor import ComputeDef
 from autorelay.transform.layout_plan import LayoutPlan
@@ -45,7 +45,8 @@ def _forms(c: int, h: int, g: int, lanes: int) -> dict[str, ComputeDef]:
         if c % b == 0 and b % g == 0 and b > g:
             x = te.placeholder((1, c // b, h, h, b), name="X")
             w = te.placeholder((c // b, 1, 3, 3, g, b), name="W")
-            out[f"packed {b}"] = te.make_def([x, w], nn.packed_group_conv2d_nchwc(x, w, 1, 1), "packed")
+            packed = nn_depthwise.packed_group_conv2d_nchwc(x, w, 1, 1)
+            out[f"packed {b}"] = te.make_def([x, w], packed, "packed")
     x = te.placeholder((1, c // g, h, h, g), name="X")
     w = te.placeholder((c // g, 1, 3, 3, g, g), name="W")
     out[f"blocks of {g}"] = te.make_def([x, w], nn.conv2d_nchwc(x, w, 1, 1, groups=c // g), "grouped")

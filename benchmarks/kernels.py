@@ -40,7 +40,7 @@ from autorelay.errors import ScheduleError
 from autorelay.kernel import compile_kernel
 from autorelay.schedule.templates import template_for
 from autorelay.target import Target
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 
 try:
@@ -253,11 +253,11 @@ def bench_depthwise(target: Target, n_sweep: int) -> None:
         x = np.random.rand(1, c, h, h).astype(np.float32)
         w = np.random.rand(c, 1, 3, 3).astype(np.float32)
         xd, wd = te.placeholder((1, c, h, h), name="X"), te.placeholder((c, 1, 3, 3), name="W")
-        cdef = te.make_def([xd, wd], nn.depthwise_conv2d_nchw(xd, wd, s, 1), "dw")
+        cdef = te.make_def([xd, wd], nn_depthwise.depthwise_conv2d_nchw(xd, wd, s, 1), "dw")
         base = {"nchw": compile_kernel(cdef, None, target).bind(x, w)}
         if torch is not None:
             base["torch"] = _torch_conv(x, w, s, 1, groups=c)
-        blocked, arrays = _blocked_def(nn.depthwise_conv2d_nchwc, s, 1, x, w, (lanes, 1, lanes))
+        blocked, arrays = _blocked_def(nn_depthwise.depthwise_conv2d_nchwc, s, 1, x, w, (lanes, 1, lanes))
         row(f"depthwise NCHW8c {c}x{h}x{h} s{s}", flops, blocked, arrays, base, target, n_sweep)
         row(f"depthwise NCHW   {c}x{h}x{h} s{s}", flops, cdef, [x, w], base, target, n_sweep)
 

@@ -59,7 +59,7 @@ def block_channels(groups: int, in_channels: int, out_channels: int) -> tuple[in
 
 def packed_group_block(groups: int, in_channels: int, out_channels: int, requested: int) -> int:
     """The block of a grouped convolution that packs whole groups, b / g of them, into each block
-    (`te.nn.packed_group_conv2d_nchwc`): the largest multiple of its g channels per group, above
+    (`te.nn_depthwise.packed_group_conv2d_nchwc`): the largest multiple of its g channels per group, above
     g, dividing the channels and at most `requested`; 0 where none is, or where groups differ in
     their input and output channels or are whole blocks already (`block_channels`)."""
     g = in_channels // groups

@@ -32,7 +32,7 @@ def direct_nchwc(attrs: Attrs) -> bool:
 def packed_groups(attrs: Attrs, data_shape: tuple) -> int:
     """The channels per group of a grouped NCHW[b]c convolution whose groups are packed whole in
     each block (kernel `OIHW{g}i{b}o`, g dividing b, g channels in and out per group; g = 1 is
-    depthwise), else 0 (`te.nn.packed_group_conv2d_nchwc`)."""
+    depthwise), else 0 (`te.nn_depthwise.packed_group_conv2d_nchwc`)."""
     dl, kl, ol = attrs["data_layout"], attrs["kernel_layout"], attrs["out_layout"] or attrs["data_layout"]
     if dl != ol or not (dl.startswith("NCHW") and dl.endswith("c")):
         return 0
@@ -52,6 +52,7 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
     from autorelay.op import te_compute as tc
     from autorelay.op.conv import is_depthwise
     from autorelay.te import nn as tnn
+    from autorelay.te import nn_depthwise
 
     data, weight = inputs
     tc.check_dtypes(inputs, ("float32", "float64"))
@@ -65,13 +66,13 @@ def conv2d_compute(inputs: list, attrs: Attrs, out_type: Type) -> Any:
         elif groups == 1:
             out = tnn.conv2d_nchw(data, weight, strides, pad, dil)
         elif is_depthwise(groups, data.shape[1], weight.shape[0]):
-            out = tnn.depthwise_conv2d_nchw(data, weight, strides, pad, dilation=dil)
+            out = nn_depthwise.depthwise_conv2d_nchw(data, weight, strides, pad, dilation=dil)
         else:
             out = _grouped_conv2d(data, weight, groups, strides, pad, dil)
     elif direct_nchwc(attrs):
         out = tnn.conv2d_nchwc(data, weight, strides, pad, groups=groups, dilation=dil)
     elif packed_groups(attrs, data.shape):  # depthwise (g = 1) or small groups packed in blocks
-        out = tnn.packed_group_conv2d_nchwc(data, weight, strides, pad, dilation=dil)
+        out = nn_depthwise.packed_group_conv2d_nchwc(data, weight, strides, pad, dilation=dil)
     else:
         raise tc.Unsupported(f"layouts {dl}/{kl}->{ol} with groups={groups}, dilation={dil} have no compute")
     if tuple(out.shape) != tc.out_shape(out_type):

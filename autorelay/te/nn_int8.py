@@ -18,7 +18,8 @@ import numpy as np
 
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
-from autorelay.te.nn import _out_dim, _pad4, _pair, depthwise_nchwc_window, pad
+from autorelay.te.nn import _out_dim, _pad4, _pair, pad
+from autorelay.te.nn_depthwise import depthwise_nchwc_window
 from autorelay.te.tensor import Tensor
 
 INT8_DTYPES = ("int8", "uint8")
@@ -88,7 +89,7 @@ def depthwise_conv2d_nchwc_int8(data: Tensor, weight: Tensor, strides=1, padding
     channel block is one vector of lanes; the float template `depthwise_nchwc` schedules it (the
     tag), widening the bytes as it loads them. With g > 1 channels per group, b/g whole groups
     are packed in each block and lane v also sums over its group's g lanes, as
-    `te.nn.packed_group_conv2d_nchwc` does in float.
+    `te.nn_depthwise.packed_group_conv2d_nchwc` does in float.
 
     The sums run in float32 where that is exact, and are converted to int32 at the end: a product
     of a byte and a signed byte is at most 255 * 128 = 2^15 - 2^7 in magnitude, so every partial

@@ -20,7 +20,7 @@ from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import check_in_space, template_choices, template_for
 from autorelay.schedule.templates.cuda_igemm import shared_bytes
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 from autorelay.tir.nodes import Allocate, Barrier, walk_stmts
 from search.task import kernel_task
@@ -202,4 +202,5 @@ def test_transposed_and_depthwise_convolutions_are_no_implicit_gemm():
     with pytest.raises(ScheduleError, match="transposed"):
         emit_kernel(cdef, [S.ImplicitGemm(cdef.output.name)], SM90)
     x, w = te.placeholder((1, 4, 8, 8), name="X"), te.placeholder((4, 1, 3, 3), name="W")
-    assert not template_for(cdef, IGEMM).claims(te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, 1, 1)))
+    depthwise = te.make_def([x, w], nn_depthwise.depthwise_conv2d_nchw(x, w, 1, 1))
+    assert not template_for(cdef, IGEMM).claims(depthwise)

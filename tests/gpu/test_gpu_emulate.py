@@ -16,7 +16,7 @@ from autorelay.kernel import emit_kernel
 from autorelay.schedule import steps as S
 from autorelay.schedule.templates import template_for
 from autorelay.te import expr as E
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 from autorelay.tir.nodes import For, walk_stmts
 
@@ -162,7 +162,7 @@ def test_depthwise_and_grouped_convolutions_stay_on_cuda_reduction():
     from autorelay.te import nn_int8
 
     x, w = te.placeholder((1, 8, 10, 10), name="X"), te.placeholder((8, 1, 3, 3), name="W")
-    dw = te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, 1, 1))
+    dw = te.make_def([x, w], nn_depthwise.depthwise_conv2d_nchw(x, w, 1, 1))
     assert template_for(dw, target=TARGET).name == "cuda_reduction"
     xq, wq = te.placeholder((1, 8, 10, 10), "uint8", name="X"), te.placeholder((8, 4, 3, 3), "int8", name="W")
     grouped = nn_int8.conv2d_nchw_q(xq, wq, E.const(3, "int32"), lambda f: E.const(0, "int32"), 1, 1,

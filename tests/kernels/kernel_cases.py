@@ -9,7 +9,7 @@ import kernel_oracles as H
 import numpy as np
 
 from autorelay.te import expr as E
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 
 
@@ -108,7 +108,7 @@ def _conv_nchwc_1x1():
 def _dw_nchwc(s: int):
     def build():
         x, w = te.placeholder((1, 2, 12, 19, 8), name="X"), te.placeholder((2, 1, 3, 3, 1, 8), name="W")
-        return te.make_def([x, w], nn.depthwise_conv2d_nchwc(x, w, s, 1), "dw_nchwc")
+        return te.make_def([x, w], nn_depthwise.depthwise_conv2d_nchwc(x, w, s, 1), "dw_nchwc")
 
     return build
 
@@ -119,7 +119,7 @@ def _group_nchwc(s: int, g: int, b: int, blocks: int):
     def build():
         x = te.placeholder((1, blocks, 9, 6, b), name="X")  # narrow: the unrolled tile stays small
         w = te.placeholder((blocks, 1, 3, 3, g, b), name="W")
-        return te.make_def([x, w], nn.packed_group_conv2d_nchwc(x, w, s, 1), "group_nchwc")
+        return te.make_def([x, w], nn_depthwise.packed_group_conv2d_nchwc(x, w, s, 1), "group_nchwc")
 
     return build
 
@@ -138,7 +138,7 @@ def _blocked_oracle(s: int, p: int, groups: int = 1):
 def _dw(s: int):
     def build():
         x, w = te.placeholder((1, 5, 12, 19), name="X"), te.placeholder((5, 1, 3, 3), name="W")
-        return te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, s, 1), "dw")
+        return te.make_def([x, w], nn_depthwise.depthwise_conv2d_nchw(x, w, s, 1), "dw")
 
     return build
 

@@ -14,7 +14,7 @@ from autorelay.codegen.llvm.host import host_target
 from autorelay.kernel import compile_kernel
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
-from autorelay.te import nn
+from autorelay.te import nn, nn_depthwise
 from autorelay.te import tensor as te
 
 pytestmark = pytest.mark.cpu
@@ -59,7 +59,7 @@ def test_depthwise_row_tiles_match_numpy(stride):
     """Every row tile (ragged against 9 or 5 output rows), unrolled or not, either padding."""
     x = te.placeholder((1, 6, 9, 19), name="X")
     w = te.placeholder((6, 1, 3, 3), name="W")
-    cdef = te.make_def([x, w], nn.depthwise_conv2d_nchw(x, w, stride, 1), "dw")
+    cdef = te.make_def([x, w], nn_depthwise.depthwise_conv2d_nchw(x, w, stride, 1), "dw")
     target = host_target(threads=2)
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((1, 6, 9, 19), dtype=np.float32)
