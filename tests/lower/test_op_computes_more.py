@@ -57,6 +57,11 @@ MORE_CASES = [
     case("cumsum", [B3], ident="cumsum-flat"),
     case("cumsum", [tensor((4, 7), "int32")], {"axis": -1, "exclusive": True, "dtype": "int64"}, rng=(-3, 3),
          ident="cumsum-exclusive-int"),
+    # longer than two blocks: scanned in blocks, with a carry that is blocked again past 64 blocks
+    case("cumsum", [tensor((5000,), "int64")], {"axis": 0}, rng=(-3, 3), ident="cumsum-blocked-2-levels-int"),
+    case("cumsum", [tensor((2, 97, 3))], {"axis": 1, "exclusive": True}, rtol=1e-4,
+         ident="cumsum-blocked-exclusive-middle-axis"),
+    case("cumsum", [tensor((13, 11))], rtol=1e-4, ident="cumsum-blocked-flat"),
     *[_resize(m, mode, (1, 2, 5, 7), (9, 4)) for m in ("nearest_neighbor", "linear") for mode in MODES],
     # 3 -> 7 along W puts a source coordinate exactly on an integer: nearest must round it like NumPy
     *[_resize(m, mode, (1, 2, 6, 3), (1, 7)) for m in ("nearest_neighbor", "linear") for mode in MODES],
@@ -228,3 +233,21 @@ def test_max_pool_gradient_goes_to_the_first_maximal_element():
                      {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)})
     want = reference_outputs(fn, [g, x])
     assert_close(run_lowered(fn, [g, x]), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_cumsum_reads_a_bounded_prefix_per_position(exclusive: bool):
+    """A scan of 10^6 positions (a detector's NonZero over its anchor scores) lowers to stages
+    that each sum at most two blocks per position: a masked sum over the whole prefix would read
+    5 * 10^11 elements."""
+    from autorelay.lower.lower import lower_primitive
+    from autorelay.op.reduce_sort import SCAN_BLOCK
+    from autorelay.te.expr import Reduce
+    from autorelay.te.tensor import topo_order
+
+    attrs = {"axis": 0, "exclusive": exclusive}
+    cdef = lower_primitive(op_function("cumsum", [tensor((10**6,), "int64")], attrs))
+    stages = [t for t in topo_order([cdef.output]) if t.op is not None]
+    reduce_extents = [int(np.prod([a.extent for a in t.op.body.axes])) for t in stages
+                      if isinstance(t.op.body, Reduce)]
+    assert len(reduce_extents) >= 3 and max(reduce_extents) <= 2 * SCAN_BLOCK, reduce_extents

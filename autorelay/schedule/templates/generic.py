@@ -175,8 +175,9 @@ class ReductionTemplate(Template):
         read_by_out = set() if isinstance(out.op.body, Reduce) else _reads_through_inlined(out)
         for name, t in accs:
             # a statistic kept as extent 1 on the vectorized axis (layer norm's row mean) is a row
-            # statistic too: computed once per row, not once per vector of outputs
-            aligned = len(t.shape) == len(out.shape) and (t.shape[-1] != 1 or out.shape[-1] == 1)
+            # statistic too: computed once per row, not once per vector of outputs; so is one of
+            # another extent there (a blocked scan's carry, one per block of the row)
+            aligned = len(t.shape) == len(out.shape) and t.shape[-1] == out.shape[-1]
             at = last_outer if aligned else (outer or last_outer)
             if not aligned and outer is None:
                 at = None  # a row statistic of a 1-D output: compute it at root
