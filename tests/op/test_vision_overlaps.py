@@ -49,3 +49,29 @@ def test_the_windowed_search_finds_what_the_full_rule_finds(center, special):
             got = np.zeros(n, bool)
             got[overlaps.suppressed(i)] = True
             np.testing.assert_array_equal(got, want[i], err_msg=f"trial {trial}, box {i}")
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_the_neighbour_lists_are_what_the_windowed_search_finds(center):
+    """`neighbours` (all pairs at once, each tested one way) lists for every box what
+    `suppressed` returns for it; with a budget below the pairs, or a non-finite box, there are
+    no lists."""
+    rng = np.random.default_rng(11 + int(center))
+    for trial in range(30):
+        n = int(rng.integers(1, 150))
+        xy = rng.uniform(0, 80, (n, 2))
+        wh = rng.uniform(-2, 30, (n, 2)) * (rng.random((n, 1)) < 0.9)
+        boxes = np.concatenate([xy, wh] if center else [xy, xy + wh], axis=1)
+        boxes[::5] = boxes[::5][:, [2, 3, 0, 1]]
+        if n > 3:
+            boxes[3] = boxes[1]
+        boxes = boxes.astype(rng.choice(["float32", "float64"]))
+        overlaps = Overlaps(boxes, center, np.asarray(rng.choice([0.0, 0.3, 0.7]), boxes.dtype))
+        starts, lists = overlaps.neighbours()
+        for i in range(n):
+            got = np.sort(lists[starts[i]:starts[i + 1]])
+            np.testing.assert_array_equal(got, np.sort(overlaps.suppressed(i)),
+                                          err_msg=f"trial {trial}, box {i}")
+        assert overlaps.neighbours(budget=-1) is None  # no budget: the greedy loop asks per box
+    boxes[0, 0] = np.nan
+    assert Overlaps(boxes, center, np.asarray(0.5, boxes.dtype)).neighbours() is None
