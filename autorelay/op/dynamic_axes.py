@@ -1,14 +1,15 @@
 """Dynamic ops whose run-time *axes*, sizes or bounds decide the output shape: `dyn.reduce`,
-`dyn.squeeze`, `dyn.expand_dims`, `dyn.split`, `dyn.arange` and `dyn.topk`.
+`dyn.squeeze`, `dyn.expand_dims`, `dyn.split`, `dyn.arange`, `dyn.topk` and `dyn.resize2d`.
 
 Why: ONNX (opset 13/18) passes the axes of ReduceSum/ReduceMean/…, Squeeze and Unsqueeze, Split's
 sizes, Range's bounds and TopK's k as tensors, which a model may compute from data (a detector
-keeps the best min(k, n) of the n boxes that passed its score threshold). The static ops take them
-as attributes. These take them as 1-D integer tensors (scalars for `dyn.arange`), so the output rank
-is known when types are checked (it follows from the static *length* of the axes tensor) while the
-extents are `?`. Like the ops of `autorelay.op.dynamic` they are OPAQUE and have no compute: the VM's
-specialising kernel reads the run-time values and replaces each call by its static form (a `sum`
-with `axis=…`, a `squeeze`, a `reshape`, a `split`, a constant range), compiled per value.
+keeps the best min(k, n) of the n boxes that passed its score threshold), and Resize its sizes (a
+mask pasted at the size of its box). The static ops take them as attributes. These take them as
+1-D integer tensors (scalars for `dyn.arange`), so the output rank is known when types are checked
+(it follows from the static *length* of the axes tensor) while the extents are `?`. Like the ops
+of `autorelay.op.dynamic` they are OPAQUE and have no compute: the VM's specialising kernel reads
+the run-time values and replaces each call by its static form (a `sum` with `axis=…`, a
+`squeeze`, a `reshape`, a `split`, a constant range, an `image.resize2d`), compiled per value.
 
 Semantics are ONNX's: negative axes count from the end, repeated axes are an error, an empty axes
 tensor reduces every axis unless `noop_with_empty_axes`; Squeeze's axes must have extent 1; TopK's
@@ -282,6 +283,42 @@ def _topk_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], values:
                 dtype=attrs["dtype"])
 
 
+# ---- dyn.resize2d -------------------------------------------------------------------------------
+
+_RESIZE_ATTRS = {"method": "linear", "coordinate_transformation_mode": "half_pixel", "rounding_method": ""}
+
+
+def _resize_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    data = tensor_arg("dyn.resize2d", arg_types, 0, "data")
+    int_vector_arg("dyn.resize2d", arg_types, 1, "sizes", 4)
+    if data.ndim != 4:
+        raise rel_error("dyn.resize2d", f"data must be NCHW, got {data}")
+    return TensorType((*data.shape[:2], ANY, ANY), data.dtype)
+
+
+def resize_size(shape: Sequence[int], sizes: np.ndarray) -> tuple[int, int]:
+    """The run-time output (height, width), checked: positive, and the batch and channels kept."""
+    n, c, h, w = (int(v) for v in np.asarray(sizes).reshape(-1))
+    if (n, c) != tuple(shape[:2]) or h < 1 or w < 1:
+        raise DynamicValueError(f"dyn.resize2d: sizes ({n}, {c}, {h}, {w}) must keep the batch and "
+                                f"channels of data {tuple(shape)} and give a positive height and width")
+    return h, w
+
+
+def _resize_attrs(attrs: dict, size: tuple[int, int]) -> Attrs:
+    """image.resize2d's attributes for this size (checked by image.resize2d's rules)."""
+    return get("image.resize2d").make_attrs({**attrs, "size": size})
+
+
+def _resize_ref(attrs: Attrs, x: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    static = get("image.resize2d")
+    return static.reference(_resize_attrs(dict(attrs), resize_size(np.shape(x), sizes)), x)  # type: ignore[misc]
+
+
+def _resize_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], values: Values) -> Expr:
+    return call("image.resize2d", args[0], size=resize_size(shape, values[0]), **dict(attrs))
+
+
 register(OpDef(
     name="dyn.reduce", arg_names=("data", "axes"), type_rel=_reduce_rel, pattern=OpPattern.OPAQUE,
     attrs={"reducer": "sum", "keepdims": True, "noop_with_empty_axes": False}, reference=_reduce_ref,
@@ -310,7 +347,14 @@ register(OpDef(
     attrs={"axis": -1, "is_ascend": False, "dtype": "int64"}, reference=_topk_ref,
     doc="ONNX TopK of a run-time k (a 1-element int tensor): values and indices along a static axis",
 ))
+register(OpDef(
+    name="dyn.resize2d", arg_names=("data", "sizes"), type_rel=_resize_rel, pattern=OpPattern.OPAQUE,
+    attrs=_RESIZE_ATTRS, reference=_resize_ref,
+    normalize_attrs=lambda a: {k: _resize_attrs(a, (1, 1))[k] for k in _RESIZE_ATTRS},
+    doc="NCHW resize to run-time sizes (N, C, H, W; N and C kept), as image.resize2d (nearest or linear)",
+))
 register_dynamic("dyn.reduce", (1,), _reduce_form)
+register_dynamic("dyn.resize2d", (1,), _resize_form)
 register_dynamic("dyn.squeeze", (1,), _squeeze_form)
 register_dynamic("dyn.expand_dims", (1,), _expand_dims_form)
 register_dynamic("dyn.split", (1,), _split_form)

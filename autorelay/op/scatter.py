@@ -23,7 +23,7 @@ from autorelay.ir.types import TensorType, Type
 from autorelay.op import te_compute as tc
 from autorelay.op.elemwise import ANY_DTYPE, INT, check_dtype
 from autorelay.op.registry import OpDef, OpPattern, register, rel_error
-from autorelay.op.shape_utils import fmt_shape, normalize_axis, tensor_arg
+from autorelay.op.shape_utils import dim_known_different, fmt_shape, normalize_axis, tensor_arg
 
 REDUCTIONS = ("update", "add", "mul", "max", "min")
 
@@ -39,7 +39,8 @@ def _rel(arg_types: list[Type], attrs: Attrs) -> Type:
                                             f"got {attrs['reduction']!r}")
     if upd.dtype != data.dtype:
         raise rel_error("scatter_elements", f"updates have dtype {upd.dtype}, data {data.dtype}")
-    if ind.ndim != data.ndim or tuple(upd.shape) != tuple(ind.shape):
+    if ind.ndim != data.ndim or upd.ndim != ind.ndim or any(
+            dim_known_different(u, i) for u, i in zip(upd.shape, ind.shape)):
         raise rel_error("scatter_elements", f"indices {fmt_shape(ind.shape)} and updates "
                         f"{fmt_shape(upd.shape)} must have one shape, of the rank of data "
                         f"{fmt_shape(data.shape)}")

@@ -174,7 +174,12 @@ def dyn_full(g: GraphBuilder, node: NodeView, fill: Expr, shape: Expr) -> Expr:
     if filled is not None:
         return filled
     vec, _ = _int64_vector(g, node, shape, "shape")
-    return g.call("dyn.full", fill, vec)
+    full = g.call("dyn.full", fill, vec)
+    known = known_entries(g, shape)
+    if known is None or sum(not isinstance(v, int) for v in known) != 1 or 0 in known:
+        return full
+    # one run-time entry (a detector's (rois, channels, 7, 7)): the static ones typed again
+    return g.call("reshape", full, newshape=tuple(v if isinstance(v, int) else -1 for v in known))
 
 
 def _filled(g: GraphBuilder, shape: Expr, fill: Expr) -> Expr | None:

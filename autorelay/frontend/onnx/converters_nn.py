@@ -79,13 +79,12 @@ def _conv_transpose(g: GraphBuilder, node: NodeView) -> Expr:
     strides = list(node.attr("strides", [1] * nsp))
     dil = list(node.attr("dilations", [1] * nsp))
     out_pad = list(node.attr("output_padding", [0] * nsp))
-    in_sizes = g.static_shape(x)[2:]
-    full = [
-        s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(in_sizes, strides, out_pad, kernel, dil)
-    ]
     output_shape = node.attr("output_shape")
     mode = node.attr("auto_pad", "NOTSET")
-    if output_shape is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+    if output_shape is not None or mode in ("SAME_UPPER", "SAME_LOWER"):  # pads from the input's extents
+        in_sizes = g.static_shape(x)[2:]
+        full = [s * (i - 1) + op + (k - 1) * d + 1
+                for i, s, op, k, d in zip(in_sizes, strides, out_pad, kernel, dil)]
         target = (
             list(output_shape)[-nsp:]
             if output_shape is not None

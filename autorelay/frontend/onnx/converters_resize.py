@@ -3,7 +3,8 @@
 `image.resize2d` covers NCHW nearest/linear resizing whose scale is output/input extent. Other
 variants (scales that do not map an extent to whole pixels, cubic, `exclude_outside`,
 `half_pixel_symmetric`, resizing N/C or non-4-d data) become one `nn.matmul` per resized axis
-with a weight matrix built at import time (`resize_matrix`).
+with a weight matrix built at import time (`resize_matrix`). Sizes computed at run time give
+`dyn.resize2d` (nearest and linear only).
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def _resize(g: GraphBuilder, node: NodeView) -> Expr:
     method = {"bilinear": "linear"}.get(mode, mode)
     if method not in ("nearest", "linear", "cubic"):
         raise node.fail(f"mode={mode!r} is not supported (nearest, linear, cubic)")
+    sizes = node.input(3) if not legacy else None
+    if sizes is not None and g.shape(sizes) != (0,) and g.value_or_none(sizes) is None:
+        resized = _run_time_sizes(g, node, x, sizes, method, ctm, nearest)
+        if resized is not None:
+            return resized  # else the sizes must be known: the error below names them
     out, scales = _targets(g, node, shape)
     rois = _rois(g, node, rank) if ctm == "tf_crop_and_resize" else [(0.0, 1.0)] * rank
     exact = all(o is d or abs(o / d - s) < 1e-9 if d else True for o, d, s in zip(out, shape, scales))
@@ -132,6 +138,27 @@ def _resize(g: GraphBuilder, node: NodeView) -> Expr:
         if outside.any():
             x = g.call("add", x, g.const(outside, g.dtype(x)))
     return x
+
+
+def _run_time_sizes(g: GraphBuilder, node: NodeView, x: Expr, sizes: Expr, method: str, ctm: str,
+                    nearest: str) -> Expr | None:
+    """Resize of NCHW data to a height and width computed at run time (Mask R-CNN pastes each
+    mask at its box's size): `dyn.resize2d`, which the VM compiles per size. Only where
+    `image.resize2d` computes it: nearest or linear, the batch and channels kept (checked at run
+    time: inside a Loop's body every extent may be `?`); else None."""
+    rank, axes = g.ndim(x), node.attr("axes")
+    axes = list(range(rank)) if axes is None else [normalize_axis(g, a, rank, "axes") for a in axes]
+    plain = not node.attr("exclude_outside", 0) and not node.attr("antialias", 0) \
+        and node.attr("keep_aspect_ratio_policy", "stretch") == "stretch"
+    supported = rank == 4 and method != "cubic" and ctm in _FAST_MODES and plain
+    if not supported or axes not in ([0, 1, 2, 3], [2, 3]):
+        return None
+    full = g.call("cast", sizes, dtype="int64")
+    if axes == [2, 3]:  # the batch and channels as they are
+        kept = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(2,))
+        full = g.call("concatenate", g.tuple([kept, full]), axis=0)
+    return g.call("dyn.resize2d", x, full, method={"nearest": "nearest_neighbor"}.get(method, method),
+                  coordinate_transformation_mode=ctm, rounding_method=nearest if method == "nearest" else "")
 
 
 def _rois(g: GraphBuilder, node: NodeView, rank: int) -> list[tuple[float, float]]:

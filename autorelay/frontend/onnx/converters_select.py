@@ -21,7 +21,7 @@ from autorelay.frontend.onnx.context import (
     tuple_offsets,
     wrap_negative,
 )
-from autorelay.ir.expr import Expr
+from autorelay.ir.expr import Call, Expr, Op
 from autorelay.op.dynamic_axes import empty_topk
 
 TABLE: dict = {}
@@ -99,7 +99,47 @@ def _reduction(node: NodeView) -> str:
 def _scatter_elements(g: GraphBuilder, node: NodeView) -> Expr:
     x, ind, upd = _x(node, 0), _x(node, 1), _x(node, 2)
     axis = normalize_axis(g, node.attr("axis", 0), g.ndim(x))
+    rows = _row_indices(g, ind, axis)
+    if rows is not None and _reduction(node) == "update":
+        return _scatter_rows(g, x, rows, upd, axis)
     return g.call("scatter_elements", x, ind, upd, axis=axis, reduction=_reduction(node))
+
+
+def _row_indices(g: GraphBuilder, ind: Expr, axis: int) -> Expr | None:
+    """The 1-d indices when `ind` is a broadcast of them along every axis but `axis` (PyTorch's
+    `index_put_` of whole rows exports so: a detector's RoI pooler writes each level's features
+    into its rows of the result), else None."""
+    broadcasts = ("broadcast_to", "dyn.broadcast_to")
+    if not (isinstance(ind, Call) and isinstance(ind.op, Op) and ind.op.name in broadcasts):
+        return None
+    src = ind.args[0]
+    shape = g.shape(src)
+    if len(shape) != g.ndim(ind) or any(d != 1 for a, d in enumerate(shape) if a != axis):
+        return None
+    return g.call("cast", g.call("reshape", src, newshape=(-1,)), dtype="int64")
+
+
+def _scatter_rows(g: GraphBuilder, x: Expr, rows: Expr, upd: Expr, axis: int) -> Expr:
+    """ScatterElements of whole rows along `axis`. Which update row lands on each row of `x` (the
+    last one to, or none) comes from a scatter of the k row numbers into n entries; then one
+    gather from the update rows followed by x's own rows picks every output row. The element-wise
+    scatter compares every element with every update along the axis (n x k x a row's size); this
+    compares n x k numbers once."""
+    n, k = _extent(g, x, axis), _extent(g, rows, 0)
+    none = g.call("dyn.full", _i64(g, -1), g.call("reshape", n, newshape=(1,)))
+    source = g.call("scatter_elements", none, rows, g.call("dyn.arange", _i64(g, 0), k, _i64(g, 1)), axis=0)
+    own = g.call("add", g.call("dyn.arange", _i64(g, 0), n, _i64(g, 1)), k)  # x's rows after the k updates
+    pick = g.call("where", g.call("greater_equal", source, _i64(g, 0)), source, own)
+    return g.call("take", g.call("concatenate", g.tuple([upd, x]), axis=axis), pick, axis=axis)
+
+
+def _extent(g: GraphBuilder, x: Expr, axis: int) -> Expr:
+    """Extent `axis` of `x` as an int64 scalar: a constant where static."""
+    d = g.shape(x)[axis]
+    if isinstance(d, int):
+        return _i64(g, d)
+    return g.call("reshape", g.call("strided_slice", g.call("shape_of", x), begin=(axis,), end=(axis + 1,)),
+                  newshape=())
 
 
 @_reg("ScatterND")
@@ -136,15 +176,19 @@ __all__ = ["TABLE"]
 def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
     """NonZero: the (rank, count) int64 coordinates of the non-zero elements, in row-major order:
     the positions of `nonzero_positions` in the flattened input, divided by the row-major strides,
-    for every candidate, and only then cut to the count."""
+    for every candidate, and only then cut to the count. The first axis may have a run-time
+    extent (a detector's boxes that passed a threshold); the strides need the others static."""
     x = _x(node)
     if g.ndim(x) == 0:
         raise node.fail("a scalar input (rank 0) is not supported; NonZero needs rank >= 1")
-    shape = g.static_shape(x, "the input")
-    size, rank = int(np.prod(shape)), len(shape)
-    if size == 0:
-        return g.const(np.zeros((rank, 0), "int64"))
-    positions, count = nonzero_positions(g, g.call("reshape", x, newshape=(size,)))
+    shape = g.shape(x)
+    if not all(isinstance(d, int) for d in shape[1:]):
+        raise node.fail(f"the input has shape {tuple(map(str, shape))}; only its first axis may be "
+                        "dynamic (pass shape={name: …} to from_onnx)")
+    inner = int(np.prod(shape[1:]))
+    if inner == 0 or shape[0] == 0:
+        return g.const(np.zeros((len(shape), 0), "int64"))
+    positions, count = nonzero_positions(g, g.call("reshape", x, newshape=(-1,)))
     strides = np.cumprod((1, *shape[:0:-1]))[::-1]
     coords = []
     for axis, (stride, extent) in enumerate(zip(strides, shape)):
@@ -156,39 +200,59 @@ def _nonzero(g: GraphBuilder, node: NodeView) -> Expr:
 
 
 def nonzero_positions(g: GraphBuilder, flat: Expr) -> tuple[Expr, Expr]:
-    """(positions, count) for the static 1-d `flat`: the first `count` entries of the static
-    int64 `positions` are where its non-zero elements are, in order (the rest repeat the last
-    index); `count`, a 1-element int64 tensor, is data.
+    """(positions, count) for the 1-d `flat`: the first `count` entries of the int64 `positions`
+    are where its non-zero elements are, in order (the rest are its last index); `count`, a
+    1-element int64 tensor, is data.
 
     Why this form: only the VM can run a data-dependent shape, and this keeps every kernel compiled
-    and static until `keep_first` cuts the result (the VM compiles that one slice per count).
-    `cs`, the running count of non-zeros, is non-decreasing, so the k-th non-zero is at the first
-    index where `cs` reaches k + 1: a binary search run for every k < size at once (log2(size)
-    rounds of gathers)."""
-    (size,) = g.static_shape(flat)
-    cs = g.call("cumsum", g.call("cast", g.call("not_equal", flat, g.scalar(0, flat)), dtype="int64"), axis=0)
-    target = g.const(np.arange(1, size + 1, dtype="int64"))
-    lo, hi = _i64(g, np.zeros(size)), _i64(g, np.full(size, size - 1))
-    for _ in range(int(np.ceil(np.log2(size))) + 1):  # lo == hi == the answer after these rounds
+    until `keep_first` cuts the result (the VM compiles that one slice per count). `cs`, the running
+    count of non-zeros, is non-decreasing, so the k-th non-zero is at the first index where `cs`
+    reaches k + 1: a binary search run for every k at once, in rounds of gathers. A static length
+    n takes log2(n) + 1 rounds; a run-time one takes enough for any length below 2^31 (once the
+    search has converged, a round changes nothing)."""
+    (size,) = g.shape(flat)
+    nonzero = g.call("cast", g.call("not_equal", flat, g.scalar(0, flat)), dtype="int64")
+    cs = g.call("cumsum", nonzero, axis=0)
+    if isinstance(size, int):
+        target = g.const(np.arange(1, size + 1, dtype="int64"))
+        lo, hi = _i64(g, np.zeros(size)), _i64(g, np.full(size, size - 1))
+        rounds = int(np.ceil(np.log2(size))) + 1
+        count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
+    else:
+        target = g.call("cumsum", g.call("ones_like", cs), axis=0)  # 1 .. n
+        last = g.call("subtract", g.call("reshape", g.call("shape_of", cs), newshape=()), _i64(g, 1))
+        lo, hi = g.call("zeros_like", cs), g.call("add", g.call("zeros_like", cs), last)
+        rounds, count = _RUN_TIME_ROUNDS, g.call("sum", nonzero, axis=[0], keepdims=True)
+    for _ in range(rounds):  # lo == hi == the answer after these rounds
         mid = g.call("divide", g.call("add", lo, hi), _i64(g, 2))  # non-negative: truncation is floor
         right = g.call("less", g.call("take", cs, mid, axis=0, mode="clip"), target)
         lo, hi = g.call("where", right, g.call("add", mid, _i64(g, 1)), lo), g.call("where", right, hi, mid)
-    return lo, g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
+    return g.call("minimum", lo, hi), count  # past the count, the search ends at lo = n > hi = n - 1
+
+
+# rounds of the binary search over a run-time length: enough for any length below 2^31
+_RUN_TIME_ROUNDS = 32
 
 
 def keep_first(g: GraphBuilder, x: Expr, count: Expr, axis: int) -> Expr:
     """The first `count` (a 1-element int64 tensor) entries of `x` along `axis`; the result keeps
-    its rank, with that one extent dynamic (and the others as they were: static ones stay so)."""
+    its rank, with that one extent dynamic. The other extents stay static where they all are;
+    where some are not, every extent of the result is `?`."""
     shape = g.shape(x)
     begin, strides = _i64(g, [0] * len(shape)), _i64(g, [1] * len(shape))
     if not all(isinstance(d, int) for d in shape):  # x's run-time extents, count at `axis`
         at_axis = g.const(np.arange(len(shape)) == axis)
         end = g.call("where", at_axis, count, g.call("shape_of", x))
-        return g.call("dyn.strided_slice", x, begin, end, strides)
-    head = [_i64(g, shape[:axis])] if axis else []  # no empty constants: concatenate has no kernel for them
-    tail = [_i64(g, shape[axis + 1:])] if axis + 1 < len(shape) else []
-    end = g.call("concatenate", g.tuple([*head, count, *tail]), axis=0)
-    kept = g.call("dyn.strided_slice", x, begin, end, strides)
+        kept = g.call("dyn.strided_slice", x, begin, end, strides)
+        if not all(isinstance(n, int) for d, n in enumerate(shape) if d != axis):
+            return kept
+    else:
+        # no empty constants: concatenate has no kernel for them
+        head = [_i64(g, shape[:axis])] if axis else []
+        tail = [_i64(g, shape[axis + 1:])] if axis + 1 < len(shape) else []
+        end = g.call("concatenate", g.tuple([*head, count, *tail]), axis=0)
+        kept = g.call("dyn.strided_slice", x, begin, end, strides)
+    # the extents off `axis` are static again (the slice's type says `?` for all)
     return g.call("reshape", kept, newshape=tuple(-1 if d == axis else n for d, n in enumerate(shape)))
 
 

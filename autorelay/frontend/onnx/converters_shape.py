@@ -87,8 +87,13 @@ def _flatten(g: GraphBuilder, node: NodeView) -> Expr:
     if all(isinstance(d, int) for d in tail) and not all(isinstance(d, int) for d in head):
         # a dynamic batch: keep it symbolic, the tail is static
         return g.call("reshape", x, newshape=(-1, int(np.prod(tail))))
-    s = g.static_shape(x)
-    return g.call("reshape", x, newshape=(int(np.prod(s[:axis])), int(np.prod(s[axis:]))))
+    if all(isinstance(d, int) for d in shape):
+        return g.call("reshape", x, newshape=(int(np.prod(head)), int(np.prod(tail))))
+    # run-time extents in the tail: the two products are computed from the run-time shape
+    extents = g.call("shape_of", x)
+    sizes = [g.call("prod", g.call("strided_slice", extents, begin=(lo,), end=(hi,)), axis=[0], keepdims=True)
+             if hi > lo else g.const(np.ones(1, "int64")) for lo, hi in ((0, axis), (axis, ndim))]
+    return g.call("dyn.reshape", x, g.call("concatenate", g.tuple(sizes), axis=0))
 
 
 @_reg("Transpose")
