@@ -15,20 +15,13 @@ import autorelay
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from test_onnx_detector_post import _model  # noqa: E402
 
 from autorelay.frontend.onnx.errors import OnnxStaticValueError  # noqa: E402
 
 T = TensorProto
 _vi = helper.make_tensor_value_info
 N = 40  # candidates before the first threshold
-
-
-def _model(nodes, inputs, outputs, inits, opset=17):
-    tensors = [numpy_helper.from_array(v, k) for k, v in inits.items()]
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, tensors),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
 
 
 def _run_both(model, feeds):
