@@ -48,8 +48,8 @@ def _corners(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:
     return np.minimum(y0, y1), np.minimum(x0, x1), np.maximum(y0, y1), np.maximum(x0, x1)
 
 
-# pairs of horizontally overlapping boxes NMS tests at once (about 80 bytes of temporaries each)
-PAIR_BUDGET = 4_000_000
+# pairs of horizontally overlapping boxes NMS tests at once, and at most in all (about 1 s)
+PAIR_CHUNK, MOST_PAIRS = 2_000_000, 50_000_000
 
 
 class Overlaps:
@@ -92,27 +92,49 @@ class Overlaps:
             valid = (ih > 0) & (iw > 0) & (inter > 0) & self.sorted_positive[lo:hi] & (union > 0)
             return self.order[lo:hi][valid & (inter / np.where(valid, union, 1) > self.iou)]
 
-
-    def neighbours(self, budget: int = PAIR_BUDGET) -> tuple[np.ndarray, np.ndarray] | None:
+    def neighbours(self, chunk: int = PAIR_CHUNK,
+                   most: int = MOST_PAIRS) -> tuple[np.ndarray, np.ndarray] | None:
         """Every box's `suppressed` list at once, as (starts, indices): box i's are
         indices[starts[i]:starts[i + 1]]. None for boxes with a non-finite coordinate, or when
-        more than `budget` pairs of boxes have overlapping horizontal spans (then the greedy loop
-        asks `suppressed` per kept box instead).
+        more than `most` pairs of boxes have overlapping horizontal spans (then the greedy loop
+        asks `suppressed` per kept box, which is cheaper when it keeps few of many overlapping
+        boxes).
 
         Why: a detector keeps most of its thousands of boxes (Faster R-CNN's batched NMS keeps
         about 20,000 of 23,000), and a NumPy search per kept box costs about 90 us. The pairs
         come from one sorted sweep: box j is box i or follows it in left-edge order, and starts
-        before i ends. The rule is symmetric, so each pair is tested once and listed both ways."""
+        before i ends. The rule is symmetric, so each pair is tested once and listed both ways.
+        They are tested `chunk` pairs at a time (about 80 bytes of temporaries each)."""
         if self.widest is None:
             return None
         n = len(self.order)
-        y0, x0, y1, x1, area = self.sorted
-        ends = np.searchsorted(x0, x1, side="right")  # sorted boxes from i on that start before i ends
+        # the sorted boxes from i on that start before i ends
+        ends = np.searchsorted(self.sorted[1], self.sorted[3], side="right")
         counts = np.maximum(ends - np.arange(n), 0)
-        if int(counts.sum()) > budget:
+        upto = np.cumsum(counts)
+        if n and int(upto[-1]) > most:
             return None
-        first = np.repeat(np.arange(n), counts)
-        second = first + np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts)
+        found, row = [], 0
+        while row < n:  # rows [row, stop) hold at most `chunk` pairs (or are one row)
+            before = int(upto[row - 1]) if row else 0
+            stop = max(row + 1, int(np.searchsorted(upto, before + chunk, side="right")))
+            found.append(self._hits(row, counts[row:stop]))
+            row = stop
+        a = np.concatenate([f[0] for f in found]) if found else self.order[:0]
+        b = np.concatenate([f[1] for f in found]) if found else self.order[:0]
+        other = a != b  # a box and itself are listed once
+        src, dst = np.concatenate([a, b[other]]), np.concatenate([b, a[other]])
+        by_src = np.argsort(src, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+        return starts, dst[by_src]
+
+    def _hits(self, row: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The suppressing pairs (box indices, each pair once) among the `counts[k]` candidates
+        of sorted row `row + k`: that box and the `counts[k]` boxes from it on."""
+        y0, x0, y1, x1, area = self.sorted
+        first = np.repeat(np.arange(row, row + len(counts)), counts)
+        offsets = np.cumsum(counts) - counts
+        second = first + np.arange(len(first)) - np.repeat(offsets, counts)
         with np.errstate(divide="ignore", invalid="ignore"):
             ih = np.minimum(y1[first], y1[second]) - np.maximum(y0[first], y0[second])
             iw = np.minimum(x1[first], x1[second]) - np.maximum(x0[first], x0[second])
@@ -121,12 +143,7 @@ class Overlaps:
             valid = (ih > 0) & (iw > 0) & (inter > 0) & self.sorted_positive[first] \
                 & self.sorted_positive[second] & (union > 0)
             hit = valid & (inter / np.where(valid, union, 1) > self.iou)
-        a, b = self.order[first[hit]], self.order[second[hit]]
-        other = a != b  # a box and itself are listed once
-        src, dst = np.concatenate([a, b[other]]), np.concatenate([b, a[other]])
-        by_src = np.argsort(src, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
-        return starts, dst[by_src]
+        return self.order[first[hit]], self.order[second[hit]]
 
 
 def _nms_ref(attrs: Attrs, boxes: np.ndarray, scores: np.ndarray, max_output: np.ndarray,

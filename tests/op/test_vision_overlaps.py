@@ -53,8 +53,8 @@ def test_the_windowed_search_finds_what_the_full_rule_finds(center, special):
 
 @pytest.mark.parametrize("center", [False, True])
 def test_the_neighbour_lists_are_what_the_windowed_search_finds(center):
-    """`neighbours` (all pairs at once, each tested one way) lists for every box what
-    `suppressed` returns for it; with a budget below the pairs, or a non-finite box, there are
+    """`neighbours` (all pairs in chunks, each tested one way) lists for every box what
+    `suppressed` returns for it; with more pairs than it may test, or a non-finite box, there are
     no lists."""
     rng = np.random.default_rng(11 + int(center))
     for trial in range(30):
@@ -67,11 +67,11 @@ def test_the_neighbour_lists_are_what_the_windowed_search_finds(center):
             boxes[3] = boxes[1]
         boxes = boxes.astype(rng.choice(["float32", "float64"]))
         overlaps = Overlaps(boxes, center, np.asarray(rng.choice([0.0, 0.3, 0.7]), boxes.dtype))
-        starts, lists = overlaps.neighbours()
+        starts, lists = overlaps.neighbours(chunk=int(rng.choice([1, 7, 10**6])))  # one or many chunks
         for i in range(n):
             got = np.sort(lists[starts[i]:starts[i + 1]])
             np.testing.assert_array_equal(got, np.sort(overlaps.suppressed(i)),
                                           err_msg=f"trial {trial}, box {i}")
-        assert overlaps.neighbours(budget=-1) is None  # no budget: the greedy loop asks per box
+        assert n < 2 or overlaps.neighbours(most=0) is None  # too many pairs: the greedy loop asks per box
     boxes[0, 0] = np.nan
     assert Overlaps(boxes, center, np.asarray(0.5, boxes.dtype)).neighbours() is None
