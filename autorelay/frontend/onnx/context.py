@@ -101,6 +101,11 @@ class GraphBuilder:
             raise self.fail(f"internal: no type recorded for {e!r}")
         return entry[1]
 
+    def built(self) -> frozenset[int]:
+        """The ids of the expressions built so far (a Loop's enclosing values, taken before its
+        body is converted)."""
+        return frozenset(self._types)
+
     def tensor_type(self, e: Expr) -> TensorType:
         t = self.type_of(e)
         if not isinstance(t, TensorType):

@@ -21,8 +21,9 @@ from collections.abc import Callable
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar
-from autorelay.ir.expr import Call, Expr, Function, If, Let, Var
+from autorelay.ir.expr import Call, Constant, Expr, Function, If, Let, Var
 from autorelay.ir.types import TensorType, TupleType, Type
+from autorelay.ir.visitor import ExprMutator
 from autorelay.op.shape_utils import ANY
 
 TABLE: dict = {}
@@ -75,17 +76,43 @@ def _stacks(g: GraphBuilder, node: NodeView, per_iter: list[Expr],
 
 
 def _closure(g: GraphBuilder, counters: list[Var], carried: list[Var], go: Expr, again_args: list[Expr],
-             start_args: list[Expr]) -> list[Expr]:
-    """`let %loop = fn (counters..., carried...) { if (go) { %loop(again...) } else { (carried...) } };
-    %loop(start...)`, projected to the carried values."""
+             start_args: list[Expr], enclosing: frozenset[int]) -> list[Expr]:
+    """`let %outer = ...; let %loop = fn (counters..., carried...) { if (go) { %loop(again...) } else
+    { (carried...) } }; %loop(start...)`, projected to the carried values.
+
+    The body reads the enclosing graph's values (the ids in `enclosing`); each is bound by a `let`
+    before the loop and read through the closure. Read in place, it would be computed again on
+    every iteration: Mask R-CNN's paste loop ran the whole box head (two NonMaxSuppressions over
+    tens of thousands of boxes) once per detection."""
     types = tuple(v.type_annotation for v in carried)
     ret = types[0] if len(carried) == 1 else TupleType(types)  # type: ignore[arg-type]
     loop = Var("loop")
     again = g.record(Call(loop, tuple(again_args)), ret)
     done = carried[0] if len(carried) == 1 else g.tuple(carried)
-    fn = Function((*counters, *carried), g.record(If(go, again, done), ret), ret)
+    outer = _Enclosing(g, enclosing)
+    fn = Function((*counters, *carried), outer.visit(g.record(If(go, again, done), ret)), ret)
     result = g.record(Let(loop, fn, g.record(Call(loop, tuple(start_args)), ret)), ret)
+    for v, value in reversed(outer.bound):
+        result = g.record(Let(v, value, result), ret)
     return [result] if len(carried) == 1 else [g.item(result, k) for k in range(len(carried))]
+
+
+class _Enclosing(ExprMutator):
+    """Replaces each enclosing value a loop body reads by a variable (`bound`: the lets to make)."""
+
+    def __init__(self, g: GraphBuilder, enclosing: frozenset[int]) -> None:
+        super().__init__()
+        self.g, self.enclosing = g, enclosing
+        self.bound: list[tuple[Var, Expr]] = []
+
+    def visit(self, expr: Expr) -> Expr:
+        if id(expr) in self.enclosing and not isinstance(expr, Var | Constant | Function):
+            if id(expr) not in self.memo:
+                v = Var(f"outer{len(self.bound)}", self.g.type_of(expr))
+                self.bound.append((v, expr))
+                self.memo[id(expr)] = (expr, v)
+            return self.memo[id(expr)][1]
+        return super().visit(expr)
 
 
 @_reg("Loop")
@@ -102,6 +129,7 @@ def _loop(g: GraphBuilder, node: NodeView) -> list[Expr]:
         raise node.fail(f"the body takes {len(body.input)} inputs and gives {len(body.output)} outputs, "
                         f"expected {2 + len(state)} and at least {1 + len(state)}")
     i, c = Var("loop_i", _I64), Var("loop_cond", TensorType((), "bool"))
+    enclosing = g.built()
 
     def convert(vs: list[Var]) -> tuple[list[Expr], list[Expr]]:
         bind = {body.input[0].name: i, body.input[1].name: c,
@@ -121,7 +149,7 @@ def _loop(g: GraphBuilder, node: NodeView) -> list[Expr]:
     cond0 = g.const(np.array(True)) if first is None else _scalar(g, first, "bool", node, "cond")
     step = g.call("add", i, g.const(np.array(1, "int64")))
     return _closure(g, [i, c], [*vs, *accs], go, [step, cond_out, *new_state, *grown],
-                    [g.const(np.array(0, "int64")), cond0, *state, *empties])  # type: ignore[list-item]
+                    [g.const(np.array(0, "int64")), cond0, *state, *empties], enclosing)  # type: ignore[list-item]
 
 
 @_reg("Scan")
@@ -152,6 +180,7 @@ def _scan(g: GraphBuilder, node: NodeView) -> list[Expr]:
     length = _sequence_length(g, node, xs, in_axes)  # type: ignore[arg-type]
     i = Var("scan_i", _I64)
     last = g.call("subtract", length, g.const(np.array(1, "int64")))
+    enclosing = g.built()  # `last` too: the reversed slices read it
     slices = [g.call("take", x, i if not d else g.call("subtract", last, i), axis=a, mode="clip")
               for x, a, d in zip(xs, in_axes, in_dirs)]
 
@@ -165,7 +194,7 @@ def _scan(g: GraphBuilder, node: NodeView) -> list[Expr]:
     accs, empties, grown = _stacks(g, node, per_iter, [bool(d) for d in out_dirs])
     step = g.call("add", i, g.const(np.array(1, "int64")))
     outs = _closure(g, [i], [*vs, *accs], g.call("less", i, length), [step, *new_state, *grown],
-                    [g.const(np.array(0, "int64")), *state, *empties])  # type: ignore[list-item]
+                    [g.const(np.array(0, "int64")), *state, *empties], enclosing)  # type: ignore[list-item]
     for k, a in enumerate(out_axes):
         stacked = outs[n + k]
         rank = g.ndim(stacked)

@@ -123,3 +123,43 @@ def test_scan_two_inputs_and_opset_8_is_refused():
                  [_vi("s0", [1]), _vi("x", [1, 5])], [_vi("y", None)], 8)
     with pytest.raises(OnnxImportError, match=r"\(Scan\): opset 8 Scan"):
         autorelay.frontend.from_onnx(old)
+
+
+def _calls_inside_functions(expr) -> list[str]:
+    """The names of the ops called inside the functions (the loops' closures) of `expr`."""
+    from autorelay.ir.expr import Call, Function, Op
+    from autorelay.ir.visitor import post_order
+
+    return [n.op.name for f in post_order(expr) if isinstance(f, Function)
+            for n in post_order(f.body) if isinstance(n, Call) and isinstance(n.op, Op)]
+
+
+@pytest.mark.parametrize("kind", ["Loop", "Scan"])
+def test_a_body_reads_enclosing_values_computed_once(kind):
+    """The body reads `heavy = Exp(x) @ Exp(x)^T`, computed by the enclosing graph: it is bound before
+    the loop and read through the closure, not computed again on every iteration (Mask R-CNN's
+    paste loop reads its box head's detections so)."""
+    heavy = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Transpose", ["e"], ["et"]),
+             helper.make_node("MatMul", ["e", "et"], ["heavy"])]
+    body_nodes = [helper.make_node("Add", ["acc", "heavy"], ["acc_out"])]
+    if kind == "Loop":
+        body_nodes.append(helper.make_node("Identity", ["cond"], ["cond_out"]))
+        ins, outs = [_vi("i", [], I64), _vi("cond", [], B), _vi("acc", [3, 3])], [_vi("cond_out", [], B)]
+        loop = helper.make_node("Loop", ["M", "", "acc0"], ["y"], body=None)
+        graph_inputs = [_vi("x", [3, 4]), _vi("acc0", [3, 3]), _vi("M", [], I64)]
+    else:
+        body_nodes.append(helper.make_node("Identity", ["s"], ["s_out"]))
+        ins, outs = [_vi("acc", [3, 3]), _vi("s", [])], []
+        loop = helper.make_node("Scan", ["acc0", "seq"], ["y", "ss"], num_scan_inputs=1, body=None)
+        graph_inputs = [_vi("x", [3, 4]), _vi("acc0", [3, 3]), _vi("seq", [5])]
+    outs = [*outs, _vi("acc_out", [3, 3])] + ([_vi("s_out", [])] if kind == "Scan" else [])
+    loop.attribute.append(helper.make_attribute("body", helper.make_graph(body_nodes, "body", ins, outs)))
+    results = [_vi("y", None)] + ([_vi("ss", None)] if kind == "Scan" else [])
+    model = _model([*heavy, loop], graph_inputs, results)
+    mod, params = autorelay.frontend.from_onnx(model)
+    inside = _calls_inside_functions(mod["main"].body)
+    assert "add" in inside and not {"exp", "nn.matmul", "nn.batch_matmul", "transpose"} & set(inside), inside
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((3, 4)).astype("float32"), "acc0": np.zeros((3, 3), "float32")}
+    feeds |= {"M": np.array(4, "int64")} if kind == "Loop" else {"seq": np.arange(5, dtype="float32")}
+    assert_matches_ort(autorelay.build(mod, params=params), model, feeds, rtol=1e-5, atol=1e-5)
