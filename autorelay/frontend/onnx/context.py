@@ -252,6 +252,15 @@ def normalize_axis(g: GraphBuilder, axis: int, ndim: int, what: str = "axis") ->
     return axis % ndim if ndim else 0
 
 
+def extent_scalar(g: GraphBuilder, x: Expr, axis: int) -> Expr:
+    """Extent `axis` of `x` as an int64 scalar: a constant where static, else read at run time."""
+    d = g.shape(x)[axis]
+    if isinstance(d, int):
+        return g.const(np.array(d, "int64"))
+    return g.call("reshape", g.call("strided_slice", g.call("shape_of", x), begin=(axis,), end=(axis + 1,)),
+                  newshape=())
+
+
 def wrap_negative(g: GraphBuilder, ind: Expr, extents: Expr | int | Sequence[int]) -> Expr:
     """Run-time indices with ONNX's negative ones (counted from the end) made non-negative:
     `ind + extent` where `ind < 0`. `extents` broadcasts against `ind`: one extent, or one per

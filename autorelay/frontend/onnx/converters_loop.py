@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar
+from autorelay.frontend.onnx.context import GraphBuilder, NodeView, extent_scalar, normalize_axis, registrar
 from autorelay.ir.expr import Call, Constant, Expr, Function, If, Let, Var
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator
@@ -223,9 +223,7 @@ def _sequence_length(g: GraphBuilder, node: NodeView, xs: list[Expr], axes: list
         raise node.fail(f"the scan inputs have different extents {sorted(known)} on their scan axes")
     if known:
         return g.const(np.array(known.pop(), "int64"))
-    extents = g.call("shape_of", xs[0])
-    one = g.call("strided_slice", extents, begin=(axes[0],), end=(axes[0] + 1,))
-    return g.call("reshape", one, newshape=())
+    return extent_scalar(g, xs[0], axes[0])
 
 
 def _scalar(g: GraphBuilder, e: Expr, dtype: str, node: NodeView, what: str) -> Expr:

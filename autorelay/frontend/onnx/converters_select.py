@@ -15,6 +15,7 @@ import numpy as np
 from autorelay.frontend.onnx.context import (
     GraphBuilder,
     NodeView,
+    extent_scalar,
     normalize_axis,
     registrar,
     required_input,
@@ -125,21 +126,12 @@ def _scatter_rows(g: GraphBuilder, x: Expr, rows: Expr, upd: Expr, axis: int) ->
     gather from the update rows followed by x's own rows picks every output row. The element-wise
     scatter compares every element with every update along the axis (n x k x a row's size); this
     compares n x k numbers once."""
-    n, k = _extent(g, x, axis), _extent(g, rows, 0)
+    n, k = extent_scalar(g, x, axis), extent_scalar(g, rows, 0)
     none = g.call("dyn.full", _i64(g, -1), g.call("reshape", n, newshape=(1,)))
     source = g.call("scatter_elements", none, rows, g.call("dyn.arange", _i64(g, 0), k, _i64(g, 1)), axis=0)
     own = g.call("add", g.call("dyn.arange", _i64(g, 0), n, _i64(g, 1)), k)  # x's rows after the k updates
     pick = g.call("where", g.call("greater_equal", source, _i64(g, 0)), source, own)
     return g.call("take", g.call("concatenate", g.tuple([upd, x]), axis=axis), pick, axis=axis)
-
-
-def _extent(g: GraphBuilder, x: Expr, axis: int) -> Expr:
-    """Extent `axis` of `x` as an int64 scalar: a constant where static."""
-    d = g.shape(x)[axis]
-    if isinstance(d, int):
-        return _i64(g, d)
-    return g.call("reshape", g.call("strided_slice", g.call("shape_of", x), begin=(axis,), end=(axis + 1,)),
-                  newshape=())
 
 
 @_reg("ScatterND")
@@ -220,7 +212,7 @@ def nonzero_positions(g: GraphBuilder, flat: Expr) -> tuple[Expr, Expr]:
         count = g.call("strided_slice", cs, begin=(size - 1,), end=(size,))
     else:
         target = g.call("cumsum", g.call("ones_like", cs), axis=0)  # 1 .. n
-        last = g.call("subtract", g.call("reshape", g.call("shape_of", cs), newshape=()), _i64(g, 1))
+        last = g.call("subtract", extent_scalar(g, cs, 0), _i64(g, 1))
         lo, hi = g.call("zeros_like", cs), g.call("add", g.call("zeros_like", cs), last)
         rounds, count = _RUN_TIME_ROUNDS, g.call("sum", nonzero, axis=[0], keepdims=True)
     for _ in range(rounds):  # lo == hi == the answer after these rounds
