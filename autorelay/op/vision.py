@@ -48,6 +48,19 @@ def _corners(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:
     return np.minimum(y0, y1), np.minimum(x0, x1), np.maximum(y0, y1), np.maximum(x0, x1)
 
 
+def _suppress(a: tuple, b: tuple, iou: np.ndarray) -> np.ndarray:
+    """ONNX's rule, for boxes given as (y_min, x_min, y_max, x_max, area, area > 0) whose entries
+    broadcast against each other (one box against a window, or pairs): the intersection and
+    both areas are positive and intersection / union exceeds the threshold, in the boxes' dtype."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # infinite and NaN boxes are never valid
+        ih = np.minimum(a[2], b[2]) - np.maximum(a[0], b[0])
+        iw = np.minimum(a[3], b[3]) - np.maximum(a[1], b[1])
+        inter = iw * ih
+        union = a[4] + b[4] - inter
+        valid = (ih > 0) & (iw > 0) & (inter > 0) & a[5] & b[5] & (union > 0)
+        return valid & (inter / np.where(valid, union, 1) > iou)
+
+
 # pairs of horizontally overlapping boxes NMS tests at once, and at most in all (about 1 s)
 PAIR_CHUNK, MOST_PAIRS = 2_000_000, 50_000_000
 
@@ -70,8 +83,9 @@ class Overlaps:
         finite = bool(np.isfinite(boxes).all()) and len(boxes) > 0
         # the boxes in the order of their left edges, so that a window of them is a slice (a view)
         self.order = np.argsort(self.x0, kind="stable") if finite else np.arange(len(boxes))
-        self.sorted = [v[self.order] for v in (self.y0, self.x0, self.y1, self.x1, self.area)]
-        self.sorted_positive = self.sorted[4] > 0
+        # (y_min, x_min, y_max, x_max, area, area > 0) of the boxes in that order
+        self.sorted = tuple(v[self.order] for v in (self.y0, self.x0, self.y1, self.x1, self.area))
+        self.sorted += (self.sorted[4] > 0,)
         self.widest = (self.x1 - self.x0).max() if finite else None
 
     def suppressed(self, i: int) -> np.ndarray:
@@ -83,14 +97,8 @@ class Overlaps:
             lefts = self.sorted[1]
             lo = np.searchsorted(lefts, self.x0[i] - self.widest, side="left")
             hi = np.searchsorted(lefts, self.x1[i], side="right")
-        y0, x0, y1, x1, area = (v[lo:hi] for v in self.sorted)
-        with np.errstate(divide="ignore", invalid="ignore"):  # infinite and NaN boxes are never valid
-            ih = np.minimum(self.y1[i], y1) - np.maximum(self.y0[i], y0)
-            iw = np.minimum(self.x1[i], x1) - np.maximum(self.x0[i], x0)
-            inter = iw * ih
-            union = self.area[i] + area - inter
-            valid = (ih > 0) & (iw > 0) & (inter > 0) & self.sorted_positive[lo:hi] & (union > 0)
-            return self.order[lo:hi][valid & (inter / np.where(valid, union, 1) > self.iou)]
+        box = (self.y0[i], self.x0[i], self.y1[i], self.x1[i], self.area[i], True)
+        return self.order[lo:hi][_suppress(box, tuple(v[lo:hi] for v in self.sorted), self.iou)]
 
     def neighbours(self, chunk: int = PAIR_CHUNK,
                    most: int = MOST_PAIRS) -> tuple[np.ndarray, np.ndarray] | None:
@@ -131,18 +139,10 @@ class Overlaps:
     def _hits(self, row: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The suppressing pairs (box indices, each pair once) among the `counts[k]` candidates
         of sorted row `row + k`: that box and the `counts[k]` boxes from it on."""
-        y0, x0, y1, x1, area = self.sorted
         first = np.repeat(np.arange(row, row + len(counts)), counts)
         offsets = np.cumsum(counts) - counts
         second = first + np.arange(len(first)) - np.repeat(offsets, counts)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ih = np.minimum(y1[first], y1[second]) - np.maximum(y0[first], y0[second])
-            iw = np.minimum(x1[first], x1[second]) - np.maximum(x0[first], x0[second])
-            inter = iw * ih
-            union = area[first] + area[second] - inter
-            valid = (ih > 0) & (iw > 0) & (inter > 0) & self.sorted_positive[first] \
-                & self.sorted_positive[second] & (union > 0)
-            hit = valid & (inter / np.where(valid, union, 1) > self.iou)
+        hit = _suppress(tuple(v[first] for v in self.sorted), tuple(v[second] for v in self.sorted), self.iou)
         return self.order[first[hit]], self.order[second[hit]]
 
 

@@ -40,7 +40,7 @@ from autorelay.ir.expr import (
     bind_lets,
 )
 from autorelay.ir.module import IRModule
-from autorelay.ir.visitor import ExprMutator, post_order
+from autorelay.ir.visitor import ExprMutator, free_vars, post_order
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.util import Purity
 
@@ -210,10 +210,16 @@ class ToBasicBlockNormalForm(FunctionPass):
         return _scoped(fn, bind_all=False)
 
 
+def _closure_reads(fn: Function) -> set[int]:
+    """The variables that some closure inside `fn` reads from outside itself."""
+    inner = [n for n in post_order(fn.body) if isinstance(n, Function) and not n.is_primitive]
+    return {id(v) for f in inner for v in free_vars(f)}
+
+
 class _ToGraph(ExprMutator):
-    def __init__(self, purity: Purity) -> None:
+    def __init__(self, purity: Purity, captured: set[int]) -> None:
         super().__init__()
-        self.purity = purity
+        self.purity, self.captured = purity, captured
         self.subst: dict[int, Expr] = {}
 
     def visit_var(self, v: Var) -> Expr:
@@ -225,7 +231,9 @@ class _ToGraph(ExprMutator):
         while isinstance(node, Let):
             recursive = any(n is node.var for n in post_order(node.value))  # before substitution: small
             value = self.visit(node.value)
-            if not recursive and self.purity.pure(value):
+            # a closure that read the value as a graph node would compute it on every call
+            in_closure = id(node.var) in self.captured and not isinstance(value, (*ATOMS, Function))
+            if not recursive and not in_closure and self.purity.pure(value):
                 self.subst[id(node.var)] = value
             else:
                 kept.append((node, value))
@@ -239,11 +247,15 @@ class _ToGraph(ExprMutator):
 @dataclass(frozen=True)
 class ToGraphNormalForm(FunctionPass):
     """Replace every movable (pure, and neither creating nor reading a reference), non-recursive
-    `let` by its value (sharing becomes graph edges)."""
+    `let` by its value (sharing becomes graph edges).
+
+    Except a let whose variable a closure reads (a loop body reading what the enclosing graph
+    computed, as ONNX Loops do): a graph node has no place of its own, so the closure would
+    compute it on every call. Such a let stays, unless its value is an atom."""
 
     name: ClassVar[str] = "ToGraphNormalForm"
 
     def transform_function(self, fn: Function, mod: IRModule, gv: GlobalVar) -> Function:
-        out = _ToGraph(Purity(mod, movable=True)).visit(fn)
+        out = _ToGraph(Purity(mod, movable=True), _closure_reads(fn)).visit(fn)
         assert isinstance(out, Function)
         return out

@@ -108,6 +108,23 @@ def test_gnf_keeps_effectful_lets_and_anf_keeps_their_order():
         assert_same_outputs(mod, out, inputs=[np.array(2.0, "float32")])
 
 
+def test_gnf_keeps_the_lets_a_closure_reads():
+    """A closure (an imported loop's body) reading a value its enclosing function computed: as a
+    graph node, the value would be computed by the closure on every call. Atoms and functions are
+    still substituted, and so are lets that no closure reads."""
+    x, y = Var("x", TensorType((3,))), Var("y", TensorType((3,)))
+    heavy, alias, outside, f = Var("heavy"), Var("alias"), Var("outside"), Var("f")
+    closure = Function((y,), call("add", call("add", y, heavy), alias))
+    body = Let(heavy, call("exp", x), Let(alias, x, Let(outside, call("tanh", x),
+               Let(f, closure, Call(f, (outside,))))))
+    mod = IRModule.from_expr(Function((x,), body))
+    graph = ToGraphNormalForm()(typed(mod))
+    assert [v.name_hint for v, _ in flatten_lets(graph["main"].body)[0]] == ["heavy"]
+    inner = next(n for n in post_order(graph["main"].body) if isinstance(n, Function))
+    assert "exp" not in [n.op.name for n in post_order(inner.body) if isinstance(n, Call)]
+    assert_same_outputs(mod, graph, inputs=[np.array([1, 2, 3], "float32")])
+
+
 @pytest.mark.parametrize("net", sorted(NETS))
 def test_round_trips_on_whole_networks(net):
     mod = typed(NETS[net]())
