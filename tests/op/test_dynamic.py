@@ -150,24 +150,31 @@ def test_specialize_makes_the_function_static():
     assert "dyn." not in static.astext()
 
 
-def test_cache_hits_and_lru_bound():
+def test_cache_hits_lru_bound_and_growth():
     x = Var("x", tt(Q, 3))
     prim = Function((x,), call("exp", x))
     infer_expr(prim)
-    compiled: list[tuple] = []
+    compiled: list[int] = []
 
     def compile_static(f):
-        compiled.append(f.params[0].type_annotation.shape)
+        compiled.append(f.params[0].type_annotation.shape[0])
         return (lambda a: np.exp(a)), "default"
 
-    k = SpecializingKernel(prim, compile_static, max_entries=2)
-    for n in (1, 2, 1, 3, 2, 1):
-        a = rng.standard_normal((n, 3)).astype("float32")
-        np.testing.assert_allclose(k(a), np.exp(a))
-    # 1, 2 compiled; 1 hit; 3 evicts 2; 2 recompiles (evicting 1); 1 recompiles
-    assert compiled == [(1, 3), (2, 3), (3, 3), (2, 3), (1, 3)]
-    assert k.compiled == 5 and len(k.cache) == 2
-    assert "5 compiled" in k.detail
+    def run(rows):
+        for n in rows:
+            a = rng.standard_normal((n, 3)).astype("float32")
+            np.testing.assert_allclose(k(a), np.exp(a))
+
+    k = SpecializingKernel(prim, compile_static, max_entries=2, most_entries=4)
+    run([1, 2, 1, 3, 4])  # 1, 2 compiled; 1 hit; 3 evicts 2, 4 evicts 1
+    assert compiled == [1, 2, 3, 4] and len(k.cache) == 2 and k.max_entries == 2
+    run([2])  # an evicted shape came back: compiled again, and the cache grows to 4
+    assert compiled[4:] == [2] and k.max_entries == 4 and len(k.cache) == 3
+    run([3, 4, 2, 1])  # 3, 4, 2 hit; 1 (evicted too) compiled and kept
+    assert compiled[5:] == [1] and len(k.cache) == 4 and k.max_entries == 4
+    run([5, 6, 7, 8, 1, 2, 3, 4] * 2)  # 8 shapes in turn: the cache stays at its ceiling
+    assert k.max_entries == 4 and len(k.cache) == 4 and k.compiled == len(compiled) == 6 + 16
+    assert f"{k.compiled} compiled" in k.detail
 
 
 def test_vm_compiles_each_shape_once():

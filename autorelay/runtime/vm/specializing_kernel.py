@@ -10,6 +10,11 @@ re-infers types and compiles it through the same seam as static kernels
 (`autorelay.primitive.compile_primitive`, via the provider's `compile` callback). Compiled kernels
 are cached by (shapes, dtypes, values), least recently used first out, so a loop over the same
 shapes compiles once.
+
+The cache starts small and doubles whenever a shape it evicted comes back: a loop that meets more
+shapes per call than the cache holds (Mask R-CNN pastes each of its detections' masks at that
+box's size) would otherwise evict every one before its next use and compile it again on every
+call. A kernel that only ever meets new shapes (a new image's counts) does not grow.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op.dynamic import VALUE_ARGS, static_form
 from autorelay.typing.module import infer_expr
 
-DEFAULT_MAX_ENTRIES = 16
+DEFAULT_MAX_ENTRIES = 16  # specialisations a kernel keeps at first
+MOST_ENTRIES = 1024  # and at most, however often its evicted shapes come back
 
 
 class SpecializationError(ValueError):
@@ -172,13 +178,16 @@ class SpecializingKernel:
     """A primitive function with `?` extents, compiled once per concrete (shapes, values) key.
 
     `compile(fn) -> (callable, source)` compiles a static primitive function (the provider's
-    path); at most `max_entries` specialisations are kept, least recently used evicted first."""
+    path); at most `max_entries` specialisations are kept, least recently used evicted first.
+    `max_entries` doubles, up to `most_entries`, each time an evicted key is met again."""
 
     def __init__(self, fn: Function, compile: Callable[[Function], tuple[Callable[..., Any], str]],
-                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        self.fn, self._compile, self.max_entries = fn, compile, max_entries
+                 max_entries: int = DEFAULT_MAX_ENTRIES, most_entries: int = MOST_ENTRIES) -> None:
+        self.fn, self._compile = fn, compile
+        self.max_entries, self.most_entries = max_entries, max(most_entries, max_entries)
         self.values = value_params(fn)
         self.cache: OrderedDict[tuple, Callable[..., Any]] = OrderedDict()
+        self.evicted: OrderedDict[tuple, None] = OrderedDict()  # recent evictions' keys (no kernels)
         self.compiled = 0  # specialisations ever compiled (evictions recompile)
         self.sources: set[str] = set()  # what ran them: default / tuned / fallback …
 
@@ -192,6 +201,9 @@ class SpecializingKernel:
         key = self.key(arrs)
         run = self.cache.get(key)
         if run is None:
+            if key in self.evicted:  # evicted before its next use: keep more
+                del self.evicted[key]
+                self.max_entries = min(2 * self.max_entries, self.most_entries)
             static = specialize(self.fn, arrs)
             trivial = _trivial(static)
             if trivial is not None:
@@ -204,7 +216,9 @@ class SpecializingKernel:
             self.sources.add(source)
             self.cache[key] = run
             if len(self.cache) > self.max_entries:
-                self.cache.popitem(last=False)
+                self.evicted[self.cache.popitem(last=False)[0]] = None
+                if len(self.evicted) > self.max_entries:
+                    self.evicted.popitem(last=False)
         else:
             self.cache.move_to_end(key)
         return run(*arrs)
@@ -235,5 +249,5 @@ class SpecializingKernel:
                f"{len(self.cache)} cached (max {self.max_entries})"
 
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "SpecializationError", "SpecializingKernel", "needs_specializing",
-           "specialize", "value_params"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "MOST_ENTRIES", "SpecializationError", "SpecializingKernel",
+           "needs_specializing", "specialize", "value_params"]
