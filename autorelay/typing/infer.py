@@ -48,7 +48,7 @@ from autorelay.ir.types import (
 from autorelay.op import registry
 from autorelay.typing.patterns import check_pattern
 from autorelay.typing.solver import OpRelation, Projection, Solver
-from autorelay.typing.unify import UnifyError, contains_hole, instantiate, show
+from autorelay.typing.unify import UnifyError, contains_hole, instantiate, join, show
 
 BOOL_SCALAR = TensorType((), "bool")
 
@@ -257,7 +257,7 @@ class Inferencer:
         then_t = self.infer(i.true_branch)
         else_t = self.infer(i.false_branch)
         self.unify(i, then_t, else_t, "if: the branches have different types (then vs else)")
-        return then_t
+        return join(self.u.resolve(then_t), self.u.resolve(else_t))
 
     def visit_match(self, m: Match) -> Type:
         data = self.infer(m.data)
@@ -269,6 +269,7 @@ class Inferencer:
                 ret = t
             else:
                 self.unify(m, ret, t, f"match: clause {k} has a different type from clause 0")
+                ret = join(self.u.resolve(ret), self.u.resolve(t))
         if ret is None:
             raise self.error(m, "match with no clauses")
         return ret

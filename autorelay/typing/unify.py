@@ -242,6 +242,20 @@ def _unify_tensors(a: TensorType, b: TensorType) -> None:
             raise UnifyError(f"dimension {i}: {x} vs {y}")
 
 
+def join(a: Type, b: Type) -> Type:
+    """The type of a value that is `a` or `b` (an if's two branches, a match's clauses), once they
+    have unified: an extent on which they differ is `?`. The then-branch's (0, 4) where the else
+    gives (?, 4) would promise no rows where there may be many."""
+    if isinstance(a, TensorType) and isinstance(b, TensorType) and len(a.shape) == len(b.shape):
+        if a.shape == b.shape:
+            return a
+        return TensorType(tuple(x if x == y else AnyDim() for x, y in zip(a.shape, b.shape)), a.dtype)
+    if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
+        fields = tuple(join(x, y) for x, y in zip(a.fields, b.fields))
+        return a if all(f is x for f, x in zip(fields, a.fields)) else TupleType(fields)
+    return a
+
+
 def dims_compatible(x: Dim, y: Dim) -> bool:
     """Equal ints, equal symbolic names, or either one `?`."""
     if isinstance(x, AnyDim) or isinstance(y, AnyDim):

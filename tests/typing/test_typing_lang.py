@@ -26,6 +26,7 @@ from autorelay.ir import (
     Var,
     const,
 )
+from autorelay.ir.types import AnyDim
 from autorelay.ir.visitor import post_order
 from autorelay.op.registry import call
 from autorelay.typing import infer_expr, infer_types
@@ -119,6 +120,21 @@ def test_if_branches_must_agree():
     msg = r"if: the branches have different types.*dtype float32 vs int32"
     with pytest.raises(TypeCheckError, match=msg):
         infer_types(main([c, a, b], If(c, a, b)))
+
+
+def test_if_types_are_unknown_where_their_branches_differ():
+    """A detector's `if no boxes: empty (0, 4) else: the boxes (?, 4)` is typed (?, 4), not the
+    then-branch's (0, 4): that would promise no rows where the else-branch may give many."""
+    from autorelay import parse
+
+    mod = infer_types(parse("""#[version = "0.0.5"]
+def @main(%c: bool, %x: Tensor[(?, 4), float32], %y: Tensor[(3, 4), float32]) {
+  %0 = if (%c) { (zeros(shape=[0, 4], dtype="float32"), %y) } else { (%x, %y) };
+  %1 = if (%c) { %y } else { zeros(shape=[3, 4], dtype="float32") };
+  (%0, %1)
+}"""))
+    rows, y = TensorType((AnyDim(), 4)), TensorType((3, 4))
+    assert mod["main"].checked_type.ret_type == TupleType((TupleType((rows, y)), y))
 
 
 def test_if_unannotated_condition_becomes_bool():
