@@ -209,7 +209,7 @@ class GraphBuilder:
             self.functions.append(fn)
             self.steps.append(Step("fallback", name, _flatten(arg_slots), out_slots,
                                    function=len(self.functions) - 1,
-                                   workload_key=key, source="fallback", detail=prim.detail))
+                                   workload_key=key, source=prim.source, detail=prim.detail))
         else:
             own = self.lowering(site, fn)
             consts = [np.asarray(src.value) for src in own.sources if src.kind == "const"] if own else []

@@ -8,7 +8,9 @@ no longer a point of its template's space (the template changed since it was tun
 `compile_primitive(fn, source, target)` compiles what `choose_schedule` chose with
 `autorelay.kernel.compile_kernel`; a logged config the scheduler rejects falls back to the
 heuristic default, and the result says which (`source`: tuned / transferred / default / builtin /
-fallback, with a `detail` for the build report).
+fallback / empty, with a `detail` for the build report). `empty` is a function with no compute
+whose inputs all have no elements (a pyramid level that got no proposals): kernels take no empty
+buffers, and the references read nothing, so it is no hot kernel running through NumPy.
 
 `KernelMemo` lets several builds in one process share those kernels. A function's kernels depend
 only on its workload key, the chosen config, the target and whether outputs are split (the graph
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 
 from autorelay.errors import ScheduleError
 from autorelay.ir.expr import Function
+from autorelay.ir.types import TensorType
 from autorelay.kernel import Kernel, compile_kernel
 from autorelay.lower import LoweredFunction, NoCompute, describe_workload, lower, workload_key
 from autorelay.lower.builtins import builtin_lowering
@@ -46,7 +49,7 @@ class ScheduleChoice:
     key: str
     lowered: LoweredFunction | None  # None: no compute, the NumPy references run it
     config: Config | None  # None: the template's heuristic default
-    source: str  # tuned | transferred | default | builtin | fallback
+    source: str  # tuned | transferred | default | builtin | fallback | empty
     detail: str = ""
 
 
@@ -108,6 +111,13 @@ def kernel_name(fn: Function) -> str:
     return "_".join(n.split(".")[-1] for n in op_names(fn)) or "identity"
 
 
+def reads_nothing(fn: Function) -> bool:
+    """Whether `fn` takes tensors and every one of them has no elements."""
+    types = [p.type_annotation for p in fn.params]
+    return bool(types) and all(isinstance(t, TensorType) and t.is_static and 0 in t.concrete_shape
+                               for t in types)
+
+
 def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target, *,
                     builtins: bool = False) -> ScheduleChoice:
     """The config `fn` is compiled with on `target` (see the module docstring). `builtins`: an op
@@ -118,7 +128,8 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
     except NoCompute as e:
         built = builtin_lowering(fn) if builtins else None
         if built is None:
-            return ScheduleChoice(key, None, None, "fallback", f"no compute: {e}")
+            source = "empty" if reads_nothing(fn) else "fallback"
+            return ScheduleChoice(key, None, None, source, f"no compute: {e}")
         return ScheduleChoice(key, built, None, "builtin", f"builtin compute ({e})")
     if source is None:
         return ScheduleChoice(key, lowered, None, "default")
@@ -144,7 +155,7 @@ def compile_primitive(fn: Function, source: ScheduleSource | None, target: Targe
     name = kernel_name(fn)
     choice = choose_schedule(fn, source, target, builtins=builtins)
     if choice.lowered is None:
-        return PrimitiveKernels(name, choice, (), "fallback", choice.detail)
+        return PrimitiveKernels(name, choice, (), choice.source, choice.detail)
     if choice.source == "builtin":  # naive loops: the default templates do not fit these computes
         kern = compile_kernel(choice.lowered.cdef, (), target)
         return PrimitiveKernels(name, choice, (kern,), "builtin", choice.detail)

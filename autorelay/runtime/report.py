@@ -49,7 +49,9 @@ class BuildReport:
 
     @property
     def fallbacks(self) -> list[KernelRow]:
-        return [r for r in self.rows if r.kind == "fallback"]
+        """The steps that run NumPy references; not those over inputs with no elements (source
+        `empty`: they read nothing, and kernels take no empty buffers)."""
+        return [r for r in self.rows if r.kind == "fallback" and r.source != "empty"]
 
     def __str__(self) -> str:
         lines = [f"{'#':>3} {'kernel':<34} {'source':<12} {'workload':<12} {'time us':>9} {'share':>6}"

@@ -329,6 +329,25 @@ def @main(%x: Tensor[(4, 9), float32]) {
     np.testing.assert_array_equal(autorelay.load(tmp_path / "fb.arx")(x), exe(x))
 
 
+def test_functions_over_empty_inputs_are_reported_apart_from_fallbacks():
+    """A function whose inputs have no elements has no kernel (kernels take no empty buffers) and
+    its reference reads nothing: source `empty`, not a fallback. One that reads a tensor with
+    elements as well is still a fallback."""
+    mod = autorelay.parse("""#[version = "0.0.5"]
+def @main(%e: Tensor[(0, 3), float32], %x: Tensor[(2, 3), float32]) {
+  %0 = sum(%e, axis=[0]);
+  %1 = concatenate((%e, %x), axis=0);
+  (%0, %1)
+}""")
+    args = np.zeros((0, 3), "float32"), np.random.default_rng(2).standard_normal((2, 3)).astype("float32")
+    exe = autorelay.build(mod)
+    for got, want in zip(exe(*args), autorelay.evaluate(mod, *args), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert {r.name: r.source for r in exe.report.rows} == {"sum": "empty", "concatenate": "fallback"}
+    assert [r.name for r in exe.report.fallbacks] == ["concatenate"]
+    assert "empty: 1, fallback: 1" in str(exe.report)
+
+
 def test_a_fallback_with_a_tuple_parameter_rebuilds_it_from_the_tensors_passed_in_turn():
     """The graph executor passes a kernel its tensors one by one, a tuple parameter's fields in
     turn; the VM passes the tuple. The fallback must rebuild it, not take its first field."""

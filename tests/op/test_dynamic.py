@@ -189,6 +189,25 @@ def test_vm_compiles_each_shape_once():
     assert not exe.report.fallbacks
 
 
+def test_call_sites_of_one_function_share_its_specialisations():
+    """Two slices of two inputs by the same run-time bounds: the same primitive functions (equal
+    structure and constants) at two call sites, each specialised once per shape, not once per site
+    (a run-time NonZero's binary search is 32 rounds of the same four functions)."""
+    x, y = Var("x", tt(4, 5)), Var("y", tt(4, 5))
+    b, e, s = (Var(n, tt(2, dtype="int64")) for n in "bes")
+    first, second = (call("exp", call("dyn.strided_slice", v, b, e, s)) for v in (x, y))
+    exe = autorelay.build(Function((x, y, b, e, s), call("add", first, second)))
+    xs, ys = rng.standard_normal((2, 4, 5)).astype("float32")
+    for bounds in [((0, 0), (4, 5), (1, 1)), ((1, 0), (3, 5), (1, 2)), ((0, 0), (4, 5), (1, 1))]:
+        got = exe(xs, ys, *(i64(*v) for v in bounds))
+        want = np.exp(_onnx_slice(xs, *bounds)) + np.exp(_onnx_slice(ys, *bounds))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    slices = [k for k in exe.provider.specializing if k.values]  # the kernels reading bounds
+    # one slice kernel for both sites, compiled for the two bound values
+    assert len(slices) == 1 and slices[0].compiled == 2, [k.detail for k in exe.provider.specializing]
+    assert not exe.report.fallbacks
+
+
 def test_shape_of():
     x = np.zeros((3, 0, 2), "float32")
     np.testing.assert_array_equal(run_op("shape_of", x), np.array(x.shape))

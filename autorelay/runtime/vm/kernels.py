@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autorelay.ir.expr import Function
+from autorelay.ir.structural_hash import structural_hash
 from autorelay.lower.relayout import PackKernels
 from autorelay.primitive import compile_primitive, kernel_name
 from autorelay.runtime.fallback import ReferenceFunction
@@ -79,14 +80,22 @@ class CompiledProvider:
         self._rows: list[KernelInfo | tuple[str, SpecializingKernel]] = []
         self.calls: list[CompiledCall] = []
         self.specializing: list[SpecializingKernel] = []
+        self._specializing_by_key: dict[str, SpecializingKernel] = {}
         self._packs = PackKernels(target, lambda detail: self._rows.append(
             KernelInfo("pack", "relayout", "", detail)))
 
     def kernel(self, fn: Function) -> Callable[..., Any]:
         if needs_specializing(fn):
-            spec = SpecializingKernel(fn, self._compile_static, self.max_specializations)
-            self.specializing.append(spec)
-            self._rows.append((kernel_name(fn), spec))
+            # call sites of one function (equal structure and constants) share its specialisations:
+            # a run-time NonZero's binary search is 32 rounds of the same four functions, all
+            # specialised again for each new length
+            key = structural_hash(fn)
+            spec = self._specializing_by_key.get(key)
+            if spec is None:
+                spec = SpecializingKernel(fn, self._compile_static, self.max_specializations)
+                self._specializing_by_key[key] = spec
+                self.specializing.append(spec)
+                self._rows.append((kernel_name(fn), spec))
             return spec
         call, prim = self._compile(fn)
         self._rows.append(KernelInfo(prim.name, prim.source, prim.key, prim.detail))
@@ -119,7 +128,7 @@ class CompiledProvider:
 def build_report(rows: list[KernelInfo], const_bytes: int = 0) -> Any:
     """The rows as the build's `BuildReport` (same columns as the graph executor's report)."""
 
-    kinds = {"fallback": "fallback", "reference": "fallback", "relayout": "relayout"}
+    kinds = {"fallback": "fallback", "reference": "fallback", "empty": "fallback", "relayout": "relayout"}
     table = [KernelRow(r.name, kinds.get(r.source, "kernel"), r.workload_key, r.source, r.detail)
              for r in rows]
     return BuildReport(table, 0, 0, const_bytes)
