@@ -29,6 +29,7 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
 from autorelay.ir.types import TensorType, TupleType, Type
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.op.dynamic import VALUE_ARGS, static_form
+from autorelay.runtime.vm.row_buckets import bucket, independent_rows, row_params
 from autorelay.typing.module import infer_expr
 
 DEFAULT_MAX_ENTRIES = 16  # specialisations a kernel keeps at first
@@ -190,6 +191,8 @@ class SpecializingKernel:
         self.evicted: OrderedDict[tuple, None] = OrderedDict()  # recent evictions' keys (no kernels)
         self.compiled = 0  # specialisations ever compiled (evictions recompile)
         self.sources: set[str] = set()  # what ran them: default / tuned / fallback …
+        # whether the rows are independent (`row_buckets`), by (row parameters, shapes but the rows)
+        self.independent: dict[tuple, bool] = {}
 
     def key(self, args: Sequence[np.ndarray]) -> tuple:
         """What a specialisation depends on: every argument's shape and dtype, and the bytes of the
@@ -201,6 +204,9 @@ class SpecializingKernel:
         key = self.key(arrs)
         run = self.cache.get(key)
         if run is None:
+            padded = self._padded_rows(arrs)
+            if padded is not None:
+                return self._run_padded(arrs, *padded)
             if key in self.evicted:  # evicted before its next use: keep more
                 del self.evicted[key]
                 self.max_entries = min(2 * self.max_entries, self.most_entries)
@@ -210,8 +216,6 @@ class SpecializingKernel:
                 run, source = trivial, "no kernel"
             else:
                 run, source = self._compile_dropping_empty(static)
-                if source in ("fallback", "reference") and all(a.size == 0 for a in arrs):
-                    source = "empty"  # kernels take no empty buffers; the references read nothing
             self.compiled += 1
             self.sources.add(source)
             self.cache[key] = run
@@ -222,6 +226,33 @@ class SpecializingKernel:
         else:
             self.cache.move_to_end(key)
         return run(*arrs)
+
+    def _padded_rows(self, arrs: Sequence[np.ndarray]) -> tuple[tuple[int, ...], int] | None:
+        """(the row parameters, the rows this call runs padded to) when the function's rows are
+        independent (`row_buckets`) and the count is not a bucket's. Asked once the function meets
+        a second shape (the first compiles as it is), and kept per shape but for the rows."""
+        if not self.cache or self.values:
+            return None
+        rows = row_params(self.fn, arrs)
+        if rows is None or bucket(n := arrs[rows[0]].shape[0]) == n:
+            return None
+        key = rows, tuple(a.shape[1:] if i in rows else a.shape for i, a in enumerate(arrs))
+        independent = self.independent.get(key)
+        if independent is None:
+            if len(self.independent) >= self.most_entries:
+                self.independent.clear()
+            independent = self.independent[key] = independent_rows(self.fn, arrs, rows, specialize)
+        return (rows, bucket(n)) if independent else None
+
+    def _run_padded(self, arrs: Sequence[np.ndarray], rows: tuple[int, ...], padded: int) -> Any:
+        """The first n rows of the function over its row arguments padded with zeros to `padded`."""
+        n = arrs[rows[0]].shape[0]
+        args = list(arrs)
+        for i in rows:
+            args[i] = np.zeros((padded, *arrs[i].shape[1:]), arrs[i].dtype)
+            args[i][:n] = arrs[i]
+        out = self(*args)
+        return tuple(o[:n] for o in out) if isinstance(out, tuple | list) else out[:n]
 
     def _compile_dropping_empty(self, static: Function) -> tuple[Callable[..., Any], str]:
         """Compile `static`, leaving out the parameters with no elements that its body no longer
@@ -245,8 +276,9 @@ class SpecializingKernel:
     @property
     def detail(self) -> str:
         got = ", ".join(sorted(self.sources)) or "none yet"
+        split = "; rows padded to buckets" if any(self.independent.values()) else ""
         return f"specialises per input shape/value: {self.compiled} compiled ({got}), " \
-               f"{len(self.cache)} cached (max {self.max_entries})"
+               f"{len(self.cache)} cached (max {self.max_entries}){split}"
 
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "MOST_ENTRIES", "SpecializationError", "SpecializingKernel",
