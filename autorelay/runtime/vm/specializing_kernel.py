@@ -193,6 +193,7 @@ class SpecializingKernel:
         self.sources: set[str] = set()  # what ran them: default / tuned / fallback …
         # whether the rows are independent (`row_buckets`), by (row parameters, shapes but the rows)
         self.independent: dict[tuple, bool] = {}
+        self.dependent: set[tuple[int, ...]] = set()  # row parameters found dependent at some shape
 
     def key(self, args: Sequence[np.ndarray]) -> tuple:
         """What a specialisation depends on: every argument's shape and dtype, and the bytes of the
@@ -239,9 +240,13 @@ class SpecializingKernel:
         key = rows, tuple(a.shape[1:] if i in rows else a.shape for i, a in enumerate(arrs))
         independent = self.independent.get(key)
         if independent is None:
+            if rows in self.dependent:  # found dependent at other shapes: not asked again
+                return None
             if len(self.independent) >= self.most_entries:
                 self.independent.clear()
             independent = self.independent[key] = independent_rows(self.fn, arrs, rows, specialize)
+            if not independent:
+                self.dependent.add(rows)
         return (rows, bucket(n)) if independent else None
 
     def _run_padded(self, arrs: Sequence[np.ndarray], rows: tuple[int, ...], padded: int) -> Any:
