@@ -245,6 +245,20 @@ def test_vm_bad_runtime_value_names_the_op():
     np.testing.assert_array_equal(exe(np.ones((2, 3), "float32"), i64(3, 2)), np.ones((3, 2)))
 
 
+def test_a_constant_fill_of_a_run_time_shape_compiles_no_kernel():
+    """A zero canvas of each box's size (Mask R-CNN's paste loop) is `np.full`, not a kernel
+    compiled per size; the fill is a fresh array at every call."""
+    s = Var("s", tt(2, dtype="int64"))
+    exe = autorelay.build(Function((s,), call("dyn.full", const(np.float32(0.25)), s)))
+    first = exe(i64(3, 4))
+    np.testing.assert_array_equal(first, np.full((3, 4), 0.25, "float32"))
+    first[:] = 7  # the caller owns it
+    for shape in [(5, 2), (3, 4)]:
+        np.testing.assert_array_equal(exe(i64(*shape)), np.full(shape, 0.25, "float32"))
+    (fill,) = exe.provider.specializing
+    assert fill.sources == {"no kernel"} and not exe.report.fallbacks
+
+
 def test_full_reference_and_type():
     got = run_op("dyn.full", np.array(7, "int32"), i64(2, 0, 3))
     assert got.shape == (2, 0, 3) and got.dtype == np.int32

@@ -166,12 +166,17 @@ class _Const:
 
 
 def _trivial(fn: Function) -> _Empty | _Const | None:
-    """A runner for a specialisation with nothing to compute (an empty result, a constant)."""
+    """A runner for a specialisation with nothing to compute (an empty result, a constant, a
+    constant fill: Mask R-CNN's paste loop makes a zero canvas of each box's size)."""
     if isinstance(fn.body, Constant):
         return _Const(np.asarray(fn.body.data))
     t = fn.body.checked_type
     if isinstance(t, TensorType) and 0 in t.concrete_shape:
         return _Empty(t)
+    body = fn.body
+    if isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "full" \
+            and isinstance(body.args[0], Constant) and isinstance(t, TensorType):
+        return _Const(np.full(t.concrete_shape, body.args[0].data, t.dtype))
     return None
 
 
