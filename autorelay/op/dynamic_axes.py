@@ -285,7 +285,8 @@ def _topk_form(attrs: Attrs, args: Sequence[Expr], shape: Sequence[int], values:
 
 # ---- dyn.resize2d -------------------------------------------------------------------------------
 
-_RESIZE_ATTRS = {"method": "linear", "coordinate_transformation_mode": "half_pixel", "rounding_method": ""}
+_RESIZE_ATTRS = {"method": "linear", "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
+                 "cubic_alpha": -0.5}
 
 
 def _resize_rel(arg_types: list[Type], attrs: Attrs) -> Type:

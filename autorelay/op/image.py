@@ -1,7 +1,7 @@
-"""Image resizing: `image.resize2d` (nearest neighbour and bilinear) and its gradient helper
-`image.resize2d_grad`.
+"""Image resizing: `image.resize2d` (nearest neighbour, bilinear and bicubic) and its gradient
+helper `image.resize2d_grad`.
 
-Both supported methods are linear maps applied separately along H and W: `out = A_h @ x @ A_w.T` per
+All three methods are linear maps applied separately along H and W: `out = A_h @ x @ A_w.T` per
 image and channel, where row `o` of `A` holds the interpolation weights of output position `o`. The
 reference builds the two small matrices from the coordinate transformation, so the forward pass
 and its adjoint (`A_h.T @ g @ A_w`, the gradient) share one definition of where a pixel comes from.
@@ -10,7 +10,10 @@ Coordinate transformations map an output index `o` to an input coordinate `y` (s
 `half_pixel` `(o + 0.5) * scale - 0.5`; `pytorch_half_pixel` the same unless out == 1 (then 0);
 `align_corners` `o * (in - 1) / (out - 1)`; `asymmetric` `o * scale`; `tf_half_pixel_for_nn`
 `(o + 0.5) * scale`. Nearest rounds `y` (default: `round` for align_corners, else `floor`, as TVM);
-linear interpolates between `floor(y)` and `floor(y) + 1`, indices clamped to the image.
+linear interpolates between `floor(y)` and `floor(y) + 1`, indices clamped to the image. Cubic
+weighs the four pixels from `ceil(y) - 2` to `ceil(y) + 1` by Keys' kernel with `cubic_alpha` (ONNX's
+`cubic_coeff_a`), indices clamped; `cubic_exclude` drops the taps outside and renormalises (the
+reference only).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from autorelay.op.layout import (
 from autorelay.op.registry import REQUIRED, OpDef, OpPattern, call, register, rel_error
 from autorelay.op.shape_utils import dim_known_different, fmt_shape, tensor_arg
 
-METHODS = ("nearest_neighbor", "linear")
+METHODS = ("nearest_neighbor", "linear", "cubic")
 MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
 ROUNDING = ("", "round", "floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 
@@ -48,8 +51,7 @@ def _normalize(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
     for key, allowed in (("method", METHODS), ("coordinate_transformation_mode", MODES),
                          ("rounding_method", ROUNDING)):
         if a[key] not in allowed:
-            extra = " (cubic interpolation is not implemented)" if a[key] == "cubic" else ""
-            raise rel_error(op, f"{key}={a[key]!r} is not one of {', '.join(map(repr, allowed))}{extra}")
+            raise rel_error(op, f"{key}={a[key]!r} is not one of {', '.join(map(repr, allowed))}")
     return a
 
 
@@ -78,7 +80,15 @@ def _round(y: np.ndarray, how: str) -> np.ndarray:
     return np.sign(y) * np.floor(np.abs(y) + 0.5)  # round: half away from zero
 
 
-def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding: str) -> np.ndarray:
+def cubic_weight(t: Any, alpha: float) -> Any:
+    """Keys' cubic convolution kernel at distance `t` (0 <= t < 2) with parameter `alpha`."""
+    near = ((alpha + 2) * t - (alpha + 3)) * t * t + 1
+    far = ((alpha * t - 5 * alpha) * t + 8 * alpha) * t - 4 * alpha
+    return near, far
+
+
+def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding: str,
+                  alpha: float = -0.5, exclude: bool = False) -> np.ndarray:
     """`A` with `out = A @ x` along one axis (shape out_size x in_size)."""
     y = source_coordinate(np.arange(out_size, dtype=np.float64), in_size, out_size, mode)
     a = np.zeros((out_size, in_size))
@@ -88,6 +98,17 @@ def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding:
         idx = np.clip(_round(y, how), 0, in_size - 1).astype(np.int64)
         a[rows, idx] = 1.0
         return a
+    if method == "cubic":  # taps at base - 1 .. base + 2, base = ceil(y) - 1, so 0 < y - base <= 1
+        base = np.ceil(y) - 1
+        frac = y - base
+        for off in (-1, 0, 1, 2):
+            near, far = cubic_weight(np.abs(off - frac), alpha)
+            w = np.where(np.abs(off - frac) <= 1, near, far)
+            pos = base + off
+            if exclude:
+                w = np.where((pos >= 0) & (pos < in_size), w, 0.0)
+            np.add.at(a, (rows, np.clip(pos, 0, in_size - 1).astype(np.int64)), w)
+        return a / a.sum(axis=1, keepdims=True) if exclude else a
     y0 = np.floor(y)
     frac = y - y0
     lo = np.clip(y0, 0, in_size - 1).astype(np.int64)
@@ -100,7 +121,8 @@ def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding:
 def _matrices(attrs: Attrs, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
     m, mode, r = attrs["method"], attrs["coordinate_transformation_mode"], attrs["rounding_method"]
     oh, ow = attrs["size"]
-    return interp_matrix(h, oh, m, mode, r), interp_matrix(w, ow, m, mode, r)
+    cubic = float(attrs.get("cubic_alpha", -0.5)), bool(attrs.get("cubic_exclude", 0))  # not upsampling's
+    return interp_matrix(h, oh, m, mode, r, *cubic), interp_matrix(w, ow, m, mode, r, *cubic)
 
 
 def _cast(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -167,7 +189,7 @@ register(OpDef(
     gradient=_resize_gradient,
     compute=lambda ins, a, t: resize_compute(ins[0], a, t),
     normalize_attrs=lambda a: _normalize("image.resize2d", a),
-    doc="Resize H and W to `size` by nearest-neighbour or bilinear interpolation.",
+    doc="Resize H and W to `size` by nearest-neighbour, bilinear or bicubic interpolation.",
 ))
 
 register(OpDef(
@@ -236,8 +258,8 @@ def resize_compute(x: Any, attrs: Any, out_type: Type) -> Any:
     hd, wd = layout.index("H"), layout.index("W")
     shape, dtype = tc.out_shape(out_type), tc.out_dtype(out_type)
     method, mode = attrs["method"], attrs["coordinate_transformation_mode"]
-    if method == "linear" and not E.is_float(x.dtype):
-        raise tc.Unsupported(f"linear resize of {x.dtype} data has no compute")
+    if method != "nearest_neighbor" and not E.is_float(x.dtype):
+        raise tc.Unsupported(f"{method} resize of {x.dtype} data has no compute")
     sizes = [(x.shape[d], shape[d]) for d in (hd, wd)]
 
     def clamp(i: Any, n: int) -> Any:
@@ -251,12 +273,34 @@ def resize_compute(x: Any, attrs: Any, out_type: Type) -> Any:
     def at(idx: tuple, yh: Any, yw: Any) -> Any:
         return x[tuple(yh if d == hd else yw if d == wd else i for d, i in enumerate(idx))]
 
+    def cubic(idx: tuple, ys: list) -> Any:
+        """The 4 x 4 clamped neighbours at base - 1 .. base + 2 (base = ceil(y) - 1 per axis),
+        weighted by Keys' kernel of their distance: far, near, near, far."""
+        if attrs["cubic_exclude"]:
+            raise tc.Unsupported("cubic resize that excludes the taps outside the image has no compute")
+        taps = []
+        for (num, den), (n_in, _) in zip(ys, sizes):
+            base = -((-num) // den) - 1
+            frac = E.cast(E.cast(num - base * den, "float64") / E.const(float(den), "float64"), x.dtype)
+            one, two = E.const(1.0, x.dtype), E.const(2.0, x.dtype)
+            alpha = E.const(float(attrs["cubic_alpha"]), x.dtype)
+            dists = (one + frac, frac, one - frac, two - frac)
+            weights = [cubic_weight(t, alpha)[0 if k in (1, 2) else 1] for k, t in enumerate(dists)]
+            taps.append([(clamp(base + off, n_in), w) for off, w in zip((-1, 0, 1, 2), weights)])
+        terms = [at(idx, yh, yw) * (wh * ww) for yh, wh in taps[0] for yw, ww in taps[1]]
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+
     def body(*idx: Any) -> Any:
         ys = [_coordinate(idx[d], n_in, n_out, mode) for d, (n_in, n_out) in zip((hd, wd), sizes)]
         if method == "nearest_neighbor":
             how = attrs["rounding_method"] or ("round" if mode == "align_corners" else "floor")
             src = [clamp(_round_fraction(num, den, how), n_in) for (num, den), (n_in, _) in zip(ys, sizes)]
             return to_out(at(idx, *src))
+        if method == "cubic":
+            return to_out(cubic(idx, ys))
         lo, hi, frac = [], [], []
         for (num, den), (n_in, _) in zip(ys, sizes):
             y0 = num // den
@@ -287,6 +331,8 @@ def resize_grad_compute(g: Any, x: Any, attrs: Any, out_type: Type) -> Any:
         raise tc.Unsupported(f"resize's gradient in layout {layout} has no compute")
     tc.check_dtypes([g], ("float32", "float64"))
     method, mode = attrs["method"], attrs["coordinate_transformation_mode"]
+    if method == "cubic":
+        raise tc.Unsupported("cubic resize's gradient has no compute")
     how = attrs["rounding_method"] or ("round" if mode == "align_corners" else "floor")
     zero = E.const(0.0, g.dtype)
 

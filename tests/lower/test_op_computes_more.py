@@ -65,6 +65,10 @@ MORE_CASES = [
     *[_resize(m, mode, (1, 2, 5, 7), (9, 4)) for m in ("nearest_neighbor", "linear") for mode in MODES],
     # 3 -> 7 along W puts a source coordinate exactly on an integer: nearest must round it like NumPy
     *[_resize(m, mode, (1, 2, 6, 3), (1, 7)) for m in ("nearest_neighbor", "linear") for mode in MODES],
+    *[_resize("cubic", mode, (1, 2, 5, 7), size, cubic_alpha=-0.75) for mode in MODES
+      for size in ((9, 4), (1, 13))],
+    case("image.resize2d", [tensor((2, 5, 7, 3))], {"size": (3, 9), "layout": "NHWC", "method": "cubic"},
+         ident="resize2d-cubic-nhwc"),
     *[case("image.resize2d", [tensor((1, 2, 5, 7))],
            {"size": (8, 3), "method": "nearest_neighbor", "rounding_method": r}, rng=(-5.0, 5.0),
            ident=f"resize2d-rounding-{r}") for r in ROUNDING],

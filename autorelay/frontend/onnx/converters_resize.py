@@ -143,14 +143,15 @@ def _resize(g: GraphBuilder, node: NodeView) -> Expr:
 def _run_time_sizes(g: GraphBuilder, node: NodeView, x: Expr, sizes: Expr, method: str, ctm: str,
                     nearest: str) -> Expr | None:
     """Resize of NCHW data to a height and width computed at run time (Mask R-CNN pastes each
-    mask at its box's size): `dyn.resize2d`, which the VM compiles per size. Only where
-    `image.resize2d` computes it: nearest or linear, the batch and channels kept (checked at run
-    time: inside a Loop's body every extent may be `?`); else None."""
+    mask at its box's size, Keypoint R-CNN each heatmap bicubically): `dyn.resize2d`, which the VM
+    compiles per size. Only where `image.resize2d` computes it: nearest, linear or cubic without
+    excluded taps, the batch and channels kept (checked at run time: inside a Loop's body every
+    extent may be `?`); else None."""
     rank, axes = g.ndim(x), node.attr("axes")
     axes = list(range(rank)) if axes is None else [normalize_axis(g, a, rank, "axes") for a in axes]
     plain = not node.attr("exclude_outside", 0) and not node.attr("antialias", 0) \
         and node.attr("keep_aspect_ratio_policy", "stretch") == "stretch"
-    supported = rank == 4 and method != "cubic" and ctm in _FAST_MODES and plain
+    supported = rank == 4 and ctm in _FAST_MODES and plain
     if not supported or axes not in ([0, 1, 2, 3], [2, 3]):
         return None
     full = g.call("cast", sizes, dtype="int64")
@@ -158,7 +159,8 @@ def _run_time_sizes(g: GraphBuilder, node: NodeView, x: Expr, sizes: Expr, metho
         kept = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(2,))
         full = g.call("concatenate", g.tuple([kept, full]), axis=0)
     return g.call("dyn.resize2d", x, full, method={"nearest": "nearest_neighbor"}.get(method, method),
-                  coordinate_transformation_mode=ctm, rounding_method=nearest if method == "nearest" else "")
+                  coordinate_transformation_mode=ctm, rounding_method=nearest if method == "nearest" else "",
+                  cubic_alpha=float(node.attr("cubic_coeff_a", -0.75)))
 
 
 def _rois(g: GraphBuilder, node: NodeView, rank: int) -> list[tuple[float, float]]:

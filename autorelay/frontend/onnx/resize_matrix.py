@@ -46,7 +46,7 @@ def source_coords(r: AxisResize) -> np.ndarray:
         offset = r.in_size / 2 * (1 - r.out_size / out_f)
         return offset + (o + 0.5) / r.scale - 0.5
     if r.mode == "pytorch_half_pixel":
-        return (o + 0.5) / r.scale - 0.5 if out_f != 1 else np.full_like(o, -0.5)
+        return (o + 0.5) / r.scale - 0.5 if out_f != 1 else np.zeros_like(o)  # as the spec and ORT
     if r.mode == "align_corners":
         return o * (r.in_size - 1) / (out_f - 1) if out_f != 1 else np.zeros_like(o)
     if r.mode == "asymmetric":

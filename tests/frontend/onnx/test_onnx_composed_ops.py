@@ -220,6 +220,18 @@ def test_grid_sample_opset_20_names_and_refusals(mode):
         autorelay.frontend.from_onnx(volume)
 
 
+@pytest.mark.parametrize("sizes", [(1, 2, 1, 13), (1, 2, 9, 1)])
+def test_cubic_resize_to_one_pixel_samples_coordinate_zero(sizes):
+    """`pytorch_half_pixel` samples coordinate 0 for an output of one pixel (the spec, ONNX
+    Runtime). The import's weight matrices sampled -0.5: the same pixel for nearest and linear,
+    but a cubic kernel weighs its four taps differently there."""
+    nodes = [_const("sizes", np.array(sizes, "int64")),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic",
+                              coordinate_transformation_mode="pytorch_half_pixel")]
+    model = make_model(nodes, [value_info("x", (1, 2, 5, 7))], [value_info("y", None)], opset=13)
+    _build_and_check(model, {"x": RNG.standard_normal((1, 2, 5, 7)).astype("float32")})
+
+
 @pytest.mark.parametrize(("time_axis", "batch_axis"), [(0, 1), (1, 0)])
 def test_reverse_sequence(time_axis, batch_axis):
     shape = (5, 4, 3) if time_axis == 0 else (4, 5, 3)
