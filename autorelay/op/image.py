@@ -102,8 +102,9 @@ def interp_matrix(in_size: int, out_size: int, method: str, mode: str, rounding:
         base = np.ceil(y) - 1
         frac = y - base
         for off in (-1, 0, 1, 2):
-            near, far = cubic_weight(np.abs(off - frac), alpha)
-            w = np.where(np.abs(off - frac) <= 1, near, far)
+            t = np.abs(off - frac)
+            near, far = cubic_weight(t, alpha)
+            w = np.where(t <= 1, near, far)
             pos = base + off
             if exclude:
                 w = np.where((pos >= 0) & (pos < in_size), w, 0.0)
@@ -278,20 +279,17 @@ def resize_compute(x: Any, attrs: Any, out_type: Type) -> Any:
         weighted by Keys' kernel of their distance: far, near, near, far."""
         if attrs["cubic_exclude"]:
             raise tc.Unsupported("cubic resize that excludes the taps outside the image has no compute")
+        one, two = E.const(1.0, x.dtype), E.const(2.0, x.dtype)
+        alpha = E.const(float(attrs["cubic_alpha"]), x.dtype)
         taps = []
         for (num, den), (n_in, _) in zip(ys, sizes):
             base = -((-num) // den) - 1
             frac = E.cast(E.cast(num - base * den, "float64") / E.const(float(den), "float64"), x.dtype)
-            one, two = E.const(1.0, x.dtype), E.const(2.0, x.dtype)
-            alpha = E.const(float(attrs["cubic_alpha"]), x.dtype)
             dists = (one + frac, frac, one - frac, two - frac)
             weights = [cubic_weight(t, alpha)[0 if k in (1, 2) else 1] for k, t in enumerate(dists)]
             taps.append([(clamp(base + off, n_in), w) for off, w in zip((-1, 0, 1, 2), weights)])
         terms = [at(idx, yh, yw) * (wh * ww) for yh, wh in taps[0] for yw, ww in taps[1]]
-        total = terms[0]
-        for t in terms[1:]:
-            total = total + t
-        return total
+        return sum(terms[1:], terms[0])
 
     def body(*idx: Any) -> Any:
         ys = [_coordinate(idx[d], n_in, n_out, mode) for d, (n_in, n_out) in zip((hd, wd), sizes)]

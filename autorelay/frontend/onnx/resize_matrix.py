@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autorelay.op.image import cubic_weight
+
 
 @dataclass(frozen=True)
 class AxisResize:
@@ -74,10 +76,9 @@ def _nearest_index(x: np.ndarray, rule: str) -> np.ndarray:
 
 
 def _cubic(t: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with parameter `a`."""
+    """Keys' cubic convolution kernel with parameter `a` (`image.resize2d`'s), zero from 2 on."""
     t = np.abs(t)
-    near = ((a + 2) * t - (a + 3)) * t * t + 1
-    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    near, far = cubic_weight(t, a)
     return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
