@@ -24,6 +24,13 @@ found. Three measures spend the budget where it can change the model's latency:
   a trailing form is tuned only while it looks able to overtake the leader. Other kernels (pools,
   the classifier) keep their workload key as group, as in the per-model tune.
 
+* **The default plan's forms are kept**: the screening also runs the layout program on its
+  default-schedule costs (re-layouts measured, as the layout search does), and a form that plan
+  picks is neither pruned nor deferred. A form can trail its layer's fastest alone and still be
+  the plan's choice, since it spares the re-layouts around the layer: in a 1000-trial plan tune
+  of the zoo's Inception (Zen 3), conv2d_9's F(4x4) in blocks of 8 was deferred at 1.22x its
+  NCHW form, never tuned, and then chosen by the layout search with its default schedule (178 us,
+  where the per-model tune had tuned the same kernel).
 * **Deferral**: a kept form more than `DEFER_RATIO` behind on every layer it implements skips
   the scheduler's warm-up round (`TaskScheduler`'s `deferred`); it is tuned when the epsilon pick
   draws it or when no other form of its layers is left to tune. In an 800-trial ResNet-18 plan
@@ -46,7 +53,8 @@ from dataclasses import dataclass, field
 from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from search.extract import Extraction, Skipped
-from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs
+from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs, layout_graph
+from search.layout_dp import solve
 from search.models import Model
 
 PRUNE_RATIO = 1.5  # a form this much slower than the layer's best (default schedules) is not tuned
@@ -61,6 +69,7 @@ class PlanScreen:
     groups: dict[str, Hashable] = field(default_factory=dict)
     pruned: dict[str, str] = field(default_factory=dict)
     deferred: dict[str, float] = field(default_factory=dict)  # key -> how far behind its layers' best
+    chosen: dict[str, Form] = field(default_factory=dict)  # layer -> its form in the default-cost plan
     costs: dict[str, LayerCost] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -103,20 +112,33 @@ def screen_plan_tasks(model: Model, target: Target, *, ratio: float = PRUNE_RATI
     blocks = candidate_blocks(target)
     costs = kernel_costs(model, None, target, blocks, repeat=repeat, rounds=rounds, memo=memo,
                          workers=workers)
-    screen = decide(costs, layer_forms(costs), ratio)
+    screen = decide(costs, layer_forms(costs), ratio, chosen=default_plan_forms(model, costs, blocks, target))
     screen.seconds = time.perf_counter() - t0
     return screen
 
 
+def default_plan_forms(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
+                       target: Target) -> dict[str, Form]:
+    """Each conv layer's form in the plan the layout program picks from `costs` (default schedules)
+    and the measured re-layouts between them."""
+    graph = layout_graph(model, costs, blocks, target)
+    return {name: (block, costs[name].tile(block))
+            for name, block in solve(graph).conv_layouts(graph).items()}
+
+
 def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
-           ratio: float = PRUNE_RATIO, defer: float = DEFER_RATIO) -> PlanScreen:
+           ratio: float = PRUNE_RATIO, defer: float = DEFER_RATIO, *,
+           chosen: dict[str, Form] | None = None) -> PlanScreen:
     """Groups, pruning and deferral from measured costs: `forms` maps each conv task's key to the
     layers it implements and its form there. A task is pruned when, on every one of its layers, its
     form is measured and more than `ratio` times that layer's fastest measured form; deferred when
-    more than `defer` times but not pruned."""
-    screen = PlanScreen(costs=costs)
+    more than `defer` times but not pruned. A task whose form is `chosen`'s (layer -> form: the
+    default-cost plan's) on any of its layers is neither."""
+    screen = PlanScreen(costs=costs, chosen=dict(chosen or {}))
     for key, served in forms.items():
         screen.groups[key] = frozenset(served)
+        if any(screen.chosen.get(name) == form for name, form in served.items()):
+            continue
         behind = []
         for name, form in served.items():
             cost = costs.get(name)
@@ -170,5 +192,5 @@ def trailing_forms(groups: list[Hashable], best: list[float]) -> dict[int, float
     return out
 
 
-__all__ = ["DEFER_RATIO", "PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "form_seconds",
-           "layer_forms", "screen_plan_tasks", "trailing_forms"]
+__all__ = ["DEFER_RATIO", "PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "default_plan_forms",
+           "form_seconds", "layer_forms", "screen_plan_tasks", "trailing_forms"]

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+import autorelay
+import search.layout_costs as layout_costs
+from autorelay.transform.layout_plan import conv_layers
 from search.extract import Extraction, ModelTask, Skipped
 from search.layout_costs import LayerCost
+from search.models import load_model
 from search.plan_screen import (
     DEFER_RATIO,
     PRUNE_RATIO,
     TRAILING_RATIO,
     PlanScreen,
     decide,
+    default_plan_forms,
     layer_forms,
     trailing_forms,
 )
@@ -57,6 +62,47 @@ def test_a_form_between_the_defer_and_prune_ratios_is_deferred():
     assert set(screen.pruned) == {"direct_a"}
     assert not decide(_costs(), forms, defer=1.25).deferred
     assert DEFER_RATIO < PRUNE_RATIO
+
+
+def test_a_form_the_default_plan_picks_is_neither_pruned_nor_deferred():
+    """Block 8 trails on both layers alone (1.2x on `a`, 2x on `b`), but the default-cost plan,
+    sparing the re-layouts, runs both in it: both stay, undeferred; NCHW direct on `a` is still
+    pruned."""
+    forms = {"c8_a": {"a": (8, 0)}, "c8_b": {"b": (8, 0)}, "direct_a": {"a": (0, 0)},
+             "c16_both": {"a": (16, 0), "b": (16, 0)}}
+    chosen = {"a": (8, 0), "b": (8, 0)}
+    alone = decide(_costs(), forms, defer=1.1)
+    assert "c8_b" in alone.pruned and "c8_a" in alone.deferred
+    screen = decide(_costs(), forms, defer=1.1, chosen=chosen)
+    assert set(screen.pruned) == {"direct_a"} and not screen.deferred
+    assert screen.chosen == chosen
+    # a chosen form on one layer keeps a task serving several layers
+    shared = decide(_costs(), {"c8_both": {"a": (8, 0), "b": (8, 0)}}, defer=1.1, chosen={"a": (8, 0)})
+    assert not shared.pruned and not shared.deferred
+
+
+@pytest.mark.parametrize("relayout_s", [0.0, 0.5])
+def test_default_plan_forms_weigh_a_layers_time_against_the_relayouts_it_needs(monkeypatch, relayout_s):
+    """Every layer runs fastest in blocks of 8, as F(4x4) where it has one, but for one middle
+    layer whose NCHW form is 1.3x faster alone: with free re-layouts the plan runs that layer in
+    NCHW; with re-layouts dearer than that gain, in its block like its neighbours (its fastest
+    form there)."""
+    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: relayout_s)
+    model = load_model("resnet-18", image_size=32)
+    layers = conv_layers(model.mod)
+    odd = layers[len(layers) // 2]
+    costs = {}
+    for name in layers:
+        nchw = 1.0 / 1.3 if name == odd else 2.0
+        costs[name] = LayerCost()
+        costs[name].add((0, 0), nchw, "default")
+        costs[name].add((8, 0), 1.0, "default")
+        if name == odd:
+            costs[name].add((8, 4), 0.9, "default")
+    got = default_plan_forms(model, costs, (8,), autorelay.codegen.resolve_target("llvm", 1))
+    assert set(got) == set(layers)
+    assert all(got[n] == (8, 0) for n in layers if n != odd)
+    assert got[odd] == ((0, 0) if relayout_s == 0.0 else (8, 4))
 
 
 def _task(key: str, count: int) -> ModelTask:
