@@ -52,7 +52,7 @@ from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, static_shape, tensor_type
 from search.extract import optimize
 from search.kernel_prefetch import prefetch_kernels
-from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node
+from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, Solution, solve
 from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
 
 
@@ -324,5 +324,15 @@ def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, .
     return LayoutGraph(tuple(reader.nodes))
 
 
+def solved_plan(graph: LayoutGraph, costs: dict[str, LayerCost]) -> tuple[Solution, LayoutPlan]:
+    """The layout program's solution over `graph` and the plan it makes: each conv layer's layout,
+    and in it the layer's fastest measured form (its Winograd tile; none where no form was measured
+    in that layout)."""
+    sol = solve(graph)
+    layouts = sol.conv_layouts(graph)
+    return sol, LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
+                                     if any(form[0] == b for form in costs[name].forms)})
+
+
 __all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
-           "transform_seconds"]
+           "solved_plan", "transform_seconds"]

@@ -55,9 +55,10 @@ from search.layout_costs import (
     candidate_plans,
     kernel_costs,
     layout_graph,
+    solved_plan,
     winograd_tile,
 )
-from search.layout_dp import CONV, LayoutGraph, Solution, assign, breakdown, plan_cost, solve
+from search.layout_dp import CONV, LayoutGraph, Solution, assign, breakdown, plan_cost
 from search.models import (
     Model,
     PreparedModel,
@@ -243,10 +244,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     costs = kernel_costs(model, db, tgt, blocks, repeat=repeat, memo=builds.memo, source=shared,
                          workers=workers)
     graph = layout_graph(model, costs, blocks, tgt)
-    sol = solve(graph)
-    layouts = sol.conv_layouts(graph)
-    plan = LayoutPlan(layouts, {name: costs[name].tile(b) for name, b in layouts.items()
-                                if any(form[0] == b for form in costs[name].forms)})
+    sol, plan = solved_plan(graph, costs)
     # 2. its fusion variants and the per-model pipelines, built and timed together
     edges, copies = prologue_edges(model, plan)
     pools = pool_epilogue_edges(model, plan)

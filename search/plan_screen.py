@@ -53,8 +53,7 @@ from dataclasses import dataclass, field
 from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from search.extract import Extraction, Skipped
-from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs, layout_graph
-from search.layout_dp import solve
+from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs, layout_graph, solved_plan
 from search.models import Model
 
 PRUNE_RATIO = 1.5  # a form this much slower than the layer's best (default schedules) is not tuned
@@ -121,9 +120,8 @@ def default_plan_forms(model: Model, costs: dict[str, LayerCost], blocks: tuple[
                        target: Target) -> dict[str, Form]:
     """Each conv layer's form in the plan the layout program picks from `costs` (default schedules)
     and the measured re-layouts between them."""
-    graph = layout_graph(model, costs, blocks, target)
-    return {name: (block, costs[name].tile(block))
-            for name, block in solve(graph).conv_layouts(graph).items()}
+    plan = solved_plan(layout_graph(model, costs, blocks, target), costs)[1]
+    return {name: (block, plan.winograd.get(name, 0)) for name, block in plan.blocks.items()}
 
 
 def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
