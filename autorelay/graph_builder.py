@@ -261,7 +261,8 @@ class GraphBuilder:
         for k, (t, src) in enumerate(zip(kern.cdef.inputs, lowered.sources)):
             ops = kern.relayouts.get(t.name, [])
             if src.kind == "const":
-                ins.append(self.const_slot(relayout(consts[ci], ops)))
+                pack = self.memo.packed_constant if self.memo is not None else relayout
+                ins.append(self.const_slot(pack(consts[ci], ops)))
                 ci += 1
                 continue
             s = arg_slots[src.index]

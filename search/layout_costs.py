@@ -153,10 +153,11 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     else each build binds the log to its own tasks; `workers` > 1: the builds' kernels are
     compiled ahead on that many processes (`search.kernel_prefetch`).
 
-    The candidate builds are profiled in turn, `rounds` times round-robin, and each kernel's time
-    is its median over the rounds: the machine's speed drifts over the minutes a search takes,
-    and builds profiled one after the other would compare a layout measured in a fast minute with
-    one measured in a slow one."""
+    The candidate builds are profiled in turn, `rounds` times round-robin, each time over `repeat`
+    runs (fewer for a slow model: `_profile_repeat`), and each kernel's time is its median over the
+    rounds: the machine's speed drifts over the minutes a search takes, and builds profiled one
+    after the other would compare a layout measured in a fast minute with one measured in a slow
+    one."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     memo = memo if memo is not None else KernelMemo()
@@ -170,12 +171,13 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     builds = []
     for plan, prepared, bound in todo:
         exe = build_model(model, bound, prepared=prepared, memo=memo)
-        builds.append((plan, prepared.module, exe, run_inputs(exe, model), []))
+        args = run_inputs(exe, model)
+        builds.append((plan, prepared.module, exe, args, _profile_repeat(exe, args, repeat), []))
     for _ in range(max(1, rounds)):
-        for _plan, _fused, exe, args, samples in builds:
-            samples.append([r.seconds for r in exe.profile(*args, repeat=repeat).rows])
+        for _plan, _fused, exe, args, runs, samples in builds:
+            samples.append([r.seconds for r in exe.profile(*args, repeat=runs).rows])
     out = {name: LayerCost() for name in layers}
-    for plan, fused, exe, _args, samples in builds:
+    for plan, fused, exe, _args, _runs, samples in builds:
         block = next(iter(plan.blocks.values()), 0)
         by_key: dict[str, list[tuple[float, str]]] = {}
         for i, row in enumerate(exe.report.rows):
@@ -190,6 +192,21 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
                 continue
             cost.add(form, statistics.median(t for t, _ in rows), rows[0][1])
     return out
+
+
+PROFILE_SECONDS = 0.5  # about how long one profiling of a candidate build should take
+MIN_PROFILE_RUNS = 3
+
+
+def _profile_repeat(exe: Any, args: list[np.ndarray], most: int) -> int:
+    """Runs per profiling of a build: `most`, fewer for a model whose call outlasts
+    `PROFILE_SECONDS / most`. A VGG-16 build runs 0.1-0.3 s a call (2-core Zen 3), and ten runs
+    in each of five rounds took a quarter of its layout search; each of its kernels runs for
+    milliseconds, so a few runs a round time it as steadily as ResNet-18's (40 ms a call: ten)."""
+    t0 = time.perf_counter()
+    exe(*args)  # a first call, paying for page faults on fresh buffers: errs towards fewer runs
+    once = time.perf_counter() - t0
+    return max(min(most, MIN_PROFILE_RUNS), min(most, int(PROFILE_SECONDS / max(once, 1e-9))))
 
 
 def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:

@@ -166,3 +166,21 @@ def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(mo
                    {"conv2d_0": 0, "conv2d_1": 16, "conv2d_2": 8, "conv2d_4": 0}):
         charged = sum(t for _, t in breakdown(g, assign(g, blocks)))
         assert charged == _layout_transforms(prepare_plan(model, "llvm", 1, LayoutPlan(blocks)).module)
+
+
+def test_a_slow_model_is_profiled_over_fewer_runs():
+    """Each profiling of a candidate build lasts about `PROFILE_SECONDS`: a model whose call takes
+    longer than that is run the fewest times, a fast one the most asked for, and never more."""
+    import time
+
+    from search.layout_costs import MIN_PROFILE_RUNS, PROFILE_SECONDS, _profile_repeat
+
+    def slow(*args):
+        time.sleep(PROFILE_SECONDS / 2)
+
+    def fast(*args):
+        return None
+
+    assert _profile_repeat(slow, [], 10) == MIN_PROFILE_RUNS
+    assert _profile_repeat(fast, [], 10) == 10
+    assert _profile_repeat(fast, [], 2) == 2  # the most asked for bounds the floor too
