@@ -186,7 +186,7 @@ class GraphBuilder:
         if isinstance(ret, TensorType) and (placed := self.concat_in_place(fn, arg_slots, ret)) is not None:
             return placed
         out_slots = [self.slot(t.concrete_shape, t.dtype, "temp") for t in out_types]
-        if all(0 in t.concrete_shape for t in out_types):  # empty results: nothing to compute
+        if all(t.has_no_elements for t in out_types):  # empty results: nothing to compute
             return out_slots if isinstance(ret, TupleType) else out_slots[0]
         if (halo := self.halos.get(id(site))) is not None:  # the value lives inside a zero border
             t = out_types[0]

@@ -140,8 +140,7 @@ def kernel_name(fn: Function) -> str:
 def reads_nothing(fn: Function) -> bool:
     """Whether `fn` takes tensors and every one of them has no elements."""
     types = [p.type_annotation for p in fn.params]
-    return bool(types) and all(isinstance(t, TensorType) and t.is_static and 0 in t.concrete_shape
-                               for t in types)
+    return bool(types) and all(isinstance(t, TensorType) and t.has_no_elements for t in types)
 
 
 def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target, *,

@@ -88,6 +88,12 @@ class TensorType(Type):
         return all(isinstance(d, int) for d in self.shape)
 
     @property
+    def has_no_elements(self) -> bool:
+        """Static with an axis of length 0: a value no kernel needs to read or write (kernels take
+        no empty buffers), such as the scan output of a loop that ran no iterations."""
+        return self.is_static and 0 in self.shape
+
+    @property
     def concrete_shape(self) -> tuple[int, ...]:
         if not self.is_static:
             raise ValueError(f"shape {self.shape} is not static")

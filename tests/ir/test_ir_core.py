@@ -59,6 +59,12 @@ def test_tensor_type_validates_dims_and_dtype():
     assert TensorType((2, 3)).concrete_shape == (2, 3)
 
 
+def test_a_tensor_type_has_no_elements_only_when_static_with_a_zero_axis():
+    assert TensorType((3, 0, 2)).has_no_elements and TensorType((0,)).has_no_elements
+    assert not TensorType((2, 3)).has_no_elements and not TensorType(()).has_no_elements  # a scalar: one
+    assert not TensorType((0, SymDim("n"))).has_no_elements  # its size is known only at run time
+
+
 def test_type_substitution_respects_binders():
     a, b = TypeVar("A"), TypeVar("B")
     f = FuncType((a,), b, type_params=(a,))

@@ -125,7 +125,7 @@ def _empty(e: Expr) -> bool:
     if isinstance(e, Constant):
         return e.data.size == 0
     t = e.type_annotation if isinstance(e, Var) else None
-    return isinstance(t, TensorType) and t.is_static and 0 in t.concrete_shape
+    return isinstance(t, TensorType) and t.has_no_elements
 
 
 def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
@@ -171,7 +171,7 @@ def _trivial(fn: Function) -> _Empty | _Const | None:
     if isinstance(fn.body, Constant):
         return _Const(np.asarray(fn.body.data))
     t = fn.body.checked_type
-    if isinstance(t, TensorType) and 0 in t.concrete_shape:
+    if isinstance(t, TensorType) and t.has_no_elements:
         return _Empty(t)
     body = fn.body
     if isinstance(body, Call) and isinstance(body.op, Op) and body.op.name == "full" \
