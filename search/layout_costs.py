@@ -202,7 +202,7 @@ def _profile_repeat(exe: Any, args: list[np.ndarray], most: int) -> int:
     """Runs per profiling of a build: `most`, fewer for a model whose call outlasts
     `PROFILE_SECONDS / most`. A VGG-16 build runs 0.1-0.3 s a call (2-core Zen 3), and ten runs
     in each of five rounds took a quarter of its layout search; each of its kernels runs for
-    milliseconds, so a few runs a round time it as steadily as ResNet-18's (40 ms a call: ten)."""
+    milliseconds, so a few runs a round time it as steadily as ResNet-18's (15-40 ms a call: ten)."""
     t0 = time.perf_counter()
     exe(*args)  # a first call, paying for page faults on fresh buffers: errs towards fewer runs
     once = time.perf_counter() - t0
