@@ -206,7 +206,7 @@ def _profile_repeat(exe: Any, args: list[np.ndarray], most: int) -> int:
     t0 = time.perf_counter()
     exe(*args)  # a first call, paying for page faults on fresh buffers: errs towards fewer runs
     once = time.perf_counter() - t0
-    return max(min(most, MIN_PROFILE_RUNS), min(most, int(PROFILE_SECONDS / max(once, 1e-9))))
+    return min(most, max(MIN_PROFILE_RUNS, int(PROFILE_SECONDS / max(once, 1e-9))))
 
 
 def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:
