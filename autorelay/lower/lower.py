@@ -5,8 +5,9 @@
 constants (weights FuseOps left inside the group) become placeholders `c0, c1, …` after the
 parameters, and 1-element constants become inline scalar stages. Injective stages that are not
 outputs are then inlined into their consumers, except padding stages, which a convolution
-template may choose to compute separately ("root" padding). The result is a `ComputeDef`;
-`lower(fn)` also says where each kernel input comes from (`LoweredFunction.sources`).
+template may choose to compute separately ("root" padding), and the stage a GEMM reads as its A
+operand, which the dense template computes once when several column blocks read it. The result
+is a `ComputeDef`; `lower(fn)` also says where each kernel input comes from (`LoweredFunction.sources`).
 Boolean inputs and outputs are `bool` buffers; the LLVM backend stores them as one byte each
 (NumPy's layout), so kernels take NumPy bool arrays as they are.
 
@@ -34,6 +35,7 @@ from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 from autorelay.utils.deep import deep
 
 KEEP_TAGS = ("pad", "keep", "winograd_input")  # stages a schedule may want to compute on their own
+GEMM_TAGS = ("dense", "matmul", "batch_matmul")  # `te.nn.matmul`'s reductions
 
 
 class NoCompute(Exception):
@@ -217,9 +219,24 @@ def _unique_names(outputs: Sequence[Tensor], taken: set[str]) -> None:
 
 
 def inline_stages(cdef: ComputeDef) -> ComputeDef:
-    """Inline every non-output injective stage, except those (padding, Winograd's input transform)
-    kept for the schedule to place."""
-    return te.inline_injective(cdef, KEEP_TAGS)
+    """Inline every non-output injective stage, except those (padding, Winograd's input transform,
+    a GEMM's A operand) kept for the schedule to place."""
+    return te.inline_injective(cdef, KEEP_TAGS, gemm_operands(cdef))
+
+
+def gemm_operands(cdef: ComputeDef) -> set[int]:
+    """The ids of computed stages a GEMM (`te.nn.matmul`'s tags) reads as its A operand: a fused
+    prologue, which the dense template computes once when several column blocks read A, rather
+    than on every read (`dense._rooted_prologue`)."""
+    stages = topo_order(cdef.outputs)
+    by_name = {t.name: t for t in stages}
+    kept = set()
+    for t in stages:
+        if t.op is not None and t.op.tag in GEMM_TAGS and isinstance(t.op.body, E.Reduce):
+            a = by_name.get(t.op.attrs.get("data", ""))
+            if a is not None and a.op is not None and not isinstance(a.op.body, E.Reduce):
+                kept.add(id(a))
+    return kept
 
 
 @deep

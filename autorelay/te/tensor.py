@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -256,17 +256,19 @@ def make_def(
     return ComputeDef(tuple(inputs), outs, name)
 
 
-def inline_injective(cdef: ComputeDef, keep: Sequence[str] = ("keep",)) -> ComputeDef:
+def inline_injective(cdef: ComputeDef, keep: Sequence[str] = ("keep",),
+                     kept: Collection[int] = ()) -> ComputeDef:
     """Inline every non-output injective stage into its consumers (the fused-function lowering rule).
 
-    Stages tagged with one of `keep` are left alone so a schedule can compute them separately.
+    Stages tagged with one of `keep`, or whose id is in `kept`, are left alone so a schedule can
+    compute them separately.
     """
     outs = {id(t) for t in cdef.outputs}
     victims = {
         id(t)
         for t in topo_order(cdef.outputs)
         if t.op is not None and id(t) not in outs and not isinstance(t.op.body, Reduce)
-        and t.op.tag not in keep
+        and t.op.tag not in keep and id(t) not in kept
     }
     if not victims:
         return cdef

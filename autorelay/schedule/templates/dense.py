@@ -14,8 +14,9 @@ ComputeAt) whose rows and vector columns are unrolled and whose lanes are vector
 keeps it in vector registers: per k, NR/lanes vector loads of B, MR broadcasts of A and
 MR·NR/lanes FMAs. Knobs: MR, NR (in vectors), which block loop is outer (and parallel), k
 unrolling, and for a `[..., K, N]` B or a `[..., K, M]` A whether to pack it. An injective
-epilogue (bias, activation) is the output stage and reads the accumulator; other injective stages
-are inlined.
+epilogue (bias, activation) is the output stage and reads the accumulator. A fused prologue that
+produces A (`FusionPlan.prologues`) is computed once before the GEMM when several column blocks
+read A (`_rooted_prologue`); other injective stages are inlined.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from autorelay.errors import ScheduleError
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
 from autorelay.schedule.templates.base import Template, pattern, register
+from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
 
@@ -101,7 +103,8 @@ class DenseTemplate(Template):
         kname = red_axes[0].name
         ax = [a.name for a in pat.output.op.axes]  # type: ignore[union-attr]
         i, j = ax[-2], ax[-1]
-        steps: list[S.Step] = [S.ComputeInline(t.name) for t in pat.others]
+        rooted, steps = _rooted_prologue(cdef, nr, lanes)
+        steps = [S.ComputeInline(t.name) for t in pat.others if t.name != rooted] + steps
         steps += _packs(cdef, config, weight, mr, nr)
         if pat.reduce is pat.output:
             steps.append(S.CacheWrite(out))
@@ -148,6 +151,28 @@ def _packs(cdef: ComputeDef, config: Config, weight: str, mr: int, nr: int) -> l
     if a_layout == "km" and config["a_layout"] == "packed":
         steps += _panels(inputs.get(data), mr)
     return steps
+
+
+def _rooted_prologue(cdef: ComputeDef, nr: int, lanes: int) -> tuple[str | None, list[S.Step]]:
+    """(stage, steps) computing a fused prologue that produces A, the activation operand, once into
+    a workspace before the GEMM (its split last axis vectorized, the rest one parallel loop), when
+    more than one column block reads A; else (None, []) and every prologue stage is inlined.
+
+    `FusionPlan.prologues` fuses the injective producers of a dense into it, e.g. a classifier's
+    re-layout out of channel blocks and its `batch_flatten`. Inlined, their index arithmetic (a
+    blocked layout's divisions) runs on every read of A, once per column block: VGG-16's first
+    classifier layer (NCHW8c 512x7x7 -> 4096 units, Zen 3, 2 threads) ran 14.4 ms so, against 11.9
+    ms for the re-layout and the dense as two kernels."""
+    pat = pattern(cdef)
+    data = pat.reduce.op.attrs.get("data")  # type: ignore[union-attr]
+    stage = next((t for t in pat.others if t.name == data), None)
+    _, _, n, _, _ = _gemm_shape(cdef)
+    if stage is None or stage.op is None or -(-n // nr) < 2:
+        return None, []
+    axes = [a.name for a in stage.op.axes]
+    steps: list[S.Step] = [S.Split(stage.name, axes[-1], lanes), S.Vectorize(stage.name, f"{axes[-1]}_i")]
+    fused, outer = _outer_fuse(stage.name, [*axes[:-1], f"{axes[-1]}_o"])
+    return stage.name, [*steps, *fused, S.Parallel(stage.name, outer)]
 
 
 def _panels(t, tile: int) -> list[S.Step]:
