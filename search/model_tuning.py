@@ -107,7 +107,8 @@ class ModelTuneResult:
     pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
     layout: Any = None  # pipeline "plan": the layout search's result (`LayoutSearchResult`)
     trailing: dict[str, float] = field(default_factory=dict)  # not re-measured: name -> times its leader
-    # deferred forms the budget never reached: name -> times its layers' best when screened
+    # deferred tasks the budget never reached: name -> times its layers' best when screened (nan: a
+    # kernel the default plan does not run)
     deferred: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -142,8 +143,9 @@ class ModelTuneResult:
                          + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.trailing.items()))
         if self.deferred:
             lines.append(f"deferred and never tuned (default schedule over {DEFER_RATIO:g}x the best form "
-                         "of its layers when screened): "
-                         + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.deferred.items()))
+                         "of its layers when screened, or not run by the default plan): "
+                         + ", ".join(f"{n} ({'not in the default plan' if math.isnan(r) else f'{r:.2f}x'})"
+                                     for n, r in self.deferred.items()))
         if self.layout is not None:
             lines.append(self.layout.table())
         if math.isfinite(self.latency_before_s):
@@ -281,11 +283,13 @@ def tune_model(
             screen.groups.update(prologue_groups)  # a fused prologue's kernel: one more form of its layer
             before = len(ex.tasks)
             ex, groups = screen.apply(ex)
-            deferred = {t.key: screen.deferred[t.key] for t in ex.tasks if t.key in screen.deferred}
+            deferred = screen.waiting(ex)
+            idle = sum(math.isnan(r) for r in deferred.values())
             progress.stage(f"screening kept {len(ex.tasks)} of {before} tasks ({screen.seconds:.0f} s); the "
                            f"forms of one layer share its term of the scheduler's objective"
-                           + (f"; {len(deferred)} forms {DEFER_RATIO:g}-{PRUNE_RATIO:g}x behind their "
-                              "layers' best skip the warm-up" if deferred else ""))
+                           + (f"; {len(deferred) - idle} forms {DEFER_RATIO:g}-{PRUNE_RATIO:g}x behind their "
+                              f"layers' best and {idle} kernels the default plan does not run skip the "
+                              "warm-up" if deferred else ""))
         else:
             if pipeline == AUTO:
                 progress.stage("choosing the pass pipeline (layout) for the model")

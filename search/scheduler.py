@@ -16,10 +16,11 @@ while it looks able to overtake and then left to the epsilon picks, the workload
 counted twice, and whichever alternative leads (the default template's included) is never starved
 by a sibling. A group of one is exactly the task of old.
 
-Deferred alternatives (`deferred`: task indices) skip the warm-up: a form whose default schedule
+Deferred tasks (`deferred`: task indices) skip the warm-up: a form whose default schedule
 already ran well behind its group's fastest (`search.plan_screen`) starts only when the epsilon
-pick draws it, or when its group has no other live member; once it has a figure, the rules above
-apply to it (see `search.plan_screen` for why and where the line is drawn).
+pick draws it, or when its group has no other live member; a deferred task alone in its group (a
+kernel the plan is unlikely to run) likewise waits until no undeferred task is live. Once it has a
+figure, the rules above apply to it (see `search.plan_screen` for why and where the line is drawn).
 """
 
 from __future__ import annotations
@@ -124,10 +125,12 @@ class TaskScheduler:
         return min(ready, key=self.gradient)
 
     def _waits(self, i: int) -> bool:
-        """Whether task i is a deferred alternative not yet started while another member of its group
-        is live."""
-        return (i in self.deferred and not self.tasks[i].trials
-                and any(j != i and j not in self.finished and j not in self.deferred for j in self.groups[i]))
+        """Whether task i is a deferred task not yet started while another member of its group is live
+        and not deferred; a task alone in its group waits for every undeferred task."""
+        if i not in self.deferred or self.tasks[i].trials:
+            return False
+        others = [j for j in self.groups[i] if j != i] or range(len(self.tasks))
+        return any(j != i and j not in self.finished and j not in self.deferred for j in others)
 
     def run(self, tune_round: Callable[[int, int], tuple[int, float]]) -> list[int]:
         """Spend the budget; returns the trials each task received."""

@@ -141,7 +141,8 @@ def test_a_trailing_alternative_does_not_double_its_workloads_budget():
 def test_a_deferred_alternative_waits_for_its_group_but_not_for_ever():
     """A deferred form (screened far behind) skips the warm-up: with no epsilon picks it starts only
     once the other form of its layers is finished; with them, it gets a few rounds and its leader
-    keeps the bulk; a deferred task alone in its group warms up as any other."""
+    keeps the bulk; a deferred task alone in its group (a kernel the plan may not run) waits for
+    every undeferred task."""
     rounds: list[int] = []
     left = {"lead": 3}  # the leader's space runs out after three rounds
 
@@ -163,7 +164,12 @@ def test_a_deferred_alternative_waits_for_its_group_but_not_for_ever():
                            [3e-3, 1e-3, 1e-3])
     assert direct < undeferred[0] and igemm + dense > undeferred[1] + undeferred[2]
     alone = TaskScheduler([1, 1], 32, 16, epsilon=0.0, groups=["conv", "pool"], deferred=[0])
-    assert _simulate(alone, [1e-3, 1e-3]) == [16, 16]
+    assert _simulate(alone, [1e-3, 1e-3]) == [0, 32]
+    rounds.clear()
+    left["lead"] = 2
+    alone = TaskScheduler([1, 1], 16 * 4, 16, epsilon=0.0, groups=["conv", "pool"], deferred=[1])
+    alone.run(tune_round)  # task 0's space runs out after two rounds: then the deferred pool starts
+    assert rounds == [0, 0, 0, 1, 1]
     with pytest.raises(ValueError, match="deferred"):
         TaskScheduler([1, 1], 32, 16, deferred=[2])
 

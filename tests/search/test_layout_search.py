@@ -5,6 +5,7 @@ pipelines; `tune --pipeline plan` runs it after tuning."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import replace
@@ -237,7 +238,9 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
     assert forms <= tuned | screened and not tuned & screened
     (deferred,) = [r for r in result.rows if r.task.key == heaviest[0]]
     assert deferred.new_trials == 0 and sum(r.new_trials for r in result.rows) == 4
-    assert result.deferred == {deferred.task.name: 1.3} and "deferred and never tuned" in result.table()
+    assert result.deferred[deferred.task.name] == 1.3 and "deferred and never tuned" in result.table()
+    # any other deferred task never reached is a kernel the default plan does not run
+    assert all(math.isnan(r) for n, r in result.deferred.items() if n != deferred.task.name)
     assert {r.task.template for r in result.rows} & {"conv2d_nchwc", "conv2d_nchw", "conv2d_winograd"}
     assert result.layout is not None and "layout search" in result.table()
     with tuning_db.open(url) as db:

@@ -4,14 +4,21 @@ tasks are reported as skipped, with the reason."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 import autorelay
 import search.layout_costs as layout_costs
-from autorelay.transform.layout_plan import conv_layers
+from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from search.extract import Extraction, ModelTask, Skipped
+from search.fusion_choice import POOLS
 from search.layout_costs import LayerCost
-from search.models import load_model
+from search.models import Model, load_model
+from search.pipeline_choice import prepare_plan
 from search.plan_screen import (
     DEFER_RATIO,
     PRUNE_RATIO,
@@ -20,6 +27,7 @@ from search.plan_screen import (
     decide,
     default_plan_forms,
     layer_forms,
+    plan_kernels,
     trailing_forms,
 )
 
@@ -144,3 +152,52 @@ def test_only_forms_far_behind_their_layers_best_skip_the_final_remeasurement():
     best = [1.0, 0.99 * TRAILING_RATIO, 2.0 * TRAILING_RATIO, 50.0, float("inf"), 3.0]
     # a slow kernel with no alternative (the pool), and a form never measured (inf), are kept
     assert trailing_forms(groups, best) == {2: pytest.approx(2.0 * TRAILING_RATIO)}
+
+
+POOLED_NET = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 16, 16), float32], %w0: Tensor[(16, 3, 3, 3), float32],
+          %w1: Tensor[(16, 16, 3, 3), float32], %w2: Tensor[(10, 1024), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w0, padding=[1, 1], channels=16, kernel_size=[3, 3]));
+  %1 = nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]);
+  %2 = nn.relu(nn.conv2d(%1, %w1, padding=[1, 1], channels=16, kernel_size=[3, 3]));
+  nn.dense(nn.batch_flatten(%2), %w2, units=10)
+}"""
+
+
+def _pooled_net() -> Model:
+    rng = np.random.default_rng(0)
+    mod = autorelay.parse(POOLED_NET)
+    shapes = {"w0": (16, 3, 3, 3), "w1": (16, 16, 3, 3), "w2": (10, 1024)}
+    params = {n: rng.standard_normal(s).astype("float32") for n, s in shapes.items()}
+    return Model("pooled", mod, params, {"x": rng.standard_normal((1, 3, 16, 16)).astype("float32")})
+
+
+def test_plan_kernels_are_the_plans_kernels_under_each_fusion_the_search_times():
+    """The default plan's kernels: its own build's (Relay's rules: a standalone pooling), the
+    pooling run as the first convolution's epilogue, the stem and the classifier with their
+    re-layouts fused; no kernel of the NCHW build but those the layouts share."""
+    model, target = _pooled_net(), autorelay.codegen.resolve_target("llvm -mcpu=haswell", 1)
+    layers = conv_layers(model.mod)
+    blocked = LayoutPlan.uniform(layers, 8, winograd=0)
+    keys = plan_kernels(model, target, blocked)
+    names = {t.key: t.name for p in (blocked, replace(blocked, fusion=POOLS),
+                                     replace(blocked, fusion=FusionPlan.prologues()))
+             for t in prepare_plan(model, target, None, p).extraction.tasks}
+    assert set(names) <= keys
+    assert any("max_pool2d" in n and "conv2d" in n for n in names.values())  # the pooled epilogue
+    assert any(n.endswith(".max_pool2d") for n in names.values())  # Relay's rules: pooled alone
+    assert any("layout_transform" in n and "dense" in n for n in names.values())
+    nchw = {t.key for t in prepare_plan(model, target, None, LayoutPlan.uniform(layers, 0)).extraction.tasks}
+    assert not {k for k in nchw - keys if "conv2d" in k} and nchw - keys
+
+
+def test_kernels_the_default_plan_does_not_run_wait_with_the_deferred_forms():
+    """`waiting`: the deferred conv forms with their ratio, and a kernel outside every layer group
+    (a pooling in another layout) the default plan's builds do not run, as nan; a kernel they run,
+    and a conv form kept warm, are not."""
+    screen = PlanScreen(groups={"x8": frozenset({"a"}), "x16": frozenset({"a"})}, deferred={"x16": 1.3},
+                        primary=frozenset({"x8", "pool8"}))
+    ex = Extraction([_task(k, 1) for k in ("x8", "x16", "pool8", "pool0")], [], 4.0)
+    got = screen.waiting(ex)
+    assert set(got) == {"x16", "pool0"} and got["x16"] == 1.3 and math.isnan(got["pool0"])
+    assert PlanScreen(deferred={"x16": 1.3}).waiting(ex) == {"x16": 1.3}  # no primary set: forms only
