@@ -9,6 +9,10 @@ Ctrl-C (KeyboardInterrupt) stops with nothing lost: `tune_model` marks the run i
 returns the partial result, and running it again resumes — logged trials count toward the
 budget and are never measured twice. The per-task "best" is the interleaved re-measurement of the
 top candidates against the default (`tune_task`'s final pick), not the luckiest search figure.
+
+`pipeline="plan"` tunes the kernels of every form a conv layer may take (screened first:
+`search.plan_screen`), then lets the layout search choose the build, and spends the budget's last
+`PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`).
 """
 
 from __future__ import annotations
@@ -16,13 +20,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.primitive import KernelMemo
-from search.extract import BoundSource, Extraction, ModelTask, Skipped
+from search.extract import BoundSource, Extraction, ModelTask
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
@@ -39,9 +42,10 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
-from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, TRAILING_RATIO, screen_plan_tasks, trailing_forms
+from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
+from search.tune_report import ModelTuneResult, Progress, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -49,122 +53,7 @@ log = logging.getLogger(__name__)
 TUNER_NAMES = {"xgb": "xgb", "random": "random", "grid": "grid", "ga": "genetic", "genetic": "genetic",
                "optuna-tpe": "tpe", "optuna-cmaes": "cmaes", "tpe": "tpe", "cmaes": "cmaes"}
 TUNER_CHOICES = ("xgb", "random", "grid", "ga", "optuna-tpe", "optuna-cmaes")  # what --tuner lists
-
-
-class Progress:
-    """What `tune_model` reports while it works; the CLI prints it. Every method is optional."""
-
-    def tasks(self, tasks: list[ModelTask], skipped: list[Skipped], budget: int, logged: list[int]) -> None:
-        """Extraction done: the tasks, kernels left out, the trial budget and trials already logged."""
-
-    def trials(self, task: int, trials: int, best_s: float, spent: int) -> None:
-        """A batch of `task` finished: its total trials and best cost; `spent` new trials in all."""
-
-    def stage(self, text: str) -> None:
-        """A phase starts (final re-measurement, end-to-end timing)."""
-
-    def final(self, task: int, result: TuneResult) -> None:
-        """`task`'s pick is settled (re-measured interleaved with the default)."""
-
-
-@dataclass
-class TaskRow:
-    """One line of the final table."""
-
-    task: ModelTask
-    trials: int  # distinct configs measured in all (logged before + new)
-    new_trials: int
-    default_s: float  # both re-measured in the same interleaved rounds
-    best_s: float
-    best_search_s: float  # the best figure seen during the search (optimistic under noise)
-    config: Any = None
-    errors: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def speedup(self) -> float:
-        return self.default_s / self.best_s if self.best_s > 0 and math.isfinite(self.best_s) else math.nan
-
-    def gflops(self, seconds: float) -> float:
-        return self.task.flops / seconds / 1e9 if seconds > 0 and math.isfinite(seconds) else math.nan
-
-
-@dataclass
-class ModelTuneResult:
-    model: str
-    target: str  # the tuning target the log files measurements under
-    tuner: str
-    budget: int
-    rows: list[TaskRow]
-    skipped: list[Skipped]
-    run: int | None
-    seconds: float
-    interrupted: bool = False
-    latency_before_s: float = math.nan
-    latency_after_s: float = math.nan
-    max_abs_diff: float = math.nan  # tuned vs default outputs, same inputs
-    source_counts: dict[str, int] = field(default_factory=dict)
-    report: Any = None  # the tuned executable's BuildReport
-    pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
-    layout: Any = None  # pipeline "plan": the layout search's result (`LayoutSearchResult`)
-    trailing: dict[str, float] = field(default_factory=dict)  # not re-measured: name -> times its leader
-    # deferred tasks the budget never reached: name -> times its layers' best when screened (nan: a
-    # kernel the default plan does not run)
-    deferred: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def new_trials(self) -> int:
-        return sum(r.new_trials for r in self.rows)
-
-    @property
-    def speedup(self) -> float:
-        ok = self.latency_after_s > 0 and math.isfinite(self.latency_after_s)
-        return self.latency_before_s / self.latency_after_s if ok else math.nan
-
-    def table(self) -> str:
-        """Per task: occurrences, FLOP share, trials, default vs best (ms, GFLOP/s), speedup."""
-        w = max(30, min(48, max((len(r.task.name) for r in self.rows), default=0)))  # room for @template
-        head = (f"{'task':<{w}} {'n':>2} {'flops%':>6} {'trials':>6} {'default ms':>10} {'GFLOP/s':>8} "
-                f"{'best ms':>9} {'GFLOP/s':>8} {'speedup':>7}")
-        lines = [head, "-" * len(head)]
-        for r in self.rows:
-            t = r.task
-            lines.append(f"{t.name[:w]:<{w}} {t.count:>2} {t.flop_share * 100:>5.1f}% {r.trials:>6} "
-                         f"{_ms(r.default_s):>10} {_num(r.gflops(r.default_s)):>8} {_ms(r.best_s):>9} "
-                         f"{_num(r.gflops(r.best_s)):>8} {_num(r.speedup, 'x'):>7}")
-        for s in self.skipped:
-            lines.append(f"{s.name[:w]:<{w}} {s.count:>2}  not tuned: {s.reason}")
-        lines.append("-" * len(head))
-        lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
-                     f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
-        lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))
-        if self.trailing:
-            lines.append(f"not re-measured (best config more than {TRAILING_RATIO:g}x the best form of its "
-                         "layers; default/best columns are search figures): "
-                         + ", ".join(f"{n} ({r:.2f}x)" for n, r in self.trailing.items()))
-        if self.deferred:
-            lines.append(f"deferred and never tuned (default schedule over {DEFER_RATIO:g}x the best form "
-                         "of its layers when screened, or not run by the default plan): "
-                         + ", ".join(f"{n} ({'not in the default plan' if math.isnan(r) else f'{r:.2f}x'})"
-                                     for n, r in self.deferred.items()))
-        if self.layout is not None:
-            lines.append(self.layout.table())
-        if math.isfinite(self.latency_before_s):
-            lines.append(f"end to end: {self.latency_before_s * 1e3:.3f} ms default -> "
-                         f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "
-                         f"max |tuned - default| = {self.max_abs_diff:.2g}; kernels by source: "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(self.source_counts.items())))
-        if self.interrupted:
-            lines.append("interrupted: every finished measurement is in the log; rerun the same command "
-                         "to resume")
-        return "\n".join(lines)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.4f}" if math.isfinite(s) else "-"
-
-
-def _num(x: float, suffix: str = "") -> str:
-    return f"{x:.2f}{suffix}" if math.isfinite(x) else "-"
+PLAN_RESERVE = 0.2  # the share of a plan tune's budget kept for the chosen build's kernels (`_tune_chosen`)
 
 
 class _Tuning:
@@ -318,9 +207,11 @@ def tune_model(
                                      "tasks": len(ex.tasks), "seed": seed})
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
+        # a plan tune keeps part of the budget for the kernels of the build its layout search picks
+        reserve = round(trials * PLAN_RESERVE) if pipeline == PLAN and choice.plan is None else 0
         try:
-            sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged)), rounds,
-                                  seed=seed, groups=groups,
+            sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged) - reserve),
+                                  rounds, seed=seed, groups=groups,
                                   deferred=[i for i, t in enumerate(ex.tasks) if t.key in deferred])
             for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
                 if st.logged[i]:
@@ -346,6 +237,13 @@ def tune_model(
             layout = search_layout(model, handle, target, threads, memo=memo, tasks=every_form,
                                    workers=build_workers)
             prepared = layout.prepared
+            try:
+                _tune_chosen(st, sched, {t.key for t in prepared.extraction.tasks},
+                             trials - sum(st.logged) - sum(st.new), rounds, seed)
+            except KeyboardInterrupt:
+                interrupted = True
+            untried = {i: r for i, r in untried.items() if st.new[i] == 0}
+            trailing = {i: r for i, r in trailing.items() if st.finals[i] is None}
         result = ModelTuneResult(model.name, str(prepared.target), tuner, trials, st.rows(),
                                  ex.skipped, run, 0.0, interrupted,
                                  pipeline=layout.describe() if layout else choice.describe(), layout=layout,
@@ -368,6 +266,34 @@ def tune_model(
             measurer.close()
         if own:
             handle.close()
+
+
+def _tune_chosen(st: _Tuning, sched: Any, keys: set[str], budget: int, rounds: int, seed: int) -> None:
+    """Spend what is left of a plan tune's budget (`PLAN_RESERVE` of it, and any trials the first
+    scheduler could not place) on the tasks whose kernels the chosen build runs (`keys`), each
+    starting from its progress in `sched`, then re-measure the picks of those that gained trials.
+
+    The first scheduler tunes every form a layer may take before the layout search knows which it
+    will run, and the search may choose a form the budget never reached: in a 1000-trial plan tune
+    of the zoo's Inception (Zen 3) it ran conv2d_9 as F(4x4) in blocks of 8 with a transferred
+    config (104 us), where the per-model tune had tuned the same kernel to 78 us."""
+    from search.scheduler import TaskScheduler
+
+    picked = [i for i, t in enumerate(st.tasks) if t.key in keys]
+    if not picked or budget <= 0:
+        return
+    st.progress.stage(f"tuning the chosen build's {len(picked)} kernels with the last {budget} trials "
+                      f"({sum(1 for i in picked if not sched.tasks[i].trials)} never tuned)")
+    before = list(st.new)
+    finish = TaskScheduler([st.tasks[i].count for i in picked], budget, rounds, seed=seed)
+    for k, i in enumerate(picked):
+        finish.tasks[k].trials[:], finish.tasks[k].best[:] = sched.tasks[i].trials, sched.tasks[i].best
+        if i in sched.finished:
+            finish.finished.add(k)
+    finish.run(lambda k, n: st.one_round(picked[k], n))
+    for i in picked:
+        if st.new[i] > before[i]:
+            st.settle(i)
 
 
 def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo,

@@ -8,7 +8,7 @@ about 11 trials (8 of them its warm-up round) against 42, and the plan lost to t
 at equal budgets (0.97x) although it can choose every layer's form.
 Most of those forms never had a chance: a block of 8 on an AVX-512 host, or direct NCHW where
 Winograd applies, ran 1.4-2.6x slower than the layer's best form with the best config the tuner
-found. Three measures spend the budget where it can change the model's latency:
+found. These measures spend the budget where it can change the model's latency:
 
 * **Screening** (`screen_plan_tasks`): before tuning, the uniform builds (`layout_costs.
   candidate_plans`) are built with default schedules and profiled kernel by kernel, as the

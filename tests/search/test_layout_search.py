@@ -9,6 +9,7 @@ import math
 import random
 from collections import Counter
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ from search.measure import TimingSettings
 from search.models import compile_model, load_model, run_inputs, tuning_target
 from search.pipeline_choice import PLAN, candidates, prepare_plan
 from search.plan_screen import screen_plan_tasks
+from search.scheduler import TaskScheduler
 
 pytestmark = pytest.mark.cpu
 
@@ -230,6 +232,7 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
         return screen
 
     monkeypatch.setattr(model_tuning, "screen_plan_tasks", screen_and_defer)
+    monkeypatch.setattr(model_tuning, "PLAN_RESERVE", 0.0)  # the chosen build's own round: test below
     result = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
                         batch=4, pipeline="plan", compare=False)
     forms = {t.key for t in every.tasks if t.template.startswith("conv2d")}
@@ -250,3 +253,38 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
         assert rec is not None and rec.winner == result.layout.winner
         res = compile_model(model, db, "llvm", threads=1, pipeline="auto")
     assert res.pipeline == result.layout.winner and res.note == ""
+
+
+class _Rounds:
+    """A stand-in for a model tune's state: each round lowers the task's best cost."""
+
+    def __init__(self, tasks: list) -> None:
+        self.tasks, self.new, self.rounds, self.settled = tasks, [0] * len(tasks), [], []
+        self.progress = model_tuning.Progress()
+
+    def one_round(self, i: int, n: int) -> tuple[int, float]:
+        self.rounds.append(i)
+        self.new[i] += n
+        return n, 1e-3 / (1 + self.new[i])
+
+    def settle(self, i: int) -> None:
+        self.settled.append(i)
+
+
+def test_the_reserve_tunes_the_chosen_builds_kernels_never_tuned_first():
+    """After the layout search, the rest of the budget goes to the chosen build's kernels only,
+    each from its progress so far: the chosen form the first scheduler never reached warms up
+    first, a kernel the build does not run gets nothing, and every task that gained trials has
+    its pick re-measured."""
+    tasks = [SimpleNamespace(key=k, count=1) for k in ("tuned", "never", "unused")]
+    sched = TaskScheduler([1, 1, 1], 0, 16)
+    for i in (0, 2):
+        sched.tasks[i].trials.append(16)
+        sched.tasks[i].best.append(2e-3)
+    st = _Rounds(tasks)
+    model_tuning._tune_chosen(st, sched, {"tuned", "never"}, 48, 16, seed=0)
+    assert st.rounds[0] == 1 and 2 not in st.rounds and sum(st.new) == 48
+    assert sorted(st.settled) == sorted(set(st.rounds))
+    st = _Rounds(tasks)
+    model_tuning._tune_chosen(st, sched, {"tuned", "never"}, 0, 16, seed=0)
+    assert not st.rounds and not st.settled
