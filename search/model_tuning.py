@@ -43,6 +43,7 @@ from search.models import (
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
 from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
+from search.scheduler import TaskScheduler
 from search.sharing import SharedLog, lease_seconds
 from search.tune import TuneResult, resume, transfer_from_log, tune_task
 from search.tune_report import ModelTuneResult, Progress, TaskRow
@@ -149,8 +150,6 @@ def tune_model(
         raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(sorted(TUNER_NAMES))}")
     if executor in (None, "local"):  # candidates are timed here: refuse before any is built
         require_host_supports(resolve_target(target, threads), "tuning (candidates are timed on this host)")
-    from search.scheduler import TaskScheduler
-
     progress = progress or Progress()
     memo = KernelMemo()  # the run's builds (screening, layout search, comparison) share kernels
     every_form: list[ModelTask] = []
@@ -268,7 +267,8 @@ def tune_model(
             handle.close()
 
 
-def _tune_chosen(st: _Tuning, sched: Any, keys: set[str], budget: int, rounds: int, seed: int) -> None:
+def _tune_chosen(st: _Tuning, sched: TaskScheduler, keys: set[str], budget: int, rounds: int,
+                 seed: int) -> None:
     """Spend what is left of a plan tune's budget (`PLAN_RESERVE` of it, and any trials the first
     scheduler could not place) on the tasks whose kernels the chosen build runs (`keys`), each
     starting from its progress in `sched`, then re-measure the picks of those that gained trials.
@@ -277,8 +277,6 @@ def _tune_chosen(st: _Tuning, sched: Any, keys: set[str], budget: int, rounds: i
     will run, and the search may choose a form the budget never reached: in a 1000-trial plan tune
     of the zoo's Inception (Zen 3) it ran conv2d_9 as F(4x4) in blocks of 8 with a transferred
     config (104 us), where the per-model tune had tuned the same kernel to 78 us."""
-    from search.scheduler import TaskScheduler
-
     picked = [i for i, t in enumerate(st.tasks) if t.key in keys]
     if not picked or budget <= 0:
         return

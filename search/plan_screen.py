@@ -134,18 +134,24 @@ def screen_plan_tasks(model: Model, target: Target, *, ratio: float = PRUNE_RATI
     blocks = candidate_blocks(target)
     costs = kernel_costs(model, None, target, blocks, repeat=repeat, rounds=rounds, memo=memo,
                          workers=workers)
-    plan = solved_plan(layout_graph(model, costs, blocks, target), costs)[1]
+    plan = default_plan(model, costs, blocks, target)
     screen = decide(costs, layer_forms(costs), ratio, chosen=plan_forms(plan))
     screen.primary = plan_kernels(model, target, plan)
     screen.seconds = time.perf_counter() - t0
     return screen
 
 
+def default_plan(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
+                 target: Target) -> LayoutPlan:
+    """The plan the layout program picks from `costs` (default schedules) and the measured
+    re-layouts between them."""
+    return solved_plan(layout_graph(model, costs, blocks, target), costs)[1]
+
+
 def default_plan_forms(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
                        target: Target) -> dict[str, Form]:
-    """Each conv layer's form in the plan the layout program picks from `costs` (default schedules)
-    and the measured re-layouts between them."""
-    return plan_forms(solved_plan(layout_graph(model, costs, blocks, target), costs)[1])
+    """Each conv layer's form in the default-cost plan (`default_plan`)."""
+    return plan_forms(default_plan(model, costs, blocks, target))
 
 
 def plan_forms(plan: LayoutPlan) -> dict[str, Form]:
@@ -228,5 +234,6 @@ def trailing_forms(groups: list[Hashable], best: list[float]) -> dict[int, float
     return out
 
 
-__all__ = ["DEFER_RATIO", "PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "default_plan_forms",
-           "form_seconds", "layer_forms", "plan_forms", "plan_kernels", "screen_plan_tasks", "trailing_forms"]
+__all__ = ["DEFER_RATIO", "PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "default_plan",
+           "default_plan_forms", "form_seconds", "layer_forms", "plan_forms", "plan_kernels",
+           "screen_plan_tasks", "trailing_forms"]

@@ -31,11 +31,11 @@ from autorelay.op import registry
 from autorelay.op.te_compute import TE_DTYPES, Unsupported
 from autorelay.te import expr as E
 from autorelay.te import tensor as te
+from autorelay.te.nn import GEMM_TAGS
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
 from autorelay.utils.deep import deep
 
 KEEP_TAGS = ("pad", "keep", "winograd_input")  # stages a schedule may want to compute on their own
-GEMM_TAGS = ("dense", "matmul", "batch_matmul")  # `te.nn.matmul`'s reductions
 
 
 class NoCompute(Exception):

@@ -60,6 +60,9 @@ def pad(
     return te.compute(shape, body, name=name, tag="pad", attrs=attrs)
 
 
+GEMM_TAGS = ("dense", "matmul", "batch_matmul")  # the tags `matmul` gives its reductions
+
+
 def dense(data: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:
     """out[..., i, j] = sum_k data[..., i, k] * weight[j, k] (+ bias[j])."""
     if data.ndim < 2 or weight.ndim != 2:

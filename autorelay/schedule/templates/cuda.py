@@ -28,6 +28,7 @@ from autorelay.schedule.templates.base import Template, pattern, register, tile_
 from autorelay.schedule.templates.generic import _outer_fuse
 from autorelay.target import Target
 from autorelay.te.expr import Read
+from autorelay.te.nn import GEMM_TAGS
 from autorelay.te.tensor import ComputeDef, topo_order
 from autorelay.te.traverse import walk
 
@@ -93,7 +94,7 @@ def _gemm(cdef: ComputeDef) -> tuple[int, int, int]:
 
 class CudaDenseTemplate(Template):
     name = "cuda_dense"
-    tags = ("dense", "matmul", "batch_matmul")
+    tags = GEMM_TAGS
     kind = "cuda"
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
