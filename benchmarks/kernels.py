@@ -2,7 +2,7 @@
 NumPy / PyTorch for the same op, timed in the same process, interleaved, median of repeats.
 
     python benchmarks/kernels.py [--threads 2] [--sweep 24]
-        [--only dense,matmul,bmm,conv,depthwise,winograd,pointwise]
+        [--only dense,matmul,bmm,conv,depthwise,winograd,pointwise,pool]
         [--clock cpu]
 
 The machine is shared and noisy, so read the ratio columns: each ratio compares timings taken
@@ -157,6 +157,12 @@ def _torch_conv(x: np.ndarray, w: np.ndarray, s: int, p: int, groups: int = 1):
     return lambda: torch.nn.functional.conv2d(tx, tw, stride=s, padding=p, groups=groups)
 
 
+def _torch_pool(kind: str, x: np.ndarray, k: int, s: int, p: int):
+    tx = torch.from_numpy(x)
+    pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
+    return lambda: pool(tx, k, s, p)
+
+
 def _direct_and_torch(xd, wd, x: np.ndarray, w: np.ndarray, pad: int, target: Target) -> dict[str, Callable]:
     """Baselines of a stride-1 NCHW conv computed another way: the direct NCHW kernel under its
     default schedule, and PyTorch's conv2d when installed."""
@@ -291,11 +297,53 @@ def bench_pointwise(target: Target, n_sweep: int) -> None:
         row(f"pointwise NCHW8c {c}->{oc} {h}x{h}", flops, blocked, arrays, base, target, n_sweep)
 
 
+POOLS = [  # (kind, C, H, window, stride, padding): Inception's pool branch, ResNet's stem, VGG's
+    ("max", 64, 32, 3, 1, 1),
+    ("max", 64, 112, 3, 2, 1),
+    ("max", 64, 224, 2, 2, 0),
+    ("max", 512, 28, 2, 2, 0),
+    ("avg", 256, 28, 3, 1, 1),
+]
+
+
+def _pool_def(kind: str, c: int, h: int, k: int, s: int, p: int, block: int) -> te.ComputeDef:
+    """The pooling op's own compute on NCHW{block}c data."""
+    from autorelay.ir.types import TensorType
+    from autorelay.op.check import infer_op_type
+    from autorelay.op.pool_compute import pool_compute
+    from autorelay.op.registry import get
+
+    name, shape = f"nn.{kind}_pool2d", (1, c // block, h, h, block)
+    attrs = dict(pool_size=k, strides=s, padding=p, layout=f"NCHW{block}c")
+    out_type = infer_op_type(name, [TensorType(shape)], **attrs)
+    x = te.placeholder(shape, name="X")
+    return te.make_def([x], pool_compute(kind == "avg")([x], get(name).make_attrs(attrs), out_type), "pool")
+
+
+def bench_pool(target: Target, n_sweep: int) -> None:
+    """Windowed pooling of NCHW8c data: `pool2d_nchwc` next to the generic reduction template's
+    default schedule (which scheduled these kernels before) and PyTorch's pooling of NCHW data."""
+    from autorelay.schedule.templates.base import templates
+
+    generic = templates()["reduction"]
+    for kind, c, h, k, s, p in POOLS:
+        x = np.random.rand(1, c, h, h).astype(np.float32)
+        cdef = _pool_def(kind, c, h, k, s, p, 8)
+        arrays = [_blocked(x, 8)]
+        steps = generic.steps(cdef, generic.default(cdef, target), target)
+        base: dict[str, Callable] = {"generic": compile_kernel(cdef, steps, target).bind(*arrays)}
+        if torch is not None:
+            base["torch"] = _torch_pool(kind, x, k, s, p)
+        oh = (h + 2 * p - k) // s + 1
+        row(f"{kind}pool NCHW8c {c}x{h}x{h} k{k} s{s}", float(c * oh * oh * k * k), cdef, arrays, base,
+            target, n_sweep)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sweep", type=int, default=24, help="configs sampled per workload besides the default")
-    ap.add_argument("--only", default="dense,matmul,bmm,conv,depthwise,winograd,pointwise")
+    ap.add_argument("--only", default="dense,matmul,bmm,conv,depthwise,winograd,pointwise,pool")
     ap.add_argument("--layouts", default="nchwc,nchw")
     ap.add_argument(
         "--clock",
@@ -332,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
         bench_winograd(target, args.sweep)
     if "pointwise" in only:
         bench_pointwise(target, args.sweep)
+    if "pool" in only:
+        bench_pool(target, args.sweep)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def _load() -> None:
         generic,
         int8,
         pointwise,
+        pool_nchwc,
         winograd,
         winograd_nchwc,
         winograd_nchwc_pool,
@@ -111,6 +112,17 @@ def conv_and_pool(cdef: ComputeDef, tag: str | None = None) -> tuple[Tensor, Ten
     if len(reds) != 1 or reds[0].op.tag not in tags:  # type: ignore[union-attr]
         return None
     return reds[0], out
+
+
+def blocked_window_pool(cdef: ComputeDef) -> bool:
+    """Whether `cdef` pools float32 windows (a 2-d `pool_size`) of NCHW[x]c data on its own:
+    `pool2d_nchwc` schedules such kernels, the generic reduction template the other poolings."""
+    red = pattern(cdef).reduce
+    if red is None or red.op is None or red.op.tag != POOL_TAG or red.ndim != 5:
+        return False
+    window = red.op.attrs.get("pool_size")
+    return (window is not None and len(red.op.reduce_axes) == 2 and red.dtype == "float32"
+            and conv_and_pool(cdef) is None)
 
 
 def tile_waste(size: int, tile: int) -> float:

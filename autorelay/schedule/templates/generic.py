@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, conv_and_pool, pattern, register
+from autorelay.schedule.templates.base import Template, blocked_window_pool, conv_and_pool, pattern, register
 from autorelay.target import Target
 from autorelay.te.expr import Const, Read, Reduce
 from autorelay.te.tensor import ComputeDef, Tensor, topo_order
@@ -131,8 +131,9 @@ class ReductionTemplate(Template):
     def claims(self, cdef: ComputeDef) -> bool:
         """Not a convolution with its pooling epilogue: `conv2d_nchwc_pool` and
         `conv2d_winograd_nchwc_pool` schedule those (this template would inline the convolution
-        into every window that reads it)."""
-        return conv_and_pool(cdef) is None
+        into every window that reads it); nor a float pooling of blocked windows, which
+        `pool2d_nchwc` tiles."""
+        return conv_and_pool(cdef) is None and not blocked_window_pool(cdef)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         return Space(
