@@ -18,7 +18,9 @@ ONNX export of that PyTorch module. By default (`--isolation process`) every bac
 own worker process and they are timed one at a time in alternating blocks of `--block-ms`, the
 order rotating each round (`reproduce/peers.py`): no peer's idle threads share the cores with the
 one being timed. We print each backend's median latency, the 10th-90th percentile of its block
-medians (the spread) and AutoRelay's ratio to each (> 1 means AutoRelay is slower).
+medians (the spread) and AutoRelay's ratio to each (> 1 means AutoRelay is slower); then the ratio
+of AutoRelay's block median to each peer's in the same round, whose median and spread the host's
+drift over minutes does not widen (`reproduce.peers.paired_ratio`).
 `--isolation interleaved` times them call by call in one process instead (the older method, which
 lets peers disturb each other). Columns for PyTorch / ONNX Runtime are skipped when not installed.
 The baselines themselves live in `reproduce/baselines.py` (shared with `autorelay reproduce cnn_comp`);
@@ -216,6 +218,10 @@ def main() -> None:
                    for c in present if c[:-3] + "_spread" in r]
         if spreads:
             print(f"{'':<25}spread: " + ", ".join(spreads))
+        paired = [f"{c[:-3]} {r[c[:-3] + '_paired'][0]:.3f} [{r[c[:-3] + '_paired'][1]:.3f}-"
+                  f"{r[c[:-3] + '_paired'][2]:.3f}]" for c in present if c[:-3] + "_paired" in r]
+        if paired:
+            print(f"{'':<25}AR / peer within each round, median [p10-p90]: " + ", ".join(paired))
         for peer in ("torch", "onnxruntime"):
             if r.get(f"max_abs_diff_{peer}", 0) > 1e-3:
                 print(f"  warning: {r['model']} differs from {peer} by {r[f'max_abs_diff_{peer}']:.2e}")

@@ -315,8 +315,11 @@ def baseline_peers(name: str, options: dict[str, Any], threads: int, log: TextIO
 def peer_figures(timed: dict[str, Any], reference: str = "autorelay", log: TextIO = sys.stderr
                  ) -> dict[str, Any]:
     """Per timed peer: `{peer}_ms` (median), `{peer}_spread` (p10, p90 of block medians) and, for the
-    others, `max_abs_diff_{peer}` against `reference`'s output; a peer that failed to build is one
-    line on `log` and `{peer}_error`."""
+    others, `max_abs_diff_{peer}` against `reference`'s output and `{peer}_paired`, the (median, p10,
+    p90) of `reference`'s latency over the peer's round by round (`peers.paired_ratio`); a peer that
+    failed to build is one line on `log` and `{peer}_error`."""
+    from reproduce.peers import paired_ratio
+
     row: dict[str, Any] = {}
     ours = timed[reference].output if reference in timed else None
     for peer, t in timed.items():
@@ -328,6 +331,8 @@ def peer_figures(timed: dict[str, Any], reference: str = "autorelay", log: TextI
         row[f"{peer}_spread"] = list(t.spread_ms)
         if peer != reference and ours is not None and t.output is not None:
             row[f"max_abs_diff_{peer}"] = float(np.abs(ours - t.output).max())
+        if peer != reference and reference in timed and not timed[reference].error:
+            row[f"{peer}_paired"] = list(paired_ratio(timed[reference], t))
     return row
 
 

@@ -11,6 +11,12 @@ one block of one backend, and the spread of the block medians shows it.
 
     results = time_isolated({"autorelay": make_ours, "torch": make_torch}, rounds=10)
     results["autorelay"].median_ms, results["autorelay"].spread_ms   # (p10, p90) of block medians
+    paired_ratio(results["autorelay"], results["torch"])   # (median, p10, p90) of per-round ratios
+
+The host's speed drifts over minutes (10-30% on the project's shared 2-core machine), which widens
+every peer's spread alike; one round's blocks run within a second or two of each other, so the
+ratio of two peers' block medians in the same round cancels most of the drift. `paired_ratio`
+reports those per-round ratios: the figure to read when two builds differ by a few percent.
 
 A factory is a module-level function (it is sent to the worker by name) returning
 (callable running one inference, its output as a NumPy array).
@@ -36,6 +42,7 @@ Factory = Callable[..., tuple[Callable[[], Any], np.ndarray]]
 class PeerTiming:
     name: str
     block_medians_s: list[float] = field(default_factory=list)
+    block_rounds: list[int] = field(default_factory=list)  # the round of each block median
     calls: list[float] = field(default_factory=list)
     output: np.ndarray | None = None
     error: str = ""
@@ -51,6 +58,17 @@ class PeerTiming:
             return float("nan"), float("nan")
         lo, hi = np.percentile(self.block_medians_s, [10, 90])
         return float(lo) * 1e3, float(hi) * 1e3
+
+
+def paired_ratio(a: PeerTiming, b: PeerTiming) -> tuple[float, float, float]:
+    """(median, p10, p90) of `a`'s block median over `b`'s in each round both were timed (< 1: `a`
+    is faster); NaNs when they share no round."""
+    theirs = dict(zip(b.block_rounds, b.block_medians_s))
+    ratios = [t / theirs[r] for r, t in zip(a.block_rounds, a.block_medians_s) if r in theirs]
+    if not ratios:
+        return float("nan"), float("nan"), float("nan")
+    lo, hi = np.percentile(ratios, [10, 90])
+    return statistics.median(ratios), float(lo), float(hi)
 
 
 def _worker(conn: Any, factory: Factory, args: tuple) -> None:
@@ -125,6 +143,7 @@ def time_isolated(factories: dict[str, tuple[Factory, tuple]], rounds: int = 10,
                     continue
                 out[name].calls.extend(times)
                 out[name].block_medians_s.append(statistics.median(times))
+                out[name].block_rounds.append(r)
     finally:
         for proc, conn in peers.values():
             with contextlib.suppress(OSError):
@@ -146,4 +165,4 @@ def _receive(conn: Any, proc: Any) -> Any:
         raise PeerDied(f"the worker process died (exit code {proc.exitcode})") from None
 
 
-__all__ = ["PeerTiming", "time_isolated"]
+__all__ = ["PeerTiming", "paired_ratio", "time_isolated"]
