@@ -100,3 +100,34 @@ def test_which_pooling_kernels_the_template_takes():
                          strides=(1, 1), padding=(1, 1, 1, 1), layout="NCHW8c")
     int8 = te.make_def([xi], pool_compute(False)([xi], attrs8, out8), "maxpool_int8")
     assert template_for(int8).name == "reduction"
+
+
+def test_a_fused_epilogue_after_the_pooling_is_applied_on_the_way_out():
+    """Relay's rules fuse elementwise consumers into a pooling: the kernel's output is then the
+    epilogue (here a per-channel shift and a ReLU), the pooling its reduction."""
+    from autorelay.te import expr as E
+
+    target = resolve_target(WIDTHS["avx2"])
+    case = CASES[1]
+    inner = pool_def("avg", (1, 16, 9, 11), case, 8)
+    pooled = inner.output
+    shift = te.placeholder((1, 2, 1, 1, 8), name="B")
+    zero = E.const(0.0, "float32")
+
+    def relu(n, c, y, x, v):
+        return E.maximum(pooled[n, c, y, x, v] + shift[n, c, 0, 0, v], zero)
+
+    out = te.compute(pooled.shape, relu, name="relu")
+    cdef = te.make_def([*inner.inputs, shift], out, "avgpool_relu")
+    tmpl = template_for(cdef)
+    assert tmpl.name == "pool2d_nchwc"
+    kernels = [compile_kernel(cdef, cfg, target) for cfg in sampled_configs(tmpl, cdef, target, 3)]
+    run_here_or_skip(target)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 16, 9, 11)).astype("float32")
+    b = rng.standard_normal((1, 16, 1, 1)).astype("float32")
+    k, s, pad, dil, ceil, include_pad = case
+    want = np.maximum(naive_pool(x, "avg", k, s, pad, dil, ceil, include_pad) + b, 0).astype("float32")
+    for kern in kernels:
+        got = kern.run(blocked(x, 8), blocked(b, 8))
+        np.testing.assert_allclose(got, blocked(want, 8), rtol=1e-5, atol=1e-6)
