@@ -25,6 +25,7 @@ import autorelay
 from autorelay.frontend import zoo
 from autorelay.ir.expr import Call, Constant, Op, Tuple, TupleGetItem, Var
 from autorelay.ir.visitor import post_order
+from reproduce.peers import paired_ratio
 
 Arrays = dict[str, np.ndarray]
 Runner = tuple[Callable[[], Any], np.ndarray]
@@ -318,8 +319,6 @@ def peer_figures(timed: dict[str, Any], reference: str = "autorelay", log: TextI
     others, `max_abs_diff_{peer}` against `reference`'s output and `{peer}_paired`, the (median, p10,
     p90) of `reference`'s latency over the peer's round by round (`peers.paired_ratio`); a peer that
     failed to build is one line on `log` and `{peer}_error`."""
-    from reproduce.peers import paired_ratio
-
     row: dict[str, Any] = {}
     ours = timed[reference].output if reference in timed else None
     for peer, t in timed.items():
