@@ -218,8 +218,8 @@ def main() -> None:
                    for c in present if c[:-3] + "_spread" in r]
         if spreads:
             print(f"{'':<25}spread: " + ", ".join(spreads))
-        paired = [f"{c[:-3]} {r[c[:-3] + '_paired'][0]:.3f} [{r[c[:-3] + '_paired'][1]:.3f}-"
-                  f"{r[c[:-3] + '_paired'][2]:.3f}]" for c in present if c[:-3] + "_paired" in r]
+        pairs = {c[:-3]: r[c[:-3] + "_paired"] for c in present if c[:-3] + "_paired" in r}
+        paired = [f"{peer} {med:.3f} [{lo:.3f}-{hi:.3f}]" for peer, (med, lo, hi) in pairs.items()]
         if paired:
             print(f"{'':<25}AR / peer within each round, median [p10-p90]: " + ", ".join(paired))
         for peer in ("torch", "onnxruntime"):

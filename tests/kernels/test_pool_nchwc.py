@@ -38,17 +38,18 @@ def blocked(x: np.ndarray, b: int) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
 
 
-def pool_def(kind: str, shape: tuple[int, ...], case, block: int):
-    """The op's compute for an NCHW{block}c input of NCHW `shape`."""
+def pool_def(kind: str, shape: tuple[int, ...], case, block: int | None, dtype: str = "float32"):
+    """The op's compute for an input of NCHW `shape`, in blocks of `block` channels (None: NCHW)."""
     k, s, pad, dil, ceil, include_pad = case
-    attrs = dict(pool_size=k, strides=s, padding=pad, dilation=dil, ceil_mode=ceil, layout=f"NCHW{block}c")
+    attrs = dict(pool_size=k, strides=s, padding=pad, dilation=dil, ceil_mode=ceil,
+                 layout=f"NCHW{block}c" if block else "NCHW")
     if kind == "avg":
         attrs["count_include_pad"] = include_pad
     name = f"nn.{kind}_pool2d"
     n, c, h, w = shape
-    in_shape = (n, c // block, h, w, block)
-    out_type = infer_op_type(name, [TensorType(in_shape)], **attrs)
-    x = te.placeholder(in_shape, name="X")
+    in_shape = (n, c // block, h, w, block) if block else shape
+    out_type = infer_op_type(name, [TensorType(in_shape, dtype)], **attrs)
+    x = te.placeholder(in_shape, dtype=dtype, name="X")
     out = pool_compute(kind == "avg")([x], get(name).make_attrs(attrs), out_type)
     return te.make_def([x], out, f"{kind}pool")
 
@@ -82,24 +83,12 @@ def test_blocked_pooling_matches_the_naive_loop_under_sampled_configs(case, kind
 
 
 def test_which_pooling_kernels_the_template_takes():
-    """Float windows of blocked data only: NCHW pooling, integer max pooling and global pooling
-    stay with the generic reduction template, which no longer offers itself for blocked windows."""
-    case = CASES[0]
-    cdef = pool_def("max", (1, 16, 9, 9), case, 8)
-    assert template_choices(cdef) == ["pool2d_nchwc"]
-    x = te.placeholder((1, 16, 9, 9), name="X")
-    attrs = get("nn.max_pool2d").make_attrs(dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1)))
-    out_type = infer_op_type("nn.max_pool2d", [TensorType((1, 16, 9, 9))], pool_size=(3, 3), strides=(1, 1),
-                             padding=(1, 1, 1, 1))
-    nchw = te.make_def([x], pool_compute(False)([x], attrs, out_type), "maxpool")
-    assert template_for(nchw).name == "reduction"
-    xi = te.placeholder((1, 2, 9, 9, 8), dtype="int8", name="X")
-    attrs8 = get("nn.max_pool2d").make_attrs(dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1),
-                                                  layout="NCHW8c"))
-    out8 = infer_op_type("nn.max_pool2d", [TensorType((1, 2, 9, 9, 8), "int8")], pool_size=(3, 3),
-                         strides=(1, 1), padding=(1, 1, 1, 1), layout="NCHW8c")
-    int8 = te.make_def([xi], pool_compute(False)([xi], attrs8, out8), "maxpool_int8")
-    assert template_for(int8).name == "reduction"
+    """Float windows of blocked data only: NCHW pooling and integer max pooling stay with the
+    generic reduction template, which no longer offers itself for blocked float windows."""
+    shape, case = (1, 16, 9, 9), CASES[0]
+    assert template_choices(pool_def("max", shape, case, 8)) == ["pool2d_nchwc"]
+    assert template_for(pool_def("max", shape, case, None)).name == "reduction"
+    assert template_for(pool_def("max", shape, case, 8, "int8")).name == "reduction"
 
 
 def test_a_fused_epilogue_after_the_pooling_is_applied_on_the_way_out():
