@@ -120,6 +120,74 @@ def test_parked_workers_sleep_at_once_and_come_back(monkeypatch):
     T.park_all()
 
 
+
+def _rendezvous_job() -> int:
+    """The address of `rendezvous` (below), JIT-compiled: a job that finishes only when a second
+    thread runs it. The caller takes the first ticket and waits for another thread to take the
+    second; after `_GIVE_UP` loads it gives up and records that nobody came (`flags[1] == 0`)."""
+    import llvmlite.binding as llvm
+
+    from autorelay.codegen.llvm.host import init_llvm
+
+    init_llvm()
+    mod = llvm.parse_assembly(_RENDEZVOUS_IR)
+    mod.triple = llvm.get_process_triple()
+    machine = llvm.Target.from_triple(mod.triple).create_target_machine()
+    engine = llvm.create_mcjit_compiler(mod, machine)
+    engine.finalize_object()
+    _ENGINES.append(engine)  # the code lives as long as the engine
+    return engine.get_function_address("rendezvous")
+
+
+_ENGINES: list = []
+
+
+def _met(workers: T.Team, job: int) -> bool:
+    """Run the rendezvous on `workers`: whether a worker joined the caller."""
+    flags = (ctypes.c_int64 * 2)(0, 0)
+    workers.run(job, ctypes.addressof(flags), 2, 1)
+    return flags[1] == 1
+
+
+def test_a_sleeping_worker_joins_the_call_that_woke_it():
+    """The worker is asleep when the call starts, so it must join the call already under way (a
+    protocol that only hands jobs to workers spinning at the start left long kernels on one
+    thread)."""
+    job = _rendezvous_job()
+    # a team of its own: the process's team may be busy with another thread's kernel (a tuner's
+    # measurement an earlier test left running), and a busy team runs a call on its caller alone
+    workers = T.Team(1, T.team(1).native)
+    workers.park()
+    deadline = time.monotonic() + 10
+    while workers.words[T.LINE] != T.SLEEPING:
+        assert time.monotonic() < deadline, "the parked worker kept spinning"
+        time.sleep(0.001)
+    assert _met(workers, job), "the caller ran the whole job alone: the woken worker never joined it"
+
+
+def test_a_worker_falling_asleep_as_a_call_starts_still_joins_it(monkeypatch):
+    """The lost wake-up: a caller finds a worker spinning, so it does not wake it, and the worker
+    then runs out of idle spins before the job opens and sleeps through the call; or a worker the
+    caller woke finds no job open yet and runs out of spins again. Here the caller pauses between
+    looking at the workers and opening the job (as a preempted caller does) for longer than a
+    worker's idle spins last, so without a guard both happen on nearly every call. A caller marks
+    its call pending before it looks at the workers, and a worker does not sleep through it."""
+    monkeypatch.setattr(T, "SPIN_LIMIT", 1 << 8)
+    job = _rendezvous_job()
+    workers = T.Team(1, T.team(1).native)
+    look = workers._wake_sleepers
+
+    def look_then_stall() -> None:
+        look()
+        time.sleep(0.002)
+
+    monkeypatch.setattr(workers, "_wake_sleepers", look_then_stall)
+    for call in range(30):
+        assert _met(workers, job), f"call {call}: the worker slept through it"
+    workers.park()
+
+
+_GIVE_UP = 1_000_000_000
 _RENDEZVOUS_IR = """
 define void @rendezvous(ptr %flags, ptr %next, i64 %extent, i64 %grain) {
 entry:
@@ -134,7 +202,7 @@ wait:
   %seen = load atomic i64, ptr %flags seq_cst, align 8
   %i1 = add i64 %i, 1
   %met = icmp ne i64 %seen, 0
-  %give_up = icmp sgt i64 %i1, 4000000000
+  %give_up = icmp sgt i64 %i1, GIVE_UP
   %stop = or i1 %met, %give_up
   br i1 %stop, label %done, label %wait
 done:
@@ -143,33 +211,4 @@ done:
   store i64 %met64, ptr %ok, align 8
   ret void
 }
-"""
-
-
-def test_a_sleeping_worker_joins_the_call_that_woke_it():
-    """A job that finishes only when a second thread runs it: the caller takes the first ticket and
-    waits for another thread to take the second. The worker is asleep when the call starts, so it
-    must join the call already under way (a protocol that only hands jobs to workers spinning at
-    the start left long kernels on one thread)."""
-    import llvmlite.binding as llvm
-
-    from autorelay.codegen.llvm.host import init_llvm
-
-    init_llvm()
-    mod = llvm.parse_assembly(_RENDEZVOUS_IR)
-    mod.triple = llvm.get_process_triple()
-    machine = llvm.Target.from_triple(mod.triple).create_target_machine()
-    engine = llvm.create_mcjit_compiler(mod, machine)
-    engine.finalize_object()
-    job = engine.get_function_address("rendezvous")
-    # a team of its own: the process's team may be busy with another thread's kernel (a tuner's
-    # measurement an earlier test left running), and a busy team runs a call on its caller alone
-    workers = T.Team(1, T.team(1).native)
-    workers.park()
-    deadline = time.monotonic() + 10
-    while workers.words[T.LINE] != T.SLEEPING:
-        assert time.monotonic() < deadline, "the parked worker kept spinning"
-        time.sleep(0.001)
-    flags = (ctypes.c_int64 * 2)(0, 0)
-    workers.run(job, ctypes.addressof(flags), 2, 1)
-    assert flags[1] == 1, "the caller ran the whole job alone: the woken worker never joined it"
+""".replace("GIVE_UP", str(_GIVE_UP))

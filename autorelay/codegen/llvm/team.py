@@ -31,6 +31,19 @@ tuner, which times a freshly built kernel, measured every such kernel on one thr
 
 Status words (one per worker, own cache line): SLEEPING 0 -> SPINNING 1 when woken -> SLEEPING 0 by
 the worker's compare-and-swap once idle too long or parked; the caller wakes every sleeping worker.
+
+Waking without losing a worker. The caller looks at the status words before it opens the job (the
+wake needs Python), so a worker it saw spinning could run out of idle spins in between and sleep
+through the call, and a worker it woke could come up, find nothing open yet and sleep again: the
+call then ran on fewer threads (and a rendezvous test failed under load). So the caller first
+*announces* the call (`PENDING` in the park word, sequentially consistent, before it reads the
+status words), `team_run` withdraws the announcement once the job is open, and a worker:
+* does not count idle spins towards sleep while a call is pending;
+* after its compare-and-swap to SLEEPING, reads the park word and `open` once more, and if a call is
+  pending or a new job open (the caller may have read its status just before the swap), returns to
+  SPINNING and joins.
+Either the caller's read of the status word follows the worker's swap (it sees SLEEPING and wakes
+it) or precedes it, and then the announcement precedes the worker's re-read.
 """
 
 from __future__ import annotations
@@ -44,190 +57,20 @@ import llvmlite.binding as llvm
 
 from autorelay.codegen.llvm.host import init_llvm
 from autorelay.codegen.llvm.parallel import END, LINE, NEXT
+from autorelay.codegen.llvm.team_ir import (
+    _PARK,
+    _THREADS,
+    PARKED,
+    PENDING,
+    RECORD,
+    SLEEPING,
+    SPINNING,
+    program_ir,
+    team_ir,
+)
 
-SLEEPING, SPINNING = 0, 1
 MAX_WORKERS = 63  # a bound on the team's size, not on the protocol
 SPIN_LIMIT = 1 << 17  # idle spins before a worker sleeps (~3 ms on the 2-core Zen 3 host)
-# the job header, line 0: fn, argv, threads (workers + 1), extent, grain, park, open, active;
-# worker w's status: line w + 1; thread r's home range (the claim block): line threads + r
-_FN, _ARGV, _THREADS, _EXTENT, _GRAIN, _PARK, _OPEN, _ACTIVE = range(8)
-
-
-RECORD = 4  # i64 words of a program record: job thunk, argv, extent, grain
-
-
-def _program_ir() -> str:
-    """`i64 @team_program(ptr %team, ptr %records, i64 %start, i64 %n, i64 %alone)`: run records
-    start .. n-1 in order (see `Team.run_program`). A record with an extent above 1 runs on the
-    team (`team_run`) unless `alone`; any other (a serial segment: extent 0) runs on the caller
-    with a claim block of one range. Before a team record other than the first, a worker found
-    asleep stops the program there: it returns that record's index, for the caller to wake the
-    worker (which needs Python) and go on from it. Returns n once every record has run."""
-    return f"""
-define i64 @team_program(ptr %team, ptr %records, i64 %start, i64 %n, i64 %alone) {{
-entry:
-  %one = alloca [{LINE} x i64], align 64
-  %endone = getelementptr i64, ptr %one, i64 {END}
-  %nextone = getelementptr i64, ptr %one, i64 {NEXT}
-  %solo = icmp ne i64 %alone, 0
-  %tp = getelementptr i64, ptr %team, i64 {_THREADS}
-  br label %loop
-loop:
-  %i = phi i64 [%start, %entry], [%i1, %next]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %record, label %done
-record:
-  %base = mul i64 %i, {RECORD}
-  %jp = getelementptr i64, ptr %records, i64 %base
-  %job = load ptr, ptr %jp, align 8
-  %ap = getelementptr i64, ptr %jp, i64 1
-  %argv = load ptr, ptr %ap, align 8
-  %ep = getelementptr i64, ptr %jp, i64 2
-  %ext = load i64, ptr %ep, align 8
-  %gp = getelementptr i64, ptr %jp, i64 3
-  %gr = load i64, ptr %gp, align 8
-  %par = icmp sgt i64 %ext, 1
-  %shared = select i1 %solo, i1 false, i1 %par
-  br i1 %shared, label %check, label %caller
-check:
-  %first = icmp eq i64 %i, %start
-  br i1 %first, label %onteam, label %scan
-scan:
-  %tn = load i64, ptr %tp, align 8
-  br label %look
-look:
-  %w = phi i64 [1, %scan], [%w1, %awake]
-  %scanned = icmp sge i64 %w, %tn
-  br i1 %scanned, label %onteam, label %status
-status:
-  %sidx = mul i64 %w, {LINE}
-  %sp = getelementptr i64, ptr %team, i64 %sidx
-  %st = load atomic i64, ptr %sp monotonic, align 8
-  %asleep = icmp eq i64 %st, {SLEEPING}
-  br i1 %asleep, label %stop, label %awake
-awake:
-  %w1 = add i64 %w, 1
-  br label %look
-stop:
-  ret i64 %i
-onteam:
-  call void @team_run(ptr %team, ptr %job, ptr %argv, i64 %ext, i64 %gr)
-  br label %next
-caller:
-  store i64 0, ptr %nextone, align 8
-  store i64 %ext, ptr %endone, align 8
-  call void %job(ptr %argv, ptr %one, i64 1, i64 0, i64 %ext, i64 %gr)
-  br label %next
-next:
-  %i1 = add i64 %i, 1
-  br label %loop
-done:
-  ret i64 %n
-}}
-"""
-
-
-def _team_ir(pause: str) -> str:
-    status = (f"  %sw = add i64 %w, 1\n  %sidx = mul i64 %sw, {LINE}\n"
-              "  %st = getelementptr i64, ptr %team, i64 %sidx\n")
-    header = "\n".join(
-        f"  %{n}p = getelementptr i64, ptr %team, i64 {i}"
-        for n, i in (("fn", _FN), ("argv", _ARGV), ("threads", _THREADS), ("ext", _EXTENT), ("grain", _GRAIN),
-                     ("park", _PARK), ("open", _OPEN), ("active", _ACTIVE))
-    ) + (  # the claim block (`parallel`) follows the header and status lines
-        f"\n  %tn = load i64, ptr %threadsp, align 8\n  %cbase = mul i64 %tn, {LINE}\n"
-        "  %claims = getelementptr i64, ptr %team, i64 %cbase"
-    )
-    return f"""
-define void @team_worker(ptr %team, i64 %w, i64 %limit) {{
-entry:
-{status}{header}
-  store atomic i64 {SPINNING}, ptr %st release, align 8
-  br label %loop
-loop:
-  %spins = phi i64 [0, %entry], [0, %run], [%spins, %leave], [%spins1, %idle], [0, %sleep]
-  %last = phi i64 [0, %entry], [%o, %run], [%last, %leave], [%last, %idle], [%last, %sleep]
-  %o = load atomic i64, ptr %openp acquire, align 8
-  %isopen = icmp sgt i64 %o, 0
-  %fresh = icmp ne i64 %o, %last
-  %new = and i1 %isopen, %fresh
-  br i1 %new, label %join, label %check
-join:
-  %a0 = atomicrmw add ptr %activep, i64 1 seq_cst, align 8
-  %o2 = load atomic i64, ptr %openp seq_cst, align 8
-  %same = icmp eq i64 %o2, %o
-  br i1 %same, label %run, label %leave
-run:
-  %fn = load ptr, ptr %fnp, align 8
-  %argv = load ptr, ptr %argvp, align 8
-  %ext = load i64, ptr %extp, align 8
-  %gr = load i64, ptr %grainp, align 8
-  call void %fn(ptr %argv, ptr %claims, i64 %tn, i64 %sw, i64 %ext, i64 %gr)
-  %a1 = atomicrmw sub ptr %activep, i64 1 release, align 8
-  br label %loop
-leave:
-  %a2 = atomicrmw sub ptr %activep, i64 1 release, align 8
-  br label %loop
-check:
-  %pk = load atomic i64, ptr %parkp monotonic, align 8
-  %nap = icmp ne i64 %pk, 0
-  br i1 %nap, label %sleep, label %count
-count:
-  %spins1 = add i64 %spins, 1
-  %more = icmp slt i64 %spins1, %limit
-  br i1 %more, label %idle, label %sleep
-idle:
-{pause}
-  br label %loop
-sleep:
-  %r = cmpxchg ptr %st, i64 {SPINNING}, i64 {SLEEPING} acq_rel acquire, align 8
-  %slept = extractvalue {{ i64, i1 }} %r, 1
-  br i1 %slept, label %out, label %loop
-out:
-  ret void
-}}
-
-define void @team_run(ptr %team, ptr %job, ptr %argvv, i64 %extent, i64 %grain) {{
-entry:
-{header}
-  store ptr %job, ptr %fnp, align 8
-  store ptr %argvv, ptr %argvp, align 8
-  store i64 %extent, ptr %extp, align 8
-  store i64 %grain, ptr %grainp, align 8
-  br label %init
-init:
-  %r = phi i64 [0, %entry], [%r1, %init]
-  %line = mul i64 %r, {LINE}
-  %nextr = getelementptr i64, ptr %claims, i64 %line
-  %endr = getelementptr i64, ptr %nextr, i64 {END}
-  %lo0 = mul i64 %r, %extent
-  %lo = sdiv i64 %lo0, %tn
-  %r1 = add i64 %r, 1
-  %hi0 = mul i64 %r1, %extent
-  %hi = sdiv i64 %hi0, %tn
-  store i64 %lo, ptr %nextr, align 8
-  store i64 %hi, ptr %endr, align 8
-  %filled = icmp sge i64 %r1, %tn
-  br i1 %filled, label %go, label %init
-go:
-  %closed = load i64, ptr %openp, align 8
-  %gen = sub i64 1, %closed
-  store atomic i64 %gen, ptr %openp seq_cst, align 8
-  call void %job(ptr %argvv, ptr %claims, i64 %tn, i64 0, i64 %extent, i64 %grain)
-  %shut = sub i64 0, %gen
-  store atomic i64 %shut, ptr %openp seq_cst, align 8
-  br label %wait
-wait:
-  %n = load atomic i64, ptr %activep seq_cst, align 8
-  %busy = icmp ne i64 %n, 0
-  br i1 %busy, label %relax, label %done
-relax:
-{pause}
-  br label %wait
-done:
-  ret void
-}}
-"""
 
 
 class _Native:
@@ -239,7 +82,7 @@ class _Native:
         x86 = triple.startswith(("x86_64", "i686"))
         pause = "  call void @llvm.x86.sse2.pause()" if x86 else ""
         decl = "declare void @llvm.x86.sse2.pause()\n" if x86 else ""
-        mod = llvm.parse_assembly(decl + _team_ir(pause) + _program_ir())
+        mod = llvm.parse_assembly(decl + team_ir(pause) + program_ir())
         mod.triple = triple
         mod.verify()
         machine = llvm.Target.from_triple(triple).create_target_machine(opt=2)
@@ -251,6 +94,8 @@ class _Native:
         self.run = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64)(run)
         program = self.engine.get_function_address("team_program")
         self.program = ctypes.CFUNCTYPE(i64, ptr, ptr, i64, i64, i64)(program)
+        announce = self.engine.get_function_address("team_announce")
+        self.announce = ctypes.CFUNCTYPE(i64, ptr)(announce)
 
 
 _NATIVE: _Native | None = None
@@ -301,11 +146,10 @@ class Team:
             run_alone(job, argv, extent, grain)
             return
         try:
-            if self.words[_PARK]:
-                self.words[_PARK] = 0
             self._wake_sleepers()
             self.native.run(self.addr, job, argv, extent, grain)
         finally:
+            self._withdraw()
             self.busy.release()
 
     def run_program(self, records: int, n: int) -> None:
@@ -317,25 +161,33 @@ class Team:
             self.native.program(self.addr, records, 0, n, 1)
             return
         try:
-            if self.words[_PARK]:
-                self.words[_PARK] = 0
             done = 0
             while done < n:
                 self._wake_sleepers()
                 done = self.native.program(self.addr, records, done, n, 0)
         finally:
+            self._withdraw()
             self.busy.release()
 
     def _wake_sleepers(self) -> None:
-        for w in range(self.workers):  # a sleeping worker joins the running job once it wakes
-            if self.words[LINE * (w + 1)] == SLEEPING:
+        """Announce a call (`team_announce`) and wake the workers asleep: a sleeping worker joins
+        the running job once it is up."""
+        asleep = self.native.announce(self.addr)
+        for w in range(self.workers):
+            if asleep >> w & 1:
                 self.wake[w].set()
+
+    def _withdraw(self) -> None:
+        """Withdraw an announcement no job withdrew (a program without team records, an exception):
+        left standing, it would keep the workers from ever going to sleep."""
+        if self.words[_PARK] == PENDING:
+            self.words[_PARK] = 0
 
     def park(self) -> None:
         """Send spinning workers to sleep now rather than after SPIN_LIMIT (the next call wakes
         them): a benchmark parks them before timing another library, so that library does not
         share its cores with our idle spinners."""
-        self.words[_PARK] = 1
+        self.words[_PARK] = PARKED
 
 
 def _native_locked() -> _Native:
@@ -379,3 +231,6 @@ def _forget_teams() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_teams)
+
+__all__ = ["MAX_WORKERS", "PARKED", "PENDING", "RECORD", "SLEEPING", "SPINNING", "SPIN_LIMIT", "Team",
+           "park_all", "run_alone", "run_program_alone", "team"]
