@@ -1,4 +1,4 @@
-"""Selection, casting and constant filling: `where`, `cast`, `cast_like`, `clip`,
+"""Selection, casting and constant filling: `where`, `cast`, `cast_like`, `reinterpret`, `clip`,
 `zeros`/`ones`/`full`/`full_like`. Broadcasting to a shape (`broadcast_to`) and the
 shape-polymorphic ops that gradient rules rely on live in `broadcast_like`.
 """
@@ -46,6 +46,8 @@ _TE = {
     "where": lambda ins, a, t: tc.bcast_map(_where, ins, t, "where"),
     "cast": _cast_compute,
     "cast_like": _cast_compute,
+    "reinterpret": lambda ins, a, t: tc.bcast_map(lambda x: E.reinterpret(x, a["dtype"]), ins, t,
+                                                  "reinterpret"),
     "clip": lambda ins, a, t: tc.bcast_map(lambda x: E.minimum(E.maximum(x, E.const(a["a_min"], x.dtype)),
                                                                E.const(a["a_max"], x.dtype)), ins, t, "clip"),
     "zeros": _fill(lambda ins, dt: E.const(0, dt)),
@@ -145,6 +147,36 @@ register(
         reference=lambda attrs, x, like: np.asarray(x).astype(np.asarray(like).dtype),
         gradient=lambda c, g: [call("cast_like", g, c.args[0]), call("zeros_like", c.args[1])],
         doc="convert the element type to that of a second tensor",
+    )
+)
+
+
+# ---- reinterpret ----------------------------------------------------------------------------
+
+
+def _reinterpret_rel(arg_types: list[Type], attrs: Attrs) -> Type:
+    t = tensor_arg("reinterpret", arg_types, 0, "data")
+    dtype = _check_dtype_attr("reinterpret", attrs["dtype"])
+    if dtype == "bool" and t.dtype != "bool":
+        raise rel_error("reinterpret", f"data has dtype {t.dtype}, whose bits cannot be read as bool "
+                                       "(a byte other than 0 or 1 is no bool value)")
+    if E.DTYPE_BITS[t.dtype] != E.DTYPE_BITS[dtype]:
+        raise rel_error("reinterpret", f"data has dtype {t.dtype} ({E.DTYPE_BITS[t.dtype]} bits) but dtype="
+                                       f"{dtype} has {E.DTYPE_BITS[dtype]} bits: the widths must match")
+    return TensorType(t.shape, dtype)
+
+
+register(
+    OpDef(
+        name="reinterpret",
+        compute=_TE.get("reinterpret"),
+        arg_names=("data",),
+        type_rel=_reinterpret_rel,
+        pattern=OpPattern.ELEMWISE,
+        attrs={"dtype": REQUIRED},
+        reference=lambda attrs, x: np.array(x, order="C").view(attrs["dtype"]),
+        doc="read each element's bits as another element type of the same width (ONNX BitCast, "
+            "NumPy's view): no value conversion",
     )
 )
 

@@ -172,8 +172,9 @@ BF16_FUNCS = {"bf16_to_f32": ("uint16", "float32"), "f32_to_bf16": ("float32", "
 
 @dataclass(frozen=True, slots=True)
 class Call(Expr):
-    """A pure math function (see MATH_FUNCS), a bfloat16 conversion (see BF16_FUNCS), or in loop IR
-    the GPU's warp shuffle (`autorelay.tir.nodes.SHFL_DOWN`, which is not pure)."""
+    """A pure math function (see MATH_FUNCS), a bfloat16 conversion (see BF16_FUNCS), a bit
+    reinterpretation (`reinterpret`), or in loop IR the GPU's warp shuffle
+    (`autorelay.tir.nodes.SHFL_DOWN`, which is not pure)."""
 
     name: str
     args: tuple[Expr, ...]
@@ -355,6 +356,27 @@ def call(name: str, *args: Any) -> Expr:
     if not is_float(ex[0].dtype):
         raise TypeError(f"{name}: needs a float argument, got {ex[0].dtype}")
     return Call(name, tuple(ex), ex[0].dtype)
+
+
+REINTERPRET = "reinterpret"
+# the bits of each element type in memory (a bool is a byte)
+DTYPE_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16,
+              "int32": 32, "uint32": 32, "int64": 64, "uint64": 64, "bool": 8}
+
+
+def reinterpret(x: Any, dtype: str) -> Expr:
+    """`x`'s bits read as `dtype`, of the same width: no value conversion (a float's sign, exponent
+    and mantissa become an integer's bits). A bool becomes the byte 0 or 1; nothing becomes a bool
+    (a byte other than 0 or 1 is no bool value)."""
+    x = as_expr(x)
+    if dtype not in DTYPES:
+        raise TypeError(f"unknown dtype {dtype!r}")
+    if dtype == "bool" and x.dtype != "bool":
+        raise TypeError(f"reinterpret: {x.dtype} bits cannot be read as bool")
+    if DTYPE_BITS[x.dtype] != DTYPE_BITS[dtype]:
+        raise TypeError(f"reinterpret: {x.dtype} has {DTYPE_BITS[x.dtype]} bits but {dtype} has "
+                        f"{DTYPE_BITS[dtype]}")
+    return x if x.dtype == dtype else Call(REINTERPRET, (x,), dtype)
 
 
 def all_of(*conds: Expr) -> Expr:

@@ -12,7 +12,8 @@ them in registers (F16C's `vcvtph2ps`), computes in float32 and narrows what it 
 result is still rounded to float16, as NumPy's float16 ops round theirs (the back-to-back casts
 between two ops are kept: they are that rounding). Products and reductions add in float32, as
 ONNX Runtime and PyTorch do on CPUs, where NumPy adds in float16; they are the more accurate.
-`cast` and `cast_like` are left alone: they are the conversions, and code generation emits them.
+`cast` and `cast_like` are left alone: they are the conversions, and code generation emits them;
+so is `reinterpret`, which reads a float16's bits, not its value.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from autorelay.op.registry import call
 from autorelay.transform.pass_base import FunctionPass
 
 NARROW, WIDE = "float16", "float32"
-_CONVERSIONS = ("cast", "cast_like")
+_CONVERSIONS = ("cast", "cast_like", "reinterpret")
 
 
 def has_float16(t: Type | None) -> bool:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from autorelay.codegen.llvm.fastmath import FAST_FUNCS, emit_fast, fast_exp
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, splat, splat_i32
-from autorelay.te.expr import BF16_FUNCS, Call
+from autorelay.te.expr import BF16_FUNCS, REINTERPRET, Call
 
 if TYPE_CHECKING:
     from autorelay.codegen.llvm.exprs import ExprEmitter
@@ -41,6 +41,8 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
     lanes = max(a.lanes for a in args)
     if e.name in BF16_FUNCS:
         return (bf16_to_f32 if e.name == "bf16_to_f32" else f32_to_bf16)(em, args[0])
+    if e.name == REINTERPRET:
+        return reinterpret_bits(em, args[0], e.dtype)
     if lanes:
         args = [em.broadcast(a) for a in args]
     t = em.ty(e.dtype, lanes)
@@ -68,6 +70,14 @@ def emit_call(em: ExprEmitter, e: Call) -> Val:
             vec = em.op(f"insertelement {t} {vec}, {st} {y.ref}, i32 {lane}", e.dtype, lanes).ref
         return Val(vec, e.dtype, lanes)
     return em.intrinsic(_INTRINSIC[e.name], args, e.dtype, lanes)
+
+
+def reinterpret_bits(em: ExprEmitter, x: Val, dtype: str) -> Val:
+    """`x`'s bits as `dtype` (`autorelay.te.expr.reinterpret`): a bitcast, lane for lane; a bool
+    (`i1` in registers) becomes its byte, 0 or 1."""
+    n = x.lanes
+    op = "zext" if x.dtype == "bool" else "bitcast"
+    return em.op(f"{op} {em.ty(x.dtype, n)} {x.ref} to {em.ty(dtype, n)}", dtype, n)
 
 
 def bf16_to_f32(em: ExprEmitter, x: Val) -> Val:

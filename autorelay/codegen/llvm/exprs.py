@@ -30,7 +30,21 @@ from autorelay.codegen.llvm.half import f16_to_f32, f32_to_f16, native_half
 from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.loads import LoadEmitter
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_align, mem_type, splat
-from autorelay.te.expr import BF16_FUNCS, Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
+from autorelay.te.expr import (
+    BF16_FUNCS,
+    REINTERPRET,
+    Bin,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Not,
+    Select,
+    Var,
+    is_float,
+)
 from autorelay.te.traverse import reads_var
 from autorelay.tir.linear_form import Forms
 from autorelay.tir.simplify import simplify
@@ -146,7 +160,7 @@ class ExprEmitter(LoadEmitter):
                 t = self.ty(e.dtype, self.lanes)
                 ramp = "<" + ", ".join(f"{llvm_type(e.dtype)} {coef * k}" for k in range(self.lanes)) + ">"
                 return self.op(f"add {t} {base.ref}, {ramp}", e.dtype, self.lanes)
-        if isinstance(e, Call) and e.name in BF16_FUNCS:  # integer bit arithmetic, lane-parallel
+        if isinstance(e, Call) and (e.name in BF16_FUNCS or e.name == REINTERPRET):  # bits, lane-parallel
             return self._expr(e)
         if _vector_integer(e):
             return self._expr(e)

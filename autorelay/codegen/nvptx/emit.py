@@ -20,14 +20,14 @@ integer and float arithmetic are target-neutral LLVM IR. What differs is here:
 
 from __future__ import annotations
 
-from autorelay.codegen.llvm.calls import bf16_to_f32, f32_to_bf16
+from autorelay.codegen.llvm.calls import bf16_to_f32, f32_to_bf16, reinterpret_bits
 from autorelay.codegen.llvm.emit import SegmentEmitter, segments
 from autorelay.codegen.llvm.loop_shapes import expand_unrolled
 from autorelay.codegen.llvm.values import Val, float_hex, llvm_type, mem_type
 from autorelay.codegen.nvptx.launch import Launch, launch_of
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
-from autorelay.te.expr import BF16_FUNCS, Call, Cmp, Const
+from autorelay.te.expr import BF16_FUNCS, REINTERPRET, Call, Cmp, Const
 from autorelay.tir.nodes import (
     BLOCK_TAGS,
     SHFL_DOWN,
@@ -127,6 +127,8 @@ class KernelEmitter(SegmentEmitter):
         st = llvm_type(e.dtype)
         if e.name in BF16_FUNCS:
             return (bf16_to_f32 if e.name == "bf16_to_f32" else f32_to_bf16)(self, args[0])
+        if e.name == REINTERPRET:
+            return reinterpret_bits(self, args[0], e.dtype)
         if e.name == "sigmoid":
             return self._lanes(lambda xs: self._sigmoid(xs[0], e.dtype), args, e.dtype, lanes)
         if e.name not in LIBDEVICE or e.dtype not in ("float32", "float64"):

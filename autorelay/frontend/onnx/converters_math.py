@@ -118,6 +118,20 @@ def _cast(g: GraphBuilder, node: NodeView) -> Expr:
     return g.call("cast", x, dtype=ONNX_DTYPES[to])
 
 
+@_reg("BitCast")
+def _bitcast(g: GraphBuilder, node: NodeView) -> Expr:
+    to = node.attr("to")
+    if to not in ONNX_DTYPES:
+        raise node.fail(
+            f"bitcast to ONNX element type {to} is not supported (AutoRelay holds "
+            f"{', '.join(sorted(set(ONNX_DTYPES.values())))})"
+        )
+    x = _x(node)
+    if ONNX_DTYPES[to] == g.dtype(x):
+        return x
+    return g.call("reinterpret", x, dtype=ONNX_DTYPES[to])
+
+
 # ---- activations ---------------------------------------------------------------------------
 
 
