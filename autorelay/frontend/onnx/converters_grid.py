@@ -1,8 +1,9 @@
 """GridSample: data read at the positions a grid names (a spatial transformer, a flow warp, a
 deformable layer's sampling), bilinear, nearest or bicubic, with zeros, border or reflection
-padding; and
+padding;
 AffineGrid, the grid a spatial transformer samples at (a batched matrix product of its affine
-matrices with the constant grid of output positions).
+matrices with the constant grid of output positions); and DeformConv, whose taps sample the data
+at learned offsets the same way.
 
 Written with IR ops the compiler already fuses, so no kernel of its own: the grid's coordinates are
 unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1, 4 or 16 taps
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, registrar, required_input
+from autorelay.frontend.onnx.converters_nn import matmul
 from autorelay.ir.expr import Expr
 
 TABLE: dict = {}
@@ -85,7 +87,7 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
     shape, gshape = g.static_shape(x, "X"), g.static_shape(grid, "grid")
     if len(shape) != 4:
         raise node.fail(f"only 4-D (N, C, H, W) data is supported, got shape {shape}")
-    n, c, h, w = shape
+    n, _, h, w = shape
     if len(gshape) != 4 or gshape[0] != n or gshape[3] != 2:
         raise node.fail(f"grid must be (N, H_out, W_out, 2) with N = {n}, got shape {gshape}")
     mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")
@@ -101,7 +103,15 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
         v = g.call("strided_slice", grid, begin=(0, 0, 0, k), end=(n, ho, wo, k + 1))
         return _unnormalize(g, g.call("reshape", v, newshape=(n, 1, ho, wo)), size, align)
 
-    ux, uy = axis(0, w), axis(1, h)
+    return sample_at(g, x, shape, axis(0, w), axis(1, h), _MODES[mode], padding, align)
+
+
+def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], ux: Expr, uy: Expr, mode: str = "bilinear",
+              padding: str = "zeros", align: bool = True) -> Expr:
+    """`x` (N, C, H, W, static `shape`) read at positions `ux`, `uy` (in elements, shaped to
+    broadcast as (N, 1, H_out, W_out)): (N, C, H_out, W_out). `mode` is bilinear, nearest or
+    bicubic; `padding` and `align` say how a position outside the data reads (see `_bounded`)."""
+    n, c, h, w = shape
     flat = g.call("reshape", x, newshape=(n * c * h * w,))
     planes = (np.arange(n).reshape(n, 1, 1, 1) * (c * h * w) + np.arange(c).reshape(1, c, 1, 1) * (h * w))
     base = g.const(planes.astype("int64"))
@@ -119,7 +129,7 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
         value = g.call("take", flat, index, mode="clip")
         return g.call("where", inside, value, g.call("zeros_like", value))
 
-    if _MODES[mode] == "bicubic":  # 4 x 4 taps, each brought inside by the padding mode on its own
+    if mode == "bicubic":  # 4 x 4 taps, each brought inside by the padding mode on its own
         x0, y0 = g.call("floor", ux), g.call("floor", uy)
         wx, wy = _cubic_weights(g, g.call("subtract", ux, x0)), _cubic_weights(g, g.call("subtract", uy, y0))
         total = None
@@ -131,7 +141,7 @@ def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
                 total = term if total is None else g.call("add", total, term)
         return total
     px, py = _bounded(g, ux, w, align, padding), _bounded(g, uy, h, align, padding)
-    if _MODES[mode] == "nearest":  # half to even, as ONNX Runtime's nearbyint
+    if mode == "nearest":  # half to even, as ONNX Runtime's nearbyint
         return tap(g.call("round", px), g.call("round", py))
     x0, y0 = g.call("floor", px), g.call("floor", py)
     one = g.scalar(1.0, px)
@@ -170,3 +180,62 @@ def _affine_grid(g: GraphBuilder, node: NodeView) -> Expr:
     base = g.const(np.ascontiguousarray(np.broadcast_to(base, (n, h * w, 3))).astype(g.dtype(theta)))
     grid = g.call("nn.batch_matmul", base, theta, transpose_a=False, transpose_b=True)  # (N, H*W, 2)
     return g.call("reshape", grid, newshape=(n, h, w, 2))
+
+
+@_reg("DeformConv")
+def _deform_conv(g: GraphBuilder, node: NodeView) -> Expr:
+    """A 2-d convolution whose every tap reads the data at its own learned offset (and, with a
+    mask, scaled): per offset group, the taps' positions (the regular grid plus the offsets) are
+    sampled bilinearly, zero outside the data (`sample_at`, as GridSample with align_corners), into
+    the columns (C x kH x kW rows, one column per output pixel), and each group's weights multiply
+    its columns (`matmul`): im2col with sampled columns, as torchvision computes it."""
+    x, w, offset, bias, mask = _x(node, 0), _x(node, 1), _x(node, 2), node.input(3), node.input(4)
+    shape, (oc, cg, kh, kw) = g.static_shape(x, "X"), g.static_shape(w, "W")
+    if len(shape) != 4:
+        raise node.fail(f"only 2-d deformable convolution is supported (X (N, C, H, W)), got X {shape}")
+    n, c, h, wd = shape
+    group, og = int(node.attr("group", 1)), int(node.attr("offset_group", 1))
+    if list(node.attr("kernel_shape", [kh, kw])) != [kh, kw]:
+        raise node.fail(f"kernel_shape={node.attr('kernel_shape')} does not match W's {(kh, kw)}")
+    if c != cg * group or oc % group or c % og:
+        raise node.fail(f"X has {c} channels and W {(oc, cg, kh, kw)}: with group={group} and "
+                        f"offset_group={og}, X needs group x {cg} channels, divisible by offset_group, and "
+                        "W's first axis must divide by group")
+    sh, sw = node.attr("strides", [1, 1])
+    dh, dw = node.attr("dilations", [1, 1])
+    pt, pl, pb, pr = node.attr("pads", [0, 0, 0, 0])
+    oh, ow = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1, (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    taps = kh * kw
+    if g.static_shape(offset, "offset") != (n, og * taps * 2, oh, ow):
+        raise node.fail(f"offset must be {(n, og * taps * 2, oh, ow)} for X {shape} and W "
+                        f"{(oc, cg, kh, kw)}, got {g.shape(offset)}")
+    if mask is not None and g.static_shape(mask, "mask") != (n, og * taps, oh, ow):
+        raise node.fail(f"mask must be {(n, og * taps, oh, ow)}, got {g.shape(mask)}")
+    ky, kx, oy, ox = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(oh), np.arange(ow), indexing="ij")
+    dtype = g.dtype(x)
+    grid_y = g.const((oy * sh - pt + ky * dh).reshape(1, 1, taps, 1, oh, ow).astype(dtype))
+    grid_x = g.const((ox * sw - pl + kx * dw).reshape(1, 1, taps, 1, oh, ow).astype(dtype))
+    moved = g.call("reshape", offset, newshape=(n, og, taps, 2, oh, ow))  # (dy, dx) per tap
+
+    def component(k: int) -> Expr:
+        return g.call("strided_slice", moved, begin=(0, 0, 0, k, 0, 0), end=(n, og, taps, k + 1, oh, ow))
+
+    ys, xs = g.call("add", grid_y, component(0)), g.call("add", grid_x, component(1))
+    per = c // og
+    columns = []
+    for o in range(og):
+        def at(v: Expr, o: int = o) -> Expr:  # offset group o's positions, as (N, 1, taps x oH, oW)
+            part = g.call("strided_slice", v, begin=(0, o, 0, 0, 0, 0), end=(n, o + 1, taps, 1, oh, ow))
+            return g.call("reshape", part, newshape=(n, 1, taps * oh, ow))
+
+        data = g.call("strided_slice", x, begin=(0, o * per, 0, 0), end=(n, (o + 1) * per, h, wd))
+        sampled = sample_at(g, data, (n, per, h, wd), at(xs), at(ys))  # (N, per, taps x oH, oW)
+        if mask is not None:
+            scale = g.call("strided_slice", mask, begin=(0, o * taps, 0, 0), end=(n, (o + 1) * taps, oh, ow))
+            sampled = g.call("multiply", sampled, g.call("reshape", scale, newshape=(n, 1, taps * oh, ow)))
+        columns.append(sampled)
+    cols = columns[0] if og == 1 else g.call("concatenate", g.tuple(columns), axis=1)
+    cols = g.call("reshape", cols, newshape=(n, group, cg * taps, oh * ow))
+    weights = g.call("reshape", w, newshape=(1, group, oc // group, cg * taps))
+    out = g.call("reshape", matmul(g, weights, cols), newshape=(n, oc, oh, ow))
+    return out if bias is None else g.call("nn.bias_add", out, bias, axis=1)
