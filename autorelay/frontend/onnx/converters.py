@@ -22,6 +22,7 @@ from autorelay.frontend.onnx import (
     converters_resize,
     converters_rnn,
     converters_select,
+    converters_sequence,
     converters_shape,
     converters_signal,
     converters_space,
@@ -51,6 +52,7 @@ for _table in (
     converters_einsum.TABLE,
     converters_loss.TABLE,
     converters_detection.TABLE,
+    converters_sequence.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:

@@ -37,8 +37,10 @@ from autorelay.frontend.onnx.loader import (
     NameTable,
     default_opset,
     input_type,
+    is_sequence_input,
     load_model,
     require_onnx,
+    sequence_input_types,
     tensor_value,
 )
 from autorelay.ir.expr import Expr, Function, Var
@@ -60,7 +62,9 @@ def from_onnx(
 
     `model`: a path, the serialised bytes, or an `onnx.ModelProto`. Weights stored in external data
     files are read from the model's folder (or `base_dir` for a ModelProto / bytes).
-    `shape`: graph input name -> shape, overriding dynamic (or any) dimensions.
+    `shape`: graph input name -> shape, overriding dynamic (or any) dimensions; for an input that
+    is a sequence of tensors, the list of their shapes, which fixes its length: it becomes one
+    parameter per tensor (`converters_sequence`).
     `dtype`: element type of graph inputs that declare none.
     `constants`: graph input name -> value, to embed inputs that ops need statically (a Reshape
     target given as an input); those inputs are then not parameters of `@main`.
@@ -109,6 +113,12 @@ def from_onnx(
             continue  # IR < 4 also lists initializers as inputs
         if vi.name in constants:
             values[vi.name] = g.const(np.asarray(constants[vi.name]))
+            continue
+        if is_sequence_input(vi):  # one parameter per tensor, in order
+            elems = [Var(names.fresh(f"{vi.name}_{k}"), t)
+                     for k, t in enumerate(sequence_input_types(vi, shape.get(vi.name), dtype))]
+            values[vi.name] = g.tuple(elems)
+            input_vars.extend(elems)
             continue
         var = Var(names.fresh(vi.name), input_type(vi, shape.get(vi.name), dtype))
         values[vi.name] = var

@@ -139,16 +139,43 @@ def _external_path(folder: str, name: str, location: str) -> Path:
 
 
 def input_type(vi: Any, override: Sequence[int] | None, default_dtype: str) -> TensorType:
-    tt = vi.type.tensor_type
+    """The type of tensor graph input `vi`, with `override` (from_onnx's `shape=`) for its shape."""
     if not vi.type.HasField("tensor_type"):
-        raise OnnxModelError(f"graph input {vi.name!r} is not a tensor (sequences/maps are unsupported)")
+        kind = vi.type.WhichOneof("value") or "untyped"
+        raise OnnxModelError(f"graph input {vi.name!r} is a {kind.removesuffix('_type')}, not a tensor "
+                             "(tensors and sequences of tensors are supported)")
+    return _tensor_type(vi.name, vi.type.tensor_type, override, default_dtype)
+
+
+def is_sequence_input(vi: Any) -> bool:
+    return vi.type.HasField("sequence_type")
+
+
+def sequence_input_types(vi: Any, override: Sequence[Sequence[int]] | None,
+                         default_dtype: str) -> list[TensorType]:
+    """The types of the tensors of sequence graph input `vi`: a sequence is held as a tuple of its
+    tensors, so its length must be known at import, and `override` (from_onnx's `shape=`) gives it:
+    the shape of each tensor, in order."""
+    elem = vi.type.sequence_type.elem_type
+    if not elem.HasField("tensor_type"):
+        raise OnnxModelError(f"graph input {vi.name!r} is a sequence of {elem.WhichOneof('value')}, not of "
+                             "tensors")
+    if override is None or any(isinstance(d, (int, np.integer)) for d in override):
+        raise OnnxModelError(f"graph input {vi.name!r} is a sequence, whose length the model does not fix: "
+                             f"pass shape={{{vi.name!r}: [shape of each tensor, ...]}} to take it as that "
+                             "many tensors")
+    return [_tensor_type(f"{vi.name}[{k}]", elem.tensor_type, shape, default_dtype)
+            for k, shape in enumerate(override)]
+
+
+def _tensor_type(name: str, tt: Any, override: Sequence[int] | None, default_dtype: str) -> TensorType:
     if tt.elem_type == 0:
         dtype = default_dtype
     elif tt.elem_type in ONNX_DTYPES:
         dtype = ONNX_DTYPES[tt.elem_type]
     else:
         raise OnnxModelError(
-            f"graph input {vi.name!r} has an element type AutoRelay cannot hold (ONNX type {tt.elem_type})"
+            f"graph input {name!r} has an element type AutoRelay cannot hold (ONNX type {tt.elem_type})"
         )
     dims: list = []
     for d in tt.shape.dim:
@@ -163,16 +190,16 @@ def input_type(vi: Any, override: Sequence[int] | None, default_dtype: str) -> T
     if override is not None:
         override = tuple(int(x) for x in override)
         if tt.HasField("shape") and len(override) != len(dims):
-            raise OnnxModelError(f"shape= gives {override} for input {vi.name!r} of rank {len(dims)}")
+            raise OnnxModelError(f"shape= gives {override} for input {name!r} of rank {len(dims)}")
         for have, want in zip(dims, override):
             if isinstance(have, int) and have != want:
                 raise OnnxModelError(
-                    f"shape= gives {override} for input {vi.name!r}, which the model "
+                    f"shape= gives {override} for input {name!r}, which the model "
                     f"declares as {tuple(str(d) for d in dims)}"
                 )
         dims = list(override)
     elif not tt.HasField("shape"):
-        raise OnnxModelError(f"graph input {vi.name!r} declares no shape; pass shape={{{vi.name!r}: …}}")
+        raise OnnxModelError(f"graph input {name!r} declares no shape; pass shape={{{name!r}: …}}")
     return TensorType(tuple(dims), dtype)
 
 

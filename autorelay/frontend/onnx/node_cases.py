@@ -12,6 +12,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,17 +80,24 @@ def cases_testing(ops: frozenset[str] | set[str]) -> list[Case]:
     return out
 
 
-def _read_tensors(folder: Path, prefix: str) -> list[np.ndarray]:
+def _read_tensors(folder: Path, prefix: str, kinds: list[str] | None = None) -> list[Any]:
+    """The case's `prefix` (input/output) values: arrays, or lists of arrays where `kinds` (the
+    graph's declared value kinds, in order) says `sequence_type`."""
     import onnx
     from onnx import numpy_helper
 
-    arrays = []
+    values: list[Any] = []
     files = sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1]))
-    for f in files:
+    for k, f in enumerate(files):
+        if kinds is not None and k < len(kinds) and kinds[k] == "sequence_type":
+            s = onnx.SequenceProto()
+            s.ParseFromString(f.read_bytes())
+            values.append(numpy_helper.to_list(s))
+            continue
         t = onnx.TensorProto()
         t.ParseFromString(f.read_bytes())
-        arrays.append(numpy_helper.to_array(t))
-    return arrays
+        values.append(numpy_helper.to_array(t))
+    return values
 
 
 def run_case(case: Case) -> tuple[bool, str]:
@@ -103,13 +111,14 @@ def run_case(case: Case) -> tuple[bool, str]:
     init = {t.name for t in model.graph.initializer}
     names = [vi.name for vi in model.graph.input if vi.name not in init]
     for vi in list(model.graph.input) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):  # sequences, optionals, maps
+        if vi.type.WhichOneof("value") not in ("tensor_type", "sequence_type"):  # optionals, maps
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 from_onnx(model)  # raises the importer's own error for the non-tensor value
     data = case.path / "test_data_set_0"
-    inputs = _read_tensors(data, "input")
-    expected = _read_tensors(data, "output")
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in init]
+    inputs = _read_tensors(data, "input", [vi.type.WhichOneof("value") for vi in graph_inputs])
+    expected = _read_tensors(data, "output", [vi.type.WhichOneof("value") for vi in model.graph.output])
     feeds = dict(zip(names, inputs))
     constants: dict[str, np.ndarray] = {}
     with warnings.catch_warnings():
@@ -119,7 +128,8 @@ def run_case(case: Case) -> tuple[bool, str]:
                 mod, params = from_onnx(
                     model,
                     constants=constants,
-                    shape={n: v.shape for n, v in feeds.items() if n not in constants},
+                    shape={n: [a.shape for a in v] if isinstance(v, list) else v.shape
+                           for n, v in feeds.items() if n not in constants},
                 )
                 break
             except OnnxStaticValueError as err:
@@ -127,13 +137,23 @@ def run_case(case: Case) -> tuple[bool, str]:
                     raise
                 constants[err.input_name] = feeds[err.input_name]
     typed = autorelay.infer_types(mod)
-    dynamic = [feeds[n] for n in names if n not in constants]  # @main takes the graph inputs first
+    # @main takes the graph inputs first, a sequence as its tensors
+    bound = [feeds[n] for n in names if n not in constants]
+    dynamic = [a for v in bound for a in (v if isinstance(v, list) else [v])]
     args = dynamic + [params[p.name_hint] for p in mod["main"].params[len(dynamic) :]]
     out = autorelay.evaluate(typed, *args)
-    outs = list(out) if isinstance(out, tuple) else [out]
+    outs = list(out) if len(model.graph.output) > 1 else [out]
     if len(outs) != len(expected):
         return False, f"{len(outs)} outputs, expected {len(expected)}"
+    pairs = []
     for i, (got, want) in enumerate(zip(outs, expected)):
+        if isinstance(want, list):  # a sequence: its tensors in order
+            if not isinstance(got, tuple) or len(got) != len(want):
+                return False, f"output {i}: {got!r:.80} for a sequence of {len(want)} tensors"
+            pairs += [(f"{i}[{k}]", g, w) for k, (g, w) in enumerate(zip(got, want))]
+        else:
+            pairs.append((str(i), got, want))
+    for i, got, want in pairs:
         got = np.asarray(got)
         if got.shape != want.shape:
             return False, f"output {i}: shape {got.shape}, expected {want.shape}"
