@@ -9,6 +9,7 @@ from autorelay.frontend.onnx import (
     converters_detection,
     converters_einsum,
     converters_grid,
+    converters_linalg,
     converters_loop,
     converters_loss,
     converters_masks,
@@ -53,6 +54,7 @@ for _table in (
     converters_loss.TABLE,
     converters_detection.TABLE,
     converters_sequence.TABLE,
+    converters_linalg.TABLE,
 ):
     _clash = set(_table) & set(CONVERTERS)
     if _clash:
