@@ -25,12 +25,19 @@ import numpy as np
 
 from autorelay.frontend.onnx import qdq
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView
-from autorelay.frontend.onnx.converters import CONVERTERS
+from autorelay.frontend.onnx.converters import CONVERTERS, SUPPORTED_OPS
 from autorelay.frontend.onnx.errors import (
     OnnxImportError,
     OnnxModelError,
     OnnxNodeError,
     UnsupportedOnnxOpsError,
+)
+from autorelay.frontend.onnx.function_ops import (
+    body_opset,
+    expand,
+    expandable,
+    function_body,
+    type_proto,
 )
 from autorelay.frontend.onnx.loader import (
     DEFAULT_DOMAINS,
@@ -130,7 +137,7 @@ def from_onnx(
             f"shape= names {sorted(unknown)} that are not graph inputs ({[vi.name for vi in graph.input]})"
         )
 
-    _check_supported(graph)
+    _check_supported(onnx, graph, opset)
     declared = {vi.name: vi for vi in list(graph.value_info) + list(graph.output)}
 
     def convert_subgraph(sub: Any, bindings: dict[str, Expr]) -> list[Expr]:
@@ -180,17 +187,18 @@ def converter_key(node: Any) -> str:
     return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
 
-def _check_supported(graph: Any, missing: dict[str, list[str]] | None = None) -> None:
-    """Every op without a converter, in this graph and its subgraphs, reported in one error."""
+def _check_supported(onnx: Any, graph: Any, opset: int, missing: dict[str, list[str]] | None = None) -> None:
+    """Every op without a converter (or a function body to expand, `function_ops`), in this graph
+    and its subgraphs, reported in one error."""
     top = missing is None
     missing = {} if missing is None else missing
     for index, node in enumerate(graph.node):
         key = converter_key(node)
-        if key not in CONVERTERS:
+        if key not in CONVERTERS and not expandable(onnx, node, opset, SUPPORTED_OPS):
             missing.setdefault(key, []).append(f"{node.name or '<unnamed>'} [#{index}]")
         for a in node.attribute:
             if a.HasField("g"):
-                _check_supported(a.g, missing)
+                _check_supported(onnx, a.g, opset, missing)
     if top and missing:
         raise UnsupportedOnnxOpsError(missing)
 
@@ -206,6 +214,9 @@ def _convert_node(
     folder: str | None,
 ) -> None:
     where = f"node #{index} {node.name!r} ({node.op_type})"
+    if converter_key(node) not in CONVERTERS:  # an op ONNX defines as a function: convert its body
+        _convert_function_op(onnx, g, node, index, opset, values, declared, folder, where)
+        return
     inputs: list[Expr | None] = []
     for name in node.input:
         if not name:
@@ -249,6 +260,27 @@ def _convert_node(
         _check_declared(g, name, outs[i], declared.get(name), where)
         g.node = None
         values[name] = outs[i]
+
+
+def _convert_function_op(onnx: Any, g: GraphBuilder, node: Any, index: int, opset: int,
+                         values: dict[str, Expr], declared: dict[str, Any], folder: str | None,
+                         where: str) -> None:
+    """`node` replaced by its ONNX function body (`function_ops`), whose nodes convert in its place."""
+    missing = [name for name in node.input if name and name not in values]
+    if missing:
+        raise OnnxNodeError(where, f"inputs {missing} are not produced by an earlier node")
+    types = [type_proto(onnx, g.type_of(values[name])) if name else None for name in node.input]
+    fn = function_body(onnx, node, opset, types)
+    body = expand(onnx, node, fn)
+    unknown = sorted({converter_key(n) for n in body} - set(CONVERTERS))
+    if unknown:
+        raise OnnxNodeError(where, f"its ONNX function body uses ops without a converter: {unknown}")
+    inner = body_opset(fn, opset)
+    for n in body:
+        _convert_node(onnx, g, n, index, inner, values, declared, folder)
+    for name in node.output:
+        if name and name not in values:
+            raise OnnxNodeError(where, f"its function body does not produce output {name!r}")
 
 
 def _check_declared(g: GraphBuilder, name: str, e: Expr, vi: Any, where: str) -> None:
