@@ -1,6 +1,7 @@
-"""The transformer ops of opset 23: Attention (scaled dot-product attention, with multi-, grouped-
-and multi-query heads, a causal or given mask, softcapping and a key/value cache) and
-RotaryEmbedding (rotary position embedding, halves or interleaved, whole or partial).
+"""The transformer ops of opsets 23-24: Attention (scaled dot-product attention, with multi-, grouped-
+and multi-query heads, a causal or given mask, softcapping and a key/value cache),
+RotaryEmbedding (rotary position embedding, halves or interleaved, whole or partial) and
+TensorScatter (a key/value cache's update).
 
 Both are written with the IR ops the rest of a transformer uses (`nn.batch_matmul`, `nn.softmax`,
 elementwise ops), so the compiler fuses and tunes them like the MatMul/Softmax chains older
@@ -154,3 +155,44 @@ def _rotary_embedding(g: GraphBuilder, node: NodeView) -> Expr:
     if len(shape) == 4:
         return g.call("transpose", rotated, axes=(0, 2, 1, 3))
     return g.call("reshape", rotated, newshape=shape)
+
+
+@_reg("TensorScatter")
+def _tensor_scatter(g: GraphBuilder, node: NodeView) -> Expr:
+    """A key/value cache update: the cache with `update`'s positions along the sequence axis written
+    from each sample's write index (0 without `write_indices`; wrapping around in circular mode).
+    Written as a gather from `update` and a select: cache position j of sample b reads update
+    position j - w[b] (modulo the cache length when circular, the last such position when the
+    update is longer than the cache) where that lies inside the update, the old cache elsewhere."""
+    cache, update, written = _x(node, 0), _x(node, 1), node.input(2)
+    shape, ushape = g.static_shape(cache, "past_cache"), g.static_shape(update, "update")
+    rank = len(shape)
+    axis = int(node.attr("axis", -2))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 < axis < rank:
+        raise node.fail(f"axis={node.attr('axis', -2)} must name a non-batch axis of a rank-{rank} cache")
+    length, steps = shape[axis], ushape[axis]
+    if len(ushape) != rank or any(a != b for k, (a, b) in enumerate(zip(shape, ushape)) if k != axis):
+        raise node.fail(f"update {ushape} must match past_cache {shape} except along axis {axis}")
+    mode = node.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise node.fail(f"mode must be linear or circular, got {mode!r}")
+    along = [1] * rank
+    along[axis] = length
+    position = g.const(np.arange(length, dtype="int64").reshape(along))
+    if written is None:
+        offset = position
+    else:
+        per_sample = (shape[0],) + (1,) * (rank - 1)
+        start = g.call("reshape", g.call("cast", written, dtype="int64"), newshape=per_sample)
+        offset = g.call("subtract", position, start)
+    if mode == "circular":
+        offset = g.call("floor_mod", offset, g.const(np.int64(length)))
+        # the update's last step that lands on this position, when it wraps more than once
+        laps = g.call("floor_divide", g.call("subtract", g.const(np.int64(steps - 1)), offset),
+                      g.const(np.int64(length)))
+        offset = g.call("add", offset, g.call("multiply", laps, g.const(np.int64(length))))
+    inside = g.call("logical_and", g.call("greater_equal", offset, g.const(np.int64(0))),
+                    g.call("less", offset, g.const(np.int64(steps))))
+    index = g.call("broadcast_to", g.call("clip", offset, a_min=0.0, a_max=float(steps - 1)), shape=shape)
+    return g.call("where", inside, g.call("gather", update, index, axis=axis), cache)

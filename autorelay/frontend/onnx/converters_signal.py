@@ -1,4 +1,5 @@
-"""Signal processing: DFT, STFT and the windows (HannWindow, HammingWindow, BlackmanWindow).
+"""Signal processing: DFT, STFT, the windows (HannWindow, HammingWindow, BlackmanWindow) and the mel
+filter bank (MelWeightMatrix, a constant computed at import).
 
 A discrete Fourier transform of static length is a matrix product: the signal, its real and
 imaginary parts interleaved along the last axis as ONNX stores them ([.., n, 2] read as [.., 2n]),
@@ -162,3 +163,43 @@ def _window(g: GraphBuilder, node: NodeView) -> Expr:
     denominator = n if periodic else n - 1
     k = np.arange(n, dtype=np.float64) * (2 * np.pi / denominator) if denominator > 0 else np.zeros(n)
     return g.const((a0 - a1 * np.cos(k) + a2 * np.cos(2 * k)).astype(dtype))
+
+
+@_reg("MelWeightMatrix")
+def _mel_weight_matrix(g: GraphBuilder, node: NodeView) -> Expr:
+    """A constant [dft_length // 2 + 1, num_mel_bins] matrix of triangular filters, computed at
+    import (every input must be static). The band edges are num_mel_bins + 2 points equally spaced
+    on the mel scale, mel(f) = 2595 log10(1 + f / 700), from the lower edge frequency in steps of
+    (mel range) / (num_mel_bins + 2) (so the last falls short of the upper edge), computed in the
+    edges' own float type, each mapped to the spectrogram bin floor((dft_length + 1) f /
+    sample_rate): ONNX's reference implementation, which defines the op's numbers, does so;
+    filter m rises linearly from 0 at edge m to 1 at edge m + 1 and falls to 0 at edge m + 2 (a
+    band whose rising side has no width is a spike of 1 at its centre bin)."""
+    bins, length, rate = (int(_scalar(g, node, i)) for i in range(3))
+    low, high = (_scalar(g, node, i) for i in (3, 4))
+    dtype = ONNX_DTYPES.get(int(node.attr("output_datatype", 1)))
+    if dtype is None:
+        raise node.fail(f"output_datatype {node.attr('output_datatype')} is not a type the IR holds")
+    if bins < 1 or length < 1 or rate <= 0 or not 0 <= low <= high:
+        raise node.fail(f"needs num_mel_bins, dft_length, sample_rate > 0 and 0 <= lower <= upper edge, got "
+                        f"{bins}, {length}, {rate}, {low}, {high}")
+    mel_low, mel_high = (2595 * np.log10(1 + f / 700) for f in (low, high))  # in the edges' own type
+    mels = np.arange(bins + 2) * ((mel_high - mel_low) / (bins + 2)) + mel_low
+    hertz = 700 * (np.power(10, mels / 2595) - 1)
+    edges = (((length + 1) * hertz) // rate).astype(np.int64)
+    spectrum = np.arange(length // 2 + 1)[:, None]  # (spectrogram bins, 1)
+    lo, mid, hi = edges[:-2], edges[1:-1], edges[2:]
+    rising = np.where(mid > lo, (spectrum - lo) / np.maximum(mid - lo, 1), (spectrum == mid).astype(float))
+    falling = (hi - spectrum) / np.maximum(hi - mid, 1)
+    weights = np.where((spectrum >= lo) & (spectrum <= mid), rising, 0.0)
+    weights = np.where((spectrum > mid) & (spectrum < hi), falling, weights)
+    return g.const(weights.astype(dtype))
+
+
+def _scalar(g: GraphBuilder, node: NodeView, i: int) -> np.generic:
+    """Static scalar input `i`, a NumPy scalar of its own type."""
+    value = g.value(_x(node, i), ["num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+                                  "upper_edge_hertz"][i])
+    if value.size != 1:
+        raise node.fail(f"input {i} must be a scalar, got shape {value.shape}")
+    return value.reshape(())[()]

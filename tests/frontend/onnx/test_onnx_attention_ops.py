@@ -3,7 +3,9 @@ softmax, elementwise), compiled with no NumPy fallback and checked against ONNX 
 first (4-D) and packed (3-D), grouped and multi-query heads, causal and given masks (bool and
 float; one shorter than the keys against ONNX's reference evaluator, as ONNX Runtime refuses it),
 softcapping, a key/value cache and every qk output; halves and
-interleaved rotations, whole and partial, with and without position ids."""
+interleaved rotations, whole and partial, with and without position ids. Opset 24's TensorScatter
+(a key/value cache update) against its definition's loops: linear and circular, with and without
+write indices, an update longer than the cache."""
 
 from __future__ import annotations
 
@@ -138,3 +140,41 @@ def test_pytorch_exports_scaled_dot_product_attention_as_attention():
     model = torch.onnx.export(Block(), args, dynamo=True, opset_version=23, verbose=False).model_proto
     assert "Attention" in {n.op_type for n in model.graph.node}
     _check(model, {i.name: a.numpy() for i, a in zip(model.graph.input, args)})
+
+
+def _scatter_loops(cache, update, starts, axis, circular):
+    """TensorScatter as ONNX's pseudocode states it: element by element, later steps overwriting."""
+    out = cache.copy()
+    length, steps = cache.shape[axis], update.shape[axis]
+    for prefix in np.ndindex(cache.shape[:axis]):
+        for s in range(steps):
+            j = starts[prefix[0]] + s
+            out[(*prefix, j % length if circular else j)] = update[(*prefix, s)]
+    return out
+
+
+@pytest.mark.parametrize(("cache_shape", "steps", "axis", "mode", "starts"), [
+    ((2, 3, 8, 4), 3, -2, "linear", [0, 5]),
+    ((2, 3, 8, 4), 3, 2, "linear", None),
+    ((2, 6, 5), 4, 1, "circular", [3, 4]),  # wraps around
+    ((3, 4, 2), 6, 1, "circular", [1, 0, 3]),  # an update longer than the cache: the last write wins
+])
+def test_tensor_scatter_against_the_op_definition(cache_shape, steps, axis, mode, starts):
+    rank = len(cache_shape)
+    update_shape = list(cache_shape)
+    update_shape[axis] = steps
+    names = ["past", "update"] + (["starts"] if starts is not None else [])
+    node = helper.make_node("TensorScatter", names, ["present"], axis=axis, mode=mode)
+    inputs = [value_info("past", cache_shape), value_info("update", update_shape)]
+    if starts is not None:
+        inputs.append(value_info("starts", [cache_shape[0]], TensorProto.INT64))
+    graph = helper.make_graph([node], "kv", inputs, [value_info("present", cache_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    feeds = [_f32(*cache_shape), _f32(*update_shape)]
+    if starts is not None:
+        feeds.append(np.array(starts, "int64"))
+    mod, params = autorelay.frontend.from_onnx(model)
+    exe = autorelay.build(mod, params=params)
+    assert not exe.report.fallbacks, exe.report
+    want = _scatter_loops(feeds[0], feeds[1], starts or [0] * cache_shape[0], axis % rank, mode == "circular")
+    np.testing.assert_array_equal(np.asarray(exe(*feeds)), want)

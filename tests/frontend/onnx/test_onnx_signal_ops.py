@@ -136,3 +136,23 @@ def test_stft_window_of_another_length_is_refused():
                        opset=17)
     with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="holds 8 values for frames of 10"):
         autorelay.frontend.from_onnx(model)
+
+
+@pytest.mark.parametrize(("bins", "length", "rate", "low", "high"), [
+    (80, 400, 16000, 0.0, 8000.0),  # Whisper-style front end
+    (40, 512, 22050, 20.0, 11025.0),
+    (8, 16, 8192, 0.0, 4096.0),  # bands narrower than a bin: spikes
+])
+def test_mel_weight_matrix_against_onnx_runtime(bins, length, rate, low, high):
+    ints = [_const(name, np.int64(v)) for name, v in (("bins", bins), ("length", length), ("rate", rate))]
+    nodes = [*ints, _const("low", np.float32(low)), _const("high", np.float32(high)),
+             helper.make_node("MelWeightMatrix", ["bins", "length", "rate", "low", "high"], ["m"])]
+    graph = helper.make_graph(nodes, "mel", [], [helper.make_tensor_value_info("m", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {})[0]
+    got = np.asarray(_compiled(model)())
+    assert got.shape == (length // 2 + 1, bins)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
