@@ -187,8 +187,9 @@ def _deform_conv(g: GraphBuilder, node: NodeView) -> Expr:
     """A 2-d convolution whose every tap reads the data at its own learned offset (and, with a
     mask, scaled): per offset group, the taps' positions (the regular grid plus the offsets) are
     sampled bilinearly, zero outside the data (`sample_at`, as GridSample with align_corners), into
-    the columns (C x kH x kW rows, one column per output pixel), and each group's weights multiply
-    its columns (`matmul`): im2col with sampled columns, as torchvision computes it."""
+    the columns (one row per output pixel: taps x channels, channels last so that a tap reads
+    vectors of channels, `_sample_rows`), and each group's columns multiply its weights
+    (`matmul`): im2col with sampled columns, as torchvision computes it."""
     x, w, offset, bias, mask = _x(node, 0), _x(node, 1), _x(node, 2), node.input(3), node.input(4)
     shape, (oc, cg, kh, kw) = g.static_shape(x, "X"), g.static_shape(w, "W")
     if len(shape) != 4:
@@ -220,22 +221,69 @@ def _deform_conv(g: GraphBuilder, node: NodeView) -> Expr:
     def component(k: int) -> Expr:
         return g.call("strided_slice", moved, begin=(0, 0, 0, k, 0, 0), end=(n, og, taps, k + 1, oh, ow))
 
-    ys, xs = g.call("add", grid_y, component(0)), g.call("add", grid_x, component(1))
+    pixels = oh * ow
+
+    def tap_major(v: Expr) -> Expr:  # (N, og, taps, ...) -> (N, og, oH x oW, taps)
+        return g.call("transpose", g.call("reshape", v, newshape=(n, og, taps, pixels)), axes=(0, 1, 3, 2))
+
+    ys = tap_major(g.call("add", grid_y, component(0)))
+    xs = tap_major(g.call("add", grid_x, component(1)))
+    scales = tap_major(mask) if mask is not None else None
+    # the pixels' channels, one row per pixel
+    rows = g.call("reshape", g.call("transpose", x, axes=(0, 2, 3, 1)), newshape=(n * h * wd, c))
     per = c // og
     columns = []
     for o in range(og):
-        def at(v: Expr, o: int = o) -> Expr:  # offset group o's positions, as (N, 1, taps x oH, oW)
-            part = g.call("strided_slice", v, begin=(0, o, 0, 0, 0, 0), end=(n, o + 1, taps, 1, oh, ow))
-            return g.call("reshape", part, newshape=(n, 1, taps * oh, ow))
+        def pick(v: Expr, o: int = o) -> Expr:  # offset group o's (N, oH x oW, taps)
+            part = g.call("strided_slice", v, begin=(0, o, 0, 0), end=(n, o + 1, pixels, taps))
+            return g.call("reshape", part, newshape=(n, pixels, taps))
 
-        data = g.call("strided_slice", x, begin=(0, o * per, 0, 0), end=(n, (o + 1) * per, h, wd))
-        sampled = sample_at(g, data, (n, per, h, wd), at(xs), at(ys))  # (N, per, taps x oH, oW)
-        if mask is not None:
-            scale = g.call("strided_slice", mask, begin=(0, o * taps, 0, 0), end=(n, (o + 1) * taps, oh, ow))
-            sampled = g.call("multiply", sampled, g.call("reshape", scale, newshape=(n, 1, taps * oh, ow)))
-        columns.append(sampled)
-    cols = columns[0] if og == 1 else g.call("concatenate", g.tuple(columns), axis=1)
-    cols = g.call("reshape", cols, newshape=(n, group, cg * taps, oh * ow))
-    weights = g.call("reshape", w, newshape=(1, group, oc // group, cg * taps))
-    out = g.call("reshape", matmul(g, weights, cols), newshape=(n, oc, oh, ow))
+        data = g.call("strided_slice", rows, begin=(0, o * per), end=(n * h * wd, (o + 1) * per))
+        scale = pick(scales) if scales is not None else None
+        columns.append(_sample_rows(g, data, (n, h, wd), pick(ys), pick(xs), scale))  # (N, pixels, taps, per)
+    cols = columns[0] if og == 1 else g.call("concatenate", g.tuple(columns), axis=3)
+    # each group's columns, (pixels, taps x its channels), times its weights, (taps x channels, outputs)
+    cols = g.call("reshape", cols, newshape=(n, pixels, taps, group, cg))
+    cols = g.call("transpose", cols, axes=(0, 3, 1, 2, 4))
+    cols = g.call("reshape", cols, newshape=(n, group, pixels, taps * cg))
+    weights = g.call("reshape", w, newshape=(group, oc // group, cg, taps))
+    weights = g.call("transpose", weights, axes=(0, 3, 2, 1))
+    weights = g.call("reshape", weights, newshape=(1, group, taps * cg, oc // group))
+    out = g.call("transpose", matmul(g, cols, weights), axes=(0, 1, 3, 2))  # (N, group, outputs, pixels)
+    out = g.call("reshape", out, newshape=(n, oc, oh, ow))
     return out if bias is None else g.call("nn.bias_add", out, bias, axis=1)
+
+
+def _sample_rows(g: GraphBuilder, rows: Expr, size: tuple[int, int, int], ys: Expr, xs: Expr,
+                 scale: Expr | None) -> Expr:
+    """Bilinear samples of the pixels `rows` ((N x H x W, channels), each pixel's channels
+    contiguous) at positions `ys`, `xs` ((N, P, taps), in pixels), zero outside the image, times
+    `scale` where given: (N, P, taps, channels). Channels last, so each tap reads whole vectors of
+    channels, and its position arithmetic serves all of them."""
+    n, h, w = size
+    y0, x0 = g.call("floor", ys), g.call("floor", xs)
+    fy, fx = g.call("subtract", ys, y0), g.call("subtract", xs, x0)
+    one = g.scalar(1.0, ys)
+    index = "int32" if n * h * w < 2**31 else "int64"
+    image = g.const((np.arange(n) * (h * w)).reshape(n, 1, 1).astype(index))
+    total = None
+    for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        yi = g.call("add", y0, g.scalar(float(dy), y0))
+        xi = g.call("add", x0, g.scalar(float(dx), x0))
+        inside = g.call("logical_and",
+                        g.call("logical_and", g.call("greater_equal", yi, g.scalar(0.0, yi)),
+                               g.call("less_equal", yi, g.scalar(h - 1.0, yi))),
+                        g.call("logical_and", g.call("greater_equal", xi, g.scalar(0.0, xi)),
+                               g.call("less_equal", xi, g.scalar(w - 1.0, xi))))
+        wy = fy if dy else g.call("subtract", one, fy)
+        weight = g.call("multiply", wy, fx if dx else g.call("subtract", one, fx))
+        weight = g.call("where", inside, weight, g.call("zeros_like", weight))
+        if scale is not None:
+            weight = g.call("multiply", weight, scale)
+        yc = g.call("cast", g.call("clip", yi, a_min=0.0, a_max=float(h - 1)), dtype=index)
+        xc = g.call("cast", g.call("clip", xi, a_min=0.0, a_max=float(w - 1)), dtype=index)
+        row = g.call("add", image, g.call("add", g.call("multiply", yc, g.const(np.array(w, index))), xc))
+        tap = g.call("take", rows, row, axis=0, mode="clip")
+        term = g.call("multiply", tap, g.call("expand_dims", weight, axis=3))
+        total = term if total is None else g.call("add", total, term)
+    return total
