@@ -398,10 +398,10 @@ FAMILY_MODULES = {
     "autorelay.op.broadcast_like", "autorelay.op.reduce", "autorelay.op.reduce_sort",
     "autorelay.op.transform", "autorelay.op.transform_join", "autorelay.op.transform_index",
 }  # fmt: skip
-# Ops whose outputs are integers/bools or indices: no gradient rule by design.
+# Ops whose outputs are integers/bools, indices or bit patterns: no gradient rule by design.
 NON_DIFFERENTIABLE = {
     "logical_not", "logical_and", "logical_or", "logical_xor", "isnan", "isinf", "isfinite",
-    "all", "any", "argmax", "argmin", "argsort",
+    "all", "any", "argmax", "argmin", "argsort", "reinterpret",
 }  # fmt: skip
 
 

@@ -81,6 +81,7 @@ class GraphBuilder:
         self.node: NodeView | None = None  # the node being converted (for errors and spans)
         self.init_values: dict[int, tuple[Var, np.ndarray]] = {}  # initializer Var -> its value
         self.graph_inputs: set[str] = set()  # names of the graph inputs that are parameters
+        self.empty_optionals: set[int] = set()  # ids of the markers of empty ONNX optionals
         # converts a subgraph (an If branch) in the current scope; set by the importer
         self.subgraph_converter: Callable[[Any, dict[str, Expr]], list[Expr]] | None = None
 

@@ -104,32 +104,20 @@ def _where(g: GraphBuilder, node: NodeView) -> Expr:
     return g.call("where", _x(node, 0), _x(node, 1), _x(node, 2))
 
 
-@_reg("Cast")
+@_reg("Cast", "BitCast")
 def _cast(g: GraphBuilder, node: NodeView) -> Expr:
+    """Cast converts each value; BitCast reads each element's bits as the other type
+    (`reinterpret`)."""
     to = node.attr("to")
     if to not in ONNX_DTYPES:
         raise node.fail(
-            f"cast to ONNX element type {to} is not supported (AutoRelay holds "
+            f"{node.op_type} to ONNX element type {to} is not supported (AutoRelay holds "
             f"{', '.join(sorted(set(ONNX_DTYPES.values())))})"
         )
     x = _x(node)
     if ONNX_DTYPES[to] == g.dtype(x):
         return x
-    return g.call("cast", x, dtype=ONNX_DTYPES[to])
-
-
-@_reg("BitCast")
-def _bitcast(g: GraphBuilder, node: NodeView) -> Expr:
-    to = node.attr("to")
-    if to not in ONNX_DTYPES:
-        raise node.fail(
-            f"bitcast to ONNX element type {to} is not supported (AutoRelay holds "
-            f"{', '.join(sorted(set(ONNX_DTYPES.values())))})"
-        )
-    x = _x(node)
-    if ONNX_DTYPES[to] == g.dtype(x):
-        return x
-    return g.call("reinterpret", x, dtype=ONNX_DTYPES[to])
+    return g.call("cast" if node.op_type == "Cast" else "reinterpret", x, dtype=ONNX_DTYPES[to])
 
 
 # ---- activations ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Sequence ops whose sequences the import can lay out: SequenceConstruct, SequenceEmpty,
 SequenceAt, SequenceLength, SequenceInsert, SequenceErase, SplitToSequence, ConcatFromSequence and
-SequenceMap.
+SequenceMap; and the optionals made inside the graph (Optional, OptionalHasElement,
+OptionalGetElement).
 
 A sequence made inside the graph has a length the import knows (its ops' positions fold to
 constants), so it is held as an IR tuple of its tensors: each op above rearranges the fields at
@@ -155,3 +156,32 @@ def _sequence_map(g: GraphBuilder, node: NodeView) -> list[Expr]:
         for j, e in enumerate(g.subgraph(body, bound)):
             outs[j].append(e)
     return [g.tuple(o) for o in outs]
+
+
+# ---- optionals -----------------------------------------------------------------------------
+# An optional made inside the graph either holds its value or is empty, which the import knows:
+# a present optional is its value, an empty one a marker (`GraphBuilder.empty_optionals`), and
+# OptionalHasElement is a constant.
+
+
+@_reg("Optional")
+def _optional(g: GraphBuilder, node: NodeView) -> Expr:
+    if node.input(0) is not None:
+        return _x(node)
+    empty = g.tuple([])
+    g.empty_optionals.add(id(empty))
+    return empty
+
+
+@_reg("OptionalHasElement")
+def _optional_has_element(g: GraphBuilder, node: NodeView) -> Expr:
+    value = node.input(0)
+    return g.const(np.bool_(value is not None and id(value) not in g.empty_optionals))
+
+
+@_reg("OptionalGetElement")
+def _optional_get_element(g: GraphBuilder, node: NodeView) -> Expr:
+    value = _x(node)
+    if id(value) in g.empty_optionals:
+        raise node.fail("the optional is empty: it has no element to get")
+    return value

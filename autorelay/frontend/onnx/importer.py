@@ -318,6 +318,8 @@ def _attr_value(onnx: Any, a: Any, folder: str | None, where: str) -> Any:
         return [int(x) for x in a.ints]
     if a.type == A.STRINGS:
         return [s.decode("utf-8") for s in a.strings]
+    if a.type == A.TYPE_PROTO:
+        return a.tp  # a type (Optional's element type): read by the converter that needs it
     if a.type == A.GRAPH:
         return a.g  # a subgraph: the converter converts it in its scope (GraphBuilder.subgraph)
     if a.type == A.TENSOR:

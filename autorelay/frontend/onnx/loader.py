@@ -142,8 +142,9 @@ def input_type(vi: Any, override: Sequence[int] | None, default_dtype: str) -> T
     """The type of tensor graph input `vi`, with `override` (from_onnx's `shape=`) for its shape."""
     if not vi.type.HasField("tensor_type"):
         kind = vi.type.WhichOneof("value") or "untyped"
-        raise OnnxModelError(f"graph input {vi.name!r} is a {kind.removesuffix('_type')}, not a tensor "
-                             "(tensors and sequences of tensors are supported)")
+        raise OnnxModelError(f"graph input {vi.name!r} has type {kind.removesuffix('_type')}, not tensor "
+                             "(graph inputs may be tensors or sequences of tensors; an optional input's "
+                             "presence is known only at run time)")
     return _tensor_type(vi.name, vi.type.tensor_type, override, default_dtype)
 
 

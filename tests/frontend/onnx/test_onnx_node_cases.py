@@ -25,7 +25,9 @@ KNOWN_UNSUPPORTED = [
     ),
     (r"blocked", "blocked quantisation (block_size)"),
     (r"quantizelinear_uint16", "uint16 quantisation: qnn ops take int8/uint8/int16/int32"),
-    (r"identity_opt|if_opt|loop16_seq", "optional types"),
+    (r"identity_opt|if_opt|loop16_seq|test_optional_get_element_optional_|test_optional_has_element_"
+     r"(empty_optional|optional|tensor)_input$", "an optional graph input or branch value (present or not "
+                                                 "only at run time)"),
     (r"loop13_seq|sequence_map_.*_expanded", "a sequence a Loop grows (its length known only at run time)"),
     (r"test_not_[234]d$", "opset 1 (older than 7)"),
     (r"test_scan_sum$", "opset 8 Scan (a batch axis and sequence_lens)"),

@@ -1,6 +1,7 @@
-"""ONNX sequence ops, compiled: sequences built inside the graph (SplitToSequence, SequenceConstruct,
-Insert, Erase, At, Length, ConcatFromSequence, SequenceMap) and sequence graph inputs and outputs,
-against ONNX's reference implementation (`onnx.reference`)."""
+"""ONNX sequence and optional ops, compiled: sequences built inside the graph (SplitToSequence,
+SequenceConstruct, Insert, Erase, At, Length, ConcatFromSequence, SequenceMap) and sequence graph
+inputs and outputs, against ONNX's reference implementation (`onnx.reference`); optionals made
+inside the graph."""
 
 from __future__ import annotations
 
@@ -121,3 +122,27 @@ def test_what_a_static_sequence_cannot_hold_is_refused_with_the_reason():
     model = _graph(nodes, [_tensor("a", [2]), _tensor("b", [2])], [_tensor("t", [2])], consts=[("three", 3)])
     with pytest.raises(OnnxImportError, match=r"SequenceAt.*position 3 is out of range for a sequence of 2"):
         from_onnx(model)
+
+
+def test_optionals_made_inside_the_graph():
+    """A present optional is its value, an empty one has no element: OptionalHasElement is known
+    at import and selects between the two branches of a Where; getting the empty one's element is
+    refused."""
+    empty_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [3]))
+    nodes = [helper.make_node("Optional", ["x"], ["some"]),
+             helper.make_node("Optional", [], ["none"], type=empty_type.optional_type.elem_type),
+             helper.make_node("OptionalHasElement", ["some"], ["has_some"]),
+             helper.make_node("OptionalHasElement", ["none"], ["has_none"]),
+             helper.make_node("OptionalGetElement", ["some"], ["value"]),
+             helper.make_node("Where", ["has_none", "x", "value"], ["picked"]),  # the value, doubled below
+             helper.make_node("Add", ["picked", "value"], ["y"])]
+    outputs = [_tensor("y", [3]), helper.make_tensor_value_info("has_some", TensorProto.BOOL, [])]
+    model = _graph(nodes, [_tensor("x", [3])], outputs)
+    x = rng.standard_normal(3).astype("float32")
+    y, has_some = _build_and_run(model, {"x": x})
+    np.testing.assert_array_equal(np.asarray(y), 2 * x)
+    assert bool(np.asarray(has_some))
+    nodes = [helper.make_node("Optional", [], ["none"], type=empty_type.optional_type.elem_type),
+             helper.make_node("OptionalGetElement", ["none"], ["t"])]
+    with pytest.raises(OnnxImportError, match=r"OptionalGetElement.*the optional is empty"):
+        from_onnx(_graph(nodes, [], [_tensor("t", [3])]))
