@@ -1,12 +1,12 @@
-"""GridSample: data read at the positions a grid names (a spatial transformer, a flow warp, a
-deformable layer's sampling), bilinear, nearest or bicubic, with zeros, border or reflection
-padding;
-AffineGrid, the grid a spatial transformer samples at (a batched matrix product of its affine
-matrices with the constant grid of output positions); and DeformConv, whose taps sample the data
-at learned offsets the same way.
+"""GridSample: image (4-D) or volume (5-D) data read at the positions a grid names (a spatial
+transformer, a flow warp, a deformable layer's sampling), (bi/tri)linear, nearest or, for images,
+bicubic, with zeros, border or reflection padding;
+AffineGrid, the 2-d or 3-d grid a spatial transformer samples at (a batched matrix product of its
+affine matrices with the constant grid of output positions); and DeformConv, whose taps sample the
+data at learned offsets the same way.
 
 Written with IR ops the compiler already fuses, so no kernel of its own: the grid's coordinates are
-unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1, 4 or 16 taps
+unnormalised (and clamped or reflected, by the padding mode) elementwise, each of the 1, 2^d or 16 taps
 becomes a flat index into the data (batch and channel offsets broadcast in) read by one `take`, and
 the taps are weighted and summed. A tap outside the data reads 0 (the zeros mode, and the far
 neighbour of a coordinate on the last row or column, whose weight is 0 anyway). The arithmetic is
@@ -15,6 +15,8 @@ inside by the padding mode separately, as PyTorch does, rather than the sampled 
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -85,51 +87,58 @@ def _reflect(g: GraphBuilder, pos: Expr, low: float, high: float) -> Expr:
 def _grid_sample(g: GraphBuilder, node: NodeView) -> Expr:
     x, grid = _x(node, 0), _x(node, 1)
     shape, gshape = g.static_shape(x, "X"), g.static_shape(grid, "grid")
-    if len(shape) != 4:
-        raise node.fail(f"only 4-D (N, C, H, W) data is supported, got shape {shape}")
-    n, _, h, w = shape
-    if len(gshape) != 4 or gshape[0] != n or gshape[3] != 2:
-        raise node.fail(f"grid must be (N, H_out, W_out, 2) with N = {n}, got shape {gshape}")
+    if len(shape) not in (4, 5):
+        raise node.fail(f"only 4-D (N, C, H, W) and 5-D (N, C, D, H, W) data are supported, got {shape}")
+    n, spatial = shape[0], shape[2:]
+    dims = len(spatial)
+    if len(gshape) != dims + 2 or gshape[0] != n or gshape[-1] != dims:
+        raise node.fail(f"grid must be (N, *output, {dims}) with N = {n} for data {shape}, got {gshape}")
     mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")
     if mode not in _MODES:
         raise node.fail(f"mode {mode!r} is not supported (bilinear/linear, nearest and bicubic/cubic are)")
+    if _MODES[mode] == "bicubic" and dims != 2:
+        raise node.fail("cubic sampling is defined for 4-D data only")
     padding = node.attr("padding_mode", "zeros")
     if padding not in ("zeros", "border", "reflection"):
         raise node.fail(f"padding_mode must be zeros, border or reflection, got {padding!r}")
     align = bool(node.attr("align_corners", 0))
-    ho, wo = gshape[1], gshape[2]
+    out = gshape[1:-1]
 
-    def axis(k: int, size: int) -> Expr:  # the grid's x (k = 0) or y (k = 1) as (N, 1, H_out, W_out)
-        v = g.call("strided_slice", grid, begin=(0, 0, 0, k), end=(n, ho, wo, k + 1))
-        return _unnormalize(g, g.call("reshape", v, newshape=(n, 1, ho, wo)), size, align)
+    def axis(k: int) -> Expr:  # the grid's k-th coordinate (x, y, z) as (N, 1, *output), in elements
+        v = g.call("strided_slice", grid, begin=(0,) * (dims + 1) + (k,), end=(n, *out, k + 1))
+        return _unnormalize(g, g.call("reshape", v, newshape=(n, 1, *out)), spatial[dims - 1 - k], align)
 
-    return sample_at(g, x, shape, axis(0, w), axis(1, h), _MODES[mode], padding, align)
+    return sample_at(g, x, shape, [axis(dims - 1 - a) for a in range(dims)], _MODES[mode], padding, align)
 
 
-def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], ux: Expr, uy: Expr, mode: str = "bilinear",
+def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], positions: list[Expr], mode: str = "bilinear",
               padding: str = "zeros", align: bool = True) -> Expr:
-    """`x` (N, C, H, W, static `shape`) read at positions `ux`, `uy` (in elements, shaped to
-    broadcast as (N, 1, H_out, W_out)): (N, C, H_out, W_out). `mode` is bilinear, nearest or
-    bicubic; `padding` and `align` say how a position outside the data reads (see `_bounded`)."""
-    n, c, h, w = shape
-    flat = g.call("reshape", x, newshape=(n * c * h * w,))
-    planes = (np.arange(n).reshape(n, 1, 1, 1) * (c * h * w) + np.arange(c).reshape(1, c, 1, 1) * (h * w))
-    base = g.const(planes.astype("int64"))
+    """`x` (N, C, *spatial, static `shape`) read at `positions`, one per spatial axis in order (H, W
+    or D, H, W), in elements, shaped to broadcast as (N, 1, *output): (N, C, *output). `mode` is
+    bilinear (linear along every axis), nearest or bicubic (2-d only); `padding` and `align` say
+    how a position outside the data reads (see `_bounded`)."""
+    n, c, *spatial = shape
+    volume = int(np.prod(spatial))
+    flat = g.call("reshape", x, newshape=(n * c * volume,))
+    planes = np.arange(n).reshape(n, 1) * (c * volume) + np.arange(c).reshape(1, c) * volume
+    base = g.const(planes.reshape(n, c, *([1] * len(spatial))).astype("int64"))
+    strides = [int(np.prod(spatial[a + 1:])) for a in range(len(spatial))]
 
-    def tap(xs: Expr, ys: Expr) -> Expr:
+    def tap(coords: list[Expr]) -> Expr:
         """The data at integral positions (float), 0 where they fall outside it."""
-        inside = g.call("logical_and",
-                        g.call("logical_and", g.call("greater_equal", xs, g.scalar(0.0, xs)),
-                               g.call("less_equal", xs, g.scalar(w - 1.0, xs))),
-                        g.call("logical_and", g.call("greater_equal", ys, g.scalar(0.0, ys)),
-                               g.call("less_equal", ys, g.scalar(h - 1.0, ys))))
-        xi = g.call("cast", g.call("clip", xs, a_min=0.0, a_max=float(w - 1)), dtype="int64")
-        yi = g.call("cast", g.call("clip", ys, a_min=0.0, a_max=float(h - 1)), dtype="int64")
-        index = g.call("add", base, g.call("add", g.call("multiply", yi, g.const(np.int64(w))), xi))
-        value = g.call("take", flat, index, mode="clip")
+        inside = index = None
+        for v, size, stride in zip(coords, spatial, strides):
+            within = g.call("logical_and", g.call("greater_equal", v, g.scalar(0.0, v)),
+                            g.call("less_equal", v, g.scalar(size - 1.0, v)))
+            inside = within if inside is None else g.call("logical_and", inside, within)
+            i = g.call("cast", g.call("clip", v, a_min=0.0, a_max=float(size - 1)), dtype="int64")
+            term = g.call("multiply", i, g.const(np.int64(stride))) if stride != 1 else i
+            index = term if index is None else g.call("add", index, term)
+        value = g.call("take", flat, g.call("add", base, index), mode="clip")
         return g.call("where", inside, value, g.call("zeros_like", value))
 
     if mode == "bicubic":  # 4 x 4 taps, each brought inside by the padding mode on its own
+        (uy, ux), (h, w) = positions, spatial
         x0, y0 = g.call("floor", ux), g.call("floor", uy)
         wx, wy = _cubic_weights(g, g.call("subtract", ux, x0)), _cubic_weights(g, g.call("subtract", uy, y0))
         total = None
@@ -137,37 +146,41 @@ def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], ux: Expr, uy: Ex
             ys = _bounded(g, g.call("add", y0, g.scalar(i - 1.0, y0)), h, align, padding)
             for j in range(4):
                 xs = _bounded(g, g.call("add", x0, g.scalar(j - 1.0, x0)), w, align, padding)
-                term = g.call("multiply", tap(xs, ys), g.call("multiply", wx[j], wy[i]))
+                term = g.call("multiply", tap([ys, xs]), g.call("multiply", wx[j], wy[i]))
                 total = term if total is None else g.call("add", total, term)
         return total
-    px, py = _bounded(g, ux, w, align, padding), _bounded(g, uy, h, align, padding)
+    bounded = [_bounded(g, u, size, align, padding) for u, size in zip(positions, spatial)]
     if mode == "nearest":  # half to even, as ONNX Runtime's nearbyint
-        return tap(g.call("round", px), g.call("round", py))
-    x0, y0 = g.call("floor", px), g.call("floor", py)
-    one = g.scalar(1.0, px)
-    x1, y1 = g.call("add", x0, one), g.call("add", y0, one)
-    fx, fy = g.call("subtract", px, x0), g.call("subtract", py, y0)
-    gx, gy = g.call("subtract", one, fx), g.call("subtract", one, fy)
+        return tap([g.call("round", p) for p in bounded])
+    lows = [g.call("floor", p) for p in bounded]
+    one = g.scalar(1.0, bounded[0])
+    fracs = [g.call("subtract", p, lo) for p, lo in zip(bounded, lows)]
     out = None
-    for xs, ys, weight in ((x0, y0, g.call("multiply", gx, gy)), (x1, y0, g.call("multiply", fx, gy)),
-                           (x0, y1, g.call("multiply", gx, fy)), (x1, y1, g.call("multiply", fx, fy))):
-        term = g.call("multiply", tap(xs, ys), weight)
+    for corner in itertools.product((0, 1), repeat=len(spatial)):  # 2^d neighbours, linear weights
+        coords = [g.call("add", lo, one) if up else lo for lo, up in zip(lows, corner)]
+        weight = None
+        for f, up in zip(fracs, corner):
+            w1 = f if up else g.call("subtract", one, f)
+            weight = w1 if weight is None else g.call("multiply", weight, w1)
+        term = g.call("multiply", tap(coords), weight)
         out = term if out is None else g.call("add", out, term)
     return out
 
 
 @_reg("AffineGrid")
 def _affine_grid(g: GraphBuilder, node: NodeView) -> Expr:
-    """theta (N, 2, 3) and size (N, C, H, W) -> (N, H, W, 2): each output position's normalised
-    (x, y, 1) times theta transposed. Positions are the element centres, -1 and 1 being the first
-    and last centres with align_corners, else the outer edges."""
+    """theta (N, 2, 3) and size (N, C, H, W) -> (N, H, W, 2), or theta (N, 3, 4) and size
+    (N, C, D, H, W) -> (N, D, H, W, 3): each output position's normalised (x, y[, z], 1) times theta
+    transposed. Positions are the element centres, -1 and 1 being the first and last centres with
+    align_corners, else the outer edges."""
     theta = _x(node, 0)
     size = g.ints(_x(node, 1), "the output size")
-    if len(size) != 4:
-        raise node.fail(f"only 2-d grids are supported: size must be (N, C, H, W), got {size}")
-    n, _, h, w = size
-    if g.static_shape(theta, "theta") != (n, 2, 3):
-        raise node.fail(f"theta must be ({n}, 2, 3) for size {size}, got {g.shape(theta)}")
+    if len(size) not in (4, 5):
+        raise node.fail(f"size must be (N, C, H, W) or (N, C, D, H, W), got {size}")
+    n, spatial = size[0], size[2:]
+    dims = len(spatial)
+    if g.static_shape(theta, "theta") != (n, dims, dims + 1):
+        raise node.fail(f"theta must be ({n}, {dims}, {dims + 1}) for size {size}, got {g.shape(theta)}")
     align = bool(node.attr("align_corners", 0))
 
     def centres(m: int) -> np.ndarray:
@@ -175,11 +188,12 @@ def _affine_grid(g: GraphBuilder, node: NodeView) -> Expr:
             return np.linspace(-1.0, 1.0, m) if m > 1 else np.zeros(1)
         return (2.0 * np.arange(m) + 1.0) / m - 1.0
 
-    ys, xs = np.meshgrid(centres(h), centres(w), indexing="ij")
-    base = np.stack([xs.reshape(-1), ys.reshape(-1), np.ones(h * w)], axis=1)  # (H*W, 3)
-    base = g.const(np.ascontiguousarray(np.broadcast_to(base, (n, h * w, 3))).astype(g.dtype(theta)))
-    grid = g.call("nn.batch_matmul", base, theta, transpose_a=False, transpose_b=True)  # (N, H*W, 2)
-    return g.call("reshape", grid, newshape=(n, h, w, 2))
+    axes = np.meshgrid(*(centres(m) for m in spatial), indexing="ij")  # spatial order: (D,) H, W
+    points = int(np.prod(spatial))
+    base = np.stack([a.reshape(-1) for a in reversed(axes)] + [np.ones(points)], axis=1)  # x, y[, z], 1
+    base = g.const(np.ascontiguousarray(np.broadcast_to(base, (n, points, dims + 1))).astype(g.dtype(theta)))
+    grid = g.call("nn.batch_matmul", base, theta, transpose_a=False, transpose_b=True)  # (N, points, dims)
+    return g.call("reshape", grid, newshape=(n, *spatial, dims))
 
 
 @_reg("DeformConv")

@@ -207,17 +207,24 @@ def test_grid_sample(mode, padding, align):
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
-def test_grid_sample_opset_20_names_and_refusals(mode):
+def test_grid_sample_opset_20_names_and_volumes(mode):
+    """Opset 20's mode names, on images and volumes (5-D data: trilinear, here with reflection
+    padding; cubic is defined for images only, so it is refused there)."""
     node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode)
     model = make_model([node], [value_info("x", (1, 2, 4, 4)), value_info("grid", (1, 3, 3, 2))],
                        [value_info("y", None)], opset=20)
     _build_and_check(model, {"x": RNG.standard_normal((1, 2, 4, 4)).astype("float32"),
                              "grid": RNG.uniform(-1, 1, (1, 3, 3, 2)).astype("float32")})
-    volume = make_model([helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode)],
-                        [value_info("x", (1, 2, 3, 4, 4)), value_info("grid", (1, 3, 3, 3, 3))],
+    sampler = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode="reflection")
+    volume = make_model([sampler],
+                        [value_info("x", (2, 2, 3, 5, 4)), value_info("grid", (2, 3, 4, 2, 3))],
                         [value_info("y", None)], opset=20)
-    with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="only 4-D"):
-        autorelay.frontend.from_onnx(volume)
+    if mode == "cubic":
+        with pytest.raises(autorelay.frontend.onnx.OnnxImportError, match="cubic sampling is defined for 4"):
+            autorelay.frontend.from_onnx(volume)
+        return
+    _build_and_check(volume, {"x": RNG.standard_normal((2, 2, 3, 5, 4)).astype("float32"),
+                              "grid": RNG.uniform(-1.2, 1.2, (2, 3, 4, 2, 3)).astype("float32")})
 
 
 @pytest.mark.parametrize("sizes", [(1, 2, 1, 13), (1, 2, 9, 1)])
@@ -254,6 +261,18 @@ def test_affine_grid_then_grid_sample(align):
                        [value_info("grid", None), value_info("y", None)], opset=20)
     theta = np.array([[[0.9, -0.3, 0.1], [0.2, 1.1, -0.2]], [[1.2, 0.0, 0.3], [0.0, 0.7, 0.0]]], "float32")
     _build_and_check(model, {"theta": theta, "x": RNG.standard_normal((2, 3, 7, 4)).astype("float32")})
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_a_volumetric_spatial_transformer(align):
+    """3-d: AffineGrid's (N, D, H, W, 3) grid from (N, 3, 4) matrices, sampled trilinearly."""
+    nodes = [_const("size", np.array([2, 2, 3, 4, 5], "int64")),
+             helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], align_corners=align)]
+    model = make_model(nodes, [value_info("theta", (2, 3, 4)), value_info("x", (2, 2, 4, 5, 3))],
+                       [value_info("grid", None), value_info("y", None)], opset=20)
+    theta = (np.eye(3, 4)[None] + RNG.uniform(-0.3, 0.3, (2, 3, 4))).astype("float32")
+    _build_and_check(model, {"theta": theta, "x": RNG.standard_normal((2, 2, 4, 5, 3)).astype("float32")})
 
 
 @pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])

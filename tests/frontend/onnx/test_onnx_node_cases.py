@@ -33,8 +33,6 @@ KNOWN_UNSUPPORTED = [
     (r"test_scan_sum$", "opset 8 Scan (a batch axis and sequence_lens)"),
     (r"affine_grid_2d.*_expanded", "Squeeze without axes of a dynamic-shape input (rank depends on data)"),
     (r"affine_grid_3d_align_corners_expanded", "an If branch reads a value not found in its scope"),
-    (r"affine_grid_3d$|affine_grid_3d_align_corners$", "3-d AffineGrid (2-d grids only)"),
-    (r"gridsample_volumetric", "5-d GridSample (4-d only)"),
     (r"attention.*padded_kv$", "Attention's nonpad_kv_seqlen (opset 24)"),
 ]
 
