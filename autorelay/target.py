@@ -26,14 +26,12 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from autorelay.errors import AutoRelayError
+from autorelay.te.expr import DTYPE_BITS
 
 # The string a target's kind is spelled with at the front of its text form.
 KIND_PREFIX = {"cpu": "llvm", "cuda": "cuda", "vta": "vta"}
 PREFIX_KIND = {v: k for k, v in KIND_PREFIX.items()}
 
-_DTYPE_BITS = {"float32": 32, "float64": 64, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
-               "uint32": 32, "uint64": 64, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8,
-               "bool": 8}  # bools are bytes in memory
 
 
 # The device limits a resolved cuda target carries as options (the driver's values when a GPU is
@@ -87,7 +85,7 @@ class Target:
         return 128
 
     def vector_lanes(self, dtype: str = "float32") -> int:
-        return self.vector_bits // _DTYPE_BITS[dtype]
+        return self.vector_bits // DTYPE_BITS[dtype]
 
     @property
     def vector_registers(self) -> int:

@@ -157,12 +157,9 @@ register(
 def _reinterpret_rel(arg_types: list[Type], attrs: Attrs) -> Type:
     t = tensor_arg("reinterpret", arg_types, 0, "data")
     dtype = _check_dtype_attr("reinterpret", attrs["dtype"])
-    if dtype == "bool" and t.dtype != "bool":
-        raise rel_error("reinterpret", f"data has dtype {t.dtype}, whose bits cannot be read as bool "
-                                       "(a byte other than 0 or 1 is no bool value)")
-    if E.DTYPE_BITS[t.dtype] != E.DTYPE_BITS[dtype]:
-        raise rel_error("reinterpret", f"data has dtype {t.dtype} ({E.DTYPE_BITS[t.dtype]} bits) but dtype="
-                                       f"{dtype} has {E.DTYPE_BITS[dtype]} bits: the widths must match")
+    why = E.reinterpret_mismatch(t.dtype, dtype)
+    if why:
+        raise rel_error("reinterpret", why)
     return TensorType(t.shape, dtype)
 
 

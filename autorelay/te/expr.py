@@ -359,23 +359,34 @@ def call(name: str, *args: Any) -> Expr:
 
 
 REINTERPRET = "reinterpret"
-# the bits of each element type in memory (a bool is a byte)
-DTYPE_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16,
-              "int32": 32, "uint32": 32, "int64": 64, "uint64": 64, "bool": 8}
+# the bits of each element type in memory (a bool is a byte; bfloat16 is a target's lane type, which
+# the IR holds as uint16 words)
+DTYPE_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "uint8": 8, "int16": 16,
+              "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64, "bool": 8}
+
+
+def reinterpret_mismatch(src: str, dst: str) -> str | None:
+    """Why `src` bits cannot be read as `dst` (`reinterpret`), or None when they can: the widths
+    differ, or `dst` is bool (a byte other than 0 or 1 is no bool value)."""
+    if dst == "bool" and src != "bool":
+        return (f"data has dtype {src}, whose bits cannot be read as bool (a byte other than 0 or 1 is no "
+                "bool value)")
+    if DTYPE_BITS[src] != DTYPE_BITS[dst]:
+        return (f"data has dtype {src} ({DTYPE_BITS[src]} bits) but dtype={dst} has {DTYPE_BITS[dst]} bits: "
+                "the widths must match")
+    return None
 
 
 def reinterpret(x: Any, dtype: str) -> Expr:
     """`x`'s bits read as `dtype`, of the same width: no value conversion (a float's sign, exponent
     and mantissa become an integer's bits). A bool becomes the byte 0 or 1; nothing becomes a bool
-    (a byte other than 0 or 1 is no bool value)."""
+    (`reinterpret_mismatch`)."""
     x = as_expr(x)
     if dtype not in DTYPES:
         raise TypeError(f"unknown dtype {dtype!r}")
-    if dtype == "bool" and x.dtype != "bool":
-        raise TypeError(f"reinterpret: {x.dtype} bits cannot be read as bool")
-    if DTYPE_BITS[x.dtype] != DTYPE_BITS[dtype]:
-        raise TypeError(f"reinterpret: {x.dtype} has {DTYPE_BITS[x.dtype]} bits but {dtype} has "
-                        f"{DTYPE_BITS[dtype]}")
+    why = reinterpret_mismatch(x.dtype, dtype)
+    if why:
+        raise TypeError(f"reinterpret: {why}")
     return x if x.dtype == dtype else Call(REINTERPRET, (x,), dtype)
 
 

@@ -62,7 +62,6 @@ entry:
   %endone = getelementptr i64, ptr %one, i64 {END}
   %nextone = getelementptr i64, ptr %one, i64 {NEXT}
   %solo = icmp ne i64 %alone, 0
-  %tp = getelementptr i64, ptr %team, i64 {_THREADS}
   br label %loop
 loop:
   %i = phi i64 [%start, %entry], [%i1, %next]
@@ -102,12 +101,6 @@ next:
   %i1 = add i64 %i, 1
   br label %loop
 done:
-  br i1 %solo, label %exit, label %settle
-settle:
-  %pp = getelementptr i64, ptr %team, i64 {_PARK}
-  %settled = cmpxchg ptr %pp, i64 {PENDING}, i64 0 seq_cst seq_cst, align 8
-  br label %exit
-exit:
   ret i64 %n
 }}
 """
