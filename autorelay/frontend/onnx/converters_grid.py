@@ -122,19 +122,11 @@ def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], positions: list[
     flat = g.call("reshape", x, newshape=(n * c * volume,))
     planes = np.arange(n).reshape(n, 1) * (c * volume) + np.arange(c).reshape(1, c) * volume
     base = g.const(planes.reshape(n, c, *([1] * len(spatial))).astype("int64"))
-    strides = [int(np.prod(spatial[a + 1:])) for a in range(len(spatial))]
 
     def tap(coords: list[Expr]) -> Expr:
         """The data at integral positions (float), 0 where they fall outside it."""
-        inside = index = None
-        for v, size, stride in zip(coords, spatial, strides):
-            within = g.call("logical_and", g.call("greater_equal", v, g.scalar(0.0, v)),
-                            g.call("less_equal", v, g.scalar(size - 1.0, v)))
-            inside = within if inside is None else g.call("logical_and", inside, within)
-            i = g.call("cast", g.call("clip", v, a_min=0.0, a_max=float(size - 1)), dtype="int64")
-            term = g.call("multiply", i, g.const(np.int64(stride))) if stride != 1 else i
-            index = term if index is None else g.call("add", index, term)
-        value = g.call("take", flat, g.call("add", base, index), mode="clip")
+        offset, inside = _clamped_offset(g, coords, spatial, "int64")
+        value = g.call("take", flat, g.call("add", base, offset), mode="clip")
         return g.call("where", inside, value, g.call("zeros_like", value))
 
     if mode == "bicubic":  # 4 x 4 taps, each brought inside by the padding mode on its own
@@ -152,19 +144,43 @@ def sample_at(g: GraphBuilder, x: Expr, shape: tuple[int, ...], positions: list[
     bounded = [_bounded(g, u, size, align, padding) for u, size in zip(positions, spatial)]
     if mode == "nearest":  # half to even, as ONNX Runtime's nearbyint
         return tap([g.call("round", p) for p in bounded])
-    lows = [g.call("floor", p) for p in bounded]
-    one = g.scalar(1.0, bounded[0])
-    fracs = [g.call("subtract", p, lo) for p, lo in zip(bounded, lows)]
     out = None
-    for corner in itertools.product((0, 1), repeat=len(spatial)):  # 2^d neighbours, linear weights
+    for coords, weight in _linear_neighbours(g, bounded):
+        term = g.call("multiply", tap(coords), weight)
+        out = term if out is None else g.call("add", out, term)
+    return out
+
+
+def _linear_neighbours(g: GraphBuilder, positions: list[Expr]) -> list[tuple[list[Expr], Expr]]:
+    """The 2^d integral neighbours of `positions` (one per axis) and their (bi/tri)linear weights:
+    (coordinates, weight) per neighbour."""
+    lows = [g.call("floor", p) for p in positions]
+    one = g.scalar(1.0, positions[0])
+    fracs = [g.call("subtract", p, lo) for p, lo in zip(positions, lows)]
+    out = []
+    for corner in itertools.product((0, 1), repeat=len(positions)):
         coords = [g.call("add", lo, one) if up else lo for lo, up in zip(lows, corner)]
         weight = None
         for f, up in zip(fracs, corner):
             w1 = f if up else g.call("subtract", one, f)
             weight = w1 if weight is None else g.call("multiply", weight, w1)
-        term = g.call("multiply", tap(coords), weight)
-        out = term if out is None else g.call("add", out, term)
+        out.append((coords, weight))
     return out
+
+
+def _clamped_offset(g: GraphBuilder, coords: list[Expr], sizes: list[int], index: str) -> tuple[Expr, Expr]:
+    """(the row-major offset, as `index` integers, of integral positions `coords` (floats, one per
+    axis of `sizes`) each clipped into its axis; whether every one lies inside its axis)."""
+    inside = offset = None
+    for a, (v, size) in enumerate(zip(coords, sizes)):
+        within = g.call("logical_and", g.call("greater_equal", v, g.scalar(0.0, v)),
+                        g.call("less_equal", v, g.scalar(size - 1.0, v)))
+        inside = within if inside is None else g.call("logical_and", inside, within)
+        i = g.call("cast", g.call("clip", v, a_min=0.0, a_max=float(size - 1)), dtype=index)
+        stride = int(np.prod(sizes[a + 1:]))
+        term = g.call("multiply", i, g.const(np.array(stride, index))) if stride != 1 else i
+        offset = term if offset is None else g.call("add", offset, term)
+    return offset, inside
 
 
 @_reg("AffineGrid")
@@ -275,29 +291,15 @@ def _sample_rows(g: GraphBuilder, rows: Expr, size: tuple[int, int, int], ys: Ex
     `scale` where given: (N, P, taps, channels). Channels last, so each tap reads whole vectors of
     channels, and its position arithmetic serves all of them."""
     n, h, w = size
-    y0, x0 = g.call("floor", ys), g.call("floor", xs)
-    fy, fx = g.call("subtract", ys, y0), g.call("subtract", xs, x0)
-    one = g.scalar(1.0, ys)
     index = "int32" if n * h * w < 2**31 else "int64"
     image = g.const((np.arange(n) * (h * w)).reshape(n, 1, 1).astype(index))
     total = None
-    for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        yi = g.call("add", y0, g.scalar(float(dy), y0))
-        xi = g.call("add", x0, g.scalar(float(dx), x0))
-        inside = g.call("logical_and",
-                        g.call("logical_and", g.call("greater_equal", yi, g.scalar(0.0, yi)),
-                               g.call("less_equal", yi, g.scalar(h - 1.0, yi))),
-                        g.call("logical_and", g.call("greater_equal", xi, g.scalar(0.0, xi)),
-                               g.call("less_equal", xi, g.scalar(w - 1.0, xi))))
-        wy = fy if dy else g.call("subtract", one, fy)
-        weight = g.call("multiply", wy, fx if dx else g.call("subtract", one, fx))
+    for coords, weight in _linear_neighbours(g, [ys, xs]):
+        offset, inside = _clamped_offset(g, coords, [h, w], index)
         weight = g.call("where", inside, weight, g.call("zeros_like", weight))
         if scale is not None:
             weight = g.call("multiply", weight, scale)
-        yc = g.call("cast", g.call("clip", yi, a_min=0.0, a_max=float(h - 1)), dtype=index)
-        xc = g.call("cast", g.call("clip", xi, a_min=0.0, a_max=float(w - 1)), dtype=index)
-        row = g.call("add", image, g.call("add", g.call("multiply", yc, g.const(np.array(w, index))), xc))
-        tap = g.call("take", rows, row, axis=0, mode="clip")
+        tap = g.call("take", rows, g.call("add", image, offset), axis=0, mode="clip")
         term = g.call("multiply", tap, g.call("expand_dims", weight, axis=3))
         total = term if total is None else g.call("add", total, term)
     return total

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView, normalize_axis, registrar, required_input
-from autorelay.ir.expr import Expr, Tuple
+from autorelay.frontend.onnx.converters_shape import split_pieces
+from autorelay.ir.expr import Expr
 from autorelay.ir.types import TupleType
 
 TABLE: dict = {}
@@ -30,7 +31,7 @@ def elements(g: GraphBuilder, node: NodeView, i: int = 0) -> list[Expr]:
     t = g.type_of(seq)
     if not isinstance(t, TupleType):
         raise node.fail(f"input {i} must be a sequence, got {t}")
-    return list(seq.fields) if isinstance(seq, Tuple) else [g.item(seq, k) for k in range(len(t.fields))]
+    return [g.item(seq, k) for k in range(len(t.fields))]
 
 
 def _position(g: GraphBuilder, node: NodeView, i: int, length: int, default: int, end_ok: bool) -> int:
@@ -112,9 +113,7 @@ def _split_to_sequence(g: GraphBuilder, node: NodeView) -> Expr:
             sizes = [int(s) for s in split]
         if sum(sizes) != extent or min(sizes, default=1) < 0:
             raise node.fail(f"split sizes {sizes} must sum to axis {axis} extent {extent}")
-    bounds = tuple(int(b) for b in np.cumsum(sizes)[:-1])
-    pieces = g.call("split", x, indices_or_sections=bounds, axis=axis) if len(sizes) > 1 else None
-    items = [g.item(pieces, k) for k in range(len(sizes))] if pieces is not None else [x]
+    items = split_pieces(g, x, sizes, axis)
     if given is None and not node.attr("keepdims", 1):
         items = [g.call("squeeze", p, axis=[axis]) for p in items]
     return g.tuple(items)

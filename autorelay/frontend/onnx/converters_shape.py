@@ -172,11 +172,17 @@ def _split(g: GraphBuilder, node: NodeView) -> list[Expr]:
         raise node.fail(
             f"split sizes {list(sizes)} must sum to axis {axis} extent {extent} with one per output ({n})"
         )
-    if n == 1:
+    return split_pieces(g, x, sizes, axis)
+
+
+def split_pieces(g: GraphBuilder, x: Expr, sizes: list[int], axis: int) -> list[Expr]:
+    """`x` cut along `axis` into pieces of `sizes` (which sum to its extent there), one `split`;
+    `x` itself when there are not two pieces."""
+    if len(sizes) <= 1:
         return [x]
-    bounds = list(np.cumsum(sizes)[:-1])
-    tup = g.call("split", x, indices_or_sections=tuple(int(b) for b in bounds), axis=axis)
-    return [g.item(tup, i) for i in range(n)]
+    bounds = tuple(int(b) for b in np.cumsum(sizes)[:-1])
+    tup = g.call("split", x, indices_or_sections=bounds, axis=axis)
+    return [g.item(tup, i) for i in range(len(sizes))]
 
 
 @_reg("Slice")

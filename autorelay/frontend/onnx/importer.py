@@ -214,21 +214,10 @@ def _convert_node(
     folder: str | None,
 ) -> None:
     where = f"node #{index} {node.name!r} ({node.op_type})"
+    inputs = _node_inputs(node, values, where)
     if converter_key(node) not in CONVERTERS:  # an op ONNX defines as a function: convert its body
-        _convert_function_op(onnx, g, node, index, opset, values, declared, folder, where)
+        _convert_function_op(onnx, g, node, index, opset, inputs, values, declared, folder, where)
         return
-    inputs: list[Expr | None] = []
-    for name in node.input:
-        if not name:
-            inputs.append(None)
-        elif name not in values:
-            raise OnnxNodeError(
-                where,
-                f"input {name!r} is not produced by an earlier node, a graph input or "
-                "an initializer (graph not in topological order, or the file is truncated)",
-            )
-        else:
-            inputs.append(values[name])
     attrs = {a.name: _attr_value(onnx, a, folder, where) for a in node.attribute}
     view = NodeView(
         index,
@@ -262,14 +251,29 @@ def _convert_node(
         values[name] = outs[i]
 
 
+def _node_inputs(node: Any, values: dict[str, Expr], where: str) -> list[Expr | None]:
+    """`node`'s converted inputs, None for an absent optional one (the empty name)."""
+    inputs: list[Expr | None] = []
+    for name in node.input:
+        if not name:
+            inputs.append(None)
+        elif name not in values:
+            raise OnnxNodeError(
+                where,
+                f"input {name!r} is not produced by an earlier node, a graph input or "
+                "an initializer (graph not in topological order, or the file is truncated)",
+            )
+        else:
+            inputs.append(values[name])
+    return inputs
+
+
 def _convert_function_op(onnx: Any, g: GraphBuilder, node: Any, index: int, opset: int,
-                         values: dict[str, Expr], declared: dict[str, Any], folder: str | None,
-                         where: str) -> None:
-    """`node` replaced by its ONNX function body (`function_ops`), whose nodes convert in its place."""
-    missing = [name for name in node.input if name and name not in values]
-    if missing:
-        raise OnnxNodeError(where, f"inputs {missing} are not produced by an earlier node")
-    types = [type_proto(onnx, g.type_of(values[name])) if name else None for name in node.input]
+                         inputs: list[Expr | None], values: dict[str, Expr], declared: dict[str, Any],
+                         folder: str | None, where: str) -> None:
+    """`node` (its `inputs` converted) replaced by its ONNX function body (`function_ops`), whose
+    nodes convert in its place."""
+    types = [type_proto(onnx, g.type_of(e)) if e is not None else None for e in inputs]
     fn = function_body(onnx, node, opset, types)
     body = expand(onnx, node, fn)
     unknown = sorted({converter_key(n) for n in body} - set(CONVERTERS))
