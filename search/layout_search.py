@@ -41,6 +41,7 @@ from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask, optimize
 from search.fusion_choice import (
+    depthwise_band_edges,
     fused_tasks,
     fusion_variants,
     pool_epilogue_edges,
@@ -126,6 +127,7 @@ class LayoutSearchResult:
     prologue_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # its candidates
     shared_producers: bool = False  # whether a producer several of them read was a copy candidate
     pool_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # pooling-epilogue candidates
+    band_edges: dict[tuple[int, int], int] = field(default_factory=dict)  # depthwise bands: map rows
     # the plan's fastest fusion variant, the same without zero-bordered values (`without_halos`)
     # and the fastest per-model pipeline timed again on their own (seconds per call); that timing
     # decides between them
@@ -163,6 +165,9 @@ class LayoutSearchResult:
         if self.pool_edges:
             pools = ", ".join(f"{a}->{c} ({name})" for (a, c), name in self.pool_edges.items())
             lines.append(f"pooling epilogues (fusion candidates): {pools}")
+        if self.band_edges:
+            bands = ", ".join(f"{a}->{c} ({rows} rows)" for (a, c), rows in self.band_edges.items())
+            lines.append(f"depthwise bands (fusion candidates): {bands}")
         lines.append(f"the plan's best fusion: {self.fusion}")
         again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
         again = f"the finalists again: {again}; " if again else ""
@@ -248,8 +253,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     # 2. its fusion variants and the per-model pipelines, built and timed together
     edges, copies = prologue_edges(model, plan)
     pools = pool_epilogue_edges(model, plan)
-    variants = {PLAN: plan, **{name: replace(plan, fusion=fusion)
-                               for name, fusion in fusion_variants(edges, copies, bool(pools)).items()}}
+    bands = depthwise_band_edges(model, plan)
+    fusions = fusion_variants(edges, copies, bool(pools), bands)
+    variants = {PLAN: plan, **{name: replace(plan, fusion=fusion) for name, fusion in fusions.items()}}
     per_model = {p: prepare_model(model, target, threads=threads, pipeline=p)
                  for p in candidates(target, threads)}
     builds.add({name: prepare_plan(model, target, threads, p) for name, p in variants.items()} | per_model)
@@ -280,7 +286,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
                                 _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
                                 source=builds.sources[fusion if winner == PLAN else winner], fusion=fusion,
                                 prologue_edges=edges, shared_producers=copies, pool_edges=pools,
-                                confirmed=confirmed)
+                                band_edges=bands, confirmed=confirmed)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, builds.prepared[fusion].key)
     return result
@@ -315,7 +321,8 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
             "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers,
             "fusion": r.fusion, "confirmed_ms": {k: ms(v) for k, v in r.confirmed.items()},
             "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()},
-            "pool_edges": {f"{a}->{c}": name for (a, c), name in r.pool_edges.items()}}
+            "pool_edges": {f"{a}->{c}": name for (a, c), name in r.pool_edges.items()},
+            "band_edges": {f"{a}->{c}": rows for (a, c), rows in r.band_edges.items()}}
     return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.plan_latency * 1e3,
                                 model=model.name, chosen=r.winner == PLAN,
                                 compiler_version=autorelay.__version__, info=info)

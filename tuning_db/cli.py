@@ -220,8 +220,9 @@ ANCHOR_PATTERN = 4
 def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
     """The plan's fusion as its layout search chose it (`info["fusion"]`, the variant): which of
     the search's prologue candidates (`info["prologue_edges"]`) it fuses, whether a shared producer
-    is copied into each reader, which pooling epilogues it fuses (`info["pool_edges"]`), and
-    whether values are stored with zero borders; "" for a plan stored before fusion was a choice."""
+    is copied into each reader, which pooling epilogues it fuses (`info["pool_edges"]`), which
+    depthwise bands (`info["band_edges"]`), and whether values are stored with zero borders; ""
+    for a plan stored before fusion was a choice."""
     if "fusion" not in info and not info.get("prologue_edges"):
         return ""
     fusion = plan.get("fusion") if isinstance(plan.get("fusion"), dict) else {}
@@ -240,6 +241,14 @@ def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
     if pools:
         parts.append(f"pooling epilogues {_edges(pools)}" if fusion.get("pool_epilogues")
                      else f"no pooling epilogue (candidates: {_edges(pools)})")
+    bands = info.get("band_edges") or {}
+    if bands:  # in program order (the log stores the edges' names sorted as text)
+        bands = dict(sorted(bands.items(), key=lambda kv: tuple(int(i) for i in kv[0].split("->"))))
+        off = {f"{a}->{c}" for a, c in fusion.get("disabled_edges", [])}
+        fused = {k: f"{v} rows" for k, v in bands.items() if fusion.get("depthwise_bands") and k not in off}
+        rest = {k: f"{v} rows" for k, v in bands.items() if k not in fused}
+        parts.append(f"depthwise bands {_edges(fused) or 'none'}"
+                     + (f" (not fused: {_edges(rest)})" if rest else ""))
     parts.append("padding folded into producers (zero-bordered values)" if fusion.get("halos", True)
                  else "no zero-bordered values (each convolution pads its input)")
     return f"fusion ({info.get('fusion', 'plan')}): " + "; ".join(parts)

@@ -221,7 +221,7 @@ def _unique_names(outputs: Sequence[Tensor], taken: set[str]) -> None:
 def inline_stages(cdef: ComputeDef) -> ComputeDef:
     """Inline every non-output injective stage, except those (padding, Winograd's input transform,
     a GEMM's A operand) kept for the schedule to place."""
-    return te.inline_injective(cdef, KEEP_TAGS, gemm_operands(cdef))
+    return te.inline_injective(cdef, KEEP_TAGS, gemm_operands(cdef) | band_operands(cdef))
 
 
 def gemm_operands(cdef: ComputeDef) -> set[int]:
@@ -237,6 +237,35 @@ def gemm_operands(cdef: ComputeDef) -> set[int]:
             if a is not None and a.op is not None and not isinstance(a.op.body, E.Reduce):
                 kept.add(id(a))
     return kept
+
+
+def band_operands(cdef: ComputeDef) -> set[int]:
+    """The ids of the computed stages a direct NCHW[x]c convolution reads that are a depthwise
+    convolution's elementwise tail (`FusionPlan.depthwise_bands`): the band the `conv2d_nchwc_dwpw`
+    template stores once per row, activated, instead of the convolution applying the tail (bias,
+    ReLU6) again on every read of a value (the tail's earlier stages inline into it)."""
+    kept = set()
+    for t in topo_order(cdef.outputs):
+        if t.op is None or t.op.tag != "conv2d_nchwc" or not isinstance(t.op.body, E.Reduce):
+            continue
+        for a in t.op.inputs():
+            if a.op is not None and not isinstance(a.op.body, E.Reduce) and _tail_of_depthwise(a):
+                kept.add(id(a))
+    return kept
+
+
+def _tail_of_depthwise(t: Tensor) -> bool:
+    """Whether injective stage `t` reads, through injective stages only, a depthwise NCHW[x]c
+    convolution."""
+    for a in t.op.inputs():  # type: ignore[union-attr]
+        if a.op is None:
+            continue
+        if isinstance(a.op.body, E.Reduce):
+            if a.op.tag == "depthwise_nchwc":
+                return True
+        elif _tail_of_depthwise(a):
+            return True
+    return False
 
 
 @deep

@@ -16,6 +16,11 @@ nodes. A tuple that feeds an injective op (concatenate's input) joins that op's 
 With `FusionPlan.pool_epilogues`, a max pooling joins the group of the convolution whose activation
 it reads (a second anchor, the group's last op; `pool_epilogue_fits` says which pairs).
 
+With `FusionPlan.depthwise_bands`, a depthwise convolution's group (the convolution and its
+elementwise tail) joins the 1x1 convolution that reads it (`depthwise_band_fits`). The depthwise
+part then counts as the 1x1's prologue, not as a second anchor, so the 1x1's own epilogue (bias,
+a residual add) still joins; a banded group takes no pooling epilogue and joins no other band.
+
 With `FusionPlan.slice_fields` (the default), a `split` whose uses each take one field becomes one
 slice per field first (`split_fields`), so each field fuses into the chain that reads it.
 
@@ -28,7 +33,6 @@ functions are fused on their own. Existing primitive functions are left as they 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -36,16 +40,13 @@ from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tuple, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
-from autorelay.op.conv_compute import direct_nchwc
-from autorelay.op.pool import windows_inside, windows_tile
 from autorelay.op.registry import OpPattern
-from autorelay.op.winograd import CONV as WINOGRAD_CONV
-from autorelay.op.winograd import data_block
 from autorelay.transform.fusion_graph import op_pattern, readers_of, region_order
+from autorelay.transform.fusion_pairs import depthwise_band_fits, pool_epilogue_fits, pools_an_activation
 from autorelay.transform.fusion_plan import ANCHORS, NO_HALOS, FusionPlan
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.split_fields import slice_split_fields
-from autorelay.transform.util import op_name, tensor_type
+from autorelay.transform.util import op_name
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -57,6 +58,7 @@ class _Group:
     pattern: OpPattern = OpPattern.ELEMWISE
     anchors: int = 0
     ops: int = 0
+    banded: bool = False  # holds a depthwise band (`FusionPlan.depthwise_bands`)
 
 
 class _Grouping:
@@ -114,7 +116,8 @@ class _Grouping:
         self.edges.append(edge)
         if edge in self.plan.disabled_edges or ga.ops + gc.ops > self.plan.max_depth:
             return
-        if not self._pool_epilogue(ga, a, gc) and (
+        band = self._depthwise_band(ga, a, gc)
+        if not band and not self._pool_epilogue(ga, a, gc) and (
                 not self.plan.allows(ga.pattern, cp) or ga.anchors + gc.anchors > 1):
             return
         self.merged.append(edge)
@@ -122,7 +125,8 @@ class _Grouping:
         # members is in c's group, and `a`'s group is not yet)
         gc.members = ga.members + gc.members
         gc.pattern = max(gc.pattern, ga.pattern)
-        gc.anchors += ga.anchors
+        gc.anchors += 0 if band else ga.anchors
+        gc.banded = gc.banded or ga.banded or band
         gc.ops += ga.ops
         for m in ga.members:
             self.group[id(m)] = gc
@@ -131,60 +135,24 @@ class _Grouping:
         """Whether `gc` (a pooling alone so far) joins `ga` as its pooling epilogue: the plan
         allows it, `a` (the op the pooling reads, `ga`'s output) is the elementwise tail of a
         group with one anchor, and the pair fits (`pool_epilogue_fits`)."""
-        if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1 or not pools_an_activation(gc.root):
+        if not self.plan.pool_epilogues or gc.ops != 1 or ga.anchors != 1 or ga.banded \
+                or not pools_an_activation(gc.root):
             return False
-        anchor = next(m for m in ga.members if op_pattern(m) in ANCHORS)
-        return pool_epilogue_fits(anchor, gc.root)  # type: ignore[arg-type]
+        return pool_epilogue_fits(_anchor(ga), gc.root)  # type: ignore[arg-type]
 
-
-def fusable_pooling(pool: Expr) -> bool:
-    """Whether `pool` is a max pooling that may run as a convolution's epilogue: its shapes static
-    and its windows inside its input (`windows_inside`), so a tile of pooled rows needs only a
-    band of the convolution's rows, never a border."""
-    if op_name(pool) != "nn.max_pool2d":
-        return False
-    assert isinstance(pool, Call)
-    data, out = tensor_type(pool.args[0]), tensor_type(pool)
-    if data is None or out is None:
-        return False
-    in_hw, out_hw = tuple(data.shape[2:4]), tuple(out.shape[2:4])
-    static = all(isinstance(d, int) for d in (*in_hw, *out_hw))
-    return static and windows_inside(pool.attrs, in_hw, out_hw)  # type: ignore[arg-type]
-
-
-def pools_an_activation(pool: Expr) -> bool:
-    """Whether `pool` is a `fusable_pooling` that reads an elementwise or broadcast op (a
-    convolution's tail: bias, ReLU), the only pooling a convolution's group may take."""
-    return fusable_pooling(pool) and op_pattern(pool.args[0]) in (  # type: ignore[attr-defined]
-        OpPattern.ELEMWISE, OpPattern.BROADCAST)
-
-
-def pool_epilogue_fits(conv: Expr, pool: Call) -> bool:
-    """Whether `pool` may run in the kernel of `conv` (`FusionPlan.pool_epilogues`), a float32
-    convolution in a channel-blocked layout and a `fusable_pooling` in its output layout:
-
-    * a direct NCHW[x]c convolution (the `conv2d_nchwc_pool` template computes the band of rows
-      each tile of pooled rows reads and pools it from the cache);
-    * a blocked Winograd convolution whose pooling windows equal their strides and divide its
-      output tile (`conv2d_winograd_nchwc_pool` pools each unit's tile rows as it transforms them).
-    """
-    ct = tensor_type(conv)
-    if not fusable_pooling(pool) or ct is None or ct.dtype != "float32":
-        return False
-    assert isinstance(conv, Call)
-    if op_name(conv) == "nn.conv2d" and direct_nchwc(conv.attrs):
-        layout = conv.attrs["out_layout"] or conv.attrs["data_layout"]
-    elif op_name(conv) == WINOGRAD_CONV and data_block(conv.attrs["data_layout"]):
-        u = tensor_type(conv.args[1])
-        if u is None or not isinstance(u.shape[0], int):
+    def _depthwise_band(self, ga: _Group, a: Expr, gc: _Group) -> bool:
+        """Whether `ga` (a depthwise convolution and its elementwise tail, `a` its output) joins `gc`
+        (a 1x1 convolution alone so far) as the band it reads: the plan allows it, neither group
+        holds another anchor or band, and the pair fits (`depthwise_band_fits`)."""
+        if not self.plan.depthwise_bands or gc.ops != 1 or gc.anchors != 1 or ga.anchors != 1 \
+                or ga.banded or gc.banded:
             return False
-        tile = math.isqrt(u.shape[0]) - 2  # U is [(tile + 2)^2, K/y, C, y]
-        if not windows_tile(pool.attrs["pool_size"], pool.attrs["strides"], tile):
-            return False
-        layout = f"NCHW{u.shape[-1]}c"
-    else:
-        return False
-    return pool.attrs["layout"] == layout and (pool.attrs["out_layout"] or layout) == layout
+        return depthwise_band_fits(_anchor(ga), a, gc.root)  # type: ignore[arg-type]
+
+
+def _anchor(g: _Group) -> Expr:
+    """The first anchor among a group's members."""
+    return next(m for m in g.members if op_pattern(m) in ANCHORS)
 
 
 class _Fuser(ExprMutator):
@@ -320,9 +288,14 @@ def candidate_edges(fn: Function, plan: FusionPlan | None = None) -> list[tuple[
     return list(_Grouping(fn.body, plan or FusionPlan.default()).edges)
 
 
+def fused_edge_calls(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], tuple[Expr, Expr]]:
+    """The edges `plan` fuses in `fn`'s body, each with its (producer, consumer) op calls."""
+    g = _Grouping(fn.body, plan)
+    return {(a, c): (g.calls[a], g.calls[c]) for a, c in g.merged}
+
+
 def fused_edges(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], str]:
     """The edges `plan` fuses in `fn`'s body, each with a name for reports ("layout_transform ->
     nn.conv2d"). Comparing two plans' sets says which producers one of them fuses that the other
     leaves to their own kernels."""
-    g = _Grouping(fn.body, plan)
-    return {(a, c): f"{op_name(g.calls[a])} -> {op_name(g.calls[c])}" for a, c in g.merged}
+    return {e: f"{op_name(a)} -> {op_name(c)}" for e, (a, c) in fused_edge_calls(fn, plan).items()}

@@ -18,6 +18,12 @@ comes only from the plan:
 * `pool_epilogues`: a pooling layer joins the blocked convolution whose activation it reads
   (`pool_epilogue_fits` says which pairs), so the kernel pools each tile of the convolution's output
   while it is still in cache instead of writing the whole map for a pooling kernel to read back;
+* `depthwise_bands`: a depthwise convolution (with its elementwise tail: bias, ReLU6) joins the
+  1x1 convolution that reads it (`depthwise_band_fits` says which pairs), so each parallel unit of
+  the 1x1 convolution computes the rows of the depthwise output it reads into a band buffer (tens
+  of KB, in cache) instead of the depthwise kernel writing its whole map for the 1x1 to read back:
+  MobileNet's depthwise-separable pairs. The 1x1 reads exactly the band's rows, so nothing is
+  computed twice;
 * `halos`: a convolution's zero padding is folded into the kernel producing its input, which writes
   the value into the interior of a zero-bordered buffer (`autorelay.halo_plan`), so the
   convolution needs no padding pass. On by default; a plan without (`halos=False`) marks the
@@ -30,8 +36,8 @@ comes only from the plan:
   gates). On by default: the fields are disjoint, so the copies recompute nothing.
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
-convolutions or a convolution and a reduction are separate kernels; the one exception is a pooling
-epilogue under `pool_epilogues`.
+convolutions or a convolution and a reduction are separate kernels; the exceptions are a pooling
+epilogue under `pool_epilogues` and a depthwise band under `depthwise_bands`.
 `FusionPlan.default()` reproduces Relay's rules: an out-elemwise-fusable op (conv2d, dense,
 pooling) with its elementwise/broadcast consumers; chains of injective ops; a reduction with its
 injective producers. `FusionPlan.none()` fuses nothing (each op becomes its own function).
@@ -83,6 +89,7 @@ class FusionPlan:
     pool_epilogues: bool = False
     halos: bool = True
     slice_fields: bool = True
+    depthwise_bands: bool = False
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -119,7 +126,9 @@ class FusionPlan:
         pools = ", pool_epilogues=True" if self.pool_epilogues else ""
         plain = "" if self.halos else ", halos=False"
         whole = "" if self.slice_fields else ", slice_fields=False"
-        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{copies}{pools}{plain}{whole})"
+        bands = ", depthwise_bands=True" if self.depthwise_bands else ""
+        flags = f"{copies}{pools}{plain}{whole}{bands}"
+        return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{flags})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
         return (producer_group, consumer) in self.rules
@@ -137,6 +146,7 @@ class FusionPlan:
             **({"pool_epilogues": True} if self.pool_epilogues else {}),
             **({} if self.halos else {"halos": False}),
             **({} if self.slice_fields else {"slice_fields": False}),
+            **({"depthwise_bands": True} if self.depthwise_bands else {}),
         }
 
     @staticmethod
@@ -149,6 +159,7 @@ class FusionPlan:
             bool(data.get("pool_epilogues", False)),
             bool(data.get("halos", True)),
             bool(data.get("slice_fields", True)),
+            bool(data.get("depthwise_bands", False)),
         )
 
 

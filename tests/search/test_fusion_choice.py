@@ -20,9 +20,13 @@ from autorelay.lower import workload_key
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from search.fusion_choice import (
+    BAND_THRESHOLDS,
+    BANDS,
     COPIES,
     POOLS,
     SINGLE_EDGE_LIMIT,
+    band_variants,
+    depthwise_band_edges,
     fused_tasks,
     fusion_variants,
     pool_epilogue_edges,
@@ -132,6 +136,43 @@ def test_fusion_variants():
     assert fusion_variants({}, pools=True) == {f"{PLAN}+pool epilogues": POOLS}
     both = fusion_variants(edges, pools=True)[f"{PLAN}+prologues+pool epilogues"]
     assert both.pool_epilogues and both.rules == FusionPlan.prologues().rules
+
+
+def test_band_variants_drop_the_smallest_maps_first():
+    assert band_variants({}) == {} and fusion_variants({}, bands={}) == {}
+    bands = {(1, 2): 112, (5, 6): 56, (9, 10): 56, (13, 14): 28, (17, 18): 14, (21, 22): 7}
+    got = fusion_variants({}, bands=bands)
+    assert got[f"{PLAN}+depthwise bands"] == BANDS
+    thresholds = [14, 28, 56][:BAND_THRESHOLDS]
+    named = [f"{PLAN}+depthwise bands on >= {r} rows" for r in thresholds]
+    assert list(got) == [f"{PLAN}+depthwise bands", *named]
+    for r in thresholds:
+        plan = got[f"{PLAN}+depthwise bands on >= {r} rows"]
+        assert plan.depthwise_bands and plan.disabled_edges == {e for e, rows in bands.items() if rows < r}
+    assert list(band_variants({(1, 2): 7, (3, 4): 7})) == [f"{PLAN}+depthwise bands"]  # one size: all or none
+
+
+def test_depthwise_bands_of_mobilenet_are_candidates_and_tasks():
+    """MobileNet-v2's 17 depthwise-separable pairs (depthwise 3x3, ReLU6, 1x1 projection): each is a
+    band edge of a blocked plan, with its map's rows, and each band kernel a task grouped with its
+    two layers; the banded plan's build agrees with the reference interpreter."""
+    model = load_model("mobilenet-v2", image_size=64)
+    target = "llvm -mcpu=znver3"
+    layers = conv_layers(model.mod)
+    assert depthwise_band_edges(model, LayoutPlan.uniform(layers, 0)) == {}  # NCHW convs stay apart
+    plan = LayoutPlan.uniform(layers, 8, winograd=0)
+    bands = depthwise_band_edges(model, plan)
+    assert len(bands) == 17 and sorted(set(bands.values())) == [2, 4, 8, 16, 32]
+    known = {t.key for block in (0, 8)
+             for t in prepare_plan(model, target, 1, LayoutPlan.uniform(layers, block)).extraction.tasks}
+    tasks, groups = fused_tasks(model, target, 1, (8,), known)
+    banded = {t.key for t in tasks if t.template == "conv2d_nchwc_dwpw"}
+    # a kernel is a form of its pair's two layers (of every such pair, where repeated blocks share it)
+    assert banded and all(len(groups[k]) % 2 == 0 for k in banded)
+    assert len(set().union(*(groups[k] for k in banded))) == 2 * 17
+    exe = build_model(model, None, prepared=prepare_plan(model, target, 1, replace(plan, fusion=BANDS)))
+    run_here_or_skip(target)
+    np.testing.assert_allclose(exe(*run_inputs(exe, model)), _reference(model), rtol=1e-4, atol=1e-4)
 
 
 def test_pool_epilogues_of_vgg_are_candidates_and_tasks():

@@ -87,7 +87,7 @@ def test_db_plan_shows_the_precision_picked_on_the_layout_plan(tmp_path: Path,
 def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
     """`db plan`'s fusion line, from real FusionPlan JSON: prologues only under rules that fuse
     them (a pooling-epilogue plan keeps Relay's rules, its prologue candidates unfused), the
-    pooling epilogues, and whether values are stored with zero borders."""
+    pooling epilogues, the depthwise bands, and whether values are stored with zero borders."""
     from dataclasses import replace
 
     from autorelay.op.registry import OpPattern
@@ -112,6 +112,13 @@ def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
     assert "as prologues none" in pools and "pooling epilogues 3->4" in pools
     assert "no zero-bordered values" in pools and pools.startswith("fusion (plan+pool epilogues (no halos))")
     assert _fusion_line({"blocks": {}}, {"winner": "plan"}) == ""  # stored before fusion was a choice
+    # depthwise bands: the fused ones and, with the variant that drops small maps, those left apart
+    bands = {**info, "band_edges": {"11->12": 56, "31->32": 7}}
+    some = _fusion_line({"blocks": {}, "fusion": replace(FusionPlan.default(), depthwise_bands=True)
+                         .without_edges([(31, 32)]).to_json()}, {**bands, "fusion": "plan+depthwise bands"})
+    assert "depthwise bands 11->12 (56 rows) (not fused: 31->32 (7 rows))" in some
+    assert "depthwise bands none (not fused: 11->12 (56 rows), 31->32 (7 rows))" in _fusion_line(
+        {"blocks": {}}, {**bands, "fusion": "plan"})
 
 
 def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:

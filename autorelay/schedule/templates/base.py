@@ -59,6 +59,7 @@ def _load() -> None:
         bf16,
         conv,
         conv_nchwc,
+        conv_nchwc_dwpw,
         conv_nchwc_pool,
         cuda,
         cuda_conv,
@@ -112,6 +113,35 @@ def conv_and_pool(cdef: ComputeDef, tag: str | None = None) -> tuple[Tensor, Ten
     if len(reds) != 1 or reds[0].op.tag not in tags:  # type: ignore[union-attr]
         return None
     return reds[0], out
+
+
+@dataclass(frozen=True)
+class DepthwiseBand:
+    """The stages of a kernel that computes a depthwise convolution per band of rows inside the 1x1
+    convolution reading it (`FusionPlan.depthwise_bands`): `band` is the stage the 1x1 reads (the
+    depthwise output's activated tail, or the depthwise convolution itself)."""
+
+    depthwise: Tensor
+    band: Tensor
+    pointwise: Tensor
+
+
+def depthwise_band(cdef: ComputeDef) -> DepthwiseBand | None:
+    """The depthwise band of a kernel whose main reduction is a 1x1 `conv2d_nchwc`, unstrided (its
+    rows are its input's), that reads a depthwise NCHW[x]c convolution through injective stages,
+    its only other reduction; else None.
+    `conv2d_nchwc_dwpw` schedules such kernels; no other template may."""
+    pointwise = pattern(cdef).reduce
+    if pointwise is None or pointwise.op.tag != "conv2d_nchwc":  # type: ignore[union-attr]
+        return None
+    reds = [t for t in topo_order([pointwise]) if t.op is not None and isinstance(t.op.body, Reduce)]
+    if len(reds) != 2 or reds[0].op.tag != "depthwise_nchwc":  # type: ignore[union-attr]
+        return None
+    reads = [t for t in pointwise.op.inputs() if t.op is not None]  # type: ignore[union-attr]
+    taps = [a.extent for a in pointwise.op.reduce_axes[1:]]  # type: ignore[union-attr]
+    if len(reads) != 1 or taps != [1, 1] or tuple(reads[0].shape[2:4]) != tuple(pointwise.shape[2:4]):
+        return None
+    return DepthwiseBand(reds[0], reads[0], pointwise)
 
 
 def blocked_window_pool(cdef: ComputeDef) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, pattern, register, tile_waste
+from autorelay.schedule.templates.base import Template, depthwise_band, pattern, register, tile_waste
 from autorelay.schedule.templates.conv import _padded, _prologue, _width_tiles, nchwc_output_tile
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef, Tensor
@@ -97,6 +97,10 @@ class Conv2dNCHWcTemplate(Template):
 
     name = "conv2d_nchwc"
     tags = ("conv2d_nchwc",)
+
+    def claims(self, cdef: ComputeDef) -> bool:
+        """Not a kernel that also computes a depthwise band (`conv2d_nchwc_dwpw` schedules those)."""
+        return depthwise_band(cdef) is None
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         red = pattern(cdef).reduce

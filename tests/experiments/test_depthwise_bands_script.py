@@ -1,0 +1,34 @@
+"""The depthwise-band experiment: its three builds of a small MobileNet-v2 compute the same output,
+and its per-pair table matches each banded kernel with the two kernels it replaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from experiment_scripts import load_script
+
+pytestmark = pytest.mark.cpu
+
+db = load_script("depthwise_bands")
+
+
+def test_the_three_builds_agree(monkeypatch):
+    from search import models
+
+    small = models.load_model
+    monkeypatch.setattr(db, "load_model", lambda name: small(name, image_size=64))
+    call, want = db.build("mobilenet-v2", 8, 1, "relay", 8, None)
+    np.testing.assert_allclose(np.asarray(call()), want)
+    banded = {}
+    for w in db.FUSIONS[1:]:
+        exe, args = db.built("mobilenet-v2", 8, 1, w, 8, None)
+        np.testing.assert_allclose(np.asarray(exe(*args)), want, rtol=1e-4, atol=1e-5)
+        banded[w] = sum(r.name.count("conv2d") == 2 for r in exe.profile(*args, repeat=1).rows)
+    # at 64 px the maps of fewer than 8 rows keep their pairs apart in the third build
+    assert banded["bands"] == 17 and 0 < banded["bands on larger maps"] < 17
+
+
+def test_pair_rows_match_each_band_with_its_two_kernels():
+    relay = [("layout_transform", 1.0), ("conv2d_add_clip", 2.0), ("conv2d_add", 3.0), ("dense", 4.0)]
+    banded = [("layout_transform", 1.0), ("conv2d_add_clip_conv2d_add", 4.0), ("dense", 4.0)]
+    assert db.pair_rows(relay, banded) == [("conv2d_add_clip_conv2d_add", 4.0, 5.0)]
