@@ -10,11 +10,16 @@ written. Import it as ``from host_widths import …`` (pytest puts tests/ on the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import host_supports, require_host_supports
 from autorelay.target import Target, TargetError
+
+T = TypeVar("T")
 
 
 def _target(target: str | Target) -> Target:
@@ -38,3 +43,14 @@ def run_here_or_skip(target: str | Target) -> None:
 
 
 __all__ = ["run_here_or_skip", "runs_here"]
+
+
+def build_runnable(build: Callable[[Target], T], wide: str, narrow: str, threads: int = 2) -> T:
+    """`build(wide target)`, compiled on every host, where this host can run it; elsewhere
+    `build(narrow target)` instead, so the test still runs (skipped only where neither runs)."""
+    built = build(resolve_target(wide, threads))
+    if runs_here(wide):
+        return built
+    built = build(resolve_target(narrow, threads))
+    run_here_or_skip(narrow)
+    return built

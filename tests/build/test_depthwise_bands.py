@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
-from host_widths import run_here_or_skip, runs_here
+from host_widths import build_runnable, run_here_or_skip
+from one_config import OneConfig
 
 import autorelay
 from autorelay.build_module import build_prepared
@@ -21,7 +23,6 @@ from autorelay.ir.expr import Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.lower.lower import lower_primitive
-from autorelay.schedule.source import Lookup
 from autorelay.schedule.templates import template_for
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_passes
@@ -94,16 +95,6 @@ def _check(mod, params, exe, calls: int = 2) -> None:
         np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
-def _build_and_check_runnable(mod, params, prepared) -> None:
-    """Build for the AVX-512 target on every host and run it where this host can; elsewhere run the
-    same module built for the AVX2 target instead, so the check still runs."""
-    exe = build_prepared(prepared, resolve_target(TARGETS[0], 2))
-    if not runs_here(TARGETS[0]):
-        exe = build_prepared(prepared, resolve_target(TARGETS[1], 2))
-        run_here_or_skip(TARGETS[1])
-    _check(mod, params, exe, calls=1)
-
-
 CASES = {
     "ReLU6 (MobileNet-v2)": {},
     "stride 2, odd map": {"stride": 2, "size": 15, "channels": 48, "out": 24},
@@ -129,16 +120,6 @@ def test_banded_pairs_match_the_interpreter(case, target, block):
     _check(mod, params, exe)
 
 
-class _Fixed:
-    """A schedule source with one config for one workload (defaults for the rest)."""
-
-    def __init__(self, key: str, config) -> None:
-        self.key, self.config = key, config
-
-    def lookup(self, key, target, *, workload=None):
-        return Lookup(self.config, "exact") if key == self.key else Lookup(None)
-
-
 @pytest.mark.parametrize("case", ["ReLU6 (MobileNet-v2)", "stride 2, odd map"])
 def test_sampled_configs_match_the_interpreter(case):
     """Random points of the space (band rows, both register tiles), at 1 and 2 threads."""
@@ -154,7 +135,7 @@ def test_sampled_configs_match_the_interpreter(case):
     for i, config in enumerate(configs):
         space.index(config)  # a point of the space
         for threads in (1, 2) if i == 0 else (2,):
-            exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), _Fixed(key, config))
+            exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), OneConfig(key, config))
             _check(mod, params, exe, calls=1)
 
 
@@ -168,7 +149,7 @@ def test_sampled_configs_match_the_interpreter(case):
 def test_pairs_the_template_does_not_schedule_stay_apart(case, src):
     mod, params, prepared = _prepared(src, 16)
     assert TEMPLATE not in _templates(prepared), case
-    _build_and_check_runnable(mod, params, prepared)
+    _check(mod, params, build_runnable(partial(build_prepared, prepared), *TARGETS), calls=1)
 
 
 def test_nchw_convolutions_and_relay_rules_keep_the_pair_apart():

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
-from host_widths import run_here_or_skip, runs_here
+from host_widths import build_runnable, run_here_or_skip
+from one_config import OneConfig
 
 import autorelay
 from autorelay.build_module import build_prepared
@@ -22,7 +24,6 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.lower.lower import lower_primitive
 from autorelay.op.pool import windows_inside
-from autorelay.schedule.source import Lookup
 from autorelay.schedule.space import Config
 from autorelay.schedule.templates import template_for
 from autorelay.transform.fusion_plan import FusionPlan
@@ -87,16 +88,6 @@ def _build_and_check(mod, params, prepared, target: str) -> None:
     _check(mod, params, exe)
 
 
-def _build_and_check_runnable(mod, params, prepared) -> None:
-    """Build for the AVX-512 target (`TARGETS[0]`) on every host and run it where this host can;
-    elsewhere run the same module built for the AVX2 target instead, so the check still runs."""
-    exe = build_prepared(prepared, resolve_target(TARGETS[0], 2))
-    if not runs_here(TARGETS[0]):
-        exe = build_prepared(prepared, resolve_target(TARGETS[1], 2))
-        run_here_or_skip(TARGETS[1])
-    _check(mod, params, exe, calls=1)
-
-
 POOLS = {
     "2x2/2": "nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2])",
     "3x3/2 (overlapping)": "nn.max_pool2d(%1, pool_size=[3, 3], strides=[2, 2])",
@@ -115,16 +106,6 @@ def test_fused_pooling_matches_the_interpreter(pool, target, block):
     _build_and_check(mod, params, prepared, target)
 
 
-class _Fixed:
-    """A schedule source with one config for one workload (defaults for the rest)."""
-
-    def __init__(self, key: str, config) -> None:
-        self.key, self.config = key, config
-
-    def lookup(self, key, target, *, workload=None):
-        return Lookup(self.config, "exact") if key == self.key else Lookup(None)
-
-
 @pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("size", [16, 14])  # 14: F(4x4)'s last tile row holds one pooled row
 @pytest.mark.parametrize("target", TARGETS)
@@ -140,7 +121,7 @@ def test_winograd_keeps_windows_that_are_not_its_tiles_apart():
     for pool in ("3x3/2 (overlapping)", "3x3/1"):
         mod, prepared = _prepared(_model(POOLS[pool], size=16), params, 16, winograd=4)
         assert not {"conv2d_nchwc_pool", "conv2d_winograd_nchwc_pool"} & set(_templates(prepared)), pool
-        _build_and_check_runnable(mod, params, prepared)
+        _check(mod, params, build_runnable(partial(build_prepared, prepared), *TARGETS), calls=1)
 
 
 @pytest.mark.parametrize("winograd, pool", [(0, "3x3/2 (overlapping)"), (4, "2x2/2")])
@@ -165,7 +146,7 @@ def test_sampled_configs_match_the_interpreter(winograd, pool):
     for i, config in enumerate(configs):
         space.index(config)  # a point of the space
         for threads in (1, 2) if i == 0 else (2,):  # (compiling the unrolled Winograd pooling is slow)
-            exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), _Fixed(pooled_key, config))
+            exe = build_prepared(prepared, resolve_target(TARGETS[1], threads), OneConfig(pooled_key, config))
             _check(mod, params, exe, calls=1)
 
 
@@ -182,7 +163,7 @@ def test_pairs_the_template_does_not_schedule_stay_apart(case, src):
     params = _params()
     mod, prepared = _prepared(src, params, 16)
     assert "conv2d_nchwc_pool" not in _templates(prepared), case
-    _build_and_check_runnable(mod, params, prepared)
+    _check(mod, params, build_runnable(partial(build_prepared, prepared), *TARGETS), calls=1)
 
 
 def test_nchw_convolutions_and_relay_rules_keep_the_pooling_apart():

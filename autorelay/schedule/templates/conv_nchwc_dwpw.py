@@ -101,7 +101,7 @@ class Conv2dNCHWcDepthwiseBandTemplate(Template):
         steps.append(S.CacheWrite(dw.name))  # the depthwise register tile, copied out into the band
         if band is not dw:
             steps.append(S.ComputeInline(dw.name))  # the tail reads the register tile directly
-        steps += self._output_loops(out.name, [a.name for a in out.op.axes], acc, band.name, config, pw)  # type: ignore[union-attr]
+        steps += _output_loops(out.name, [a.name for a in out.op.axes], acc, band.name, config)  # type: ignore[union-attr]
         lanes = min(target.vector_lanes(), pw.op.attrs["oc_bn"])  # type: ignore[union-attr]
         _n, _oc, oh, ow, _oci = (a.name for a in pw.op.axes)  # type: ignore[union-attr]
         steps += register_tile(acc, pw, config, lanes, (oh, ow))
@@ -111,30 +111,30 @@ class Conv2dNCHWcDepthwiseBandTemplate(Template):
                              min(target.vector_lanes(), band.shape[4]))
         return tuple(steps)
 
-    @staticmethod
-    def _output_loops(out: str, axes: list[str], acc: str, band: str, config: Config, pw) -> list[S.Step]:
-        """Units of `band_rows` rows x every channel block, parallel; in each, the band, then tiles of
-        `tile_oh` rows x `tile_ow` pixels x `tile_oc_blocks` blocks, each with its register tile."""
-        n, oc, oh, ow, oci = axes
-        rows = config["band_rows"]
-        toh = tile_rows(rows, config["tile_oh"])
-        unit = f"{n}_{oh}_o"
-        steps: list[S.Step] = [S.Split(out, oh, rows), S.Split(out, ow, config["tile_ow"]),
-                               S.Split(out, oc, config["tile_oc_blocks"])]
-        if toh > 1:
-            steps.append(S.Split(out, f"{oh}_i", toh))
-            row_loops = (f"{oh}_i_o",), (f"{oh}_i_i",)
-        else:
-            row_loops = (f"{oh}_i",), ()
-        steps += [
-            S.Reorder(out, (n, f"{oh}_o", f"{oc}_o", *row_loops[0], f"{ow}_o", f"{oc}_i", *row_loops[1],
-                            f"{ow}_i", oci)),
-            S.Fuse(out, n, f"{oh}_o"),
-            S.Parallel(out, unit),
-            S.ComputeAt(acc, out, f"{ow}_o"),
-            S.ComputeAt(band, out, unit),
-        ]
-        return steps
+
+def _output_loops(out: str, axes: list[str], acc: str, band: str, config: Config) -> list[S.Step]:
+    """Units of `band_rows` rows x every channel block, parallel; in each, the band, then tiles of
+    `tile_oh` rows x `tile_ow` pixels x `tile_oc_blocks` blocks, each with its register tile."""
+    n, oc, oh, ow, oci = axes
+    rows = config["band_rows"]
+    toh = tile_rows(rows, config["tile_oh"])
+    unit = f"{n}_{oh}_o"
+    steps: list[S.Step] = [S.Split(out, oh, rows), S.Split(out, ow, config["tile_ow"]),
+                           S.Split(out, oc, config["tile_oc_blocks"])]
+    if toh > 1:
+        steps.append(S.Split(out, f"{oh}_i", toh))
+        row_loops = (f"{oh}_i_o",), (f"{oh}_i_i",)
+    else:
+        row_loops = (f"{oh}_i",), ()
+    steps += [
+        S.Reorder(out, (n, f"{oh}_o", f"{oc}_o", *row_loops[0], f"{ow}_o", f"{oc}_i", *row_loops[1],
+                        f"{ow}_i", oci)),
+        S.Fuse(out, n, f"{oh}_o"),
+        S.Parallel(out, unit),
+        S.ComputeAt(acc, out, f"{ow}_o"),
+        S.ComputeAt(band, out, unit),
+    ]
+    return steps
 
 
 def _band_loops(band: str, axes: list[str], dw_acc: str, dw, config: Config, lanes: int) -> list[S.Step]:
