@@ -3,7 +3,7 @@
 convolution that reads it), and with the bands on maps of at least `--min-rows` rows only; each
 build in its own process, timed in alternating blocks (`reproduce.peers.time_isolated`).
 
-    python experiments/depthwise_bands.py [--models mobilenet-v2,mnasnet-1.0] [--block 8]
+    python experiments/depthwise_bands.py [--models mobilenet-v2] [--block 8] [--batch 1]
                                           [--threads 2] [--rounds 10] [--block-ms 500] [--db URL]
                                           [--min-rows 14] [--pairs]
 
@@ -50,9 +50,10 @@ def _plan(model, block: int, fusion: FusionPlan | None = None) -> LayoutPlan:
     return replace(LayoutPlan.uniform(conv_layers(model.mod), block, winograd=0), fusion=fusion)
 
 
-def built(name: str, block: int, threads: int, which: str, min_rows: int, db_url: str | None):
-    """The build of model `name` with fusion `which` (one of `FUSIONS`) and its sample inputs."""
-    model = load_model(name)
+def built(name: str, block: int, threads: int, which: str, min_rows: int, db_url: str | None, batch: int = 1):
+    """The build of model `name` (`batch` images) with fusion `which` (one of `FUSIONS`) and its
+    sample inputs."""
+    model = load_model(name, batch_size=batch)
     fusion = _fusion(model, block, which, min_rows)
     prepared = prepare_plan(model, "llvm", threads, _plan(model, block, fusion))
     source = None
@@ -64,9 +65,9 @@ def built(name: str, block: int, threads: int, which: str, min_rows: int, db_url
     return exe, run_inputs(exe, model)
 
 
-def build(name: str, block: int, threads: int, which: str, min_rows: int, db_url: str | None):
+def build(name: str, block: int, threads: int, which: str, min_rows: int, db_url: str | None, batch: int = 1):
     """Worker factory: the build and one call of it (module level: sent to the worker by name)."""
-    exe, args = built(name, block, threads, which, min_rows, db_url)
+    exe, args = built(name, block, threads, which, min_rows, db_url, batch)
     return (lambda: exe(*args)), np.asarray(exe(*args))
 
 
@@ -86,7 +87,8 @@ def pair_rows(relay: Profile, banded: Profile) -> list[tuple[str, float, float]]
 
 
 def _pairs(name: str, a) -> None:
-    (relay, args), (banded, _) = (built(name, a.block, a.threads, w, a.min_rows, a.db) for w in FUSIONS[:2])
+    (relay, args), (banded, _) = (built(name, a.block, a.threads, w, a.min_rows, a.db, a.batch)
+                                  for w in FUSIONS[:2])
     profiles: tuple[list, list] = ([], [])
     for _ in range(3):  # alternately, so both see the same drift of the host
         for exe, runs in zip((relay, banded), profiles):
@@ -107,6 +109,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="mobilenet-v2")
     ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--block-ms", type=float, default=500.0)
@@ -118,9 +121,10 @@ def main() -> None:
         if a.pairs:
             _pairs(name, a)
             continue
-        runs = time_isolated({w: (build, (name, a.block, a.threads, w, a.min_rows, a.db)) for w in FUSIONS},
-                             rounds=a.rounds, block_s=a.block_ms / 1e3)
-        print(f"{name}, blocks of {a.block}, {a.threads} threads: ms [p10-p90 of block medians]")
+        runs = time_isolated({w: (build, (name, a.block, a.threads, w, a.min_rows, a.db, a.batch))
+                              for w in FUSIONS}, rounds=a.rounds, block_s=a.block_ms / 1e3)
+        print(f"{name}, batch {a.batch}, blocks of {a.block}, {a.threads} threads: "
+              "ms [p10-p90 of block medians]")
         relay = runs["relay"]
         for w, r in runs.items():
             if r.error or relay.error:

@@ -3,6 +3,8 @@ and its per-pair table matches each banded kernel with the two kernels it replac
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from experiment_scripts import load_script
@@ -16,7 +18,7 @@ def test_the_three_builds_agree(monkeypatch):
     from search import models
 
     small = models.load_model
-    monkeypatch.setattr(db, "load_model", lambda name: small(name, image_size=64))
+    monkeypatch.setattr(db, "load_model", partial(small, image_size=64))
     call, want = db.build("mobilenet-v2", 8, 1, "relay", 8, None)
     np.testing.assert_allclose(np.asarray(call()), want)
     banded = {}
