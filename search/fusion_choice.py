@@ -50,14 +50,14 @@ reading a bordered input runs its tuned config with the padding stage dropped.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from autorelay.ir.expr import Expr, Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.op.conv import is_depthwise
 from autorelay.op.winograd import TILE_SIZES
-from autorelay.transform.fuse_ops import copy_shared_producers, fused_edge_calls, fused_edges
+from autorelay.transform.fuse_ops import copy_shared_producers, edge_name, fused_edge_calls
 from autorelay.transform.fusion_pairs import pools_an_activation
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_passes
@@ -89,33 +89,63 @@ def _unfused(model: Model, plan: LayoutPlan) -> Function:
     return optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))["main"]
 
 
-def _beyond_relay(fn: Function, fusion: FusionPlan) -> dict[Edge, str]:
-    relay = fused_edges(fn, FusionPlan.default())
-    return {e: name for e, name in fused_edges(fn, fusion).items() if e not in relay}
+def _beyond_relay(fn: Function, fusion: FusionPlan) -> dict[Edge, tuple[Expr, Expr]]:
+    """The edges `fusion` fuses in `fn` and Relay's rules do not, with their (producer, consumer)."""
+    relay = fused_edge_calls(fn, FusionPlan.default())
+    return {e: pair for e, pair in fused_edge_calls(fn, fusion).items() if e not in relay}
+
+
+def _named(edges: dict[Edge, tuple[Expr, Expr]]) -> dict[Edge, str]:
+    return {e: edge_name(a, c) for e, (a, c) in edges.items()}
+
+
+def _prologues(fn: Function) -> tuple[dict[Edge, str], bool]:
+    shared = copy_shared_producers(fn.body, COPIES) is not fn.body
+    return _named(_beyond_relay(fn, FusionPlan.prologues())), shared
+
+
+def _bands(fn: Function) -> dict[Edge, int]:
+    return {e: int(tensor_type(c).shape[2]) for e, (_, c) in _beyond_relay(fn, BANDS).items()}  # type: ignore[union-attr]
 
 
 def prologue_edges(model: Model, plan: LayoutPlan) -> tuple[dict[Edge, str], bool]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.prologues` fuses and Relay's
     rules do not, each named "producer -> consumer"; and whether the graph has a producer that
     several such readers share (which `FusionPlan.copy_shared` copies into each)."""
-    fn = _unfused(model, plan)
-    return _beyond_relay(fn, FusionPlan.prologues()), copy_shared_producers(fn.body, COPIES) is not fn.body
+    return _prologues(_unfused(model, plan))
 
 
 def pool_epilogue_edges(model: Model, plan: LayoutPlan) -> dict[Edge, str]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.pool_epilogues` fuses: an
-    activation into the max pooling that reads it (`fuse_ops.pool_epilogue_fits`)."""
-    return _beyond_relay(_unfused(model, plan), POOLS)
+    activation into the max pooling that reads it (`fusion_pairs.pool_epilogue_fits`)."""
+    return _named(_beyond_relay(_unfused(model, plan), POOLS))
 
 
 def depthwise_band_edges(model: Model, plan: LayoutPlan) -> dict[Edge, int]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.depthwise_bands` fuses: a
     depthwise convolution's tail into the 1x1 convolution that reads it
-    (`fuse_ops.depthwise_band_fits`), each with the rows of the 1x1's output map."""
+    (`fusion_pairs.depthwise_band_fits`), each with the rows of the 1x1's output map."""
+    return _bands(_unfused(model, plan))
+
+
+@dataclass(frozen=True)
+class FusionCandidates:
+    """All of a plan's fusion candidates (the three functions above), from one optimisation of its
+    graph: the layout search and the screening need every kind."""
+
+    prologues: dict[Edge, str]
+    shared: bool
+    pools: dict[Edge, str]
+    bands: dict[Edge, int]
+
+    def variants(self) -> dict[str, FusionPlan]:
+        """`fusion_variants` of these candidates."""
+        return fusion_variants(self.prologues, self.shared, bool(self.pools), self.bands)
+
+
+def fusion_candidates(model: Model, plan: LayoutPlan) -> FusionCandidates:
     fn = _unfused(model, plan)
-    relay = fused_edges(fn, FusionPlan.default())
-    return {e: int(tensor_type(c).shape[2])  # type: ignore[union-attr]
-            for e, (_, c) in fused_edge_calls(fn, BANDS).items() if e not in relay}
+    return FusionCandidates(*_prologues(fn), _named(_beyond_relay(fn, POOLS)), _bands(fn))
 
 
 def band_variants(bands: dict[Edge, int]) -> dict[str, FusionPlan]:
@@ -200,6 +230,6 @@ def _depthwise(e: Expr) -> bool:
         and is_depthwise(e.attrs["groups"], data.shape[1], out.shape[1])  # type: ignore[attr-defined]
 
 
-__all__ = ["BANDS", "BAND_THRESHOLDS", "COPIES", "POOLS", "SINGLE_EDGE_LIMIT", "band_variants",
-           "depthwise_band_edges", "fused_tasks", "fusion_variants", "pool_epilogue_edges", "prologue_edges",
-           "without_halos"]
+__all__ = ["BANDS", "BAND_THRESHOLDS", "COPIES", "POOLS", "SINGLE_EDGE_LIMIT", "FusionCandidates",
+           "band_variants", "depthwise_band_edges", "fused_tasks", "fusion_candidates", "fusion_variants",
+           "pool_epilogue_edges", "prologue_edges", "without_halos"]

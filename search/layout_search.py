@@ -40,14 +40,7 @@ from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layer
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.extract import BoundSource, Extraction, ModelTask, optimize
-from search.fusion_choice import (
-    depthwise_band_edges,
-    fused_tasks,
-    fusion_variants,
-    pool_epilogue_edges,
-    prologue_edges,
-    without_halos,
-)
+from search.fusion_choice import fused_tasks, fusion_candidates, without_halos
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import (
     Form,
@@ -251,11 +244,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     graph = layout_graph(model, costs, blocks, tgt)
     sol, plan = solved_plan(graph, costs)
     # 2. its fusion variants and the per-model pipelines, built and timed together
-    edges, copies = prologue_edges(model, plan)
-    pools = pool_epilogue_edges(model, plan)
-    bands = depthwise_band_edges(model, plan)
-    fusions = fusion_variants(edges, copies, bool(pools), bands)
-    variants = {PLAN: plan, **{name: replace(plan, fusion=fusion) for name, fusion in fusions.items()}}
+    found = fusion_candidates(model, plan)
+    variants = {PLAN: plan, **{name: replace(plan, fusion=f) for name, f in found.variants().items()}}
     per_model = {p: prepare_model(model, target, threads=threads, pipeline=p)
                  for p in candidates(target, threads)}
     builds.add({name: prepare_plan(model, target, threads, p) for name, p in variants.items()} | per_model)
@@ -285,8 +275,8 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared,
                                 _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
                                 source=builds.sources[fusion if winner == PLAN else winner], fusion=fusion,
-                                prologue_edges=edges, shared_producers=copies, pool_edges=pools,
-                                band_edges=bands, confirmed=confirmed)
+                                prologue_edges=found.prologues, shared_producers=found.shared,
+                                pool_edges=found.pools, band_edges=found.bands, confirmed=confirmed)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, builds.prepared[fusion].key)
     return result

@@ -62,7 +62,7 @@ from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from autorelay.transform.layout_plan import LayoutPlan
 from search.extract import Extraction, Skipped
-from search.fusion_choice import depthwise_band_edges, fusion_variants, pool_epilogue_edges, prologue_edges
+from search.fusion_choice import fusion_candidates
 from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs, layout_graph, solved_plan
 from search.models import Model
 from search.pipeline_choice import prepare_plan
@@ -162,9 +162,7 @@ def plan_forms(plan: LayoutPlan) -> dict[str, Form]:
 def plan_kernels(model: Model, target: Target, plan: LayoutPlan) -> frozenset[str]:
     """The workload keys of the kernels `plan` runs, under Relay's fusion rules and under each
     fusion variant the layout search would time for it (`fusion_choice.fusion_variants`)."""
-    edges, copies = prologue_edges(model, plan)
-    fusions = fusion_variants(edges, copies, bool(pool_epilogue_edges(model, plan)),
-                              depthwise_band_edges(model, plan)).values()
+    fusions = fusion_candidates(model, plan).variants().values()
     variants = [plan, *(replace(plan, fusion=fusion) for fusion in fusions)]
     return frozenset(t.key for p in variants for t in prepare_plan(model, target, None, p).extraction.tasks)
 

@@ -298,4 +298,9 @@ def fused_edges(fn: Function, plan: FusionPlan) -> dict[tuple[int, int], str]:
     """The edges `plan` fuses in `fn`'s body, each with a name for reports ("layout_transform ->
     nn.conv2d"). Comparing two plans' sets says which producers one of them fuses that the other
     leaves to their own kernels."""
-    return {e: f"{op_name(a)} -> {op_name(c)}" for e, (a, c) in fused_edge_calls(fn, plan).items()}
+    return {e: edge_name(a, c) for e, (a, c) in fused_edge_calls(fn, plan).items()}
+
+
+def edge_name(producer: Expr, consumer: Expr) -> str:
+    """An edge's name for reports: "layout_transform -> nn.conv2d"."""
+    return f"{op_name(producer)} -> {op_name(consumer)}"

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from autorelay.schedule import steps as S
 from autorelay.schedule.space import Config, Knob, Space
-from autorelay.schedule.templates.base import Template, depthwise_band, pattern, register, tile_waste
+from autorelay.schedule.templates.base import Template, depthwise_band, pattern, register
 from autorelay.schedule.templates.conv import _width_tiles
 from autorelay.schedule.templates.conv_nchwc import block_tiles, default_register_tile, register_tile
 from autorelay.schedule.templates.conv_nchwc_pool import tile_rows
-from autorelay.schedule.templates.depthwise import MAX_UNROLLED_TAPS
+from autorelay.schedule.templates.depthwise import MAX_UNROLLED_TAPS, default_width_tile
 from autorelay.target import Target
 from autorelay.te.tensor import ComputeDef
 
@@ -78,10 +78,7 @@ class Conv2dNCHWcDepthwiseBandTemplate(Template):
         fits = [r for r in choices if r * row_bytes <= DEFAULT_BAND_BYTES and oh // r >= 4 * target.threads]
         rows = max(fits or choices[:1])
         tb, tow, toh = default_register_tile(pw, target, [t for t in (1, 2, 3, 4) if rows % t == 0])
-        vectors = max(1, band.shape[4] // target.vector_lanes())
-        budget = max(1, (target.vector_registers - 4) // vectors)
-        dw_tiles = [t for t in _width_tiles(ow, 8) if t <= budget]
-        dw_tow = min(dw_tiles, key=lambda t: (tile_waste(ow, t) * (1 + 2 / t), -t))
+        dw_tow = default_width_tile(ow, band.shape[4], target)
         return Config(self.name, (("band_rows", rows), ("tile_ow", tow), ("tile_oc_blocks", tb),
                                   ("tile_oh", toh), ("dw_tile_ow", dw_tow), ("reduce_order", "c_hw_ci"),
                                   ("unroll_kw", 1)))

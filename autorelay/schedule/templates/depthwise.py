@@ -126,11 +126,7 @@ class DepthwiseNCHWcTemplate(Template):
     def default(self, cdef: ComputeDef, target: Target) -> Config:
         red = pattern(cdef).reduce
         *_, ow, block = red.shape  # type: ignore[union-attr]
-        vectors = max(1, block // target.vector_lanes())
-        # the widest low-waste tile that leaves registers for the weight and input vectors
-        budget = max(1, (target.vector_registers - 4) // vectors)
-        tiles = [t for t in _width_tiles(ow, 8) if t <= budget]
-        tow = min(tiles, key=lambda t: (tile_waste(ow, t) * (1 + 2 / t), -t))
+        tow = default_width_tile(ow, block, target)
         kh, kw = (a.extent for a in red.op.reduce_axes[-2:])  # type: ignore[union-attr]
         unroll = int(kh * kw <= MAX_UNROLLED_TAPS)
         knobs = (("tile_ow", tow), ("tile_oh", 1), ("unroll_kh", unroll), ("pad", "inline"))
@@ -174,6 +170,15 @@ class DepthwiseNCHWcTemplate(Template):
         if config["unroll_kh"]:
             steps.append(S.Unroll(acc, rh))
         return tuple(steps)
+
+
+def default_width_tile(ow: int, block: int, target: Target) -> int:
+    """The default register tile's pixels of an NCHW[block]c depthwise convolution `ow` pixels wide:
+    the widest low-waste tile that leaves registers for the weight and input vectors."""
+    vectors = max(1, block // target.vector_lanes())
+    budget = max(1, (target.vector_registers - 4) // vectors)
+    tiles = [t for t in _width_tiles(ow, 8) if t <= budget]
+    return min(tiles, key=lambda t: (tile_waste(ow, t) * (1 + 2 / t), -t))
 
 
 # Taps unrolled by default, at most: a 23x23 kernel fully unrolled over an 8-pixel tile is 4,000
