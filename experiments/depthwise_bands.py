@@ -1,7 +1,8 @@
 """Depthwise bands end to end: a model's uniform blocked plan built with Relay's fusion rules, with
 `FusionPlan.depthwise_bands` (each depthwise convolution computed per band of rows inside the 1x1
-convolution that reads it), and with the bands on maps of at least `--min-rows` rows only; each
-build in its own process, timed in alternating blocks (`reproduce.peers.time_isolated`).
+convolution that reads it), with the bands on maps of at least `--min-rows` rows only, and with
+those bands' expansions too (`FusionPlan.expansions`: each inverted residual block in one kernel);
+each build in its own process, timed in alternating blocks (`reproduce.peers.time_isolated`).
 
     python experiments/depthwise_bands.py [--models mobilenet-v2] [--block 8] [--batch 1]
                                           [--threads 2] [--rounds 10] [--block-ms 500] [--db URL]
@@ -34,10 +35,12 @@ from search.fusion_choice import BANDS, depthwise_band_edges
 from search.models import build_model, load_model, run_inputs, schedule_source
 from search.pipeline_choice import prepare_plan
 
-FUSIONS = ("relay", "bands", "bands on larger maps")
+FUSIONS = ("relay", "bands", "bands on larger maps", "bands on larger maps+expansions")
 
 
 def _fusion(model, block: int, which: str, min_rows: int) -> FusionPlan:
+    if which.endswith("+expansions"):
+        return replace(_fusion(model, block, which.removesuffix("+expansions"), min_rows), expansions=True)
     if which == "relay":
         return FusionPlan.default()
     if which == "bands":

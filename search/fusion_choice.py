@@ -42,6 +42,13 @@ kernels ran 1.12-1.35x faster than their pairs on 112- to 14-pixel maps and 0.63
 ones. So `fusion_variants` times every band fused, and, from `depthwise_band_edges`' map sizes,
 the bands on maps of at least r rows only, for the smallest few sizes r above the smallest.
 
+Expansions (`FusionPlan.expansions`) extend a band: the convolution producing the depthwise input
+(MobileNet-v2's 1x1 expansion, the widest map of its block) runs in the band's kernel too, each
+unit computing the expanded rows its band reads, halo rows included, so that map is never stored;
+two neighbouring units both compute the halo rows, which is what may make it lose. `fused_tasks`
+tunes those kernels (each a form of its three layers); which bands of the best variant take their
+expansion is decided per block from kernel times (`search.expansion_choice`).
+
 Padding folded into the producer (`FusionPlan.halos`, on by default) is the last choice: the
 layout search builds its best variant once more with every value stored plainly (`without_halos`)
 and times the two against each other. It needs no kernel of its own to tune: a convolution
@@ -64,6 +71,7 @@ from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layer
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.util import op_name, tensor_type
+from search.expansion_choice import Expansion, conv_signature
 from search.extract import ModelTask, optimize
 from search.models import Model
 from search.pipeline_choice import PLAN, prepare_plan
@@ -72,6 +80,7 @@ SINGLE_EDGE_LIMIT = 4  # with more prologue edges than this, no edge is timed al
 COPIES = replace(FusionPlan.prologues(), copy_shared=True)  # every prologue, shared producers copied
 POOLS = replace(FusionPlan.default(), pool_epilogues=True)  # Relay's rules and every pooling epilogue
 BANDS = replace(FusionPlan.default(), depthwise_bands=True)  # Relay's rules and every depthwise band
+EXPANSIONS = replace(BANDS, expansions=True)  # ... and the expansion producing each band's input
 BAND_THRESHOLDS = 3  # at most this many "bands on maps of at least r rows" variants besides all bands
 
 Edge = tuple[int, int]
@@ -108,6 +117,27 @@ def _bands(fn: Function) -> dict[Edge, int]:
     return {e: int(tensor_type(c).shape[2]) for e, (_, c) in _beyond_relay(fn, BANDS).items()}  # type: ignore[union-attr]
 
 
+def _expansions(fn: Function) -> dict[Edge, Expansion]:
+    """The edges `FusionPlan.expansions` adds to the bands (an expansion into its depthwise
+    convolution), each with the rows of the expanded map, the band edge it joins (the depthwise
+    convolution's tail into the 1x1 convolution) and the shapes of the three convolutions."""
+    bands = _beyond_relay(fn, BANDS)
+    band_of = {id(_conv_behind(tail)): (e, pw) for e, (tail, pw) in bands.items()}
+    out = {}
+    for e, (a, dw) in _beyond_relay(fn, EXPANSIONS).items():
+        if e not in bands:
+            band, pw = band_of[id(dw)]
+            out[e] = Expansion(int(tensor_type(a).shape[2]), band, conv_signature([_conv_behind(a), dw, pw]))  # type: ignore[union-attr]
+    return out
+
+
+def _conv_behind(e: Expr) -> Expr:
+    """The convolution whose elementwise tail ends in `e` (or `e` itself)."""
+    while op_name(e) != "nn.conv2d":
+        e = e.args[0]  # type: ignore[attr-defined]
+    return e
+
+
 def prologue_edges(model: Model, plan: LayoutPlan) -> tuple[dict[Edge, str], bool]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.prologues` fuses and Relay's
     rules do not, each named "producer -> consumer"; and whether the graph has a producer that
@@ -137,6 +167,7 @@ class FusionCandidates:
     shared: bool
     pools: dict[Edge, str]
     bands: dict[Edge, int]
+    expansions: dict[Edge, Expansion]
 
     def variants(self) -> dict[str, FusionPlan]:
         """`fusion_variants` of these candidates."""
@@ -145,7 +176,7 @@ class FusionCandidates:
 
 def fusion_candidates(model: Model, plan: LayoutPlan) -> FusionCandidates:
     fn = _unfused(model, plan)
-    return FusionCandidates(*_prologues(fn), _named(_beyond_relay(fn, POOLS)), _bands(fn))
+    return FusionCandidates(*_prologues(fn), _named(_beyond_relay(fn, POOLS)), _bands(fn), _expansions(fn))
 
 
 def band_variants(bands: dict[Edge, int]) -> dict[str, FusionPlan]:
@@ -164,9 +195,10 @@ def fusion_variants(edges: dict[Edge, str], shared: bool = False, pools: bool = 
                     bands: dict[Edge, int] | None = None) -> dict[str, FusionPlan]:
     """The fusion plans worth timing on a plan with these prologue edges (and, with `shared`, a
     producer several of them read; with `pools`, pooling epilogues; with `bands`, depthwise band
-    edges and their maps' rows), by report name (`plan+prologues`, `plan+prologue a->c`,
-    `plan+prologues+copies`, `plan+pool epilogues`, `plan+prologues+pool epilogues`, and
-    `band_variants`'); Relay's rules, the plan itself, are not among them."""
+    edges and their maps' rows), by report name
+    (`plan+prologues`, `plan+prologue a->c`, `plan+prologues+copies`, `plan+pool epilogues`,
+    `plan+prologues+pool epilogues`, and `band_variants`'); Relay's rules, the plan itself, are not
+    among them."""
     out = {}
     if edges:
         every = FusionPlan.prologues()
@@ -188,9 +220,10 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
                 known: set[str]) -> tuple[list[ModelTask], dict[str, frozenset[str]]]:
     """The tasks of the prologue-fused kernels of the direct uniform plans (NCHW and each of
     `blocks`), of the pooling-epilogue kernels of the blocked ones (direct and each Winograd
-    tile) and of the depthwise-band kernels of the blocked direct ones, whose workload keys are not
-    in `known`, and for each of those that implements conv layers, the set of layers (its
-    scheduler group: one more form of them; a band kernel is a form of its two layers)."""
+    tile) and of the depthwise-band kernels of the blocked direct ones (with and without their
+    expansions), whose workload keys are not in `known`, and for each of those that implements conv
+    layers, the set of layers (its scheduler group: one more form of them; a band kernel is a form
+    of its two layers, or its three with an expansion)."""
     layers = conv_layers(model.mod)
     graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
     tasks: list[ModelTask] = []
@@ -205,7 +238,8 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
         plans += [replace(LayoutPlan.uniform(layers, block, winograd=tile), fusion=POOLS)
                   for block in blocks for tile in (0, *TILE_SIZES)]
     if any(_depthwise(n) for n in post_order(graph["main"])):  # blocked, direct
-        plans += [replace(LayoutPlan.uniform(layers, block, winograd=0), fusion=BANDS) for block in blocks]
+        plans += [replace(LayoutPlan.uniform(layers, block, winograd=0), fusion=fusion)
+                  for block in blocks for fusion in (BANDS, EXPANSIONS)]
     for plan in plans:
         prepared = prepare_plan(model, target, threads, plan)
         served: dict[str, set[str]] = {}
@@ -230,6 +264,6 @@ def _depthwise(e: Expr) -> bool:
         and is_depthwise(e.attrs["groups"], data.shape[1], out.shape[1])  # type: ignore[attr-defined]
 
 
-__all__ = ["BANDS", "BAND_THRESHOLDS", "COPIES", "POOLS", "SINGLE_EDGE_LIMIT", "FusionCandidates",
-           "band_variants", "depthwise_band_edges", "fused_tasks", "fusion_candidates", "fusion_variants",
-           "pool_epilogue_edges", "prologue_edges", "without_halos"]
+__all__ = ["BANDS", "BAND_THRESHOLDS", "COPIES", "EXPANSIONS", "POOLS", "SINGLE_EDGE_LIMIT",
+           "FusionCandidates", "band_variants", "depthwise_band_edges", "fused_tasks", "fusion_candidates",
+           "fusion_variants", "pool_epilogue_edges", "prologue_edges", "without_halos"]

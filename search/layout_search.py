@@ -18,7 +18,9 @@ or Winograd) per conv layer.
    noise, so it and the fastest per-model pipeline are timed again on their own to decide, with
    a third build: the best variant storing every value plainly (`FusionPlan.halos` off), for
    zero-bordered values (a convolution's padding folded into its producer) are not faster
-   everywhere; the faster of the two is the plan.
+   everywhere; and, where the best variant fuses depthwise bands, a fourth: it with the expansions
+   whose expanded kernels ran faster than their pairs (`search.expansion_choice`). The fastest of
+   them is the plan.
 3. The plan is stored in the log (`tuning_db.layout_plans`) with its latency, the per-model
    latencies and the per-layer costs; `autorelay compile`/`run` on the log rebuild it exactly (see
    `search.pipeline_choice.stored_plan`), and `autorelay db plan --model M` prints it.
@@ -27,7 +29,9 @@ or Winograd) per conv layer.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import autorelay
@@ -39,6 +43,7 @@ from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
+from search.expansion_choice import Expansion, faster_expansions, profile_keys
 from search.extract import BoundSource, Extraction, ModelTask, optimize
 from search.fusion_choice import fused_tasks, fusion_candidates, without_halos
 from search.kernel_prefetch import prefetch_kernels
@@ -121,6 +126,9 @@ class LayoutSearchResult:
     shared_producers: bool = False  # whether a producer several of them read was a copy candidate
     pool_edges: dict[tuple[int, int], str] = field(default_factory=dict)  # pooling-epilogue candidates
     band_edges: dict[tuple[int, int], int] = field(default_factory=dict)  # depthwise bands: map rows
+    expansion_edges: dict[tuple[int, int], Expansion] = field(default_factory=dict)  # the bands' expansions
+    # the expansions whose kernels beat their pairs: (the expanded kernel's seconds, the pair's)
+    expansion_kernels: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     # the plan's fastest fusion variant, the same without zero-bordered values (`without_halos`)
     # and the fastest per-model pipeline timed again on their own (seconds per call); that timing
     # decides between them
@@ -161,6 +169,13 @@ class LayoutSearchResult:
         if self.band_edges:
             bands = ", ".join(f"{a}->{c} ({rows} rows)" for (a, c), rows in self.band_edges.items())
             lines.append(f"depthwise bands (fusion candidates): {bands}")
+        if self.expansion_edges:
+            grown = ", ".join(f"{a}->{c} ({e.rows} rows, band {e.band[0]}->{e.band[1]})"
+                              for (a, c), e in self.expansion_edges.items())
+            lines.append(f"expansions of the bands (fusion candidates): {grown}")
+            won = ", ".join(f"{a}->{c} {t * 1e6:.0f} us against {pair * 1e6:.0f}"
+                            for (a, c), (t, pair) in self.expansion_kernels.items())
+            lines.append(f"expanded kernels faster than their pairs: {won or 'none'}")
         lines.append(f"the plan's best fusion: {self.fusion}")
         again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
         again = f"the finalists again: {again}; " if again else ""
@@ -255,16 +270,19 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     fusion = min(variants, key=times.__getitem__)  # the plan's best fusion
     best_model = min((p for p in times if p not in variants), key=times.__getitem__)
     # 3. the finalists timed again on their own (the fastest of several variants is flattered by its
-    # timing's noise), with the best fusion storing every value plainly
+    # timing's noise), with the best fusion storing every value plainly, and with the expansions of
+    # its bands whose kernels beat their pairs
     plain = without_halos(fusion)
     variants[plain] = replace(variants[fusion], fusion=replace(
         variants[fusion].fusion or FusionPlan.default(), halos=False))
     builds.add({plain: prepare_plan(model, target, threads, variants[plain])}, builds.sources[fusion])
+    grown, expansion_kernels = _expansion_finalist(builds, variants, fusion, found.expansions, args,
+                                                   partial(prepare_plan, model, target, threads))
     diff = max(max_difference(builds.exes[name](*args), reference) for name in variants)
-    finalists = (fusion, plain, best_model)
+    finalists = (fusion, plain, *grown, best_model)
     confirmed = dict(zip(finalists, time_interleaved([builds.exes[n] for n in finalists], args,
                                                      rounds=rounds)))
-    fusion = min((fusion, plain), key=confirmed.__getitem__)
+    fusion = min((fusion, plain, *grown), key=confirmed.__getitem__)
     plan = variants[fusion]
     winner = PLAN if confirmed[fusion] <= confirmed[best_model] else best_model
     prepared = builds.prepared[fusion] if winner == PLAN else builds.prepared[winner]
@@ -276,10 +294,39 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
                                 _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
                                 source=builds.sources[fusion if winner == PLAN else winner], fusion=fusion,
                                 prologue_edges=found.prologues, shared_producers=found.shared,
-                                pool_edges=found.pools, band_edges=found.bands, confirmed=confirmed)
+                                pool_edges=found.pools, band_edges=found.bands,
+                                expansion_edges=found.expansions, expansion_kernels=expansion_kernels,
+                                confirmed=confirmed)
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, builds.prepared[fusion].key)
     return result
+
+
+def _expansion_finalist(builds: _Builds, variants: dict[str, LayoutPlan], fusion: str,
+                        expansions: dict[tuple[int, int], Expansion], args: list,
+                        prepare: Callable[[LayoutPlan], PreparedModel]
+                        ) -> tuple[list[str], dict[tuple[int, int], tuple[float, float]]]:
+    """When variant `fusion` fuses depthwise bands and the graph has expansion edges: builds it
+    with every expansion of its bands (a probe, no candidate itself), profiles both, and where an
+    expanded kernel ran faster than the pair it replaces (`expansion_choice.faster_expansions`),
+    adds the variant with those expansions (`<fusion>+expansions`) to `variants` and builds it.
+    Returns its name (a list: none or one) and the winning edges with (the expanded kernel's
+    seconds, the pair's)."""
+    base = variants[fusion].fusion
+    if not expansions or base is None or not base.depthwise_bands:
+        return [], {}
+    every = replace(base, expansions=True)
+    probe = _Builds(builds.model, builds.db, builds.target, builds.workers, builds.memo, builds.shared)
+    probe.add({"probe": prepare(replace(variants[fusion], fusion=every))}, builds.sources[fusion])
+    times = profile_keys([(builds.exes[fusion], args), (probe.exes["probe"], args)])
+    won = faster_expansions(expansions, (builds.prepared[fusion].module, times[0]),
+                            (probe.prepared["probe"].module, times[1]))
+    if not won:
+        return [], {}
+    name = f"{fusion}+expansions"
+    variants[name] = replace(variants[fusion], fusion=every.without_edges(set(expansions) - set(won)))
+    builds.add({name: prepare(variants[name])}, builds.sources[fusion])
+    return [name], won
 
 
 def _layer_rows(graph: LayoutGraph, sol: Solution, costs: dict[str, LayerCost], plan: LayoutPlan,
@@ -312,7 +359,9 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
             "fusion": r.fusion, "confirmed_ms": {k: ms(v) for k, v in r.confirmed.items()},
             "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()},
             "pool_edges": {f"{a}->{c}": name for (a, c), name in r.pool_edges.items()},
-            "band_edges": {f"{a}->{c}": rows for (a, c), rows in r.band_edges.items()}}
+            "band_edges": {f"{a}->{c}": rows for (a, c), rows in r.band_edges.items()},
+            "expansion_edges": {f"{a}->{c}": {"rows": e.rows, "band": f"{e.band[0]}->{e.band[1]}"}
+                                for (a, c), e in r.expansion_edges.items()}}
     return db.store_layout_plan(key, target, r.plan.to_dict(), latency_ms=r.plan_latency * 1e3,
                                 model=model.name, chosen=r.winner == PLAN,
                                 compiler_version=autorelay.__version__, info=info)

@@ -221,7 +221,8 @@ def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
     """The plan's fusion as its layout search chose it (`info["fusion"]`, the variant): which of
     the search's prologue candidates (`info["prologue_edges"]`) it fuses, whether a shared producer
     is copied into each reader, which pooling epilogues it fuses (`info["pool_edges"]`), which
-    depthwise bands (`info["band_edges"]`), and whether values are stored with zero borders; ""
+    depthwise bands (`info["band_edges"]`) and which of their expansions (`info["expansion_edges"]`),
+    and whether values are stored with zero borders; ""
     for a plan stored before fusion was a choice."""
     if "fusion" not in info and not info.get("prologue_edges"):
         return ""
@@ -241,17 +242,29 @@ def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:
     if pools:
         parts.append(f"pooling epilogues {_edges(pools)}" if fusion.get("pool_epilogues")
                      else f"no pooling epilogue (candidates: {_edges(pools)})")
-    bands = info.get("band_edges") or {}
-    if bands:  # in program order (the log stores the edges' names sorted as text)
-        bands = dict(sorted(bands.items(), key=lambda kv: tuple(int(i) for i in kv[0].split("->"))))
+    bands = _program_order(info.get("band_edges") or {})
+    if bands:
         off = {f"{a}->{c}" for a, c in fusion.get("disabled_edges", [])}
         fused = {k: f"{v} rows" for k, v in bands.items() if fusion.get("depthwise_bands") and k not in off}
         rest = {k: f"{v} rows" for k, v in bands.items() if k not in fused}
         parts.append(f"depthwise bands {_edges(fused) or 'none'}"
                      + (f" (not fused: {_edges(rest)})" if rest else ""))
+        grown = _program_order(info.get("expansion_edges") or {})
+        if grown:  # an expansion joins only a fused band: the one whose depthwise convolution it feeds
+            named = {k: f"{v['rows']} rows, band {v['band']}" for k, v in grown.items()}
+            on = {k: v for k, v in named.items()
+                  if fusion.get("expansions") and k not in off and grown[k]["band"] in fused}
+            rest = {k: v for k, v in named.items() if k not in on}
+            parts.append(f"expansions {_edges(on) or 'none'}"
+                         + (f" (not fused: {_edges(rest)})" if rest else ""))
     parts.append("padding folded into producers (zero-bordered values)" if fusion.get("halos", True)
                  else "no zero-bordered values (each convolution pads its input)")
     return f"fusion ({info.get('fusion', 'plan')}): " + "; ".join(parts)
+
+
+def _program_order(edges: dict[str, Any]) -> dict[str, Any]:
+    """Edges "a->c" in program order (the log stores their names sorted as text)."""
+    return dict(sorted(edges.items(), key=lambda kv: tuple(int(i) for i in kv[0].split("->"))))
 
 
 def _edges(edges: dict[str, Any]) -> str:

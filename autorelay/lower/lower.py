@@ -240,30 +240,37 @@ def gemm_operands(cdef: ComputeDef) -> set[int]:
 
 
 def band_operands(cdef: ComputeDef) -> set[int]:
-    """The ids of the computed stages a direct NCHW[x]c convolution reads that are a depthwise
-    convolution's elementwise tail (`FusionPlan.depthwise_bands`): the band the `conv2d_nchwc_dwpw`
-    template stores once per row, activated, instead of the convolution applying the tail (bias,
-    ReLU6) again on every read of a value (the tail's earlier stages inline into it)."""
+    """The ids of the computed stages that a depthwise band's kernel stores per band
+    (`FusionPlan.depthwise_bands`, `conv2d_nchwc_dwpw`), activated, instead of a convolution
+    applying the tail (bias, ReLU6) again on every read of a value (a tail's earlier stages inline
+    into it):
+
+    * the stages a direct NCHW[x]c convolution reads that are a depthwise convolution's
+      elementwise tail: the band;
+    * the stages a depthwise NCHW[x]c convolution reads (through its padding) that are a direct
+      NCHW[x]c convolution's tail: the expansion's rows (`FusionPlan.expansions`)."""
     kept = set()
     for t in topo_order(cdef.outputs):
-        if t.op is None or t.op.tag != "conv2d_nchwc" or not isinstance(t.op.body, E.Reduce):
+        if t.op is None or not isinstance(t.op.body, E.Reduce):
             continue
-        for a in t.op.inputs():
-            if a.op is not None and not isinstance(a.op.body, E.Reduce) and _tail_of_depthwise(a):
+        reads_tail_of = {"conv2d_nchwc": "depthwise_nchwc", "depthwise_nchwc": "conv2d_nchwc"}.get(t.op.tag)
+        for a in t.op.inputs() if reads_tail_of else ():
+            if a.op is not None and a.op.tag == "pad" and t.op.tag == "depthwise_nchwc":
+                a = a.op.inputs()[0]
+            if a.op is not None and not isinstance(a.op.body, E.Reduce) and _tail_of(a, reads_tail_of):
                 kept.add(id(a))
     return kept
 
 
-def _tail_of_depthwise(t: Tensor) -> bool:
-    """Whether injective stage `t` reads, through injective stages only, a depthwise NCHW[x]c
-    convolution."""
+def _tail_of(t: Tensor, tag: str) -> bool:
+    """Whether injective stage `t` reads, through injective stages only, a reduction tagged `tag`."""
     for a in t.op.inputs():  # type: ignore[union-attr]
         if a.op is None:
             continue
         if isinstance(a.op.body, E.Reduce):
-            if a.op.tag == "depthwise_nchwc":
+            if a.op.tag == tag:
                 return True
-        elif _tail_of_depthwise(a):
+        elif _tail_of(a, tag):
             return True
     return False
 

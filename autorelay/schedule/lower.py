@@ -77,7 +77,7 @@ class Lowerer:
                      pitch=pitch)
         self.layout[st.name] = StageLayout(root_ext, base, ext, env, guards + extra, buf, perm)
 
-    def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int]]:
+    def _region(self, prod: Stage, cons: Stage) -> tuple[list[Expr], list[int], tuple[int, ...]]:
         """Base expressions and extents of `prod` read by `cons` inside its attach loop."""
         assert prod.attach is not None
         readers: list[tuple[Stage, list[Var], dict[Var, tuple[int, int]]]] = []
@@ -158,11 +158,12 @@ class Lowerer:
                     f"ComputeAt {st.name}: loop {st.attach[1].name} of {cons.name} "
                     "was split or fused afterwards"
                 )
-            base, exts = self._region(st, cons)
+            base, exts, clamped = self._region(st, cons)
             root_ext = {a.var: e for a, e in zip(st.axes, exts)}
             root_ext.update({a.var: a.extent for a in st.raxes})
             self._layout_root(st, root_ext, base, [])
             lay = self.layout[st.name]
+            lay.clamped = clamped
             env_pos = [
                 Bin("add", base[d], lay.env[st.root_leaf[a.var]], "int64") for d, a in enumerate(st.axes)
             ]
@@ -191,6 +192,9 @@ class Lowerer:
         st = self.tensor_stage[id(t)]
         lay = self.layout[st.name]
         idx = [Bin("sub", i, b, "int64") for i, b in zip(r.indices, lay.base)]
+        for d in lay.clamped:  # inside the region already (`bound_region`); the clamp says so
+            top = Const(lay.root_ext[st.axes[d].var] - 1, "int64")
+            idx[d] = Bin("max", Bin("min", idx[d], top, "int64"), Const(0, "int64"), "int64")
         return Load(lay.buffer, lay.flat(idx), r.dtype)
 
     def _guard(self, st: Stage, stmt: Stmt, with_reduce: bool, overhang: bool = True) -> Stmt:

@@ -34,6 +34,7 @@ class StageLayout:
     guards: list[tuple[Expr, bool, bool]]  # (condition, involves a reduction var, region overhang)
     buffer: Buffer
     perm: list[int]  # buffer dimension order (a local buffer puts its vectorized axis last)
+    clamped: tuple[int, ...] = ()  # dimensions whose region was shifted inside the tensor (`bound_region`)
 
     def flat(self, idx: list[Expr]) -> Expr:
         return flat_index([idx[d] for d in self.perm], self.buffer.strides_shape)
@@ -104,17 +105,35 @@ def leaf_extents(st: Stage, root_ext: dict[Var, int]) -> tuple[dict[Var, int], d
 RegionRead = tuple[Read, dict[Var, Expr], Bounds, Bounds]
 
 
-def bound_region(prod: Stage, cons: Stage, reads: list[RegionRead]) -> tuple[list[Expr], list[int]]:
+def bound_region(prod: Stage, cons: Stage, reads: list[RegionRead]
+                 ) -> tuple[list[Expr], list[int], tuple[int, ...]]:
     """Base expressions and extents of the region of `prod` that `reads` touch within one
     iteration of `prod`'s attach loop in `cons`: each index is a linear form whose terms in the
     inner loops span an interval and whose other terms give the base; every read must sit at a
-    constant offset from the first."""
+    constant offset from the first.
+
+    An index clamped into a range (an inlined pad reads its input at `max(min(j, n - 1), 0)`) is
+    bounded by its unclamped form's interval, and that interval is then shifted into the range
+    (`_clamp_region`): the region never leaves the tensor, so the producer computes no row outside
+    it, and it still holds every value the clamped index can take. Those dimensions are returned
+    too: a read's offset into such a region is clamped to it (`Lowerer._load`), a no-op that lets
+    the verifier's interval arithmetic prove what it cannot see (the index and the region's start
+    move together)."""
     assert prod.attach is not None
     bases: list[Expr | None] = [None] * len(prod.axes)
     lo_hi: list[tuple[int, int]] = [(0, 0)] * len(prod.axes)
+    clamps: list[tuple[int | None, int | None] | None] = [None] * len(prod.axes)
     for r, vals, all_b, inner in reads:
         for d, idx in enumerate(r.indices):
             idx = simplify(substitute(idx, vals), all_b)
+            fv = free_vars(idx)
+            clamp = _clamp_of(idx) if fv & inner.keys() and not fv <= inner.keys() else None
+            if clamp is not None:
+                idx, clamp = clamp[0], clamp[1:]
+            if bases[d] is not None and clamp != clamps[d]:
+                raise ScheduleError(f"ComputeAt {prod.name}: reads of {prod.name} in {cons.name} clamp "
+                                    f"dimension {d} differently")
+            clamps[d] = clamp
             terms, c = linear(idx)
             outer_terms: dict[Expr, int] = {}
             lo = hi = 0
@@ -141,8 +160,44 @@ def bound_region(prod: Stage, cons: Stage, reads: list[RegionRead]) -> tuple[lis
                     raise ScheduleError(f"ComputeAt {prod.name}: reads at unrelated offsets in {cons.name}")
                 off = int(diff.value)
                 lo_hi[d] = (min(lo_hi[d][0], lo + off), max(lo_hi[d][1], hi + off))
-    out_base = [simplify(Bin("add", b, Const(lh[0], "int64"), "int64")) for b, lh in zip(bases, lo_hi)]
-    return out_base, [lh[1] - lh[0] + 1 for lh in lo_hi]
+    out_base: list[Expr] = []
+    extents: list[int] = []
+    for b, (lo, hi), clamp in zip(bases, lo_hi, clamps):
+        start = simplify(Bin("add", b, Const(lo, "int64"), "int64"))
+        n = hi - lo + 1
+        if clamp is not None:
+            start, n = _clamp_region(start, n, *clamp)
+        out_base.append(start)
+        extents.append(n)
+    return out_base, extents, tuple(d for d, c in enumerate(clamps) if c is not None)
+
+
+def _clamp_of(e: Expr) -> tuple[Expr, int | None, int | None] | None:
+    """`e` as (j, lo, hi) when it is j clamped into [lo, hi] by constant bounds (`max(min(j, hi),
+    lo)`, either order, or one side alone); else None."""
+    lo = hi = None
+    while isinstance(e, Bin) and e.op in ("max", "min") and isinstance(e.b, Const):
+        if e.op == "max" and lo is None:
+            lo = int(e.b.value)
+        elif e.op == "min" and hi is None:
+            hi = int(e.b.value)
+        else:
+            break
+        e = e.a
+    return None if lo is None and hi is None else (e, lo, hi)
+
+
+def _clamp_region(start: Expr, n: int, lo: int | None, hi: int | None) -> tuple[Expr, int]:
+    """The region [start, start + n) of an index, shifted to lie inside [lo, hi] (as a ragged split's
+    last tile is shifted back). Clamping is monotone, so the clamped values of [start, start + n)
+    lie between clamp(start) and clamp(start + n - 1), which this region holds."""
+    if lo is not None and hi is not None:
+        n = min(n, hi - lo + 1)
+    if lo is not None:
+        start = Bin("max", start, Const(lo, "int64"), "int64")
+    if hi is not None:
+        start = Bin("min", start, Const(hi - n + 1, "int64"), "int64")
+    return simplify(start), n
 
 
 def reads_of(e: Expr) -> list[Read]:

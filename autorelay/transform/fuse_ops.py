@@ -20,6 +20,9 @@ With `FusionPlan.depthwise_bands`, a depthwise convolution's group (the convolut
 elementwise tail) joins the 1x1 convolution that reads it (`depthwise_band_fits`). The depthwise
 part then counts as the 1x1's prologue, not as a second anchor, so the 1x1's own epilogue (bias,
 a residual add) still joins; a banded group takes no pooling epilogue and joins no other band.
+With `FusionPlan.expansions` as well, the group of the convolution producing the depthwise
+convolution's input (`expansion_fits`) then joins the band's kernel too, unless its edge into the
+depthwise convolution is disabled.
 
 With `FusionPlan.slice_fields` (the default), a `split` whose uses each take one field becomes one
 slice per field first (`split_fields`), so each field fuses into the chain that reads it.
@@ -42,7 +45,12 @@ from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator
 from autorelay.op.registry import OpPattern
 from autorelay.transform.fusion_graph import op_pattern, readers_of, region_order
-from autorelay.transform.fusion_pairs import depthwise_band_fits, pool_epilogue_fits, pools_an_activation
+from autorelay.transform.fusion_pairs import (
+    depthwise_band_fits,
+    expansion_fits,
+    pool_epilogue_fits,
+    pools_an_activation,
+)
 from autorelay.transform.fusion_plan import ANCHORS, NO_HALOS, FusionPlan
 from autorelay.transform.pass_base import FunctionPass
 from autorelay.transform.split_fields import slice_split_fields
@@ -72,7 +80,7 @@ class _Grouping:
         self.calls = [n for n in order if op_pattern(n) is not None]  # op calls, as edges number them
         self.index = {id(n): i for i, n in enumerate(self.calls)}
         self.users = readers_of(order)
-        uses = {key: len(readers) for key, readers in self.users.items()}
+        self.uses = uses = {key: len(readers) for key, readers in self.users.items()}
         self.group: dict[int, _Group] = {}
         self.edges: list[tuple[int, int]] = []
         self.merged: list[tuple[int, int]] = []  # the edges whose groups the plan joined
@@ -120,13 +128,19 @@ class _Grouping:
         if not band and not self._pool_epilogue(ga, a, gc) and (
                 not self.plan.allows(ga.pattern, cp) or ga.anchors + gc.anchors > 1):
             return
-        self.merged.append(edge)
-        # still a dependency order: no member of `a`'s group reads one of c's (every user of c's
-        # members is in c's group, and `a`'s group is not yet)
-        gc.members = ga.members + gc.members
-        gc.pattern = max(gc.pattern, ga.pattern)
+        self._join(ga, gc, edge)
         gc.anchors += 0 if band else ga.anchors
         gc.banded = gc.banded or ga.banded or band
+        if band and self.plan.expansions:
+            self._expansion(_anchor(ga), gc)
+
+    def _join(self, ga: _Group, gc: _Group, edge: tuple[int, int]) -> None:
+        """Merge `ga` into `gc` over `edge` (anchors and bands are the caller's to count)."""
+        self.merged.append(edge)
+        # still a dependency order: no member of `ga` reads one of gc's (every user of gc's members
+        # is in gc, and `ga` is not yet)
+        gc.members = ga.members + gc.members
+        gc.pattern = max(gc.pattern, ga.pattern)
         gc.ops += ga.ops
         for m in ga.members:
             self.group[id(m)] = gc
@@ -148,6 +162,20 @@ class _Grouping:
                 or ga.banded or gc.banded:
             return False
         return depthwise_band_fits(_anchor(ga), a, gc.root)  # type: ignore[arg-type]
+
+    def _expansion(self, depthwise: Call, gc: _Group) -> None:
+        """Let the group producing `depthwise`'s input join `gc`, the kernel `depthwise` was just
+        banded into, when it is one convolution and its tail (`expansion_fits`), read by
+        `depthwise` alone, and the plan and `max_depth` allow the edge."""
+        a = depthwise.args[0]
+        ge = self.group.get(id(a))
+        if ge is None or ge is gc or ge.root is not a or ge.anchors != 1 or ge.banded \
+                or self.uses.get(id(a), 0) != 1:
+            return
+        edge = (self.index[id(a)], self.index[id(depthwise)])
+        if edge not in self.plan.disabled_edges and ge.ops + gc.ops <= self.plan.max_depth \
+                and expansion_fits(_anchor(ge), a, depthwise):
+            self._join(ge, gc, edge)  # the expansion counts as the band's prologue, not an anchor
 
 
 def _anchor(g: _Group) -> Expr:

@@ -1,12 +1,14 @@
 """Which pairs of anchors may share one kernel: the exceptions to FuseOps' one-anchor rule.
 
 A fused group normally holds one anchor (a convolution, a pooling, a reduction), because each
-anchor's template schedules one reduction. Two templates schedule a pair:
+anchor's template schedules one reduction. Some templates schedule a pair (or a triple):
 
 * a max pooling as a blocked convolution's epilogue (`FusionPlan.pool_epilogues`;
   `conv2d_nchwc_pool`, `conv2d_winograd_nchwc_pool`): `pool_epilogue_fits`;
 * a depthwise convolution computed per band of rows inside the 1x1 convolution that reads it
-  (`FusionPlan.depthwise_bands`; `conv2d_nchwc_dwpw`): `depthwise_band_fits`.
+  (`FusionPlan.depthwise_bands`; `conv2d_nchwc_dwpw`): `depthwise_band_fits`; and the convolution
+  producing that depthwise convolution's input, computed per band too (`FusionPlan.expansions`):
+  `expansion_fits`.
 
 The rules here say exactly what those templates can schedule, so FuseOps never makes a kernel that
 only a generic template would take.
@@ -86,6 +88,16 @@ def _layout(c: Call) -> str:
     return c.attrs["out_layout"] or c.attrs["data_layout"]
 
 
+def _activation_of(conv: Call, tail: Expr) -> bool:
+    """Whether `tail` is `conv` or the end of an elementwise tail of it of the same shape (the
+    stage a fused kernel stores, activated), both float32 and static."""
+    if not all(_static_float32(e) for e in (conv, tail)):
+        return False
+    if tuple(tensor_type(conv).shape) != tuple(tensor_type(tail).shape):  # type: ignore[union-attr]
+        return False
+    return tail is conv or op_pattern(tail) in EPILOGUE_PATTERNS
+
+
 def depthwise_band_fits(depthwise: Expr, band: Expr, pointwise: Call) -> bool:
     """Whether `depthwise`, whose elementwise tail ends in `band` (or `band` itself), may run per
     band of rows in the kernel of `pointwise`, which reads `band` (`FusionPlan.depthwise_bands`):
@@ -99,12 +111,8 @@ def depthwise_band_fits(depthwise: Expr, band: Expr, pointwise: Call) -> bool:
     if op_name(depthwise) != "nn.conv2d" or op_name(pointwise) != "nn.conv2d":
         return False
     assert isinstance(depthwise, Call)
-    if not all(_static_float32(e) for e in (depthwise, depthwise.args[0], band, pointwise)):
-        return False
-    dt, bt = tensor_type(depthwise), tensor_type(band)
-    if tuple(dt.shape) != tuple(bt.shape):  # type: ignore[union-attr]
-        return False
-    if band is not depthwise and op_pattern(band) not in EPILOGUE_PATTERNS:
+    static = all(_static_float32(e) for e in (depthwise.args[0], pointwise))
+    if not static or not _activation_of(depthwise, band):
         return False
     if packed_groups(depthwise.attrs, tuple(tensor_type(depthwise.args[0]).shape)) != 1:  # type: ignore[union-attr]
         return False
@@ -116,3 +124,17 @@ def depthwise_band_fits(depthwise: Expr, band: Expr, pointwise: Call) -> bool:
     plain = all(s == 1 for s in pa["strides"]) and all(p == 0 for p in pa["padding"])
     return one_by_one and plain and pa["data_layout"] == _layout(depthwise)
 
+
+def expansion_fits(expansion: Expr, tail: Expr, depthwise: Call) -> bool:
+    """Whether `expansion`, whose elementwise tail ends in `tail` (or `tail` itself), may run inside
+    the kernel of a depthwise band whose depthwise convolution `depthwise` reads `tail`
+    (`FusionPlan.expansions`): `expansion` a float32 static direct NCHW[b]c convolution without
+    groups whose output layout is `depthwise`'s input layout (MobileNet-v2's 1x1 expansions; a
+    network's first 3x3 convolution before its first depthwise one), and `tail` of its shape."""
+    if op_name(expansion) != "nn.conv2d":
+        return False
+    assert isinstance(expansion, Call)
+    if not _activation_of(expansion, tail):
+        return False
+    ea = expansion.attrs
+    return ea["groups"] == 1 and direct_nchwc(ea) and _layout(expansion) == depthwise.attrs["data_layout"]

@@ -24,6 +24,11 @@ comes only from the plan:
   of KB, in cache) instead of the depthwise kernel writing its whole map for the 1x1 to read back:
   MobileNet's depthwise-separable pairs. The 1x1 reads exactly the band's rows, so nothing is
   computed twice;
+* `expansions` (with `depthwise_bands`): the convolution producing a band's depthwise input (with
+  its tail; `expansion_fits` says which) joins the band's kernel too, which computes, per channel
+  block of each band, the rows of that input the band reads: MobileNet-v2's inverted residual
+  block (expand, depthwise, project) in one kernel, its widest map never stored. Neighbouring
+  bands share the depthwise kernel's halo rows, which both compute;
 * `halos`: a convolution's zero padding is folded into the kernel producing its input, which writes
   the value into the interior of a zero-bordered buffer (`autorelay.halo_plan`), so the
   convolution needs no padding pass. On by default; a plan without (`halos=False`) marks the
@@ -37,7 +42,7 @@ comes only from the plan:
 
 A group also never holds two "anchors" (ops whose pattern is COMM_REDUCE or worse): two
 convolutions or a convolution and a reduction are separate kernels; the exceptions are a pooling
-epilogue under `pool_epilogues` and a depthwise band under `depthwise_bands`.
+epilogue under `pool_epilogues` and a depthwise band (and its expansion) under `depthwise_bands`.
 `FusionPlan.default()` reproduces Relay's rules: an out-elemwise-fusable op (conv2d, dense,
 pooling) with its elementwise/broadcast consumers; chains of injective ops; a reduction with its
 injective producers. `FusionPlan.none()` fuses nothing (each op becomes its own function).
@@ -90,6 +95,7 @@ class FusionPlan:
     halos: bool = True
     slice_fields: bool = True
     depthwise_bands: bool = False
+    expansions: bool = False
 
     def __post_init__(self) -> None:
         if self.max_depth < 1:
@@ -127,7 +133,8 @@ class FusionPlan:
         plain = "" if self.halos else ", halos=False"
         whole = "" if self.slice_fields else ", slice_fields=False"
         bands = ", depthwise_bands=True" if self.depthwise_bands else ""
-        flags = f"{copies}{pools}{plain}{whole}{bands}"
+        grown = ", expansions=True" if self.expansions else ""
+        flags = f"{copies}{pools}{plain}{whole}{bands}{grown}"
         return f"FusionPlan(rules={rules}, max_depth={self.max_depth}{off}{flags})"
 
     def allows(self, producer_group: OpPattern, consumer: OpPattern) -> bool:
@@ -147,6 +154,7 @@ class FusionPlan:
             **({} if self.halos else {"halos": False}),
             **({} if self.slice_fields else {"slice_fields": False}),
             **({"depthwise_bands": True} if self.depthwise_bands else {}),
+            **({"expansions": True} if self.expansions else {}),
         }
 
     @staticmethod
@@ -160,6 +168,7 @@ class FusionPlan:
             bool(data.get("halos", True)),
             bool(data.get("slice_fields", True)),
             bool(data.get("depthwise_bands", False)),
+            bool(data.get("expansions", False)),
         )
 
 

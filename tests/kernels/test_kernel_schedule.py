@@ -274,3 +274,32 @@ def test_injective_default_fuses_all_axes_only_for_a_flat_map(target_text):
                  for f in (0, 1)]
         outs = [compile_kernel(cdef, form, host).run(*data) for form in forms]
         np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def _smoothed_rows(h: int = 11, w: int = 6, taps: int = 3):
+    """B[i, j] = sum of `taps` rows of pad(P) around row i, P = 2 A, padded by taps // 2 rows: a
+    producer read through a pad at clamped row indices (as a depthwise convolution reads an
+    expansion computed in its kernel)."""
+    a = te.placeholder((h, w), name="A")
+    p = te.compute((h, w), lambda i, j: a[i, j] * 2.0, name="P", tag="injective")
+    padded = nn.pad(p, (taps // 2, 0), (taps // 2, 0))
+    r = te.reduce_axis(taps, "r")
+    b = te.compute((h, w), lambda i, j: te.sum(padded[i + r, j], r), name="B")
+    return te.make_def([a], b), padded.name
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 11])
+def test_compute_at_through_a_pad_computes_a_clamped_region_inside_the_tensor(rows):
+    """P computed at B's row tiles: the region of a tile is its rows plus the pad's halo, shifted
+    back inside P where it would leave it (the first and last tiles), so no row of P outside the
+    tensor is computed or tested for, and every value the clamped reads take is in it."""
+    cdef, pad_name = _smoothed_rows()
+    steps = [S.ComputeInline(pad_name), S.Split("B", "i", rows), S.ComputeAt("P", "B", "i_o")]
+    text = func_str(apply(cdef, steps)[0])
+    assert f"alloc P_l: float32[{min(rows + 2, 11)}, 6] local" in text
+    p_nest = text[text.index("alloc P_l"):text.index("P_l[", text.index("alloc P_l") + 10)]
+    assert "if " not in p_nest  # the region never leaves P: no guard (B's ragged tile keeps its own)
+    a = np.random.default_rng(0).standard_normal((11, 6), dtype=np.float32)
+    padded = np.pad(2 * a, ((1, 1), (0, 0)))
+    want = padded[:-2] + padded[1:-1] + padded[2:]
+    np.testing.assert_allclose(compile_kernel(cdef, steps).run(a), want, rtol=1e-5, atol=1e-5)

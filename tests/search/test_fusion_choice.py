@@ -23,11 +23,13 @@ from search.fusion_choice import (
     BAND_THRESHOLDS,
     BANDS,
     COPIES,
+    EXPANSIONS,
     POOLS,
     SINGLE_EDGE_LIMIT,
     band_variants,
     depthwise_band_edges,
     fused_tasks,
+    fusion_candidates,
     fusion_variants,
     pool_epilogue_edges,
     prologue_edges,
@@ -155,7 +157,9 @@ def test_band_variants_drop_the_smallest_maps_first():
 def test_depthwise_bands_of_mobilenet_are_candidates_and_tasks():
     """MobileNet-v2's 17 depthwise-separable pairs (depthwise 3x3, ReLU6, 1x1 projection): each is a
     band edge of a blocked plan, with its map's rows, and each band kernel a task grouped with its
-    two layers; the banded plan's build agrees with the reference interpreter."""
+    two layers; the convolution before each depthwise one (16 expansions and the stem) is an
+    expansion edge of its band, and each expanded band kernel a task grouped with its three layers;
+    the banded and expanded plans' builds agree with the reference interpreter."""
     model = load_model("mobilenet-v2", image_size=64)
     target = "llvm -mcpu=znver3"
     layers = conv_layers(model.mod)
@@ -163,16 +167,26 @@ def test_depthwise_bands_of_mobilenet_are_candidates_and_tasks():
     plan = LayoutPlan.uniform(layers, 8, winograd=0)
     bands = depthwise_band_edges(model, plan)
     assert len(bands) == 17 and sorted(set(bands.values())) == [2, 4, 8, 16, 32]
+    expansions = fusion_candidates(model, plan).expansions
+    assert len(expansions) == 17 and {e.band for e in expansions.values()} == set(bands)
+    assert sorted({e.rows for e in expansions.values()}) == [2, 4, 8, 16, 32]  # the expanded maps
     known = {t.key for block in (0, 8)
              for t in prepare_plan(model, target, 1, LayoutPlan.uniform(layers, block)).extraction.tasks}
     tasks, groups = fused_tasks(model, target, 1, (8,), known)
-    banded = {t.key for t in tasks if t.template == "conv2d_nchwc_dwpw"}
-    # a kernel is a form of its pair's two layers (of every such pair, where repeated blocks share it)
-    assert banded and all(len(groups[k]) % 2 == 0 for k in banded)
-    assert len(set().union(*(groups[k] for k in banded))) == 2 * 17
-    exe = build_model(model, None, prepared=prepare_plan(model, target, 1, replace(plan, fusion=BANDS)))
-    run_here_or_skip(target)
-    np.testing.assert_allclose(exe(*run_inputs(exe, model)), _reference(model), rtol=1e-4, atol=1e-4)
+    by_convs: dict[int, set[str]] = {2: set(), 3: set()}
+    for t in tasks:
+        if t.template == "conv2d_nchwc_dwpw":
+            by_convs[t.name.count("conv2d")].add(t.key)
+    # a kernel is a form of its pair's two layers or its triple's three (of every such pair or triple,
+    # where repeated blocks share it)
+    for convs, keys in by_convs.items():
+        assert keys and all(len(groups[k]) % convs == 0 for k in keys)
+        assert len(set().union(*(groups[k] for k in keys))) == convs * 17
+    reference = _reference(model)
+    for fusion in (BANDS, EXPANSIONS):
+        exe = build_model(model, None, prepared=prepare_plan(model, target, 1, replace(plan, fusion=fusion)))
+        run_here_or_skip(target)
+        np.testing.assert_allclose(exe(*run_inputs(exe, model)), reference, rtol=1e-4, atol=1e-4)
 
 
 def test_pool_epilogues_of_vgg_are_candidates_and_tasks():

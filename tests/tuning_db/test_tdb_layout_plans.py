@@ -119,6 +119,14 @@ def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
     assert "depthwise bands 11->12 (56 rows) (not fused: 31->32 (7 rows))" in some
     assert "depthwise bands none (not fused: 11->12 (56 rows), 31->32 (7 rows))" in _fusion_line(
         {"blocks": {}}, {**bands, "fusion": "plan"})
+    # expansions: those of fused bands whose own edge is on
+    grown = {**bands, "expansion_edges": {"8->9": {"rows": 56, "band": "11->12"},
+                                          "28->29": {"rows": 7, "band": "31->32"}}}
+    expanded = replace(FusionPlan.default(), depthwise_bands=True, expansions=True).without_edges([(31, 32)])
+    line = _fusion_line({"blocks": {}, "fusion": expanded.to_json()}, {**grown, "fusion": "plan+expansions"})
+    assert "expansions 8->9 (56 rows, band 11->12) (not fused: 28->29 (7 rows, band 31->32))" in line
+    off = _fusion_line({"blocks": {}, "fusion": expanded.without_edges([(8, 9)]).to_json()}, grown)
+    assert "expansions none (not fused: 8->9" in off
 
 
 def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:

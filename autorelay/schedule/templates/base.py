@@ -119,29 +119,43 @@ def conv_and_pool(cdef: ComputeDef, tag: str | None = None) -> tuple[Tensor, Ten
 class DepthwiseBand:
     """The stages of a kernel that computes a depthwise convolution per band of rows inside the 1x1
     convolution reading it (`FusionPlan.depthwise_bands`): `band` is the stage the 1x1 reads (the
-    depthwise output's activated tail, or the depthwise convolution itself)."""
+    depthwise output's activated tail, or the depthwise convolution itself). With an expansion
+    (`FusionPlan.expansions`), `expansion` is the convolution producing the depthwise input,
+    `expanded` its activated tail (or itself) and `staged` the stage the depthwise convolution reads:
+    its padding of `expanded`, or `expanded` itself."""
 
     depthwise: Tensor
     band: Tensor
     pointwise: Tensor
+    expansion: Tensor | None = None
+    expanded: Tensor | None = None
+    staged: Tensor | None = None
 
 
 def depthwise_band(cdef: ComputeDef) -> DepthwiseBand | None:
     """The depthwise band of a kernel whose main reduction is a 1x1 `conv2d_nchwc`, unstrided (its
     rows are its input's), that reads a depthwise NCHW[x]c convolution through injective stages,
-    its only other reduction; else None.
+    its only other reduction but for a `conv2d_nchwc` producing that depthwise convolution's input
+    (an expansion); else None.
     `conv2d_nchwc_dwpw` schedules such kernels; no other template may."""
     pointwise = pattern(cdef).reduce
     if pointwise is None or pointwise.op.tag != "conv2d_nchwc":  # type: ignore[union-attr]
         return None
     reds = [t for t in topo_order([pointwise]) if t.op is not None and isinstance(t.op.body, Reduce)]
+    expansion = reds.pop(0) if len(reds) == 3 and reds[0].op.tag == "conv2d_nchwc" else None  # type: ignore[union-attr]
     if len(reds) != 2 or reds[0].op.tag != "depthwise_nchwc":  # type: ignore[union-attr]
         return None
     reads = [t for t in pointwise.op.inputs() if t.op is not None]  # type: ignore[union-attr]
     taps = [a.extent for a in pointwise.op.reduce_axes[1:]]  # type: ignore[union-attr]
     if len(reads) != 1 or taps != [1, 1] or tuple(reads[0].shape[2:4]) != tuple(pointwise.shape[2:4]):
         return None
-    return DepthwiseBand(reds[0], reads[0], pointwise)
+    if expansion is None:
+        return DepthwiseBand(reds[0], reads[0], pointwise)
+    dw_reads = [t for t in reds[0].op.inputs() if t.op is not None]  # type: ignore[union-attr]
+    expanded = [t.op.inputs()[0] if t.op.tag == "pad" else t for t in dw_reads]  # type: ignore[union-attr]
+    if len(expanded) != 1 or expanded[0].op is None or tuple(expanded[0].shape) != tuple(expansion.shape):
+        return None
+    return DepthwiseBand(reds[0], reads[0], pointwise, expansion, expanded[0], dw_reads[0])
 
 
 def blocked_window_pool(cdef: ComputeDef) -> bool:
