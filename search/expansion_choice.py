@@ -8,7 +8,7 @@ kernels) every expansion fused ran 0.8 ms slower end to end than none, while tho
 maps alone ran about 0.1 ms faster. Timing every subset end to end is out of reach, so:
 
 1. the layout search's best fusion variant is built once more with every expansion of its bands;
-2. both builds are profiled kernel by kernel, alternately (`profile_keys`);
+2. both builds are profiled kernel by kernel, alternately (`layout_costs.profile_keys`);
 3. an expansion is kept where its expanded kernel ran faster than the two kernels it replaces
    (the expansion's and the band's), matched by the shapes of their convolutions
    (`faster_expansions`): blocks of equal shapes are one workload, and get one answer;
@@ -21,7 +21,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from autorelay.ir.expr import Call, Expr, Function
 from autorelay.ir.module import IRModule
@@ -61,23 +60,6 @@ def kernel_signatures(module: IRModule) -> dict[str, Signature]:
     return out
 
 
-def profile_keys(builds: Sequence[tuple[Any, Sequence[Any]]], rounds: int = 3, repeat: int = 5
-                 ) -> list[dict[str, float]]:
-    """Per build (an executable and its inputs), the median seconds of each workload key's calls,
-    profiled `rounds` times alternately (the host's speed drifts) over `repeat` runs each."""
-    samples: list[list[list[float]]] = [[] for _ in builds]
-    for _ in range(rounds):
-        for (exe, args), runs in zip(builds, samples):
-            runs.append([row.seconds for row in exe.profile(*args, repeat=repeat).rows])
-    out = []
-    for (exe, _), runs in zip(builds, samples):
-        by_key: dict[str, list[float]] = {}
-        for i, row in enumerate(exe.report.rows):
-            by_key.setdefault(row.workload_key, []).append(statistics.median(r[i] for r in runs))
-        out.append({k: statistics.median(v) for k, v in by_key.items()})
-    return out
-
-
 def faster_expansions(expansions: dict[Edge, Expansion], banded: tuple[IRModule, dict[str, float]],
                       expanded: tuple[IRModule, dict[str, float]]) -> dict[Edge, tuple[float, float]]:
     """The expansion edges whose expanded kernel (in `expanded`: a fused module and its kernel
@@ -101,4 +83,4 @@ def faster_expansions(expansions: dict[Edge, Expansion], banded: tuple[IRModule,
     return out
 
 
-__all__ = ["Expansion", "conv_signature", "faster_expansions", "kernel_signatures", "profile_keys"]
+__all__ = ["Expansion", "conv_signature", "faster_expansions", "kernel_signatures"]

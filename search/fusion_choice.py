@@ -113,15 +113,16 @@ def _prologues(fn: Function) -> tuple[dict[Edge, str], bool]:
     return _named(_beyond_relay(fn, FusionPlan.prologues())), shared
 
 
-def _bands(fn: Function) -> dict[Edge, int]:
-    return {e: int(tensor_type(c).shape[2]) for e, (_, c) in _beyond_relay(fn, BANDS).items()}  # type: ignore[union-attr]
+def _band_rows(bands: dict[Edge, tuple[Expr, Expr]]) -> dict[Edge, int]:
+    """Each band edge (`_beyond_relay(fn, BANDS)`) with the rows of its 1x1's output map."""
+    return {e: int(tensor_type(c).shape[2]) for e, (_, c) in bands.items()}  # type: ignore[union-attr]
 
 
-def _expansions(fn: Function) -> dict[Edge, Expansion]:
-    """The edges `FusionPlan.expansions` adds to the bands (an expansion into its depthwise
-    convolution), each with the rows of the expanded map, the band edge it joins (the depthwise
-    convolution's tail into the 1x1 convolution) and the shapes of the three convolutions."""
-    bands = _beyond_relay(fn, BANDS)
+def _expansions(fn: Function, bands: dict[Edge, tuple[Expr, Expr]]) -> dict[Edge, Expansion]:
+    """The edges `FusionPlan.expansions` adds to `bands` (`_beyond_relay(fn, BANDS)`: an expansion
+    into its depthwise convolution), each with the rows of the expanded map, the band edge it joins
+    (the depthwise convolution's tail into the 1x1 convolution) and the shapes of the three
+    convolutions."""
     band_of = {id(_conv_behind(tail)): (e, pw) for e, (tail, pw) in bands.items()}
     out = {}
     for e, (a, dw) in _beyond_relay(fn, EXPANSIONS).items():
@@ -155,7 +156,7 @@ def depthwise_band_edges(model: Model, plan: LayoutPlan) -> dict[Edge, int]:
     """The edges of `plan`'s graph (before fusion) that `FusionPlan.depthwise_bands` fuses: a
     depthwise convolution's tail into the 1x1 convolution that reads it
     (`fusion_pairs.depthwise_band_fits`), each with the rows of the 1x1's output map."""
-    return _bands(_unfused(model, plan))
+    return _band_rows(_beyond_relay(_unfused(model, plan), BANDS))
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,9 @@ class FusionCandidates:
 
 def fusion_candidates(model: Model, plan: LayoutPlan) -> FusionCandidates:
     fn = _unfused(model, plan)
-    return FusionCandidates(*_prologues(fn), _named(_beyond_relay(fn, POOLS)), _bands(fn), _expansions(fn))
+    bands = _beyond_relay(fn, BANDS)
+    return FusionCandidates(*_prologues(fn), _named(_beyond_relay(fn, POOLS)), _band_rows(bands),
+                            _expansions(fn, bands))
 
 
 def band_variants(bands: dict[Edge, int]) -> dict[str, FusionPlan]:

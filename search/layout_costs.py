@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,29 +169,44 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
         bound = source or (schedule_source(db, model, prepared=prepared) if db is not None else None)
         todo.append((plan, prepared, bound))
     prefetch_kernels(memo, [(p.module, bound) for _, p, bound in todo], target, workers)
-    builds = []
-    for plan, prepared, bound in todo:
-        exe = build_model(model, bound, prepared=prepared, memo=memo)
+    exes = [build_model(model, bound, prepared=prepared, memo=memo) for _, prepared, bound in todo]
+    runs = []
+    for exe in exes:
         args = run_inputs(exe, model)
-        builds.append((plan, prepared.module, exe, args, _profile_repeat(exe, args, repeat), []))
-    for _ in range(max(1, rounds)):
-        for _plan, _fused, exe, args, runs, samples in builds:
-            samples.append([r.seconds for r in exe.profile(*args, repeat=runs).rows])
+        runs.append((exe, args, _profile_repeat(exe, args, repeat)))
+    times = profile_keys(runs, rounds)
     out = {name: LayerCost() for name in layers}
-    for plan, fused, exe, _args, _runs, samples in builds:
+    for (plan, prepared, _), exe, by_key in zip(todo, exes, times):
         block = next(iter(plan.blocks.values()), 0)
-        by_key: dict[str, list[tuple[float, str]]] = {}
-        for i, row in enumerate(exe.report.rows):
-            seconds = statistics.median(s[i] for s in samples)
-            by_key.setdefault(row.workload_key, []).append((seconds, row.source))
-        for name, (got, fn) in built_layers(graph, fused).items():
+        sources: dict[str, str] = {}
+        for row in exe.report.rows:
+            sources.setdefault(row.workload_key, row.source)
+        for name, (got, fn) in built_layers(graph, prepared.module).items():
             key, tile, cost = workload_key(fn), winograd_tile(fn), out[name]
             form = (block if got else 0, tile)  # by the block asked for (built shrunk to a divisor)
             cost.keys[form] = key
-            rows = by_key.get(key, [])
-            if (block > 0) != (got > 0) or not rows:  # a conv ConvertLayout leaves alone: no candidate
-                continue
-            cost.add(form, statistics.median(t for t, _ in rows), rows[0][1])
+            if (block > 0) != (got > 0) or key not in by_key:
+                continue  # a conv ConvertLayout leaves alone: no candidate
+            cost.add(form, by_key[key], sources[key])
+    return out
+
+
+def profile_keys(builds: Sequence[tuple[Any, Sequence[Any], int]], rounds: int = 3) -> list[dict[str, float]]:
+    """Per build (an executable, its inputs, and its runs per profiling), the seconds of each
+    workload key's calls: each call's median over `rounds` profilings, taken round-robin (the
+    host's speed drifts over the minutes a search takes: builds profiled one after the other
+    would compare one measured in a fast minute with one measured in a slow one), then the median
+    over the calls of that key."""
+    samples: list[list[list[float]]] = [[] for _ in builds]
+    for _ in range(max(1, rounds)):
+        for (exe, args, repeat), runs in zip(builds, samples):
+            runs.append([row.seconds for row in exe.profile(*args, repeat=repeat).rows])
+    out = []
+    for (exe, _, _), runs in zip(builds, samples):
+        by_key: dict[str, list[float]] = {}
+        for i, row in enumerate(exe.report.rows):
+            by_key.setdefault(row.workload_key, []).append(statistics.median(r[i] for r in runs))
+        out.append({k: statistics.median(v) for k, v in by_key.items()})
     return out
 
 
@@ -352,4 +368,4 @@ def solved_plan(graph: LayoutGraph, costs: dict[str, LayerCost]) -> tuple[Soluti
 
 
 __all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
-           "solved_plan", "transform_seconds"]
+           "profile_keys", "solved_plan", "transform_seconds"]

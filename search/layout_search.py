@@ -43,7 +43,7 @@ from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
-from search.expansion_choice import Expansion, faster_expansions, profile_keys
+from search.expansion_choice import Expansion, faster_expansions
 from search.extract import BoundSource, Extraction, ModelTask, optimize
 from search.fusion_choice import fused_tasks, fusion_candidates, without_halos
 from search.kernel_prefetch import prefetch_kernels
@@ -54,6 +54,7 @@ from search.layout_costs import (
     candidate_plans,
     kernel_costs,
     layout_graph,
+    profile_keys,
     solved_plan,
     winograd_tile,
 )
@@ -302,6 +303,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     return result
 
 
+PROBE_RUNS = 5  # runs per profiling of the expansion probe and the variant it grows from
+
+
 def _expansion_finalist(builds: _Builds, variants: dict[str, LayoutPlan], fusion: str,
                         expansions: dict[tuple[int, int], Expansion], args: list,
                         prepare: Callable[[LayoutPlan], PreparedModel]
@@ -318,7 +322,7 @@ def _expansion_finalist(builds: _Builds, variants: dict[str, LayoutPlan], fusion
     every = replace(base, expansions=True)
     probe = _Builds(builds.model, builds.db, builds.target, builds.workers, builds.memo, builds.shared)
     probe.add({"probe": prepare(replace(variants[fusion], fusion=every))}, builds.sources[fusion])
-    times = profile_keys([(builds.exes[fusion], args), (probe.exes["probe"], args)])
+    times = profile_keys([(builds.exes[fusion], args, PROBE_RUNS), (probe.exes["probe"], args, PROBE_RUNS)])
     won = faster_expansions(expansions, (builds.prepared[fusion].module, times[0]),
                             (probe.prepared["probe"].module, times[1]))
     if not won:

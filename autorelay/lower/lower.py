@@ -239,6 +239,10 @@ def gemm_operands(cdef: ComputeDef) -> set[int]:
     return kept
 
 
+# a band kernel's reductions -> the reduction whose activated tail each reads (`band_operands`)
+_BAND_TAILS = {"conv2d_nchwc": "depthwise_nchwc", "depthwise_nchwc": "conv2d_nchwc"}
+
+
 def band_operands(cdef: ComputeDef) -> set[int]:
     """The ids of the computed stages that a depthwise band's kernel stores per band
     (`FusionPlan.depthwise_bands`, `conv2d_nchwc_dwpw`), activated, instead of a convolution
@@ -253,7 +257,7 @@ def band_operands(cdef: ComputeDef) -> set[int]:
     for t in topo_order(cdef.outputs):
         if t.op is None or not isinstance(t.op.body, E.Reduce):
             continue
-        reads_tail_of = {"conv2d_nchwc": "depthwise_nchwc", "depthwise_nchwc": "conv2d_nchwc"}.get(t.op.tag)
+        reads_tail_of = _BAND_TAILS.get(t.op.tag)
         for a in t.op.inputs() if reads_tail_of else ():
             if a.op is not None and a.op.tag == "pad" and t.op.tag == "depthwise_nchwc":
                 a = a.op.inputs()[0]
