@@ -15,8 +15,9 @@ from autorelay.ir.visitor import post_order
 from autorelay.primitive import KernelMemo
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from search import expansion_choice, layout_search
-from search.expansion_choice import faster_expansions, kernel_signatures, profile_keys
+from search.expansion_choice import faster_expansions, kernel_signatures
 from search.fusion_choice import BANDS, EXPANSIONS, fusion_candidates
+from search.layout_costs import LayerCost, profile_keys
 from search.models import build_model, load_model, run_inputs
 from search.pipeline_choice import prepare_plan
 
@@ -64,7 +65,7 @@ def test_profile_keys_times_every_kernel_of_each_build(mobilenet):
     model, _, _, banded, _ = mobilenet
     exe = build_model(model, None, prepared=banded)
     args = run_inputs(exe, model)
-    (times,) = profile_keys([(exe, args)], rounds=2, repeat=2)
+    (times,) = profile_keys([(exe, args, 2)], rounds=2)
     assert set(times) == {row.workload_key for row in exe.report.rows}
     assert all(t > 0 for t in times.values())
 
@@ -109,10 +110,23 @@ def test_no_bands_no_probe(mobilenet):
 
 
 def test_the_search_keeps_the_expansion_finalist_when_it_is_fastest(monkeypatch):
-    """`search_layout` end to end, with stand-ins for the two measurements: every expansion wins its
-    kernel comparison, and a build's time is its kernel count (so fusing more is faster). The best
-    band variant then grows its expansions, that finalist wins, and the plan keeps it."""
+    """`search_layout` end to end, with stand-ins for the measurements: every layer's direct form in
+    blocks of 8 is the cheapest (so the layout program blocks every layer, whatever this host's
+    timings), every expansion wins its kernel comparison, and a build's time is its kernel count
+    (so fusing more is faster). The best band variant then grows its expansions, that finalist
+    wins, and the plan keeps it."""
     model = load_model("mobilenet-v2", image_size=32)
+    measured = layout_search.kernel_costs
+
+    def blocks_of_8_cheapest(*args, **kwargs) -> dict[str, LayerCost]:
+        out = {}
+        for name, cost in measured(*args, **kwargs).items():
+            out[name] = LayerCost(keys=dict(cost.keys))
+            for form in cost.forms:
+                out[name].add(form, 1.0 if form == (8, 0) else 2.0, "stand-in")
+        return out
+
+    monkeypatch.setattr(layout_search, "kernel_costs", blocks_of_8_cheapest)
     monkeypatch.setattr(layout_search, "faster_expansions", lambda ex, *_: {e: (1.0, 2.0) for e in ex})
     monkeypatch.setattr(layout_search, "time_interleaved",
                         lambda exes, args, rounds=1: [float(len(e.report.rows)) for e in exes])
