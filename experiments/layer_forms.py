@@ -23,7 +23,6 @@ from autorelay.codegen import resolve_target
 from autorelay.transform.layout_plan import built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
-from search.extract import optimize
 from search.layout_costs import Form, LayerCost, candidate_blocks, kernel_costs, winograd_tile
 from search.models import load_model
 from search.pipeline_choice import candidates
@@ -34,7 +33,7 @@ def pipeline_forms(model, graph, pipeline: str) -> dict[str, Form]:
     where the layer is blocked, as `kernel_costs` files it even where the build shrank the block to
     a divisor of the channels, 0 for NCHW; its Winograd output tile, 0 for direct). `graph`: the
     model after `graph_passes`, where the layers are named."""
-    fused = optimize(model.mod, model.params, pipeline)
+    fused = model.optimized(pipeline)
     asked = pipeline_layout(pipeline)[0]
     return {name: (asked if block else 0, winograd_tile(fn))
             for name, (block, fn) in built_layers(graph, fused).items()}
@@ -84,7 +83,7 @@ def main() -> None:
                  if f in c.forms else " " * 12 for f in forms]
         print(name.ljust(10), *cells)
     print()
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    graph = model.optimized(Pipeline(graph_passes()))
     for pipeline in candidates(target, args.threads):
         mine, best, missing = ceiling(costs, pipeline_forms(model, graph, pipeline))
         note = f" ({len(missing)} layers' forms not measured: {', '.join(missing)})" if missing else ""

@@ -44,6 +44,7 @@ from autorelay.schedule.space import Config
 from autorelay.schedule.templates import check_in_space, template_choices
 from autorelay.target import Target, TargetError
 from autorelay.te.tensor import ComputeDef
+from autorelay.transform.pass_memo import PassMemo
 from autorelay.transform.prepare import prepare
 from autorelay.utils.deep import deep
 from search.task import Task, count_flops, kernel_task
@@ -88,10 +89,11 @@ class Extraction:
 
 
 def optimize(mod: IRModule, params: Mapping[str, np.ndarray] | None,
-             pipeline: str | Any = "default") -> IRModule:
-    """The IR `autorelay.build` lowers for a dataflow model: `autorelay.transform.prepare`."""
+             pipeline: str | Any = "default", memo: PassMemo | None = None) -> IRModule:
+    """The IR `autorelay.build` lowers for a dataflow model: `autorelay.transform.prepare` (with
+    `memo`, sharing passes with the model's other preparations)."""
     check_dataflow(mod)
-    return prepare(mod, params, pipeline)
+    return prepare(mod, params, pipeline, memo=memo)
 
 
 def primitive_calls(mod: IRModule) -> list[Function]:

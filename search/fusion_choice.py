@@ -72,7 +72,7 @@ from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.util import op_name, tensor_type
 from search.expansion_choice import Expansion, conv_signature
-from search.extract import ModelTask, optimize
+from search.extract import ModelTask
 from search.models import Model
 from search.pipeline_choice import PLAN, prepare_plan
 
@@ -95,7 +95,7 @@ def without_halos(variant: str) -> str:
 
 def _unfused(model: Model, plan: LayoutPlan) -> Function:
     """`plan`'s graph just before fusion."""
-    return optimize(model.mod, model.params, Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))["main"]
+    return model.optimized(Pipeline(plan_passes(replace(plan, fusion=None))[:-1]))["main"]
 
 
 def _beyond_relay(fn: Function, fusion: FusionPlan) -> dict[Edge, tuple[Expr, Expr]]:
@@ -228,7 +228,7 @@ def fused_tasks(model: Model, target: str, threads: int | None, blocks: tuple[in
     layers, the set of layers (its scheduler group: one more form of them; a band kernel is a form
     of its two layers, or its three with an expansion)."""
     layers = conv_layers(model.mod)
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    graph = model.optimized(Pipeline(graph_passes()))
     tasks: list[ModelTask] = []
     groups: dict[str, frozenset[str]] = {}
     seen = set(known)

@@ -26,6 +26,7 @@ from autorelay.primitive import KernelMemo, kernel_request
 from autorelay.runtime.views import is_view_function
 from autorelay.target import Target
 from autorelay.te.halo import DENSE
+from autorelay.utils.deep import deep
 from search.extract import primitive_call_sites
 from search.measure.jobs import emit_job
 from search.measure.workers import WorkerPool
@@ -40,22 +41,7 @@ def prefetch_kernels(memo: KernelMemo, builds: Sequence[tuple[IRModule, Any]], t
     filed. `workers` < 2: nothing is done (each build compiles its own kernels in turn)."""
     if workers < 2:
         return 0
-    requests: dict[tuple, tuple[list, Any]] = {}
-    asked: set[tuple] = set()  # (source, workload, buffers): a build compiles each once
-    for module, source in builds:
-        plans = graph_buffer_plans(module, target)
-        for site in primitive_call_sites(module):
-            fn = site.op
-            if is_view_function(fn):  # type: ignore[arg-type]  # the graph executor runs no kernel for a view
-                continue
-            buffers = plans.get(id(site), DENSE)
-            workload = (id(source), workload_key(fn), buffers)
-            if workload in asked:
-                continue
-            asked.add(workload)
-            req = kernel_request(fn, source, target, split_outputs=True, buffers=buffers)  # as the build
-            if req is not None and req[0] not in memo.kernels and req[0] not in requests:
-                requests[req[0]] = (req[1], req[2])
+    requests = _requests(memo, builds, target)
     if len(requests) < 2:
         return 0
     pool = WorkerPool(min(workers, len(requests)), "autorelay-emit")
@@ -72,6 +58,29 @@ def prefetch_kernels(memo: KernelMemo, builds: Sequence[tuple[IRModule, Any]], t
                 memo.add(key, tuple(load_kernel(code, cache) for code in codes))
                 filed += 1
     return filed
+
+
+@deep  # one hop to a big-stack thread for all the walks (see `autorelay.build_module.build_prepared`)
+def _requests(memo: KernelMemo, builds: Sequence[tuple[IRModule, Any]], target: Target
+              ) -> dict[tuple, tuple[list, Any]]:
+    """The kernels the builds need that `memo` lacks: memo key -> (computes, config)."""
+    requests: dict[tuple, tuple[list, Any]] = {}
+    asked: set[tuple] = set()  # (source, workload, buffers): a build compiles each once
+    for module, source in builds:
+        plans = graph_buffer_plans(module, target)
+        for site in primitive_call_sites(module):
+            fn = site.op
+            if is_view_function(fn):  # type: ignore[arg-type]  # the graph executor runs no kernel for a view
+                continue
+            buffers = plans.get(id(site), DENSE)
+            workload = (id(source), workload_key(fn), buffers)
+            if workload in asked:
+                continue
+            asked.add(workload)
+            req = kernel_request(fn, source, target, split_outputs=True, buffers=buffers)  # as the build
+            if req is not None and req[0] not in memo.kernels and req[0] not in requests:
+                requests[req[0]] = (req[1], req[2])
+    return requests
 
 
 __all__ = ["prefetch_kernels"]

@@ -51,7 +51,6 @@ from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, static_shape, tensor_type
-from search.extract import optimize
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, Solution, solve
 from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
@@ -160,11 +159,11 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     after the other would compare a layout measured in a fast minute with one measured in a slow
     one."""
     layers = conv_layers(model.mod)
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    graph = model.optimized(Pipeline(graph_passes()))
     memo = memo if memo is not None else KernelMemo()
     todo = []
     for plan in candidate_plans(layers, blocks):
-        fused = optimize(model.mod, model.params, plan_pipeline(plan))
+        fused = model.optimized(plan_pipeline(plan))
         prepared = PreparedModel(model, target, "plan", fused)
         bound = source or (schedule_source(db, model, prepared=prepared) if db is not None else None)
         todo.append((plan, prepared, bound))
@@ -344,7 +343,7 @@ def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, .
                  target: Target) -> LayoutGraph:
     """The model's layout graph (see the module docstring) with `costs` on its conv nodes and
     measured transform times on its edges."""
-    graph = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    graph = model.optimized(Pipeline(graph_passes()))
     fn = graph["main"]
     layers = {id(c): name for name, c in layer_calls(graph).items()}
     reader = _GraphReader(layers, costs, blocks, target)

@@ -44,7 +44,7 @@ from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layer
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from search.expansion_choice import Expansion, faster_expansions
-from search.extract import BoundSource, Extraction, ModelTask, optimize
+from search.extract import BoundSource, Extraction, ModelTask
 from search.fusion_choice import fused_tasks, fusion_candidates, without_halos
 from search.kernel_prefetch import prefetch_kernels
 from search.layout_costs import (
@@ -288,7 +288,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     winner = PLAN if confirmed[fusion] <= confirmed[best_model] else best_model
     prepared = builds.prepared[fusion] if winner == PLAN else builds.prepared[winner]
     # 4. the report: modelled costs and, per layer, its choice against the per-model pick's
-    named = optimize(model.mod, model.params, Pipeline(graph_passes()))
+    named = model.optimized(Pipeline(graph_passes()))
     forms = {p: per_model_forms(named, builds.prepared[p]) for p in candidates(target, threads)}
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared,

@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from autorelay.ir.module import IRModule
 from autorelay.lower import model_key
 from autorelay.primitive import KernelMemo
 from autorelay.target import Target
+from autorelay.transform.pass_memo import PassMemo
 from search.extract import BoundSource, Extraction, extract_prepared, optimize
 
 
@@ -34,6 +35,14 @@ class Model:
     mod: IRModule
     params: dict[str, np.ndarray]
     inputs: dict[str, np.ndarray]
+    # the results of the passes its preparations ran, for the next ones that begin alike
+    passes: PassMemo = field(default_factory=PassMemo, repr=False, compare=False)
+
+    def optimized(self, pipeline: str | Any = "default") -> IRModule:
+        """The IR a build of this model lowers under `pipeline` (`search.extract.optimize`): a
+        search prepares a model under many pipelines and layout plans that begin with the same
+        passes, which run once (`passes`)."""
+        return optimize(self.mod, self.params, pipeline, memo=self.passes)
 
 
 def default_threads() -> int:
@@ -136,7 +145,7 @@ class PreparedModel:
 def prepare_model(model: Model, target: str | Target = "llvm", *, threads: int | None = None,
                   pipeline: str = "default") -> PreparedModel:
     tgt = resolve_target(target, threads)
-    return PreparedModel(model, tgt, pipeline, optimize(model.mod, model.params, pipeline))
+    return PreparedModel(model, tgt, pipeline, model.optimized(pipeline))
 
 
 def open_db(db: Any) -> tuple[Any, bool]:

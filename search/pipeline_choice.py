@@ -26,7 +26,6 @@ from autorelay.codegen import resolve_target
 from autorelay.lower import model_key
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
 from autorelay.transform.pipelines import default_pipeline
-from search.extract import optimize
 from search.models import (
     Model,
     PreparedModel,
@@ -117,7 +116,7 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
 def prepare_plan(model: Model, target: str, threads: int | None, plan: LayoutPlan) -> PreparedModel:
     """`model` prepared with the pipeline that realises `plan` (pipeline name "plan")."""
     tgt = resolve_target(target, threads)
-    return PreparedModel(model, tgt, PLAN, optimize(model.mod, model.params, plan_pipeline(plan)))
+    return PreparedModel(model, tgt, PLAN, model.optimized(plan_pipeline(plan)))
 
 
 def stored_plan(model: Model, db: Any, target: str, threads: int | None) -> PipelineChoice | str:

@@ -11,7 +11,9 @@ A pass is a frozen dataclass: its class fixes the `name`, its fields are the typ
 the module is typed, and (with `verify=True`, the default) it re-infers types after *every* pass,
 so a pass that produces ill-typed IR is stopped at once with a `PassError` naming it. It records
 each pass's wall time and op counts before/after, and can dump the IR after chosen passes.
-There is no opt level: what a pipeline runs is exactly its list (see `pipelines.py`).
+There is no opt level: what a pipeline runs is exactly its list (see `pipelines.py`). Given a
+`PassMemo`, a pipeline resumes from what equal first passes of an earlier pipeline produced on the
+same module (`pass_memo.py`: a search prepares one model under many pipelines).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import ClassVar
 from autorelay.errors import AutoRelayError, TypeCheckError
 from autorelay.ir.expr import Function, GlobalVar
 from autorelay.ir.module import IRModule
+from autorelay.transform.pass_memo import PassMemo
 from autorelay.transform.util import count_ops, primitive_functions
 from autorelay.utils.deep import run_deep
 
@@ -151,17 +154,24 @@ class Pipeline:
     def names(self) -> list[str]:
         return [p.name for p in self.passes]
 
-    def __call__(self, mod: IRModule) -> IRModule:
-        return self.run(mod).module
+    def __call__(self, mod: IRModule, memo: PassMemo | None = None) -> IRModule:
+        return self.run(mod, memo).module
 
-    def run(self, mod: IRModule) -> PipelineResult:
-        return run_deep(self._run, mod)
+    def run(self, mod: IRModule, memo: PassMemo | None = None) -> PipelineResult:
+        """Run the passes on `mod`. With `memo`, start from the module its longest held prefix of
+        these passes produced on `mod`, and hold each pass's result there (`PassMemo`); the
+        records then cover the passes run. A pipeline that dumps IR, runs unverified or has a pass
+        with unhashable options ignores the memo."""
+        if memo is not None and (self.dump_after or not self.verify or not _hashable(self.passes)):
+            memo = None
+        return run_deep(self._run, mod, memo)
 
-    def _run(self, mod: IRModule) -> PipelineResult:
+    def _run(self, mod: IRModule, memo: PassMemo | None) -> PipelineResult:
         records: list[PassRecord] = []
         dumps: dict[str, str] = {}
-        typed = False
-        for p in self.passes:
+        source, passes = mod, tuple(self.passes)
+        start, mod, typed = memo.resume(source, passes) if memo is not None else (0, mod, False)
+        for i, p in enumerate(passes[start:], start):
             tc = 0.0
             if p.requires_types and not typed:
                 t0 = time.perf_counter()
@@ -186,9 +196,19 @@ class Pipeline:
                 typed = True
             records.append(PassRecord(p.name, elapsed, before, count_ops(mod), tc,
                                       len(primitive_functions(mod))))
+            if memo is not None:
+                memo.keep(source, passes[:i + 1], mod, typed)
             if p.name in self.dump_after:
                 text = mod.astext()
                 dumps[p.name] = text
                 if self.dump is not None:
                     self.dump(p.name, text)
         return PipelineResult(mod, records, dumps)
+
+
+def _hashable(passes: Sequence[Pass]) -> bool:
+    try:
+        hash(tuple(passes))
+    except TypeError:
+        return False
+    return True

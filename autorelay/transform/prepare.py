@@ -23,6 +23,7 @@ from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Var
 from autorelay.ir.module import IRModule
 from autorelay.ir.visitor import ExprMutator, post_order
 from autorelay.transform.bind import bind_params
+from autorelay.transform.pass_memo import PassMemo
 from autorelay.transform.pipelines import pipeline as named_pipeline
 from autorelay.utils.deep import deep
 
@@ -129,14 +130,21 @@ def specialize_invariants(mod: IRModule, entry: str = "main") -> IRModule:
 
 
 def prepare(mod: IRModule | Function, params: Mapping[str, np.ndarray] | None = None,
-            pipeline: str | Any = "default", entry: str = "main") -> IRModule:
-    """Bind `params`, specialise invariant weights, run `pipeline` (a name or Pipeline value)."""
+            pipeline: str | Any = "default", entry: str = "main", memo: PassMemo | None = None) -> IRModule:
+    """Bind `params`, specialise invariant weights, run `pipeline` (a name or Pipeline value).
+    `memo`: the bound module and the results of the pipeline's first passes are shared with the
+    other preparations of the same `mod` and `params` through it (`PassMemo`)."""
+    pipe = named_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if memo is None:
+        return pipe(_bound(mod, params, entry))
+    return pipe(memo.source((mod, params, entry), lambda: _bound(mod, params, entry)), memo)
+
+
+def _bound(mod: IRModule | Function, params: Mapping[str, np.ndarray] | None, entry: str) -> IRModule:
     if isinstance(mod, Function):
         mod = IRModule.from_expr(mod, entry)
     if params:
         if entry not in mod:
             raise ValueError(f"params given, but the module has no @{entry} function to bind them to")
         mod = bind_params(mod, params, entry)
-    mod = specialize_invariants(mod, entry)
-    pipe = named_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-    return pipe(mod)
+    return specialize_invariants(mod, entry)
