@@ -53,13 +53,13 @@ def _fingerprint(task: Task) -> dict[str, Any]:
 
 
 def _record(db: Any, task: Task, inp: MeasureInput, res: MeasureResult, run: int | None,
-            tag: str | None) -> int:
+            tag: str | None, at: float | None = None) -> int:
     failed = res.error is not ErrorKind.NONE
     return db.record(task.key, str(task.target), inp.config.to_json(), list(res.costs),
                      workload=task.workload, error=(res.message or res.error.value) if failed else None,
                      error_kind=res.error.value if failed else None, run=run,
                      space_index=inp.index if inp.index >= 0 else None,
-                     target_fingerprint=_fingerprint(task), runner_version=tag)
+                     target_fingerprint=_fingerprint(task), runner_version=tag, recorded_at=at)
 
 
 def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -> tuple[int, float]:
@@ -214,8 +214,9 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
     if not pool:
         return None, math.inf, math.inf, math.inf
     results = measurer.remeasure(task, pool, rounds)
+    at = time.time()  # one batch: `tuning_db.latest_batch` compares only configs timed together
     for inp, r in zip(pool, results):
-        _record(db, task, inp, r, run, REMEASURE_TAG)
+        _record(db, task, inp, r, run, REMEASURE_TAG, at)
     by_cfg = {inp.config: r for inp, r in zip(pool, results)}
     default_cost = by_cfg[task.default].median
     if not cands:
@@ -237,29 +238,27 @@ def _contenders(task: Task, tuner: Tuner, top_k: int) -> tuple[list[MeasureInput
 
 def _logged_pick(db: Any, task: Task, tuner: Tuner,
                  top_k: int) -> tuple[Config | None, float, float, float] | None:
-    """The last interleaved re-measurement in the log (fastest median of its latest rows per config),
-    or None when there is none that is complete and current: every contender of today's top-k and
-    the default must have been re-timed after the last search trial. A run stopped before or during
-    its re-measurement leaves configs that were never compared; the rerun must compare them."""
-    latest: dict[Config, list[float]] = {}
-    when: dict[Config, int] = {}
-    last_trial = -1
-    for pos, rec in enumerate(db.history(task.key, str(task.target))):  # oldest first
-        if rec.config.get("template") != task.template:  # an alternative template of the workload
-            continue
-        if rec.runner_version != REMEASURE_TAG:
-            last_trial = pos
-            continue
-        cfg = task.config_from_json(rec.config)
-        when[cfg] = pos  # a contender that failed its re-timing was compared too (and lost)
-        if rec.error_kind is None and rec.costs:
-            latest[cfg] = rec.costs
-        else:
-            latest.pop(cfg, None)
-    _, pool = _contenders(task, tuner, top_k)
-    if task.default not in latest or any(when.get(p.config, -1) < last_trial for p in pool):
+    """The last interleaved re-measurement in the log (the fastest median of its batch,
+    `tuning_db.latest_batch`), or None when it is not complete and current: every contender of
+    today's top-k and the default must have been re-timed in it, after the last search trial. A
+    run stopped before or during its re-measurement leaves configs that were never compared; the
+    rerun must compare them."""
+    history = [rec for rec in db.history(task.key, str(task.target))  # oldest first
+               if rec.config.get("template") == task.template]  # not an alternative template's
+    retimed = [rec for rec in history if rec.runner_version == REMEASURE_TAG]
+    last_trial = max((rec.recorded_at for rec in history if rec.runner_version != REMEASURE_TAG),
+                     default=-math.inf)
+    if not retimed:
         return None
-    med = {c: MeasureResult(tuple(v)).median for c, v in latest.items()}
+    batch = tuning_db.latest_batch(retimed)
+    if batch[0].recorded_at < last_trial:
+        return None
+    timed = {task.config_from_json(rec.config): rec for rec in batch}  # a failed contender lost
+    _, pool = _contenders(task, tuner, top_k)
+    med = {c: MeasureResult(tuple(rec.costs)).median for c, rec in timed.items()
+           if rec.error_kind is None and rec.costs}
+    if task.default not in med or any(p.config not in timed for p in pool):
+        return None
     best = min(med, key=med.__getitem__)
     return best, tuner.best_cost, med[best], med[task.default]
 

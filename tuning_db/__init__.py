@@ -14,7 +14,7 @@ from .db import TuningDB, open_db
 from .errors import JSONLImportError, SchemaVersionError, TuningDBError
 from .jsonl import ImportReport
 from .plans import PlanRecord
-from .queries import INTERLEAVED
+from .queries import INTERLEAVED, latest_batch
 from .records import Record, RunInfo
 from .schema import CURRENT_VERSION as SCHEMA_VERSION
 from .settings import Settings
@@ -37,6 +37,7 @@ __all__ = [
     "Settings",
     "TuningDB",
     "TuningDBError",
+    "latest_batch",
     "open",
     "shape_distance",
 ]

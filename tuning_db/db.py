@@ -83,11 +83,14 @@ class TuningDB:
         builder_version: str | None = None,
         runner_version: str | None = None,
         compiler_version: str | None = None,
+        recorded_at: float | None = None,
     ) -> int:
         """Log one measurement (all its repeats in `costs`, seconds); returns its id.
 
         A failed measurement passes `error` (message) and optionally `error_kind` (e.g. "timeout",
-        "wrong_result"); its costs may be empty and it never counts for `best()`."""
+        "wrong_result"); its costs may be empty and it never counts for `best()`. `recorded_at`
+        (seconds since the epoch, default now): the rows of one interleaved re-measurement share
+        one (`queries.latest_batch`)."""
         meas = normalize(
             workload_key,
             target,
@@ -102,6 +105,7 @@ class TuningDB:
             builder_version=builder_version,
             runner_version=runner_version,
             compiler_version=compiler_version,
+            recorded_at=recorded_at,
         )
         try:
             with write_tx(self.engine) as conn:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, select
@@ -118,7 +118,8 @@ INTERLEAVED = "interleaved-remeasure"  # runner_version of rows re-timed interle
 
 def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
     """The config to trust for a workload: the winner of its latest interleaved re-measurement
-    (per config its latest re-timed row, then the fastest median), or — when it was never
+    (`latest_batch`: the fastest median among the configs timed in it), the fastest of those
+    winners when alternative templates were re-measured separately; or — when it was never
     re-measured — its fastest measurement. A single fastest figure can be a lucky quiet moment
     on a shared machine; rivals timed in alternation under the same conditions cannot."""
     wid, tid = ids_of(conn, workload_key, target)
@@ -131,14 +132,43 @@ def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
                m.c.mean_cost.is_not(None))
         .order_by(m.c.recorded_at, m.c.id)
     )
-    latest: dict[str, Record] = {}
-    for row in rows:  # oldest first: a config's later rows replace its earlier ones
+    by_template: dict[Any, list[Record]] = {}
+    for row in rows:
         rec = to_record(row)
-        latest[schema.canonical_json(rec.config)] = rec
-    if latest:
-        return min(latest.values(), key=lambda r: statistics.median(r.costs) if r.costs else math.inf)
+        by_template.setdefault(rec.config.get("template"), []).append(rec)
+    if by_template:
+        winners = [min(latest_batch(recs), key=_median) for recs in by_template.values()]
+        return min(winners, key=_median)
     found = best(conn, workload_key, target, 1)
     return found[0] if found else None
+
+
+# The rows of an interleaved re-measurement are logged with one recorded_at. Logs written before
+# that was so hold them one after another, milliseconds apart, while the next re-measurement of
+# the same workload comes after timing its candidates again, seconds later.
+BATCH_GAP_S = 1.0
+
+
+def latest_batch(rows: Sequence[Record]) -> list[Record]:
+    """The rows of the latest re-measurement among `rows` (re-timed rows of one workload and
+    template, oldest first): those sharing the last row's recorded_at; in an older log, where
+    each row has its own, the last run of rows each logged within `BATCH_GAP_S` of the one
+    before. Only configs timed together compare fairly: a config's figure from an earlier
+    re-measurement, which it may have lost there, must not beat today's rivals timed in a slower
+    moment of the machine."""
+    if not rows:
+        return []
+    same = [r for r in rows if r.recorded_at == rows[-1].recorded_at]
+    if len(same) > 1:
+        return same
+    start = len(rows) - 1
+    while start > 0 and rows[start].recorded_at - rows[start - 1].recorded_at <= BATCH_GAP_S:
+        start -= 1
+    return list(rows[start:])
+
+
+def _median(rec: Record) -> float:
+    return statistics.median(rec.costs) if rec.costs else math.inf
 
 
 def has_measured(conn: Connection, workload_key: str, target: str, config: dict[str, Any]) -> bool:

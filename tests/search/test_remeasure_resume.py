@@ -9,7 +9,7 @@ from search_helpers import dense_task
 
 import tuning_db
 from search.measure.result import MeasureResult
-from search.tune import tune_task
+from search.tune import _logged_pick, tune_task
 from search.tuners import make_tuner
 
 
@@ -76,3 +76,25 @@ def test_rerun_finishes_an_interrupted_remeasurement(tmp_path) -> None:
     rounds = len(bench.remeasured)
     tune_task(task, make_tuner("random", task, seed=4), 8, db, bench, batch=2, top_k=2, rounds=3)
     assert len(bench.remeasured) == rounds
+
+
+def test_a_logged_pick_is_the_latest_re_measurement_alone(tmp_path) -> None:
+    """Reusing the log's pick reads the latest re-measurement only: a config of an earlier one,
+    no longer a contender, cannot win with its older figure."""
+    task = dense_task(16, 24, 32)
+    target = str(task.target)
+    a, b, c = [x for x in map(task.config, range(8)) if x != task.default][:3]
+    tuner = make_tuner("random", task, 0)
+    tuner.update([task.index(x) for x in (a, b, c)], [MeasureResult((x,)) for x in (1e-3, 1.1e-3, 3e-3)])
+    db = tuning_db.open(tmp_path / "log.sqlite")
+    again = tuning_db.INTERLEAVED
+    for cfg, cost, at in ((c, 0.5e-3, 100.0), (task.default, 1.0e-3, 100.0),  # c's lucky moment
+                          (a, 1.0e-3, 150.0), (b, 1.1e-3, 150.0),  # search trials
+                          (a, 0.8e-3, 200.0), (b, 0.9e-3, 200.0), (task.default, 0.85e-3, 200.0)):
+        db.record(task.key, target, cfg.to_json(), [cost] * 3, runner_version=again if at != 150.0 else None,
+                  recorded_at=at)
+    picked = _logged_pick(db, task, tuner, 2)
+    assert picked is not None and picked[0] == a and math.isclose(picked[2], 0.8e-3)
+    # a search trial after the latest re-measurement: its pick is no longer current
+    db.record(task.key, target, c.to_json(), [2e-3], recorded_at=250.0)
+    assert _logged_pick(db, task, tuner, 2) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import numpy as np
 import pytest
@@ -211,7 +212,38 @@ def test_pick_trusts_the_interleaved_rounds_over_a_lucky_figure(tmp_path):
         assert db.best("wk", "llvm")[0].config == a
         assert db.pick("wk", "llvm").config == b
         assert db.schedule_source("llvm").lookup("wk").config == b
-        # a later round replaces a config's earlier one
-        db.record("wk", "llvm", a, [0.70e-3, 0.71e-3, 0.72e-3], runner_version=tuning_db.INTERLEAVED)
+        # a later re-measurement (seconds later) replaces the earlier one
+        later = time.time() + 60
+        db.record("wk", "llvm", a, [0.70e-3, 0.71e-3, 0.72e-3], runner_version=tuning_db.INTERLEAVED,
+                  recorded_at=later)
         assert db.pick("wk", "llvm").config == a
         assert db.pick("other", "llvm") is None
+
+
+def test_pick_compares_only_the_configs_timed_together(tmp_path):
+    """A config that won nothing in the latest re-measurement cannot win with an older, faster
+    figure: the machine may have been quicker then (a plan tune re-measures a kernel twice, and
+    the second time its first winner may not be among the contenders)."""
+    again = tuning_db.INTERLEAVED
+    with tuning_db.open(f"sqlite:///{tmp_path / 'pick.db'}") as db:
+        old, new, default = {"template": "t", "tile": 4}, {"template": "t", "tile": 8}, {"template": "t"}
+        for cfg, cost in ((old, 0.80e-3), (default, 0.70e-3)):  # the first re-measurement
+            db.record("wk", "llvm", cfg, [cost] * 3, runner_version=again, recorded_at=100.0)
+        assert db.pick("wk", "llvm").config == default
+        for cfg, cost in ((new, 0.90e-3), (default, 0.95e-3)):  # a slower moment, `old` not timed
+            db.record("wk", "llvm", cfg, [cost] * 3, runner_version=again, recorded_at=200.0)
+        assert db.pick("wk", "llvm").config == new
+        assert tuning_db.latest_batch(db.history("wk", "llvm"))[0].recorded_at == 200.0
+        # rows logged one after another, moments apart (logs written before batches shared a time)
+        db.record("wk", "llvm", old, [0.85e-3] * 3, runner_version=again, recorded_at=300.0)
+        db.record("wk", "llvm", new, [0.90e-3] * 3, runner_version=again, recorded_at=300.2)
+        assert db.pick("wk", "llvm").config == old
+
+
+def test_alternative_templates_each_keep_their_latest_winner(tmp_path):
+    again = tuning_db.INTERLEAVED
+    with tuning_db.open(f"sqlite:///{tmp_path / 'pick.db'}") as db:
+        direct, igemm = {"template": "direct", "tile": 4}, {"template": "igemm", "tile": 2}
+        db.record("wk", "llvm", direct, [0.5e-3] * 3, runner_version=again, recorded_at=100.0)
+        db.record("wk", "llvm", igemm, [0.9e-3] * 3, runner_version=again, recorded_at=200.0)
+        assert db.pick("wk", "llvm").config == direct
