@@ -8,7 +8,7 @@ kernels) every expansion fused ran 0.8 ms slower end to end than none, while tho
 maps alone ran about 0.1 ms faster. Timing every subset end to end is out of reach, so:
 
 1. the layout search's best fusion variant is built once more with every expansion of its bands;
-2. both builds are profiled kernel by kernel, alternately (`layout_costs.profile_keys`);
+2. both builds are profiled kernel by kernel, alternately (`kernel_profiles.profile_keys`);
 3. an expansion is kept where its expanded kernel ran faster than the two kernels it replaces
    (the expansion's and the band's), matched by the shapes of their convolutions
    (`faster_expansions`): blocks of equal shapes are one workload, and get one answer;

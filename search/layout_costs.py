@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +51,7 @@ from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, static_shape, tensor_type
 from search.kernel_prefetch import prefetch_kernels
+from search.kernel_profiles import profile_keys, profile_runs
 from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, Solution, solve
 from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
 
@@ -154,7 +154,7 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     compiled ahead on that many processes (`search.kernel_prefetch`).
 
     The candidate builds are profiled in turn, `rounds` times round-robin, each time over `repeat`
-    runs (fewer for a slow model: `_profile_repeat`), and each kernel's time is its median over the
+    runs (fewer for a slow model: `profile_runs`), and each kernel's time is its median over the
     rounds: the machine's speed drifts over the minutes a search takes, and builds profiled one
     after the other would compare a layout measured in a fast minute with one measured in a slow
     one."""
@@ -172,7 +172,7 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
     runs = []
     for exe in exes:
         args = run_inputs(exe, model)
-        runs.append((exe, args, _profile_repeat(exe, args, repeat)))
+        runs.append((exe, args, profile_runs(exe, args, repeat)))
     times = profile_keys(runs, rounds)
     out = {name: LayerCost() for name in layers}
     for (plan, prepared, _), exe, by_key in zip(todo, exes, times):
@@ -188,40 +188,6 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
                 continue  # a conv ConvertLayout leaves alone: no candidate
             cost.add(form, by_key[key], sources[key])
     return out
-
-
-def profile_keys(builds: Sequence[tuple[Any, Sequence[Any], int]], rounds: int = 3) -> list[dict[str, float]]:
-    """Per build (an executable, its inputs, and its runs per profiling), the seconds of each
-    workload key's calls: each call's median over `rounds` profilings, taken round-robin (the
-    host's speed drifts over the minutes a search takes: builds profiled one after the other
-    would compare one measured in a fast minute with one measured in a slow one), then the median
-    over the calls of that key."""
-    samples: list[list[list[float]]] = [[] for _ in builds]
-    for _ in range(max(1, rounds)):
-        for (exe, args, repeat), runs in zip(builds, samples):
-            runs.append([row.seconds for row in exe.profile(*args, repeat=repeat).rows])
-    out = []
-    for (exe, _, _), runs in zip(builds, samples):
-        by_key: dict[str, list[float]] = {}
-        for i, row in enumerate(exe.report.rows):
-            by_key.setdefault(row.workload_key, []).append(statistics.median(r[i] for r in runs))
-        out.append({k: statistics.median(v) for k, v in by_key.items()})
-    return out
-
-
-PROFILE_SECONDS = 0.5  # about how long one profiling of a candidate build should take
-MIN_PROFILE_RUNS = 3
-
-
-def _profile_repeat(exe: Any, args: list[np.ndarray], most: int) -> int:
-    """Runs per profiling of a build: `most`, fewer for a model whose call outlasts
-    `PROFILE_SECONDS / most`. A VGG-16 build runs 0.1-0.3 s a call (2-core Zen 3), and ten runs
-    in each of five rounds took a quarter of its layout search; each of its kernels runs for
-    milliseconds, so a few runs a round time it as steadily as ResNet-18's (15-40 ms a call: ten)."""
-    t0 = time.perf_counter()
-    exe(*args)  # a first call, paying for page faults on fresh buffers: errs towards fewer runs
-    once = time.perf_counter() - t0
-    return min(most, max(MIN_PROFILE_RUNS, int(PROFILE_SECONDS / max(once, 1e-9))))
 
 
 def candidate_plans(layers: list[str], blocks: tuple[int, ...]) -> list[LayoutPlan]:
@@ -367,4 +333,4 @@ def solved_plan(graph: LayoutGraph, costs: dict[str, LayerCost]) -> tuple[Soluti
 
 
 __all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
-           "profile_keys", "solved_plan", "transform_seconds"]
+           "solved_plan", "transform_seconds"]

@@ -47,6 +47,7 @@ from search.expansion_choice import Expansion, faster_expansions
 from search.extract import BoundSource, Extraction, ModelTask
 from search.fusion_choice import fused_tasks, fusion_candidates, without_halos
 from search.kernel_prefetch import prefetch_kernels
+from search.kernel_profiles import profile_keys
 from search.layout_costs import (
     Form,
     LayerCost,
@@ -54,7 +55,6 @@ from search.layout_costs import (
     candidate_plans,
     kernel_costs,
     layout_graph,
-    profile_keys,
     solved_plan,
     winograd_tile,
 )

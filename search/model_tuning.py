@@ -26,6 +26,7 @@ from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.primitive import KernelMemo
 from search.extract import BoundSource, Extraction, ModelTask
+from search.in_place import confirm_in_place
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
@@ -296,14 +297,19 @@ def _tune_chosen(st: _Tuning, sched: TaskScheduler, keys: set[str], budget: int,
 
 def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo,
              source: BoundSource | None = None) -> None:
-    """Time `prepared` with default and with logged schedules; `source`: the log already bound to
-    the model's tasks (a layout search's), else it is bound to `prepared`'s own extraction."""
+    """Time `prepared` with default and with logged schedules, after confirming the log's picks in
+    place (`search.in_place`: a tuned kernel slower there than its default gives way to it);
+    `source`: the log already bound to the model's tasks (a layout search's), else it is bound to
+    `prepared`'s own extraction."""
     model = prepared.model
     before = build_model(model, None, prepared=prepared, memo=memo)
     if source is None:
         source = schedule_source(db, model, prepared=prepared)
     after = build_model(model, source, prepared=prepared, memo=memo)
     args = run_inputs(before, model)
+    result.in_place = confirm_in_place(db, prepared.extraction.tasks, after, before, args, run=result.run)
+    if not all(c.kept for c in result.in_place):
+        after = build_model(model, source, prepared=prepared, memo=memo)  # the log's picks changed
     result.max_abs_diff = max_difference(before(*args), after(*args))
     result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)
     result.source_counts = dict(after.report.sources)

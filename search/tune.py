@@ -52,6 +52,16 @@ def _fingerprint(task: Task) -> dict[str, Any]:
     return {"cpu": t.cpu, "features": t.features, "triple": t.triple, "threads": t.threads}
 
 
+def record_remeasurement(db: Any, task: Task, inputs: Sequence[MeasureInput],
+                         results: Sequence[MeasureResult], run: int | None, tag: str = REMEASURE_TAG) -> None:
+    """Log configs timed together, alternately, as one batch of re-timed rows (one recorded_at;
+    `tag`: alone, or `tuning_db.IN_PLACE`): the log's pick is the fastest of its latest batch
+    (`tuning_db.latest_batch`)."""
+    at = time.time()
+    for inp, r in zip(inputs, results):
+        _record(db, task, inp, r, run, tag, at)
+
+
 def _record(db: Any, task: Task, inp: MeasureInput, res: MeasureResult, run: int | None,
             tag: str | None, at: float | None = None) -> int:
     failed = res.error is not ErrorKind.NONE
@@ -81,7 +91,7 @@ def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -
             continue
         r = (MeasureResult(tuple(rec.costs)) if rec.error_kind is None and rec.costs
              else MeasureResult.failed(ErrorKind.RUNTIME_CRASH, rec.error or "logged failure"))
-        if rec.runner_version != REMEASURE_TAG:  # re-timings of known configs are not trials
+        if rec.runner_version not in tuning_db.RETIMED:  # re-timings of known configs are not trials
             seen.add(i)
         idx.append(i)
         res.append(r)
@@ -214,9 +224,7 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
     if not pool:
         return None, math.inf, math.inf, math.inf
     results = measurer.remeasure(task, pool, rounds)
-    at = time.time()  # one batch: `tuning_db.latest_batch` compares only configs timed together
-    for inp, r in zip(pool, results):
-        _record(db, task, inp, r, run, REMEASURE_TAG, at)
+    record_remeasurement(db, task, pool, results, run)
     by_cfg = {inp.config: r for inp, r in zip(pool, results)}
     default_cost = by_cfg[task.default].median
     if not cands:
@@ -246,7 +254,7 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner,
     history = [rec for rec in db.history(task.key, str(task.target))  # oldest first
                if rec.config.get("template") == task.template]  # not an alternative template's
     retimed = [rec for rec in history if rec.runner_version == REMEASURE_TAG]
-    last_trial = max((rec.recorded_at for rec in history if rec.runner_version != REMEASURE_TAG),
+    last_trial = max((rec.recorded_at for rec in history if rec.runner_version not in tuning_db.RETIMED),
                      default=-math.inf)
     if not retimed:
         return None
@@ -291,7 +299,7 @@ def _donor_records(db: Any, task: Task, key: str, limit: int) -> list[tuple[dict
     """(config JSON, mean cost) of a donor workload's first `limit` timed search trials on the task's
     target (re-timings left out: they repeat configs already counted)."""
     return [(r.config, r.mean_cost) for r in db.history(key, str(task.target))
-            if r.mean_cost is not None and r.runner_version != REMEASURE_TAG][:limit]
+            if r.mean_cost is not None and r.runner_version not in tuning_db.RETIMED][:limit]
 
 
 def tune_tasks(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search.extract import ModelTask, Skipped
+from search.in_place import describe_checks
 from search.plan_screen import DEFER_RATIO, TRAILING_RATIO
 from search.tune import TuneResult
 
@@ -71,6 +72,7 @@ class ModelTuneResult:
     # deferred tasks the budget never reached: name -> times its layers' best when screened (nan: a
     # kernel the default plan does not run)
     deferred: dict[str, float] = field(default_factory=dict)
+    in_place: list[Any] = field(default_factory=list)  # the picks confirmed in place (`InPlaceCheck`)
 
     @property
     def new_trials(self) -> int:
@@ -109,6 +111,8 @@ class ModelTuneResult:
                                      for n, r in self.deferred.items()))
         if self.layout is not None:
             lines.append(self.layout.table())
+        if self.in_place:
+            lines.append(describe_checks(self.in_place))
         if math.isfinite(self.latency_before_s):
             lines.append(f"end to end: {self.latency_before_s * 1e3:.3f} ms default -> "
                          f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "

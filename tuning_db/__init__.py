@@ -14,7 +14,7 @@ from .db import TuningDB, open_db
 from .errors import JSONLImportError, SchemaVersionError, TuningDBError
 from .jsonl import ImportReport
 from .plans import PlanRecord
-from .queries import INTERLEAVED, latest_batch
+from .queries import IN_PLACE, INTERLEAVED, RETIMED, latest_batch
 from .records import Record, RunInfo
 from .schema import CURRENT_VERSION as SCHEMA_VERSION
 from .settings import Settings
@@ -24,6 +24,8 @@ open = open_db
 
 __all__ = [
     "INTERLEAVED",
+    "IN_PLACE",
+    "RETIMED",
     "SCHEMA_VERSION",
     "ImportReport",
     "JSONLImportError",

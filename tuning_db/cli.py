@@ -19,7 +19,7 @@ from .db import TuningDB, open_db
 from .errors import JSONLImportError, TuningDBError
 from .layout_plans import LayoutPlanRecord
 from .plans import PlanRecord
-from .queries import INTERLEAVED
+from .queries import IN_PLACE, RETIMED
 from .results_jsonl import export_results, import_results
 
 
@@ -322,8 +322,9 @@ def _best(db: TuningDB, args: argparse.Namespace) -> int:
         )
     )
     chosen = db.pick(args.workload, args.target)
-    if chosen is not None and chosen.runner_version == INTERLEAVED:
-        print(f"build uses (won the interleaved re-measurement, median "
+    if chosen is not None and chosen.runner_version in RETIMED:
+        how = "in place, against its default" if chosen.runner_version == IN_PLACE else "interleaved"
+        print(f"build uses (won the {how} re-measurement, median "
               f"{fmt_seconds(statistics.median(chosen.costs))}): {json.dumps(chosen.config, sort_keys=True)}")
     return 0
 

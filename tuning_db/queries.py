@@ -114,11 +114,13 @@ def history(conn: Connection, workload_key: str, target: str) -> list[Record]:
 
 
 INTERLEAVED = "interleaved-remeasure"  # runner_version of rows re-timed interleaved with their rivals
+IN_PLACE = "in-place-remeasure"  # of rows timed in the model's build against the default (`search.in_place`)
+RETIMED = (INTERLEAVED, IN_PLACE)  # re-timings of configs already measured: not search trials
 
 
 def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
-    """The config to trust for a workload: the winner of its latest interleaved re-measurement
-    (`latest_batch`: the fastest median among the configs timed in it), the fastest of those
+    """The config to trust for a workload: the winner of its latest interleaved re-measurement,
+    alone or in place (`latest_batch`: the fastest median among the configs timed in it), the fastest of those
     winners when alternative templates were re-measured separately; or — when it was never
     re-measured — its fastest measurement. A single fastest figure can be a lucky quiet moment
     on a shared machine; rivals timed in alternation under the same conditions cannot."""
@@ -128,7 +130,7 @@ def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
     rows = conn.execute(
         select(*RECORD_COLUMNS)
         .select_from(RECORD_FROM)
-        .where(m.c.workload_id == wid, m.c.target_id == tid, m.c.runner_version == INTERLEAVED,
+        .where(m.c.workload_id == wid, m.c.target_id == tid, m.c.runner_version.in_(RETIMED),
                m.c.mean_cost.is_not(None))
         .order_by(m.c.recorded_at, m.c.id)
     )

@@ -17,7 +17,8 @@ from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from search import expansion_choice, layout_search
 from search.expansion_choice import faster_expansions, kernel_signatures
 from search.fusion_choice import BANDS, EXPANSIONS, fusion_candidates
-from search.layout_costs import LayerCost, profile_keys
+from search.kernel_profiles import profile_keys
+from search.layout_costs import LayerCost
 from search.models import build_model, load_model, run_inputs
 from search.pipeline_choice import prepare_plan
 

@@ -173,7 +173,7 @@ def test_a_slow_model_is_profiled_over_fewer_runs():
     longer than that is run the fewest times, a fast one the most asked for, and never more."""
     import time
 
-    from search.layout_costs import MIN_PROFILE_RUNS, PROFILE_SECONDS, _profile_repeat
+    from search.kernel_profiles import MIN_PROFILE_RUNS, PROFILE_SECONDS, profile_runs
 
     def slow(*args):
         time.sleep(PROFILE_SECONDS / 2)
@@ -181,6 +181,6 @@ def test_a_slow_model_is_profiled_over_fewer_runs():
     def fast(*args):
         return None
 
-    assert _profile_repeat(slow, [], 10) == MIN_PROFILE_RUNS
-    assert _profile_repeat(fast, [], 10) == 10
-    assert _profile_repeat(fast, [], 2) == 2  # the most asked for bounds the floor too
+    assert profile_runs(slow, [], 10) == MIN_PROFILE_RUNS
+    assert profile_runs(fast, [], 10) == 10
+    assert profile_runs(fast, [], 2) == 2  # the most asked for bounds the floor too
