@@ -74,12 +74,12 @@ def confirm_in_place(db: Any, tasks: Sequence[ModelTask], tuned: Any, default: A
         if own is None:  # picked under another thread count, or a template this build lacks
             continue
         config = own.config_from_json(picked.config)
-        if (own, config) != (first, first.default):
+        if own is not first or config != first.default:
             contests[row.workload_key] = (row.name, own, config, first)
     if not contests:
         return []
-    most = min(RUNS, profile_runs(tuned, args, RUNS))
-    times = profile_key_rounds([(tuned, args, most), (default, args, most)], rounds)
+    runs = profile_runs(tuned, args, RUNS)
+    times = profile_key_rounds([(tuned, args, runs), (default, args, runs)], rounds)
     checks = []
     for key, (name, own, config, first) in contests.items():
         if key not in times[0] or key not in times[1]:
