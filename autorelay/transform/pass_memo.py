@@ -64,10 +64,6 @@ class PassMemo:
         self._after[(id(mod), tuple(passes))] = (mod, out, typed)
         self._trim(self._after)
 
-    def clear(self) -> None:
-        self._sources.clear()
-        self._after.clear()
-
     def _trim(self, entries: OrderedDict) -> None:
         while len(entries) > self.most:
             entries.popitem(last=False)
