@@ -13,7 +13,8 @@ figures with fresh ones.
 
 Transform times are measured by building the `layout_transform` kernel of the edge's shape for each
 pair of layouts (NCHW, NCHW{b}c with b shrunk to a divisor of the channels as `ConvertLayout`
-does) and timing it; results are cached per (shape, from, to, target) for the process.
+does) and timing it; the model keeps them per (shape, from, to, target) for its later searches
+(`Model.transforms`: the screening and the layout search read the same edges).
 
 The graph itself is read off the model after the graph optimisations (before any layout choice):
 layout-agnostic ops (elementwise, bias_add, pooling, binary ops with a constant) carry their input's
@@ -74,17 +75,16 @@ def _blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     return (n, c // block, h, w, block)
 
 
-_TRANSFORM_CACHE: dict[tuple, float] = {}
-
-
-def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target, *,
-                      rounds: int = 7) -> float:
+def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target, *, rounds: int = 7,
+                      memo: dict[tuple, float] | None = None) -> float:
     """Seconds per call of the compiled `layout_transform` NCHW{src}c -> NCHW{dst}c (0: NCHW) of an
-    NCHW `shape` (blocks already divisors of its channels), cached."""
+    NCHW `shape` (blocks already divisors of its channels); `memo` keeps timings by (shape, src,
+    dst, target) for later calls."""
     key = (tuple(shape), src, dst, str(target))
     if src == dst:
         return 0.0
-    if key not in _TRANSFORM_CACHE:
+    memo = {} if memo is None else memo
+    if key not in memo:
         x = Var("x", TensorType(_blocked_shape(shape, src), "float32"))
         body = registry.call("layout_transform", x, src_layout=_layout(src), dst_layout=_layout(dst))
         mod = prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
@@ -93,8 +93,8 @@ def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target
         exe(arg)
         number = max(1, int(0.005 / max(_time_once(exe, arg), 1e-7)))
         samples = [_time_once(exe, arg, number) for _ in range(rounds)]
-        _TRANSFORM_CACHE[key] = statistics.median(samples)
-    return _TRANSFORM_CACHE[key]
+        memo[key] = statistics.median(samples)
+    return memo[key]
 
 
 def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
@@ -241,8 +241,9 @@ def _agnostic(c: Call) -> bool:
 
 class _GraphReader:
     def __init__(self, layers: dict[int, str], costs: dict[str, LayerCost], blocks: tuple[int, ...],
-                 target: Target) -> None:
+                 target: Target, transforms: dict[tuple, float]) -> None:
         self.layers, self.costs, self.blocks, self.target = layers, costs, blocks, target
+        self.transforms = transforms
         self.nodes: list[Node] = []
         self.value: dict[int, int | None] = {}
 
@@ -252,7 +253,7 @@ class _GraphReader:
         if shape is None or len(shape) != 4:
             return {(a, b): 0.0 for a in layouts for b in layouts}
         actual = {b: channel_block(shape[1], b) for b in layouts}
-        return {(a, b): transform_seconds(shape, actual[a], actual[b], self.target)
+        return {(a, b): transform_seconds(shape, actual[a], actual[b], self.target, memo=self.transforms)
                 for a in layouts for b in layouts if a != b}
 
     def node(self, name: str, kind: str, args: list[Expr], kernel: dict[int, float] | None = None) -> int:
@@ -308,11 +309,11 @@ class _GraphReader:
 def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
                  target: Target) -> LayoutGraph:
     """The model's layout graph (see the module docstring) with `costs` on its conv nodes and
-    measured transform times on its edges."""
+    measured transform times on its edges (timed once per model: `Model.transforms`)."""
     graph = model.optimized(Pipeline(graph_passes()))
     fn = graph["main"]
     layers = {id(c): name for name, c in layer_calls(graph).items()}
-    reader = _GraphReader(layers, costs, blocks, target)
+    reader = _GraphReader(layers, costs, blocks, target, model.transforms)
     for p in fn.params:
         reader.visit(p)
     for e in post_order(fn.body):

@@ -37,6 +37,9 @@ class Model:
     inputs: dict[str, np.ndarray]
     # the results of the passes its preparations ran, for the next ones that begin alike
     passes: PassMemo = field(default_factory=PassMemo, repr=False, compare=False)
+    # seconds of the layout transforms its layout searches timed: (NCHW shape, from, to, target) ->
+    # seconds (`search.layout_costs.transform_seconds`)
+    transforms: dict[tuple, float] = field(default_factory=dict, repr=False, compare=False)
 
     def optimized(self, pipeline: str | Any = "default") -> IRModule:
         """The IR a build of this model lowers under `pipeline` (`search.extract.optimize`): a

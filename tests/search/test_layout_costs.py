@@ -87,11 +87,13 @@ def test_the_program_and_convert_layout_agree_on_concatenations(block: int):
     assert modelled == built == ([0, 16] if block == 16 else [8, 8])
 
 
-def test_transform_time_is_measured_and_cached():
+def test_transform_time_is_measured_and_kept_in_the_memo_given():
     tgt = resolve_target("llvm", 1)
-    t = transform_seconds((1, 16, 8, 8), 0, 8, tgt)
-    assert t > 0 and transform_seconds((1, 16, 8, 8), 0, 8, tgt) == t
-    assert transform_seconds((1, 16, 8, 8), 8, 8, tgt) == 0.0
+    memo: dict[tuple, float] = {}
+    t = transform_seconds((1, 16, 8, 8), 0, 8, tgt, memo=memo)
+    assert t > 0 and memo == {((1, 16, 8, 8), 0, 8, str(tgt)): t}
+    assert transform_seconds((1, 16, 8, 8), 0, 8, tgt, memo=memo) == t
+    assert transform_seconds((1, 16, 8, 8), 8, 8, tgt, memo=memo) == 0.0 and len(memo) == 1
 
 
 def test_kernel_costs_cover_every_layer_in_every_layout():
