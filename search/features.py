@@ -23,16 +23,19 @@ the same length with or without ptxas.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from autorelay.codegen.nvptx.device import occupancy, resolve_cuda
 from autorelay.codegen.nvptx.launch import launch_of, shared_bytes
 from autorelay.codegen.nvptx.ptx import PTXError, ptxas_path, run_ptxas
 from autorelay.errors import ScheduleError
 from autorelay.kernel import KernelCode
+from autorelay.kernel_store import compiler_fingerprint
 from autorelay.schedule.space import Config
 from autorelay.target import Target, TargetSpec
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Select, Var, is_float
@@ -61,6 +64,16 @@ PER_BUFFER = 8
 GLOBAL = 11
 GPU = 11  # see gpu_features
 LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + GPU + 2 * KNOBS
+
+
+@functools.cache
+def features_version() -> str:
+    """Names the vectors this code makes in the tuning log (`search.feature_log`): a digest of this
+    module and of the compiler that lowers the configs (`kernel_store.compiler_fingerprint`: every
+    source file of `autorelay`), so a changed definition or lowering never reads older vectors."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(compiler_fingerprint().encode())
+    return f"n{LENGTH}-{digest.hexdigest()[:16]}"
 
 
 def _lg(x: float) -> float:

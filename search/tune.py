@@ -18,6 +18,7 @@ from typing import Any
 
 import tuning_db
 from autorelay.schedule.space import Config
+from search.feature_log import log_features, read_logged_features
 from search.measure.local import Measurer
 from search.measure.result import ErrorKind, MeasureInput, MeasureResult
 from search.sharing import SharedLog, lease_seconds
@@ -78,6 +79,7 @@ def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -
     seen: set[int] = set()
     best = math.inf
     idx, res = [], []
+    read_logged_features(db, task, tuner)
     history = db.history(task.key, str(task.target))
     if shared is not None:
         shared.mine([rec.id for rec in history])
@@ -98,6 +100,7 @@ def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -
         best = min(best, r.median)
     if idx:
         tuner.update(idx, res)
+        log_features(db, task, tuner)
     return len(seen), best
 
 
@@ -187,6 +190,7 @@ def tune_task(
                 curve.append(best)
             shared.release(inputs)
             tuner.update(idx, results)
+            log_features(db, task, tuner)
             done += len(idx)
             new += len(idx)
             done += shared.sync(tuner)
@@ -292,7 +296,10 @@ def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_
             if d is not None:
                 near.append((d, key))
         chosen = [key for _, key in sorted(near)[:max_donors]]
-    return sum(tuner.transfer(_donor_records(db, task, key, per_donor)) for key in chosen)
+    read_logged_features(db, task, tuner)
+    used = tuner.transfer([_donor_records(db, task, key, per_donor) for key in chosen])
+    log_features(db, task, tuner)
+    return used
 
 
 def _donor_records(db: Any, task: Task, key: str, limit: int) -> list[tuple[dict[str, Any], float]]:

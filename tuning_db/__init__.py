@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .db import TuningDB, open_db
 from .errors import JSONLImportError, SchemaVersionError, TuningDBError
+from .features import config_key
 from .jsonl import ImportReport
 from .plans import PlanRecord
 from .queries import IN_PLACE, INTERLEAVED, RETIMED, latest_batch
@@ -39,6 +40,7 @@ __all__ = [
     "Settings",
     "TuningDB",
     "TuningDBError",
+    "config_key",
     "latest_batch",
     "open",
     "shape_distance",

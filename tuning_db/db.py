@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 
 from . import experiment_results as results_table
+from . import features as features_table
 from . import layout_plans as layout_table
 from . import leases, queries, schema
 from . import plans as plan_table
@@ -265,6 +266,19 @@ class TuningDB:
         """The lookup object for `autorelay.build(..., schedules=...)`; `target` a kind (``llvm``:
         whatever CPU target the build asks about) or one full target name. See `tuning_db.source`."""
         return ScheduleSource(self, target, validate=validate, describe=describe)
+
+    # ---- the cost model's features of configs (see features.py) -------------------------------
+
+    def features(self, workload_key: str, target: str, version: str) -> dict[str, features_table.Vector]:
+        """config hash -> stored feature vector (None: illegal) of a workload on a target."""
+        with read_tx(self.engine) as conn:
+            return features_table.load_features(conn, workload_key, target, version)
+
+    def store_features(self, workload_key: str, target: str, version: str,
+                       vectors: dict[str, Any]) -> int:
+        """Store feature vectors by config hash (`schema.config_hash` of the canonical config JSON)."""
+        with write_tx(self.engine) as conn:
+            return features_table.insert_features(conn, workload_key, target, version, vectors)
 
     # ---- quantization plans (see plans.py) ------------------------------------------------------
 

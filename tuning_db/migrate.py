@@ -114,6 +114,11 @@ def _upgrade_5_to_6(conn: Connection) -> None:
     schema.metadata_for(6).tables["experiment_results"].create(conn)
 
 
+def _upgrade_6_to_7(conn: Connection) -> None:
+    """Add the config_features table: the cost model's features of logged configs, reused on resume."""
+    schema.metadata_for(7).tables["config_features"].create(conn)
+
+
 def _indexes_of(md, names: tuple[str, ...]) -> list[Index]:  # type: ignore[no-untyped-def]
     found = {ix.name: ix for table in md.tables.values() for ix in table.indexes}
     return [found[n] for n in names]
@@ -125,4 +130,5 @@ UPGRADES: dict[int, Callable[[Connection], None]] = {
     3: _upgrade_3_to_4,
     4: _upgrade_4_to_5,
     5: _upgrade_5_to_6,
+    6: _upgrade_6_to_7,
 }

@@ -16,6 +16,9 @@ Versions:
      with the plan's measured latency and the per-model pipelines timed beside it (`layout_plans.py`).
   6. adds `experiment_results`: the measured rows of `autorelay reproduce` experiments, tagged with
      the experiment, its mode, the machine and the code version (`experiment_results.py`).
+  7. adds `config_features`: the cost model's feature vector of a config lowered on a workload for
+     a target, under a features version, so a resumed tune reads them instead of lowering every
+     logged config again (`features.py`).
 
 `metadata_for(version)` builds the tables as that version had them; the migration code creates a
 version-1 database through the same function, so the upgrade test exercises a real old layout.
@@ -44,10 +47,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-CURRENT_VERSION = 6
+CURRENT_VERSION = 7
 TABLE_NAMES = (
     "schema_info", "targets", "workloads", "configs", "runs", "measurements", "leases", "quantization_plans",
-    "layout_plans", "experiment_results",
+    "layout_plans", "experiment_results", "config_features",
 )
 MAX_KEY_LEN = 512
 
@@ -205,6 +208,21 @@ def metadata_for(version: int) -> MetaData:
         )
         Index("ix_experiment_results_unit", results.c.experiment, results.c.mode, results.c.machine,
               results.c.unit, results.c.recorded_at)
+    if version >= 7:
+        # keyed by text like `leases`: a transferred config is featurized on a workload it was never
+        # measured on, so there is no configs row to point at
+        Table(
+            "config_features",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("workload_key", String(MAX_KEY_LEN), nullable=False),
+            Column("target", String(MAX_KEY_LEN), nullable=False),  # canonical
+            Column("version", String(64), nullable=False),  # of the feature definition
+            Column("config_hash", String(64), nullable=False),  # `config_hash` of the canonical JSON
+            Column("features", Text, nullable=False),  # JSON list of numbers; null: illegal schedule
+            Column("recorded_at", Float, nullable=False),
+            UniqueConstraint("workload_key", "target", "version", "config_hash", name="uq_config_features"),
+        )
     return md
 
 
@@ -219,6 +237,7 @@ leases = METADATA.tables["leases"]
 quantization_plans = METADATA.tables["quantization_plans"]
 layout_plans = METADATA.tables["layout_plans"]
 experiment_results = METADATA.tables["experiment_results"]
+config_features = METADATA.tables["config_features"]
 
 
 def canonical_json(value: Any) -> str:

@@ -34,6 +34,7 @@ from search.measure.result import MeasureResult
 from search.measure.workers import WorkerPool
 from search.task import Task
 from search.tuners.base import Tuner
+from tuning_db import config_key
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +66,29 @@ def lower_features(task: Task, config: Config) -> tuple[float, ...] | None:
 
 class Featurizer:
     """Loop-IR features per config index (None for an illegal schedule), cached. Lowering costs
-    tens of milliseconds per config, so batches go to a worker pool when one is attached."""
+    tens of milliseconds per config, so batches go to a worker pool when one is attached.
+
+    Vectors the tuning log holds for the task (`logged`, by `tuning_db.config_key`; see
+    `search.feature_log`) are read instead of lowered. Vectors of measured and transferred configs
+    the log lacks collect in `unlogged` until `take_unlogged` hands them over to be logged."""
 
     def __init__(self, task: Task, pool: WorkerPool | None = None) -> None:
         self.task = task
         self.pool = pool
         self.cache: dict[int, tuple[float, ...] | None] = {}
+        self.logged: dict[str, tuple[float, ...] | None] = {}
+        self.unlogged: dict[str, tuple[float, ...] | None] = {}
+        self.read_log = False  # whether `logged` holds what the log had
 
-    def of_config(self, config: Config) -> tuple[float, ...] | None:
-        return lower_features(self.task, config)
+    def of_config(self, config: Config, keep: bool = False) -> tuple[float, ...] | None:
+        """The vector of any config of the task's template (`keep`: log it when lowered here)."""
+        key = config_key(config.to_json())
+        if key in self.logged or key in self.unlogged:
+            return self.logged[key] if key in self.logged else self.unlogged[key]
+        vector = lower_features(self.task, config)
+        if keep:
+            self.unlogged[key] = vector
+        return vector
 
     def __call__(self, index: int) -> tuple[float, ...] | None:
         if index not in self.cache:
@@ -81,13 +96,22 @@ class Featurizer:
         return self.cache[index]
 
     def many(self, indices: Sequence[int]) -> None:
-        """Fill the cache for `indices` (in parallel on the pool's workers when attached)."""
-        todo = [i for i in dict.fromkeys(indices) if i not in self.cache]
+        """Fill the cache for `indices`: from the log where it has them, the rest lowered (in
+        parallel on the pool's workers when attached)."""
+        todo = []
+        for i in dict.fromkeys(indices):
+            if i in self.cache:
+                continue
+            key = config_key(self.task.config(i).to_json()) if self.logged else ""
+            if key in self.logged:
+                self.cache[i] = self.logged[key]
+            else:
+                todo.append(i)
         if not todo:
             return
         if self.pool is None or len(todo) < 4:
             for i in todo:
-                self.cache[i] = self.of_config(self.task.config(i))
+                self.cache[i] = lower_features(self.task, self.task.config(i))
             return
         from search.measure.jobs import features_job
 
@@ -96,8 +120,23 @@ class Featurizer:
         jobs = [(self.task, [self.task.config(i) for i in c]) for c in chunks]
         outs = self.pool.map(features_job, jobs, 120.0)
         for c, o in zip(chunks, outs):
-            vals = o.value if o.status == "ok" else [self.of_config(self.task.config(i)) for i in c]
+            vals = o.value if o.status == "ok" else [lower_features(self.task, self.task.config(i))
+                                                     for i in c]
             self.cache.update(zip(c, vals))
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Mark the cached vectors of (measured) configs for the log, where it lacks them."""
+        for i in indices:
+            if i >= 0 and i in self.cache:
+                key = config_key(self.task.config(i).to_json())
+                if key not in self.logged:
+                    self.unlogged[key] = self.cache[i]
+
+    def take_unlogged(self) -> dict[str, tuple[float, ...] | None]:
+        """The vectors to log (then counted as logged)."""
+        out, self.unlogged = self.unlogged, {}
+        self.logged.update(out)
+        return out
 
 
 class ModelBasedTuner(Tuner):
@@ -132,6 +171,7 @@ class ModelBasedTuner(Tuner):
             if i >= 0 and f and len(f) == LENGTH:
                 self.features.cache[i] = tuple(f)
         self._refit()
+        self.features.keep(indices)
 
     def _refit(self) -> None:
         self.features.many(list(self.costs))  # one parallel batch for configs resumed from the log
@@ -158,28 +198,32 @@ class ModelBasedTuner(Tuner):
             rows.append(row)
         return rows
 
-    def transfer(self, records: Sequence[tuple[dict[str, Any], float]]) -> int:
-        """Learn from one donor workload's (config JSON, cost) pairs; returns how many were usable."""
-        xs, ys, ks, kys = [], [], [], []
-        for cfg_json, cost in records:
-            try:
-                cfg = self.task.config_from_json(cfg_json)
-            except (KeyError, TypeError, AttributeError):
-                continue
-            if cfg.template != self.task.template:
-                continue
-            ks.append(tuple(knob_features(cfg)))
-            kys.append(cost)
-            f = self.features.of_config(cfg)
-            if f is not None:
-                xs.append(f)
-                ys.append(cost)
-        self.model.add_transfer(xs, ys)
-        self.knob_model.add_transfer(ks, kys)
-        self.transferred += len(xs)
-        if xs:
+    def transfer(self, donors: Sequence[Sequence[tuple[dict[str, Any], float]]]) -> int:
+        """Learn from donor workloads, each a list of (config JSON, cost) pairs (one ranking group
+        per donor; the models are refit once); returns how many configs were usable."""
+        used = 0
+        for records in donors:
+            xs, ys, ks, kys = [], [], [], []
+            for cfg_json, cost in records:
+                try:
+                    cfg = self.task.config_from_json(cfg_json)
+                except (KeyError, TypeError, AttributeError):
+                    continue
+                if cfg.template != self.task.template:
+                    continue
+                ks.append(tuple(knob_features(cfg)))
+                kys.append(cost)
+                f = self.features.of_config(cfg, keep=True)
+                if f is not None:
+                    xs.append(f)
+                    ys.append(cost)
+            self.model.add_transfer(xs, ys)
+            self.knob_model.add_transfer(ks, kys)
+            used += len(xs)
+        self.transferred += used
+        if used:
             self._refit()
-        return len(xs)
+        return used
 
     # ---- proposing -----------------------------------------------------------------------------
 

@@ -121,9 +121,9 @@ class _Spy:
         self.offered: list[list[tuple[dict, float]]] = []
         self.transferred = 0
 
-    def transfer(self, records) -> int:  # type: ignore[no-untyped-def]
-        self.offered.append(list(records))
-        return len(records)
+    def transfer(self, donors) -> int:  # type: ignore[no-untyped-def]
+        self.offered.extend(list(records) for records in donors)
+        return sum(len(records) for records in donors)
 
 
 def test_transfer_from_named_donors_only(task, db):

@@ -80,9 +80,9 @@ def test_newer_schema_is_refused(sqlite_url: str) -> None:
 def test_newer_schema_is_refused_on_postgres(pg_url: str) -> None:
     db = tuning_db.open(pg_url)
     with db.engine.begin() as conn:
-        conn.execute(update(schema.schema_info).values(version=7))
+        conn.execute(update(schema.schema_info).values(version=schema.CURRENT_VERSION + 1))
     db.close()
-    with pytest.raises(SchemaVersionError, match="schema version 7"):
+    with pytest.raises(SchemaVersionError, match=f"schema version {schema.CURRENT_VERSION + 1}"):
         tuning_db.open(pg_url)
 
 
