@@ -68,11 +68,16 @@ LENGTH = LEVELS * PER_LEVEL + BUFFERS * PER_BUFFER + GLOBAL + GPU + 2 * KNOBS
 
 @functools.cache
 def features_version() -> str:
-    """Names the vectors this code makes in the tuning log (`search.feature_log`): a digest of this
-    module and of the compiler that lowers the configs (`kernel_store.compiler_fingerprint`: every
-    source file of `autorelay`), so a changed definition or lowering never reads older vectors."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(compiler_fingerprint().encode())
+    """Names the vectors this code makes in the tuning log (`search.feature_log`): a digest of the
+    `search` package (this module, and the tasks that describe their configs themselves, such as
+    the accelerator's) and of the compiler that lowers the configs (`kernel_store.
+    compiler_fingerprint`: every source file of `autorelay`), so a changed definition or lowering
+    never reads older vectors."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256(compiler_fingerprint().encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
     return f"n{LENGTH}-{digest.hexdigest()[:16]}"
 
 
