@@ -12,7 +12,9 @@ top candidates against the default (`tune_task`'s final pick), not the luckiest 
 
 `pipeline="plan"` tunes the kernels of every form a conv layer may take (screened first:
 `search.plan_screen`), then lets the layout search choose the build, and spends the budget's last
-`PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`).
+`PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`). Run again once the log holds the
+budget's trials over every form and a layout plan, it neither screens nor searches: the log's plan
+(or the per-model pipeline that beat it) is the build, as for `compile` (`_finished_plan`).
 """
 
 from __future__ import annotations
@@ -42,11 +44,11 @@ from search.models import (
     schedule_source,
     time_interleaved,
 )
-from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline
+from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline, stored_plan
 from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
 from search.scheduler import TaskScheduler
 from search.sharing import SharedLog, lease_seconds
-from search.tune import TuneResult, resume, transfer_from_log, tune_task
+from search.tune import TuneResult, logged_trials, resume, transfer_from_log, tune_task
 from search.tune_report import ModelTuneResult, Progress, TaskRow
 
 log = logging.getLogger(__name__)
@@ -161,12 +163,15 @@ def tune_model(
     interrupted = False
     trailing: dict[int, float] = {}
     untried: dict[int, float] = {}
+    finished: tuple[PipelineChoice, int] | None = None  # a finished plan tune's choice, and its trials
     try:
         if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
             progress.stage("extracting the kernels of every layout a conv layer may take")
-            choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             prepared, ex, prologue_groups = plan_tasks(model, target, threads)
             every_form = list(ex.tasks)
+            finished = _finished_plan(model, handle, target, threads, every_form, trials)
+        if pipeline == PLAN and finished is None:
+            choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             progress.stage("screening every layout with default schedules: which forms are worth tuning")
             screen = screen_plan_tasks(model, prepared.target, memo=memo, workers=build_workers)
             screen.groups.update(prologue_groups)  # a fused prologue's kernel: one more form of its layer
@@ -180,13 +185,19 @@ def tune_model(
                               f"layers' best and {idle} kernels the default plan does not run skip the "
                               "warm-up" if deferred else ""))
         else:
-            if pipeline == AUTO:
-                progress.stage("choosing the pass pipeline (layout) for the model")
-            choice = choose_pipeline(pipeline, model, handle, target, threads)
-            pipeline = choice.pipeline
-            progress.stage(choice.describe())
+            if finished is not None:
+                choice, spent = finished
+                progress.stage(f"{choice.describe()}: the log holds {spent} trials over every form (budget "
+                               f"{trials}), so the plan is not searched again")
+            else:
+                if pipeline == AUTO:
+                    progress.stage("choosing the pass pipeline (layout) for the model")
+                choice = choose_pipeline(pipeline, model, handle, target, threads)
+                pipeline = choice.pipeline
+                progress.stage(choice.describe())
             # prepared once: the task list, the comparison builds and the schedule source share it
-            prepared = choice.prepared or prepare_model(model, target, threads=threads, pipeline=pipeline)
+            prepared = choice.prepared or prepare_model(model, target, threads=threads,
+                                                        pipeline=choice.pipeline)
             ex = prepared.extraction
             groups = [t.key for t in ex.tasks]  # alternatives of one workload: see the scheduler
             deferred = {}
@@ -208,9 +219,11 @@ def tune_model(
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         # a plan tune keeps part of the budget for the kernels of the build its layout search picks
-        reserve = round(trials * PLAN_RESERVE) if pipeline == PLAN and choice.plan is None else 0
+        searching = pipeline == PLAN and finished is None
+        reserve = round(trials * PLAN_RESERVE) if searching else 0
+        spent = max(sum(st.logged), finished[1] if finished else 0)
         try:
-            sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - sum(st.logged) - reserve),
+            sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - spent - reserve),
                                   rounds, seed=seed, groups=groups,
                                   deferred=[i for i, t in enumerate(ex.tasks) if t.key in deferred])
             for i, tu in enumerate(st.tuners):  # a resumed task starts from its logged figure
@@ -231,7 +244,7 @@ def tune_model(
         except KeyboardInterrupt:
             interrupted = True
         layout = None
-        if pipeline == PLAN and choice.plan is None and not interrupted:
+        if searching and not interrupted:
             progress.stage("choosing a channel block per conv layer (measured costs, dynamic program), then "
                            "timing the plan against the per-model pipelines")
             layout = search_layout(model, handle, target, threads, memo=memo, tasks=every_form,
@@ -248,7 +261,8 @@ def tune_model(
                                  ex.skipped, run, 0.0, interrupted,
                                  pipeline=layout.describe() if layout else choice.describe(), layout=layout,
                                  trailing={ex.tasks[i].name: r for i, r in trailing.items()},
-                                 deferred={ex.tasks[i].name: r for i, r in untried.items()})
+                                 deferred={ex.tasks[i].name: r for i, r in untried.items()},
+                                 other_forms=max(0, finished[1] - sum(st.logged)) if finished else 0)
         measurer.close()
         measurer = None
         if compare and not interrupted:
@@ -266,6 +280,19 @@ def tune_model(
             measurer.close()
         if own:
             handle.close()
+
+
+def _finished_plan(model: Model, db: Any, target: str, threads: int | None, every_form: list[ModelTask],
+                   trials: int) -> tuple[PipelineChoice, int] | None:
+    """A plan tune that already ran: the log's layout plan for the model (or the per-model pipeline
+    that beat it), when the log also holds at least `trials` trials over `every_form`, with that
+    count; else None. Searching again would spend minutes timing builds for no new trial, and the
+    host's speed of the moment could choose another plan than the one the tune's last trials went to."""
+    spent = sum(logged_trials(db, t) for t in every_form)
+    if spent < trials:
+        return None
+    got = stored_plan(model, db, target, threads)
+    return (got, spent) if isinstance(got, PipelineChoice) else None
 
 
 def _tune_chosen(st: _Tuning, sched: TaskScheduler, keys: set[str], budget: int, rounds: int,

@@ -104,6 +104,22 @@ def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -
     return len(seen), best
 
 
+def logged_trials(db: Any, task: Task) -> int:
+    """How many distinct configs of `task` the log holds search trials of: what `resume` counts
+    toward a budget, read without feeding a tuner."""
+    seen: set[int] = set()
+    for rec in db.history(task.key, str(task.target)):
+        if rec.runner_version in tuning_db.RETIMED:
+            continue
+        try:
+            i = task.index(task.config_from_json(rec.config))
+        except (KeyError, TypeError, AttributeError):
+            continue
+        if i >= 0:
+            seen.add(i)
+    return len(seen)
+
+
 def tune_task(
     task: Task,
     tuner: Tuner,

@@ -73,6 +73,8 @@ class ModelTuneResult:
     # kernel the default plan does not run)
     deferred: dict[str, float] = field(default_factory=dict)
     in_place: list[Any] = field(default_factory=list)  # the picks confirmed in place (`InPlaceCheck`)
+    # a finished plan tune run again: its trials on forms the chosen build does not run (not in rows)
+    other_forms: int = 0
 
     @property
     def new_trials(self) -> int:
@@ -97,8 +99,9 @@ class ModelTuneResult:
         for s in self.skipped:
             lines.append(f"{s.name[:w]:<{w}} {s.count:>2}  not tuned: {s.reason}")
         lines.append("-" * len(head))
+        other = f"; {self.other_forms} more on forms the build does not run" if self.other_forms else ""
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
-                     f"(budget {self.budget}); {self.seconds:.1f} s; tuner {self.tuner}")
+                     f"(budget {self.budget}{other}); {self.seconds:.1f} s; tuner {self.tuner}")
         lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))
         if self.trailing:
             lines.append(f"not re-measured (best config more than {TRAILING_RATIO:g}x the best form of its "

@@ -32,7 +32,7 @@ from search.fusion_choice import fusion_variants, prologue_edges, without_halos
 from search.layout_dp import assign, breakdown, plan_cost
 from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
-from search.models import compile_model, load_model, run_inputs, tuning_target
+from search.models import compile_model, load_model, prepare_model, run_inputs, tuning_target
 from search.pipeline_choice import PLAN, candidates, prepare_plan
 from search.plan_screen import screen_plan_tasks
 from search.scheduler import TaskScheduler
@@ -253,6 +253,24 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
         assert rec is not None and rec.winner == result.layout.winner
         res = compile_model(model, db, "llvm", threads=1, pipeline="auto")
     assert res.pipeline == result.layout.winner and res.note == ""
+
+    # run again on the spent budget: the log's plan is the build, neither screened nor searched again
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished plan tune must not screen or search again")
+
+    monkeypatch.setattr(model_tuning, "screen_plan_tasks", refuse)
+    monkeypatch.setattr(model_tuning, "search_layout", refuse)
+    again = tune_model(model, trials=4, tuner="random", db=url, threads=1, timing=FAST, round_trials=4,
+                       batch=4, pipeline="plan", compare=False)
+    assert again.layout is None and sum(r.new_trials for r in again.rows) == 0
+    assert sum(r.trials for r in again.rows) + again.other_forms == 4  # every form's trials counted
+    assert f"#{rec.id}" in again.pipeline
+    chosen = (prepare_plan(model, "llvm", 1, LayoutPlan.from_json(rec.plan)) if rec.chosen
+              else prepare_model(model, "llvm", threads=1, pipeline=rec.winner))
+    built = {t.key for t in chosen.extraction.tasks}
+    assert {r.task.key for r in again.rows} == built  # the chosen build's kernels, settled from the log
+    with tuning_db.open(url) as db:
+        assert len(db.layout_plans()) == 1 and [r.info["pipeline"] for r in db.runs()] == [PLAN, PLAN]
 
 
 class _Rounds:
