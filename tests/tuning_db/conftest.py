@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import tuning_db
 from tuning_db import settings as settings_mod
+from tuning_db.migrate import create_schema
 
 PG_URL_FILE = Path(os.environ.get("AUTORELAY_PG_DIR", "/tmp/autorelay-pg")) / "url"
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +102,20 @@ def db(url: str) -> Iterator[tuning_db.TuningDB]:
     d = tuning_db.open(url)
     yield d
     d.close()
+
+
+@pytest.fixture
+def old_log(tmp_path: Path) -> Callable[[int], Path]:
+    """Makes an empty SQLite log with the tables of an older schema version (to be upgraded)."""
+
+    def make(version: int) -> Path:
+        from sqlalchemy import create_engine
+
+        path = tmp_path / f"v{version}.sqlite"
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:
+            create_schema(conn, version)
+        engine.dispose()
+        return path
+
+    return make

@@ -4,12 +4,8 @@ hash), read back exactly, never overwritten, and added to an older log by its up
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
-
-from sqlalchemy import create_engine
 
 import tuning_db
-from tuning_db.migrate import create_schema
 
 T = "llvm -mcpu=znver3 -threads=2"
 
@@ -34,12 +30,8 @@ def test_config_key_ignores_the_order_of_knobs() -> None:
     assert tuning_db.config_key({"a": 1}) != tuning_db.config_key({"a": 2})
 
 
-def test_version_6_log_gains_the_config_features_table(tmp_path: Path) -> None:
-    path = tmp_path / "v6.sqlite"
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        create_schema(conn, 6)
-    engine.dispose()
+def test_version_6_log_gains_the_config_features_table(old_log) -> None:
+    path = old_log(6)
     with tuning_db.open(str(path)) as db:
         assert db.upgraded_from == 6
         db.store_features("w", T, "r1", {tuning_db.config_key({"x": 1}): (1.0, 2.0)})

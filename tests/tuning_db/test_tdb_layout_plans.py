@@ -7,12 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
 
 import tuning_db
 from search.cli import main
 from tuning_db import TuningDBError
-from tuning_db.migrate import create_schema
 
 TARGET = "llvm -mcpu=znver5 -threads=2"
 INFO = {"winner": "plan", "latencies_ms": {"plan": 2.0, "default": 3.0}, "modeled_ms": 1.9, "exact": True,
@@ -129,12 +127,8 @@ def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
     assert "expansions none (not fused: 8->9" in off
 
 
-def test_version_4_log_is_upgraded_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "v4.sqlite"
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        create_schema(conn, 4)
-    engine.dispose()
+def test_version_4_log_is_upgraded_in_place(old_log) -> None:
+    path = old_log(4)
     con = sqlite3.connect(path)
     assert "layout_plans" not in {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
     con.execute("INSERT INTO targets (name, kind, created_at) VALUES ('llvm', 'llvm', 0)")

@@ -8,11 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, update
+from sqlalchemy import update
 
 import tuning_db
 from tuning_db import SchemaVersionError, TuningDBError, schema
-from tuning_db.migrate import create_schema
 
 V1 = Path(__file__).parent / "data" / "v1.sqlite"
 
@@ -130,12 +129,8 @@ def test_a_new_log_is_switched_to_wal_once_known(tmp_path: Path) -> None:
     con.close()
 
 
-def test_version_5_log_gains_the_experiment_results_table(tmp_path: Path) -> None:
-    path = tmp_path / "v5.sqlite"
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        create_schema(conn, 5)
-    engine.dispose()
+def test_version_5_log_gains_the_experiment_results_table(old_log) -> None:
+    path = old_log(5)
     assert "experiment_results" not in {r[0] for r in _raw(path, "SELECT name FROM sqlite_master")}
     with tuning_db.open(str(path)) as db:
         assert db.upgraded_from == 5
