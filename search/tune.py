@@ -73,51 +73,45 @@ def _record(db: Any, task: Task, inp: MeasureInput, res: MeasureResult, run: int
                      target_fingerprint=_fingerprint(task), runner_version=tag, recorded_at=at)
 
 
-def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -> tuple[int, float]:
-    """Feed the logged measurements of `task` to `tuner`; returns (distinct configs, best cost).
-    `shared` learns which rows the tuner now holds, so it never feeds them again."""
-    seen: set[int] = set()
-    best = math.inf
-    idx, res = [], []
-    read_logged_features(db, task, tuner)
-    history = db.history(task.key, str(task.target))
-    if shared is not None:
-        shared.mine([rec.id for rec in history])
+def _in_space(task: Task, history: Sequence[tuning_db.Record]) -> list[tuple[int, tuning_db.Record]]:
+    """The logged rows of `task` whose config is in its space, with that config's index."""
+    out = []
     for rec in history:
-        try:
-            cfg = task.config_from_json(rec.config)
-        except (KeyError, TypeError, AttributeError):
-            continue
-        i = task.index(cfg)
-        if i < 0:
-            continue
-        r = (MeasureResult(tuple(rec.costs)) if rec.error_kind is None and rec.costs
-             else MeasureResult.failed(ErrorKind.RUNTIME_CRASH, rec.error or "logged failure"))
-        if rec.runner_version not in tuning_db.RETIMED:  # re-timings of known configs are not trials
-            seen.add(i)
-        idx.append(i)
-        res.append(r)
-        best = min(best, r.median)
-    if idx:
-        tuner.update(idx, res)
-        log_features(db, task, tuner)
-    return len(seen), best
-
-
-def logged_trials(db: Any, task: Task) -> int:
-    """How many distinct configs of `task` the log holds search trials of: what `resume` counts
-    toward a budget, read without feeding a tuner."""
-    seen: set[int] = set()
-    for rec in db.history(task.key, str(task.target)):
-        if rec.runner_version in tuning_db.RETIMED:
-            continue
         try:
             i = task.index(task.config_from_json(rec.config))
         except (KeyError, TypeError, AttributeError):
             continue
         if i >= 0:
-            seen.add(i)
-    return len(seen)
+            out.append((i, rec))
+    return out
+
+
+def _trials(rows: Sequence[tuple[int, tuning_db.Record]]) -> set[int]:
+    """The configs of `rows` measured as search trials (re-timings of known configs are not)."""
+    return {i for i, rec in rows if rec.runner_version not in tuning_db.RETIMED}
+
+
+def resume(db: Any, task: Task, tuner: Tuner, shared: SharedLog | None = None) -> tuple[int, float]:
+    """Feed the logged measurements of `task` to `tuner`; returns (distinct configs, best cost).
+    `shared` learns which rows the tuner now holds, so it never feeds them again."""
+    read_logged_features(db, task, tuner)
+    history = db.history(task.key, str(task.target))
+    if shared is not None:
+        shared.mine([rec.id for rec in history])
+    rows = _in_space(task, history)
+    res = [MeasureResult(tuple(rec.costs)) if rec.error_kind is None and rec.costs
+           else MeasureResult.failed(ErrorKind.RUNTIME_CRASH, rec.error or "logged failure")
+           for _, rec in rows]
+    if rows:
+        tuner.update([i for i, _ in rows], res)
+        log_features(db, task, tuner)
+    return len(_trials(rows)), min((r.median for r in res), default=math.inf)
+
+
+def logged_trials(db: Any, task: Task) -> int:
+    """How many distinct configs of `task` the log holds search trials of: what `resume` counts
+    toward a budget, read without feeding a tuner."""
+    return len(_trials(_in_space(task, db.history(task.key, str(task.target)))))
 
 
 def tune_task(

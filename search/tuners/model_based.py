@@ -83,8 +83,9 @@ class Featurizer:
     def of_config(self, config: Config, keep: bool = False) -> tuple[float, ...] | None:
         """The vector of any config of the task's template (`keep`: log it when lowered here)."""
         key = config_key(config.to_json())
-        if key in self.logged or key in self.unlogged:
-            return self.logged[key] if key in self.logged else self.unlogged[key]
+        for known in (self.logged, self.unlogged):
+            if key in known:
+                return known[key]
         vector = lower_features(self.task, config)
         if keep:
             self.unlogged[key] = vector
