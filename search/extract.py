@@ -107,10 +107,13 @@ def primitive_call_sites(mod: IRModule) -> list[Call]:
             if isinstance(n, Call) and isinstance(n.op, Function) and n.op.is_primitive]
 
 
-def _model_tasks(fn: Function, key: str, count: int, target: Target, name: str) -> list[ModelTask] | str:
+def function_tasks(fn: Function, key: str, count: int, target: Target, name: str, *,
+                   untuned: tuple[str, ...] = UNTUNED_TEMPLATES) -> list[ModelTask] | str:
     """The tasks for one distinct primitive function, one per template that schedules it (named
     `name`, suffixed `@template` where there are several), or the reason it has none: the reason
-    of the first template (the build's default), as when only that one was tried."""
+    of the first template (the build's default), as when only that one was tried. `untuned`: the
+    templates a model's tune leaves at their defaults (a layout search tunes the re-layouts it
+    weighs: `search.transform_tuning`)."""
     if is_view_function(fn):
         return "a view of its input (reshape-like): the executor runs no kernel for it"
     try:
@@ -127,7 +130,7 @@ def _model_tasks(fn: Function, key: str, count: int, target: Target, name: str) 
     tasks: list[ModelTask] = []
     first_reason = ""
     for template in choices:
-        got = _template_task(cdef, fn, key, count, target, name, template)
+        got = _template_task(cdef, fn, key, count, target, name, template, untuned)
         if isinstance(got, str):
             first_reason = first_reason or got
         else:
@@ -139,13 +142,13 @@ def _model_tasks(fn: Function, key: str, count: int, target: Target, name: str) 
 
 
 def _template_task(cdef: ComputeDef, fn: Function, key: str, count: int, target: Target, name: str,
-                   template: str) -> ModelTask | str:
+                   template: str, untuned: tuple[str, ...]) -> ModelTask | str:
     """The task of `cdef` under one template, or why that template is not tuned for it."""
     try:
         base = kernel_task(cdef, target, name=name, template=template)
     except Exception as e:  # no space for this compute: the build uses its default
         return f"no schedule space ({type(e).__name__}: {e})"
-    if base.template in UNTUNED_TEMPLATES:
+    if base.template in untuned:
         return f"template {base.template!r} is not tuned (memory-bound copy)"
     if len(base.space) <= 1:
         return f"template {base.template!r} has a single config for this shape"
@@ -195,7 +198,7 @@ def extract_prepared(fused: IRModule, target: Target) -> Extraction:
     for key in order:
         fn = first[key]
         name = f"t{tuned}.{kernel_name(fn)}"
-        got = _model_tasks(fn, key, counts[key], target, name)
+        got = function_tasks(fn, key, counts[key], target, name)
         if isinstance(got, str):
             skipped.append(Skipped(kernel_name(fn), key, counts[key], got))
             try:
@@ -278,4 +281,5 @@ class BoundSource:
 
 
 __all__ = ["BoundSource", "Extraction", "ModelTask", "Skipped", "extract_all", "extract_prepared",
-           "extract_tasks", "optimize", "primitive_call_sites", "primitive_calls", "workload_share"]
+           "extract_tasks", "function_tasks", "optimize", "primitive_call_sites", "primitive_calls",
+           "workload_share"]

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,26 +77,42 @@ def _blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     return (n, c // block, h, w, block)
 
 
+Relayout = tuple[tuple[int, ...], int, int]  # (NCHW shape, from block, to block; 0: NCHW)
+
+
+def transform_key(shape: tuple[int, ...], src: int, dst: int, target: Target) -> tuple:
+    """How `Model.transforms` files the seconds of one re-layout on one target."""
+    return (tuple(shape), src, dst, str(target))
+
+
 def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target, *, rounds: int = 7,
                       memo: dict[tuple, float] | None = None) -> float:
     """Seconds per call of the compiled `layout_transform` NCHW{src}c -> NCHW{dst}c (0: NCHW) of an
-    NCHW `shape` (blocks already divisors of its channels); `memo` keeps timings by (shape, src,
-    dst, target) for later calls."""
-    key = (tuple(shape), src, dst, str(target))
+    NCHW `shape` (blocks already divisors of its channels); `memo` keeps timings by
+    `transform_key` for later calls. A plan tune fills the memo first with the tuned kernels'
+    re-measured times from the log (`search.transform_tuning`); what it lacks (a search without a
+    log) is timed here with the default schedule."""
+    key = transform_key(shape, src, dst, target)
     if src == dst:
         return 0.0
     memo = {} if memo is None else memo
     if key not in memo:
-        x = Var("x", TensorType(_blocked_shape(shape, src), "float32"))
-        body = registry.call("layout_transform", x, src_layout=_layout(src), dst_layout=_layout(dst))
-        mod = prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
-        exe = build_prepared(mod, target, None)
+        exe = build_prepared(transform_module(shape, src, dst), target, None)
         arg = np.random.default_rng(0).standard_normal(_blocked_shape(shape, src)).astype("float32")
         exe(arg)
         number = max(1, int(0.005 / max(_time_once(exe, arg), 1e-7)))
         samples = [_time_once(exe, arg, number) for _ in range(rounds)]
         memo[key] = statistics.median(samples)
     return memo[key]
+
+
+def transform_module(shape: tuple[int, ...], src: int, dst: int) -> IRModule:
+    """The prepared module of one re-layout of a float tensor of NCHW `shape` from NCHW{src}c (0:
+    NCHW) to NCHW{dst}c: a single `layout_transform` kernel, as a plan's build runs it between two
+    layers."""
+    x = Var("x", TensorType(_blocked_shape(shape, src), "float32"))
+    body = registry.call("layout_transform", x, src_layout=_layout(src), dst_layout=_layout(dst))
+    return prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
 
 
 def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
@@ -241,9 +259,8 @@ def _agnostic(c: Call) -> bool:
 
 class _GraphReader:
     def __init__(self, layers: dict[int, str], costs: dict[str, LayerCost], blocks: tuple[int, ...],
-                 target: Target, transforms: dict[tuple, float]) -> None:
-        self.layers, self.costs, self.blocks, self.target = layers, costs, blocks, target
-        self.transforms = transforms
+                 seconds: Callable[[tuple[int, ...], int, int], float]) -> None:
+        self.layers, self.costs, self.blocks, self.seconds = layers, costs, blocks, seconds
         self.nodes: list[Node] = []
         self.value: dict[int, int | None] = {}
 
@@ -253,8 +270,7 @@ class _GraphReader:
         if shape is None or len(shape) != 4:
             return {(a, b): 0.0 for a in layouts for b in layouts}
         actual = {b: channel_block(shape[1], b) for b in layouts}
-        return {(a, b): transform_seconds(shape, actual[a], actual[b], self.target, memo=self.transforms)
-                for a in layouts for b in layouts if a != b}
+        return {(a, b): self.seconds(shape, actual[a], actual[b]) for a in layouts for b in layouts if a != b}
 
     def node(self, name: str, kind: str, args: list[Expr], kernel: dict[int, float] | None = None) -> int:
         ins = [(self.value[id(a)], a) for a in args if self.value.get(id(a)) is not None]
@@ -310,10 +326,34 @@ def layout_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, .
                  target: Target) -> LayoutGraph:
     """The model's layout graph (see the module docstring) with `costs` on its conv nodes and
     measured transform times on its edges (timed once per model: `Model.transforms`)."""
+    def seconds(shape: tuple[int, ...], src: int, dst: int) -> float:
+        return transform_seconds(shape, src, dst, target, memo=model.transforms)
+
+    return _read_graph(model, costs, blocks, seconds)
+
+
+def relayouts(model: Model, blocks: tuple[int, ...]) -> list[Relayout]:
+    """Every re-layout (src != dst) a layout graph of `model` may put on an edge, once each: the
+    edges a layout search weighs. Read with every conv layer convertible to every block; a layer
+    the measured costs leave unconvertible reads its input through the same edges."""
+    everywhere: dict[str, LayerCost] = defaultdict(lambda: LayerCost(kernel=dict.fromkeys((0, *blocks), 0.0)))
+    found: dict[Relayout, None] = {}
+
+    def record(shape: tuple[int, ...], src: int, dst: int) -> float:
+        if src != dst:
+            found[(tuple(shape), src, dst)] = None
+        return 0.0
+
+    _read_graph(model, everywhere, blocks, record)
+    return list(found)
+
+
+def _read_graph(model: Model, costs: dict[str, LayerCost], blocks: tuple[int, ...],
+                seconds: Callable[[tuple[int, ...], int, int], float]) -> LayoutGraph:
     graph = model.optimized(Pipeline(graph_passes()))
     fn = graph["main"]
     layers = {id(c): name for name, c in layer_calls(graph).items()}
-    reader = _GraphReader(layers, costs, blocks, target, model.transforms)
+    reader = _GraphReader(layers, costs, blocks, seconds)
     for p in fn.params:
         reader.visit(p)
     for e in post_order(fn.body):
@@ -333,5 +373,6 @@ def solved_plan(graph: LayoutGraph, costs: dict[str, LayerCost]) -> tuple[Soluti
                                      if any(form[0] == b for form in costs[name].forms)})
 
 
-__all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
-           "solved_plan", "transform_seconds"]
+__all__ = ["Form", "LayerCost", "Relayout", "candidate_blocks", "candidate_plans", "kernel_costs",
+           "layout_graph", "relayouts", "solved_plan", "transform_key", "transform_module",
+           "transform_seconds"]

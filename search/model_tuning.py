@@ -10,11 +10,13 @@ returns the partial result, and running it again resumes — logged trials count
 budget and are never measured twice. The per-task "best" is the interleaved re-measurement of the
 top candidates against the default (`tune_task`'s final pick), not the luckiest search figure.
 
-`pipeline="plan"` tunes the kernels of every form a conv layer may take (screened first:
-`search.plan_screen`), then lets the layout search choose the build, and spends the budget's last
-`PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`). Run again once the log holds the
-budget's trials over every form and a layout plan, it neither screens nor searches: the log's plan
-(or the per-model pipeline that beat it) is the build, as for `compile` (`_finished_plan`).
+`pipeline="plan"` first tunes the re-layouts a plan may put between layers, with a small share of
+the budget (`search.transform_tuning`), then the kernels of every form a conv layer may take
+(screened first: `search.plan_screen`), then lets the layout search choose the build, and spends
+the budget's last `PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`). Run again once
+the log holds the budget's trials over every form and re-layout, and a layout plan, it neither
+screens nor searches: the log's plan (or the per-model pipeline that beat it) is the build, as for
+`compile` (`_finished_plan`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline, 
 from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
 from search.scheduler import TaskScheduler
 from search.sharing import SharedLog, lease_seconds
+from search.transform_tuning import logged_transform_trials, tune_transforms
 from search.tune import TuneResult, logged_trials, resume, transfer_from_log, tune_task
 from search.tune_report import ModelTuneResult, Progress, TaskRow
 
@@ -169,14 +172,22 @@ def tune_model(
     trailing: dict[int, float] = {}
     untried: dict[int, float] = {}
     finished: tuple[PipelineChoice, int] | None = None  # a finished plan tune's choice, and its trials
+    relayout_trials = 0  # the log's trials over the re-layouts a plan tune weighs
     try:
         if pipeline == PLAN:  # tune every layout a layer may take; the plan is chosen after tuning
             progress.stage("extracting the kernels of every layout a conv layer may take")
             prepared, ex, prologue_groups = plan_tasks(model, target, threads)
             every_form = list(ex.tasks)
-            finished = _finished_plan(model, handle, target, threads, every_form, trials)
+            relayout_trials = logged_transform_trials(model, handle, prepared.target)
+            finished = _finished_plan(model, handle, target, threads, every_form, trials - relayout_trials)
         if pipeline == PLAN and finished is None:
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
+            progress.stage("tuning the re-layouts a plan may put between layers")
+            measurer = make_measurer(executor, build_workers, timing)
+            relayouts = tune_transforms(model, handle, prepared.target, measurer, trials, seed=seed)
+            relayout_trials = relayouts.trials
+            progress.stage(f"{len(relayouts.seconds)} re-layouts weighed, {relayouts.trials} trials "
+                           f"({relayouts.new} new; {relayouts.elapsed:.0f} s)")
             progress.stage("screening every layout with default schedules: which forms are worth tuning")
             screen = screen_plan_tasks(model, prepared.target, memo=memo, workers=build_workers)
             screen.groups.update(prologue_groups)  # a fused prologue's kernel: one more form of its layer
@@ -211,7 +222,8 @@ def tune_model(
         ex.tasks[:], groups = [ex.tasks[i] for i in order], [groups[i] for i in order]
         per_task = trials // max(1, len(ex.tasks))
         rounds = round_trials or max(batch, min(16, per_task // batch * batch))
-        measurer = make_measurer(executor, build_workers, timing)  # a bad executor fails before the run
+        if measurer is None:  # a bad executor fails before the run
+            measurer = make_measurer(executor, build_workers, timing)
         stale = handle.close_dead_runs()  # runs killed outright (kill -9) never closed themselves
         if stale:
             log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
@@ -226,7 +238,7 @@ def tune_model(
         # a plan tune keeps part of the budget for the kernels of the build its layout search picks
         searching = pipeline == PLAN and finished is None
         reserve = round(trials * PLAN_RESERVE) if searching else 0
-        spent = max(sum(st.logged), finished[1] if finished else 0)
+        spent = max(sum(st.logged), finished[1] if finished else 0) + relayout_trials
         try:
             sched = TaskScheduler([t.count for t in ex.tasks], max(0, trials - spent - reserve),
                                   rounds, seed=seed, groups=groups,
@@ -257,7 +269,7 @@ def tune_model(
             prepared = layout.prepared
             try:
                 _tune_chosen(st, sched, {t.key for t in prepared.extraction.tasks},
-                             trials - sum(st.logged) - sum(st.new), rounds, seed)
+                             trials - sum(st.logged) - sum(st.new) - relayout_trials, rounds, seed)
             except KeyboardInterrupt:
                 interrupted = True
             untried = {i: r for i, r in untried.items() if st.new[i] == 0}
@@ -267,7 +279,8 @@ def tune_model(
                                  pipeline=layout.describe() if layout else choice.describe(), layout=layout,
                                  trailing={ex.tasks[i].name: r for i, r in trailing.items()},
                                  deferred={ex.tasks[i].name: r for i, r in untried.items()},
-                                 other_forms=max(0, finished[1] - sum(st.logged)) if finished else 0)
+                                 other_forms=max(0, finished[1] - sum(st.logged)) if finished else 0,
+                                 relayout_trials=relayout_trials)
         measurer.close()
         measurer = None
         if compare and not interrupted:

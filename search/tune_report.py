@@ -75,6 +75,7 @@ class ModelTuneResult:
     in_place: list[Any] = field(default_factory=list)  # the picks confirmed in place (`InPlaceCheck`)
     # a finished plan tune run again: its trials on forms the chosen build does not run (not in rows)
     other_forms: int = 0
+    relayout_trials: int = 0  # a plan tune's trials on the re-layouts its layout program weighed
 
     @property
     def new_trials(self) -> int:
@@ -100,6 +101,7 @@ class ModelTuneResult:
             lines.append(f"{s.name[:w]:<{w}} {s.count:>2}  not tuned: {s.reason}")
         lines.append("-" * len(head))
         other = f"; {self.other_forms} more on forms the build does not run" if self.other_forms else ""
+        other += f"; {self.relayout_trials} on re-layouts" if self.relayout_trials else ""
         lines.append(f"trials: {self.new_trials} new, {sum(r.trials for r in self.rows)} logged in all "
                      f"(budget {self.budget}{other}); {self.seconds:.1f} s; tuner {self.tuner}")
         lines.append(f"target: {self.target}" + (f"; {self.pipeline}" if self.pipeline else ""))

@@ -7,7 +7,7 @@
                       (`TuningDB.pick`);
   * ``transferred`` - the nearest tuned workload of the same op family on this target (by shape
                       distance, see `shape_distance`), whose config the optional `validate` callable
-                      accepted for the new shape;
+                      accepted for the new shape (never a config of `EXACT_ONLY_TEMPLATES`);
   * ``default``     - nothing usable: config None, and the compiler falls back to its heuristic.
 
 Each answer is a `LookupResult` (`config`, `kind` — a `LookupKind`, which compares equal to the
@@ -43,6 +43,11 @@ Validate = Callable[[str, dict[str, Any]], bool]
 Describe = Callable[[str], "dict[str, Any] | None"]
 MAX_DONORS = 5  # nearest workloads tried
 CONFIGS_PER_DONOR = 3  # best configs of each tried before moving on
+# templates whose configs serve only the workload they were tuned on: a copy's best vector split
+# and loop shape follow its exact extents (tuned on Zen 3, a layout transform of 14-wide rows ran
+# fastest unvectorized, those of 56-wide rows kept their vectors), and its default is rarely far
+# from its best
+EXACT_ONLY_TEMPLATES = frozenset({"injective"})
 
 
 class LookupKind(StrEnum):
@@ -191,6 +196,8 @@ class ScheduleSource:
         )
         for dist, donor in ranked[:MAX_DONORS]:
             for rec in self.db.best(donor, target, k=CONFIGS_PER_DONOR):
+                if rec.config.get("template") in EXACT_ONLY_TEMPLATES:
+                    continue
                 why = self._check(key, rec.config)
                 if why is None:
                     return LookupResult(rec.config, LookupKind.TRANSFERRED, key, donor, dist, rec.mean_cost,
