@@ -50,7 +50,7 @@ from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline, 
 from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
 from search.scheduler import TaskScheduler
 from search.sharing import SharedLog, lease_seconds
-from search.transform_tuning import logged_transform_trials, tune_transforms
+from search.transform_tuning import logged_transform_trials, transform_tasks, tune_transforms
 from search.tune import TuneResult, logged_trials, resume, transfer_from_log, tune_task
 from search.tune_report import ModelTuneResult, Progress, TaskRow
 
@@ -178,13 +178,14 @@ def tune_model(
             progress.stage("extracting the kernels of every layout a conv layer may take")
             prepared, ex, prologue_groups = plan_tasks(model, target, threads)
             every_form = list(ex.tasks)
-            relayout_trials = logged_transform_trials(model, handle, prepared.target)
+            relayout_tasks = transform_tasks(model, prepared.target)
+            relayout_trials = logged_transform_trials(relayout_tasks, handle)
             finished = _finished_plan(model, handle, target, threads, every_form, trials - relayout_trials)
         if pipeline == PLAN and finished is None:
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             progress.stage("tuning the re-layouts a plan may put between layers")
             measurer = make_measurer(executor, build_workers, timing)
-            relayouts = tune_transforms(model, handle, prepared.target, measurer, trials, seed=seed)
+            relayouts = tune_transforms(model, relayout_tasks, handle, measurer, trials, seed=seed)
             relayout_trials = relayouts.trials
             progress.stage(f"{len(relayouts.seconds)} re-layouts weighed, {relayouts.trials} trials "
                            f"({relayouts.new} new; {relayouts.elapsed:.0f} s)")

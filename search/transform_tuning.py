@@ -85,14 +85,13 @@ class TransformTuning:
     elapsed: float = 0.0
 
 
-def tune_transforms(model: Model, db: Any, target: Target, measurer: Measurer, trials: int, *,
-                    run: int | None = None, seed: int = 0) -> TransformTuning:
-    """Tune the kernel of every re-layout a layout graph of `model` may need (see the module
-    docstring) into `db`, with `trials_per_transform(trials, n)` trials each, and file each one's
-    re-measured seconds in `model.transforms`, where the layout program reads them. A re-layout
-    whose candidates all failed keeps no figure: the layout program times its default then."""
+def tune_transforms(model: Model, tasks: dict[Relayout, ModelTask], db: Any, measurer: Measurer,
+                    trials: int, *, run: int | None = None, seed: int = 0) -> TransformTuning:
+    """Tune the re-layout `tasks` of `model` (`transform_tasks`: see the module docstring) into
+    `db`, with `trials_per_transform(trials, n)` trials each, and file each one's re-measured
+    seconds in `model.transforms`, where the layout program reads them. A re-layout whose
+    candidates all failed keeps no figure: the layout program times its default then."""
     t0 = time.perf_counter()
-    tasks = transform_tasks(model, target)
     each = trials_per_transform(trials, len(tasks))
     out = TransformTuning()
     for edge, task in tasks.items():
@@ -101,14 +100,14 @@ def tune_transforms(model: Model, db: Any, target: Target, measurer: Measurer, t
         out.new += got.trials
         if math.isfinite(got.best_cost):
             out.seconds[edge] = got.best_cost
-            model.transforms[transform_key(*edge, target)] = got.best_cost
+            model.transforms[transform_key(*edge, task.target)] = got.best_cost
     out.elapsed = time.perf_counter() - t0
     return out
 
 
-def logged_transform_trials(model: Model, db: Any, target: Target) -> int:
-    """The search trials the log holds over `model`'s re-layouts: their part of a plan tune's budget."""
-    return sum(logged_trials(db, t) for t in transform_tasks(model, target).values())
+def logged_transform_trials(tasks: dict[Relayout, ModelTask], db: Any) -> int:
+    """The search trials the log holds over the re-layout `tasks`: their part of a plan tune's budget."""
+    return sum(logged_trials(db, t) for t in tasks.values())
 
 
 __all__ = ["MAX_TRANSFORM_TRIALS", "TRANSFORM_SHARE", "TransformTuning", "logged_transform_trials",

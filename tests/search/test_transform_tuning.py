@@ -88,7 +88,7 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
     measurer = Measurer(settings=FAST)
     try:
         with tuning_db.open(url) as db:
-            got = tune_transforms(model, db, tgt, measurer, trials)
+            got = tune_transforms(model, tasks, db, measurer, trials)
             assert got.new == got.trials == each * len(tasks)
             assert set(got.seconds) == set(tasks) and all(s > 0 for s in got.seconds.values())
             for edge, task in tasks.items():
@@ -96,7 +96,7 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
                 assert model.transforms[transform_key(*edge, tgt)] == got.seconds[edge]
                 pick = db.pick(task.key, str(tgt))  # the re-measured pick is what a build compiles
                 assert pick is not None and pick.config["template"] == "injective"
-            assert logged_transform_trials(model, db, tgt) == got.trials
+            assert logged_transform_trials(tasks, db) == got.trials
     finally:
         measurer.close()
 
@@ -111,7 +111,7 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
 
     again = load_model("nature-dqn")
     with tuning_db.open(url) as db:
-        second = tune_transforms(again, db, tgt, Refuse(), trials)
+        second = tune_transforms(again, transform_tasks(again, tgt), db, Refuse(), trials)
     assert second.new == 0 and second.trials == got.trials and second.seconds == got.seconds
     # the layout program reads them: no re-layout of the graph is timed afresh
     monkeypatch.setattr(layout_costs, "build_prepared", lambda *a, **k: pytest.fail("timed afresh"))
