@@ -11,10 +11,12 @@ default one. The builds are profiled kernel by kernel on the model's sample inpu
 state, threads — and times tuned and untuned kernels alike, rather than mixing the tuner's worker
 figures with fresh ones.
 
-Transform times are measured by building the `layout_transform` kernel of the edge's shape for each
-pair of layouts (NCHW, NCHW{b}c with b shrunk to a divisor of the channels as `ConvertLayout`
-does) and timing it; the model keeps them per (shape, from, to, target) for its later searches
-(`Model.transforms`: the screening and the layout search read the same edges).
+Transform times are kernel times of the `layout_transform` of the edge's shape for each pair of
+layouts (NCHW, NCHW{b}c with b shrunk to a divisor of the channels as `ConvertLayout` does): a
+plan tune tunes those kernels into the log first and gives their re-measured picks
+(`search.transform_tuning`); a search without a log times the default kernels
+(`search.relayout_kernels`). The model keeps them per (shape, from, to, target) for its later
+searches (`Model.transforms`: the screening and the layout search read the same edges).
 
 The graph itself is read off the model after the graph optimisations (before any layout choice):
 layout-agnostic ops (elementwise, bias_add, pooling, binary ops with a constant) carry their input's
@@ -24,19 +26,12 @@ op become nodes, with the kinds and rules `search.layout_dp` states.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from autorelay.build_module import build_prepared
 from autorelay.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Tuple, Var
-from autorelay.ir.module import IRModule
-from autorelay.ir.types import TensorType
 from autorelay.ir.visitor import children, post_order
 from autorelay.lower import workload_key
 from autorelay.op import registry
@@ -50,13 +45,13 @@ from autorelay.transform.convert_layout import POOLS, channel_block
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
-from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from autorelay.transform.util import op_name, static_shape, tensor_type
 from search.kernel_prefetch import prefetch_kernels
 from search.kernel_profiles import profile_keys, profile_runs
 from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, LayoutGraph, Node, Solution, solve
 from search.models import Model, PreparedModel, build_model, run_inputs, schedule_source
+from search.relayout_kernels import Relayout, transform_seconds
 
 
 def candidate_blocks(target: Target) -> tuple[int, ...]:
@@ -64,62 +59,6 @@ def candidate_blocks(target: Target) -> tuple[int, ...]:
     when that is wider — the same set `--pipeline auto` measures per model."""
     lanes = target.vector_lanes()
     return tuple(sorted({min(8, lanes), lanes}))
-
-
-def _layout(block: int) -> str:
-    return "NCHW" if block == 0 else f"NCHW{block}c"
-
-
-def _blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
-    if block == 0:
-        return shape
-    n, c, h, w = shape
-    return (n, c // block, h, w, block)
-
-
-Relayout = tuple[tuple[int, ...], int, int]  # (NCHW shape, from block, to block; 0: NCHW)
-
-
-def transform_key(shape: tuple[int, ...], src: int, dst: int, target: Target) -> tuple:
-    """How `Model.transforms` files the seconds of one re-layout on one target."""
-    return (tuple(shape), src, dst, str(target))
-
-
-def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target, *, rounds: int = 7,
-                      memo: dict[tuple, float] | None = None) -> float:
-    """Seconds per call of the compiled `layout_transform` NCHW{src}c -> NCHW{dst}c (0: NCHW) of an
-    NCHW `shape` (blocks already divisors of its channels); `memo` keeps timings by
-    `transform_key` for later calls. A plan tune fills the memo first with the tuned kernels'
-    re-measured times from the log (`search.transform_tuning`); what it lacks (a search without a
-    log) is timed here with the default schedule."""
-    key = transform_key(shape, src, dst, target)
-    if src == dst:
-        return 0.0
-    memo = {} if memo is None else memo
-    if key not in memo:
-        exe = build_prepared(transform_module(shape, src, dst), target, None)
-        arg = np.random.default_rng(0).standard_normal(_blocked_shape(shape, src)).astype("float32")
-        exe(arg)
-        number = max(1, int(0.005 / max(_time_once(exe, arg), 1e-7)))
-        samples = [_time_once(exe, arg, number) for _ in range(rounds)]
-        memo[key] = statistics.median(samples)
-    return memo[key]
-
-
-def transform_module(shape: tuple[int, ...], src: int, dst: int) -> IRModule:
-    """The prepared module of one re-layout of a float tensor of NCHW `shape` from NCHW{src}c (0:
-    NCHW) to NCHW{dst}c: a single `layout_transform` kernel, as a plan's build runs it between two
-    layers."""
-    x = Var("x", TensorType(_blocked_shape(shape, src), "float32"))
-    body = registry.call("layout_transform", x, src_layout=_layout(src), dst_layout=_layout(dst))
-    return prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
-
-
-def _time_once(exe: Any, arg: np.ndarray, number: int = 1) -> float:
-    t0 = time.perf_counter()
-    for _ in range(number):
-        exe(arg)
-    return (time.perf_counter() - t0) / number
 
 
 Form = tuple[int, int]  # (channel block, 0 for NCHW; Winograd output tile, 0 for direct)
@@ -373,6 +312,5 @@ def solved_plan(graph: LayoutGraph, costs: dict[str, LayerCost]) -> tuple[Soluti
                                      if any(form[0] == b for form in costs[name].forms)})
 
 
-__all__ = ["Form", "LayerCost", "Relayout", "candidate_blocks", "candidate_plans", "kernel_costs",
-           "layout_graph", "relayouts", "solved_plan", "transform_key", "transform_module",
-           "transform_seconds"]
+__all__ = ["Form", "LayerCost", "candidate_blocks", "candidate_plans", "kernel_costs", "layout_graph",
+           "relayouts", "solved_plan"]

@@ -18,7 +18,7 @@ its build looks the pick up in the log like any tuned kernel's. A rerun reads th
 times nothing.
 
 Why tune them at all: an exhaustive tuning of ten of MobileNet-v2's re-layouts (Zen 3, 2 threads,
-24 configs each) kept nine within 1-13% of their defaults, but moved a block-of-8 -> NCHW
+24 configs each) kept nine within 0-13% of their defaults, but moved a block-of-8 -> NCHW
 re-layout of 384x14x14 from 65 to 46 us: the default vectorizes the 14-wide rows in eights (one
 vector and a 6-wide tail), and the plain loop is faster there.
 """
@@ -30,36 +30,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from autorelay.lower import workload_key
 from autorelay.target import Target
-from search.extract import ModelTask, function_tasks, primitive_calls
-from search.layout_costs import Relayout, candidate_blocks, relayouts, transform_key, transform_module
+from search.extract import ModelTask
+from search.layout_costs import candidate_blocks, relayouts
 from search.measure.local import Measurer
 from search.models import Model
+from search.relayout_kernels import Relayout, transform_key, transform_task
 from search.tune import logged_trials, tune_task
 from search.tuners.base import RandomTuner
 
 TRANSFORM_SHARE = 0.05  # of a plan tune's trial budget, for the re-layouts its layout program weighs
 MAX_TRANSFORM_TRIALS = 8  # per re-layout: a third of the injective space
-
-
-def transform_label(edge: Relayout) -> str:
-    """`relayout 1x96x56x56 NCHW->NCHW8c`: how reports name a re-layout."""
-    shape, src, dst = edge
-
-    def layout(b: int) -> str:
-        return "NCHW" if b == 0 else f"NCHW{b}c"
-
-    return f"relayout {'x'.join(map(str, shape))} {layout(src)}->{layout(dst)}"
-
-
-def transform_task(edge: Relayout, target: Target) -> ModelTask | None:
-    """The tuning task of one re-layout's kernel on `target` (its workload key is the one a plan's
-    build of the same re-layout looks up), or None when its schedule space has a single config."""
-    shape, src, dst = edge
-    fn = primitive_calls(transform_module(shape, src, dst))[0]
-    got = function_tasks(fn, workload_key(fn), 1, target, transform_label(edge), untuned=())
-    return None if isinstance(got, str) else got[0]
 
 
 def transform_tasks(model: Model, target: Target) -> dict[Relayout, ModelTask]:
@@ -111,4 +92,4 @@ def logged_transform_trials(tasks: dict[Relayout, ModelTask], db: Any) -> int:
 
 
 __all__ = ["MAX_TRANSFORM_TRIALS", "TRANSFORM_SHARE", "TransformTuning", "logged_transform_trials",
-           "transform_label", "transform_task", "transform_tasks", "trials_per_transform", "tune_transforms"]
+           "transform_tasks", "trials_per_transform", "tune_transforms"]

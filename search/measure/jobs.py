@@ -160,8 +160,14 @@ def _time(bound: BoundKernel, number: int, s: TimingSettings) -> float:
 
 def run_job(task: Task, config: Config, cache_dir: str, settings: TimingSettings,
             hook: FaultHook | None = None, code: KernelCode | None = None) -> MeasureResult:
+    return time_candidate(_task(task), config, cache_dir, settings, hook, code)
+
+
+def time_candidate(task: Task, config: Config, cache_dir: str, settings: TimingSettings,
+                   hook: FaultHook | None = None, code: KernelCode | None = None) -> MeasureResult:
+    """Compile (or load `code`), check and time one candidate in this process: a runner worker's
+    job, or a search timing a kernel the way the tuner would, without a worker pool."""
     t0 = time.perf_counter()
-    task = _task(task)
     got = _prepare(task, config, cache_dir, hook, code)
     if isinstance(got, MeasureResult):
         return MeasureResult.failed(got.error, got.message, run_s=time.perf_counter() - t0)

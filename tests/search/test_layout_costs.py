@@ -11,9 +11,10 @@ from autorelay.ir.visitor import post_order
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
 from autorelay.transform.prepare import prepare
 from autorelay.transform.util import op_name, tensor_type
-from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph, transform_seconds
+from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph
 from search.layout_dp import CONCAT, CONV, INPUT, JOIN, OPAQUE, assign
 from search.models import load_model
+from search.relayout_kernels import transform_seconds
 
 pytestmark = pytest.mark.cpu
 

@@ -14,16 +14,16 @@ from autorelay.ir.visitor import post_order
 from autorelay.lower import workload_key
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers
 from autorelay.transform.util import op_name
-from search import layout_costs
+from search import layout_costs, relayout_kernels
 from search.extract import primitive_calls
-from search.layout_costs import candidate_blocks, layout_graph, relayouts, transform_key, transform_module
+from search.layout_costs import candidate_blocks, layout_graph, relayouts
 from search.measure import Measurer, TimingSettings
 from search.models import load_model
 from search.pipeline_choice import prepare_plan
+from search.relayout_kernels import transform_key, transform_module, transform_task
 from search.transform_tuning import (
     MAX_TRANSFORM_TRIALS,
     logged_transform_trials,
-    transform_task,
     transform_tasks,
     trials_per_transform,
     tune_transforms,
@@ -114,7 +114,7 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
         second = tune_transforms(again, transform_tasks(again, tgt), db, Refuse(), trials)
     assert second.new == 0 and second.trials == got.trials and second.seconds == got.seconds
     # the layout program reads them: no re-layout of the graph is timed afresh
-    monkeypatch.setattr(layout_costs, "build_prepared", lambda *a, **k: pytest.fail("timed afresh"))
+    monkeypatch.setattr(relayout_kernels, "time_candidate", lambda *a, **k: pytest.fail("timed afresh"))
     blocks = candidate_blocks(tgt)
     costs = {n: layout_costs.LayerCost({0: 1.0, **{b: 1.0 for b in blocks}}) for n in conv_layers(again.mod)}
     graph = layout_graph(again, costs, blocks, tgt)
