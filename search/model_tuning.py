@@ -204,8 +204,9 @@ def tune_model(
         else:
             if finished is not None:
                 choice, spent = finished
-                progress.stage(f"{choice.describe()}: the log holds {spent} trials over every form (budget "
-                               f"{trials}), so the plan is not searched again")
+                progress.stage(f"{choice.describe()}: the log holds {spent} trials over every form and "
+                               f"{relayout_trials} on re-layouts (budget {trials}), so the plan is not "
+                               "searched again")
             else:
                 if pipeline == AUTO:
                     progress.stage("choosing the pass pipeline (layout) for the model")
