@@ -65,10 +65,15 @@ def transform_module(shape: tuple[int, ...], src: int, dst: int) -> IRModule:
     return prepare(IRModule.from_expr(Function((x,), body)), {}, "default")
 
 
+def _kernel_function(edge: Relayout) -> Function:
+    """The primitive function of `transform_module`'s one kernel."""
+    return primitive_calls(transform_module(*edge))[0]
+
+
 def transform_task(edge: Relayout, target: Target) -> ModelTask | None:
     """The tuning task of one re-layout's kernel on `target` (its workload key is the one a plan's
     build of the same re-layout looks up), or None when its schedule space has a single config."""
-    fn = primitive_calls(transform_module(*edge))[0]
+    fn = _kernel_function(edge)
     got = function_tasks(fn, workload_key(fn), 1, target, transform_label(edge), untuned=())
     return None if isinstance(got, str) else got[0]
 
@@ -84,8 +89,9 @@ def transform_seconds(shape: tuple[int, ...], src: int, dst: int, target: Target
     key = transform_key(shape, src, dst, target)
     memo = {} if memo is None else memo
     if key not in memo:
-        cdef = lower(primitive_calls(transform_module(shape, src, dst))[0]).cdef
-        task = kernel_task(cdef, target, name=transform_label((tuple(shape), src, dst)), template="injective")
+        edge = (tuple(shape), src, dst)
+        # the template a build compiles it with, whether or not its space is worth tuning
+        task = kernel_task(lower(_kernel_function(edge)).cdef, target, name=transform_label(edge))
         scratch = make_scratch_dir()
         try:
             got = time_candidate(task, task.default, scratch, TimingSettings(min_repeat_ms=5.0, repeat=7))

@@ -36,6 +36,11 @@ pytestmark = pytest.mark.cpu
 FAST = TimingSettings(number=1, repeat=2, min_repeat_ms=0.0, warmup=0, timeout=30.0)
 
 
+def _uniform_costs(model, blocks) -> dict:
+    """Every conv layer convertible to every block, at one cost: the graph's edges do not depend on it."""
+    return {n: layout_costs.LayerCost({0: 1.0, **{b: 1.0 for b in blocks}}) for n in conv_layers(model.mod)}
+
+
 def _graph_edges(model, blocks, tgt, monkeypatch) -> set:
     """The re-layouts `layout_graph` asks the timer for (the oracle of `relayouts`)."""
     asked: set = set()
@@ -46,8 +51,7 @@ def _graph_edges(model, blocks, tgt, monkeypatch) -> set:
         return 1.0
 
     monkeypatch.setattr(layout_costs, "transform_seconds", record)
-    costs = {n: layout_costs.LayerCost({0: 1.0, **{b: 1.0 for b in blocks}}) for n in conv_layers(model.mod)}
-    layout_graph(model, costs, blocks, tgt)
+    layout_graph(model, _uniform_costs(model, blocks), blocks, tgt)
     return asked
 
 
@@ -116,8 +120,7 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
     # the layout program reads them: no re-layout of the graph is timed afresh
     monkeypatch.setattr(relayout_kernels, "time_candidate", lambda *a, **k: pytest.fail("timed afresh"))
     blocks = candidate_blocks(tgt)
-    costs = {n: layout_costs.LayerCost({0: 1.0, **{b: 1.0 for b in blocks}}) for n in conv_layers(again.mod)}
-    graph = layout_graph(again, costs, blocks, tgt)
+    graph = layout_graph(again, _uniform_costs(again, blocks), blocks, tgt)
     weighed = {v for n in graph.nodes for t in n.transform for v in t.values() if v > 0}
     assert weighed == set(got.seconds.values())
 
