@@ -30,7 +30,7 @@ from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.primitive import KernelMemo
 from search.extract import BoundSource, Extraction, ModelTask
-from search.in_place import confirm_in_place
+from search.in_place import PinnedSource, confirm_in_place
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
 from search.measure.dask_executor import make_measurer
@@ -345,7 +345,7 @@ def _tune_chosen(st: _Tuning, sched: TaskScheduler, keys: set[str], budget: int,
 def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: KernelMemo,
              source: BoundSource | None = None) -> None:
     """Time `prepared` with default and with logged schedules, after confirming the log's picks in
-    place (`search.in_place`: a tuned kernel slower there than its default gives way to it);
+    place (`search.in_place`: a tuned kernel slower there than its default or a runner-up gives way);
     `source`: the log already bound to the model's tasks (a layout search's), else it is bound to
     `prepared`'s own extraction."""
     model = prepared.model
@@ -354,7 +354,13 @@ def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: Ke
         source = schedule_source(db, model, prepared=prepared)
     after = build_model(model, source, prepared=prepared, memo=memo)
     args = run_inputs(before, model)
-    result.in_place = confirm_in_place(db, prepared.extraction.tasks, after, before, args, run=result.run)
+    bound = source
+
+    def build_pinned(pins: Any) -> Any:
+        return build_model(model, PinnedSource(bound, pins), prepared=prepared, memo=memo)
+
+    result.in_place = confirm_in_place(db, prepared.extraction.tasks, after, before, args, run=result.run,
+                                       build_pinned=build_pinned)
     if not all(c.kept for c in result.in_place):
         after = build_model(model, source, prepared=prepared, memo=memo)  # the log's picks changed
     result.max_abs_diff = max_difference(before(*args), after(*args))

@@ -323,7 +323,8 @@ def _best(db: TuningDB, args: argparse.Namespace) -> int:
     )
     chosen = db.pick(args.workload, args.target)
     if chosen is not None and chosen.runner_version in RETIMED:
-        how = "in place, against its default" if chosen.runner_version == IN_PLACE else "interleaved"
+        in_place = chosen.runner_version == IN_PLACE
+        how = "in place, against its default and runner-ups" if in_place else "interleaved"
         print(f"build uses (won the {how} re-measurement, median "
               f"{fmt_seconds(statistics.median(chosen.costs))}): {json.dumps(chosen.config, sort_keys=True)}")
     return 0
