@@ -22,6 +22,7 @@ class Bench:
         self.price = lambda n: 2e-3 + n * 1e-6
         self.measured: list[int] = []
         self.remeasured: list[list[int]] = []
+        self.rounds: list[int] = []
         self.stop_in_remeasure = False
         self.builder = type("B", (), {"pool": None})()
 
@@ -37,6 +38,7 @@ class Bench:
         if self.stop_in_remeasure:
             raise KeyboardInterrupt  # Ctrl-C while the candidates are re-timed
         self.remeasured.append([i.index for i in inputs])
+        self.rounds.append(rounds)
         return [MeasureResult((self.cost.get(i.index, 5e-3),) * rounds) for i in inputs]
 
 
@@ -98,3 +100,21 @@ def test_a_logged_pick_is_the_latest_re_measurement_alone(tmp_path) -> None:
     # a search trial after the latest re-measurement: its pick is no longer current
     db.record(task.key, target, c.to_json(), [2e-3], recorded_at=250.0)
     assert _logged_pick(db, task, tuner, 2) is None
+
+
+def test_a_task_given_no_trial_times_its_default_once(tmp_path) -> None:
+    """With no candidate to alternate with, the default's re-measurement is one round, and it is
+    logged as the pick a rerun reuses."""
+    task = dense_task(16, 24, 32)
+    db = tuning_db.open(tmp_path / "log.sqlite")
+    bench = Bench()
+    res = tune_task(task, make_tuner("random", task, seed=1), 0, db, bench, rounds=5)
+    assert bench.remeasured == [[task.index(task.default)]] and bench.rounds == [1]
+    assert res.best_config == task.default and res.best_cost == res.default_cost == 5e-3
+    picked = db.pick(task.key, str(task.target))
+    assert picked.runner_version == tuning_db.INTERLEAVED and picked.config == task.default.to_json()
+    tune_task(task, make_tuner("random", task, seed=1), 0, db, bench, rounds=5)
+    assert bench.rounds == [1]  # the rerun reads the logged figure
+    # a task with candidates still alternates them with the default for every round
+    tune_task(task, make_tuner("random", task, seed=1), 2, db, bench, batch=2, rounds=5)
+    assert bench.rounds[-1] == 5

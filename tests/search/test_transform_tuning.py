@@ -3,6 +3,8 @@ by the builds that run them."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,7 @@ from search.pipeline_choice import prepare_plan
 from search.relayout_kernels import transform_key, transform_module, transform_task
 from search.transform_tuning import (
     MAX_TRANSFORM_TRIALS,
+    TRANSFORM_SHARE,
     logged_transform_trials,
     transform_tasks,
     trials_per_transform,
@@ -85,9 +88,9 @@ def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path,
     model = load_model("nature-dqn")
     tgt = resolve_target("llvm", 1)
     tasks = transform_tasks(model, tgt)
-    trials = 200
+    trials = math.ceil(2 * len(tasks) / TRANSFORM_SHARE)  # two each, whatever blocks the host offers
     each = trials_per_transform(trials, len(tasks))
-    assert 0 < each <= MAX_TRANSFORM_TRIALS and each * len(tasks) <= trials * 0.05
+    assert each == 2 <= MAX_TRANSFORM_TRIALS and each * len(tasks) <= trials * TRANSFORM_SHARE
     url = f"sqlite:///{tmp_path / 't.db'}"
     measurer = Measurer(settings=FAST)
     try:

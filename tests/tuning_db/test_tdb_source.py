@@ -81,6 +81,20 @@ def test_validate_rejects_and_the_next_candidate_is_tried(logged: tuning_db.Tuni
     assert never.last_result.kind == "default"
 
 
+def test_a_donor_offers_its_pick_before_its_fastest_measurement(logged: tuning_db.TuningDB) -> None:
+    """c14's fastest measurement (tile 2) lost its interleaved re-measurement to tile 8: the config
+    c14's own builds use is the one a neighbour gets first."""
+    for tile, cost in ((2, 1.8e-3), (8, 1.5e-3)):
+        logged.record("c14", T, {"tile": tile}, [cost] * 3, runner_version=tuning_db.INTERLEAVED)
+    assert logged.pick("c14", T).config == {"tile": 8} and logged.best("c14", T)[0].config == {"tile": 2}
+    res = logged.schedule_source(T).lookup("new20", T, workload=conv(1, 64, 20))
+    assert (res.kind, res.donor_key, res.config) == (LookupKind.TRANSFERRED, "c14", {"tile": 8})
+    offered = []
+    logged.schedule_source(T, validate=lambda k, c: offered.append(c["tile"]) or False).lookup(
+        "new20", T, workload=conv(1, 64, 20))
+    assert offered[:2] == [8, 2]  # then its fastest measured configs, each once
+
+
 def test_description_from_describe_or_from_the_log(logged: tuning_db.TuningDB) -> None:
     src = logged.schedule_source(T, describe=lambda key: conv(1, 64, 13) if key == "k13" else None)
     assert src.lookup("k13", T).config == {"tile": 2} and src.last_result.kind == "transferred"
