@@ -6,7 +6,8 @@ measurements in all), then runs the layout search: per conv layer its measured k
 form there: direct, F(2x2) or F(4x4)), the dynamic program's choice and the re-layout time it pays,
 against the form the fastest per-model pipeline gives that layer; then the end-to-end latencies of
 the plan and of every per-model pipeline, timed interleaved with the log's schedules. A `--db` that
-already holds the trials measures no more of them and only reruns the layout search.
+already holds a finished plan tune measures no more trials and only reruns the layout search,
+storing nothing.
 
     python experiments/layout_plan_resnet18.py --trials 100 [--image-size 224] [--threads 2]
         [--db PATH] [--out experiments/results/layout_plan_resnet18.md] [--plot FIG.png]
@@ -26,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from search.layout_search import LayoutSearchResult, layout_label
+import tuning_db
+from search.layout_search import LayoutSearchResult, layout_label, plan_tasks, search_layout
 from search.model_tuning import tune_model
 from search.models import load_model
 
@@ -101,22 +103,30 @@ def main() -> None:
     t0 = time.perf_counter()
     result = tune_model(model, trials=args.trials, tuner="xgb", db=db, threads=args.threads,
                         pipeline="plan", compare=False)
+    assert not result.interrupted, "the tune was interrupted before the layout search"
+    layout = result.layout
+    if layout is None:  # the log held a finished plan tune: search again for the table, storing nothing
+        with tuning_db.open(db) as handle:
+            every_form = plan_tasks(model, "llvm", args.threads)[1].tasks
+            layout = search_layout(model, handle, "llvm", args.threads, store=False, tasks=every_form)
     seconds = time.perf_counter() - t0
-    assert result.layout is not None, "the tune was interrupted before the layout search"
+    what = (f"{args.trials} tuning trials over {len(result.rows)} tasks (every layout's kernels), "
+            f"{seconds:.0f} s in all" if result.layout is not None else
+            f"the layout search rerun on a log holding a finished {args.trials}-trial plan tune, "
+            f"{seconds:.0f} s")
     header = (f"# ResNet-18 ({args.image_size}x{args.image_size}) per-layer layout plan\n\n"
               f"`python experiments/layout_plan_resnet18.py --trials {args.trials} --image-size "
-              f"{args.image_size} --threads {args.threads}`: {args.trials} tuning trials over "
-              f"{len(result.rows)} tasks (every layout's kernels), {seconds:.0f} s in all; target "
+              f"{args.image_size} --threads {args.threads}`: {what}; target "
               f"`{result.target}`; {platform.processor() or platform.machine()}, shared machine.")
-    text = markdown(result.layout, header)
-    print(result.layout.table())
+    text = markdown(layout, header)
+    print(layout.table())
     print()
     print(text)
     if args.out:
         Path(args.out).write_text(text)
         print(f"written to {args.out}")
     if args.plot:
-        plot(result.layout, args.plot)
+        plot(layout, args.plot)
         print(f"plot saved to {args.plot}")
 
 

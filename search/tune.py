@@ -235,8 +235,8 @@ def _final_pick(task: Task, tuner: Tuner, db: Any, measurer: Measurer, top_k: in
     """Re-time the top-k search results and the default round-robin; the fastest median wins.
     Both figures are logged: the search rows already are, the re-measurements get a runner tag.
     A default with no candidate (a task given no trial) has nothing to alternate with: one round
-    times it, a fifth of the time (a plan tune of MobileNet-v2 on a 2-core AVX-512 host weighs
-    116 re-layouts that way, and five rounds each took 29 s of its 360)."""
+    times it (a plan tune of MobileNet-v2 on a 2-core AVX-512 host weighs 116 re-layouts that
+    way: 29-30 s of its 360 at five rounds each, 15 s at one)."""
     cands, pool = _contenders(task, tuner, top_k)
     if not pool:
         return None, math.inf, math.inf, math.inf
