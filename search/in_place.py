@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from autorelay.schedule.space import Config
 from search.extract import ModelTask
 from search.kernel_profiles import profile_key_rounds, profile_runs
 from search.measure.result import MeasureInput, MeasureResult
-from search.tune import record_remeasurement
+from search.tune import alone_batch, record_remeasurement, template_history
 
 ROUNDS = 7  # profilings of each build, alternating
 RUNS = 5  # model runs per profiling at most (fewer for a slow model: `profile_runs`)
@@ -93,7 +93,7 @@ class _Contest:
     name: str
     own: ModelTask
     first: ModelTask
-    configs: list[Config] = field(default_factory=list)  # the pick, then the runner-ups
+    configs: list[Config]  # the pick, then the runner-ups
 
 
 def confirm_in_place(db: Any, tasks: Sequence[ModelTask], tuned: Any, default: Any, args: list[np.ndarray],
@@ -164,9 +164,8 @@ def _contests(db: Any, tasks: Sequence[ModelTask], tuned: Any, runners_up: int) 
 def _runners_up(db: Any, own: ModelTask, pick: Config, default: Config) -> list[Config]:
     """The configs of `own`'s latest alone re-measurement other than the pick and the default,
     fastest first (failures left out)."""
-    alone = [rec for rec in db.history(own.key, str(own.target))
-             if rec.runner_version == tuning_db.INTERLEAVED and rec.config.get("template") == own.template]
-    timed = sorted((rec for rec in tuning_db.latest_batch(alone) if rec.error_kind is None and rec.costs),
+    batch = alone_batch(template_history(db, own))
+    timed = sorted((rec for rec in batch if rec.error_kind is None and rec.costs),
                    key=lambda rec: statistics.median(rec.costs))
     configs = [own.config_from_json(rec.config) for rec in timed]
     return [cfg for cfg in configs if cfg not in (pick, default)]

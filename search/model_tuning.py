@@ -354,7 +354,7 @@ def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: Ke
         source = schedule_source(db, model, prepared=prepared)
     after = build_model(model, source, prepared=prepared, memo=memo)
     args = run_inputs(before, model)
-    bound = source
+    bound = source  # not None from here on: the closure below reads it
 
     def build_pinned(pins: Any) -> Any:
         return build_model(model, PinnedSource(bound, pins), prepared=prepared, memo=memo)

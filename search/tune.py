@@ -268,15 +268,11 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner,
     today's top-k and the default must have been re-timed in it, after the last search trial. A
     run stopped before or during its re-measurement leaves configs that were never compared; the
     rerun must compare them."""
-    history = [rec for rec in db.history(task.key, str(task.target))  # oldest first
-               if rec.config.get("template") == task.template]  # not an alternative template's
-    retimed = [rec for rec in history if rec.runner_version == REMEASURE_TAG]
+    history = template_history(db, task)
     last_trial = max((rec.recorded_at for rec in history if rec.runner_version not in tuning_db.RETIMED),
                      default=-math.inf)
-    if not retimed:
-        return None
-    batch = tuning_db.latest_batch(retimed)
-    if batch[0].recorded_at < last_trial:
+    batch = alone_batch(history)
+    if not batch or batch[0].recorded_at < last_trial:
         return None
     timed = {task.config_from_json(rec.config): rec for rec in batch}  # a failed contender lost
     _, pool = _contenders(task, tuner, top_k)
@@ -286,6 +282,19 @@ def _logged_pick(db: Any, task: Task, tuner: Tuner,
         return None
     best = min(med, key=med.__getitem__)
     return best, tuner.best_cost, med[best], med[task.default]
+
+
+def template_history(db: Any, task: Task) -> list[tuning_db.Record]:
+    """The log's rows of `task`'s workload under `task`'s template (not an alternative template's),
+    oldest first."""
+    rows = db.history(task.key, str(task.target))
+    return [rec for rec in rows if rec.config.get("template") == task.template]
+
+
+def alone_batch(history: Sequence[tuning_db.Record]) -> list[tuning_db.Record]:
+    """The rows of the latest alone re-measurement (`_final_pick`'s, tagged `REMEASURE_TAG`) among
+    `history`: one workload's rows under one template, oldest first."""
+    return tuning_db.latest_batch([rec for rec in history if rec.runner_version == REMEASURE_TAG])
 
 
 def transfer_from_log(db: Any, task: Task, tuner: Any, max_donors: int = 3, per_donor: int = 400,
