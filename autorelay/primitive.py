@@ -3,7 +3,8 @@
 `choose_schedule(fn, source, target)` is the one place a config is chosen: lower the function
 (no compute: it runs through the NumPy references, a "fallback"), ask the schedule source (log ->
 transfer -> default) under the build's workload key and target, and refuse a logged config that is
-no longer a point of its template's space (the template changed since it was tuned).
+no longer a point of its template's space (the template changed since it was tuned), or a transferred
+one tuned at another batch around a parallel unit this batch would not choose.
 
 `compile_primitive(fn, source, target)` compiles what `choose_schedule` chose with
 `autorelay.kernel.compile_kernel`; a logged config the scheduler rejects falls back to the
@@ -158,7 +159,8 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
         return ScheduleChoice(key, built, None, "builtin", f"builtin compute ({e})")
     if source is None:
         return ScheduleChoice(key, lowered, None, "default")
-    found = source.lookup(key, str(target), workload=describe_workload(fn))
+    workload = describe_workload(fn)
+    found = source.lookup(key, str(target), workload=workload)
     config = as_config(found.config)
     if config is None:
         return ScheduleChoice(key, lowered, None, "default")
@@ -167,7 +169,33 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
         check_in_space(lowered.cdef, config, target)
     except ScheduleError as e:
         return ScheduleChoice(key, lowered, None, "default", f"logged config rejected ({e}); ")
+    if kind == "transferred":
+        why = _batch_mismatch(config, lowered.cdef, target, workload, getattr(found, "donor_workload", None))
+        if why:
+            return ScheduleChoice(key, lowered, None, "default", f"{note}; {why}; " if note else f"{why}; ")
     return ScheduleChoice(key, lowered, config, kind, f"{note}; " if note else "")
+
+
+def output_batch(workload: dict | None) -> int | None:
+    """The batch of a workload description: the leading extent of its last shape (an output, see
+    `describe_workload`); None when it has none."""
+    shapes = (workload or {}).get("shapes")
+    last = shapes[-1] if isinstance(shapes, list) and shapes else None
+    return last[0] if isinstance(last, list) and last and isinstance(last[0], int) else None
+
+
+def _batch_mismatch(config: Config, cdef: ComputeDef, target: Target, workload: dict,
+                    donor: dict | None) -> str:
+    """Why a transferred `config` does not suit this workload's batch, or "" when it does: always
+    when its donor ran at the same batch, else as `Template.carries_across_batch` judges."""
+    ours, theirs = output_batch(workload), output_batch(donor)
+    template = template_for(cdef, config.template)
+    if ours is None or theirs is None or ours == theirs:
+        return ""
+    if template.carries_across_batch(config, cdef, target):
+        return ""
+    knobs = ", ".join(template.batch_knobs)
+    return f"not transferred: tuned at batch {theirs} with a {knobs} that batch {ours} does not take"
 
 
 def compile_primitive(fn: Function, source: ScheduleSource | None, target: Target, *,

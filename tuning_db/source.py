@@ -69,6 +69,9 @@ class LookupResult:
     mean_cost: float | None = None  # the donor's measured cost (on its own shape for transfers)
     target: str | None = None  # the log target that answered
     detail: str = ""  # e.g. that the schedules were tuned for another thread count
+    # a transfer's donor description (`{"family", "shapes", ...}`): the compiler resets the knobs
+    # that follow the batch when the donor's differs (`Template.for_batch`)
+    donor_workload: dict[str, Any] | None = None
 
 
 def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -188,9 +191,10 @@ class ScheduleSource:
         desc = workload or (self.describe(key) if self.describe else None) or self._stored(key)
         if not isinstance(desc, dict) or not isinstance(desc.get("family"), str):
             return None
+        described = dict(self.tuned_of_family(desc["family"], target))
         ranked = sorted(
             (d, k)
-            for k, other in self.tuned_of_family(desc["family"], target)
+            for k, other in described.items()
             if k != key
             for d in [shape_distance(desc, other)]
             if d is not None
@@ -202,7 +206,7 @@ class ScheduleSource:
                 why = self._check(key, rec.config)
                 if why is None:
                     return LookupResult(rec.config, LookupKind.TRANSFERRED, key, donor, dist, rec.mean_cost,
-                                        target=target)
+                                        target=target, donor_workload=described[donor])
                 self.rejections.append((key, donor, why))
         return None
 

@@ -4,7 +4,10 @@ A source answers `lookup(workload_key, target, workload=description)` with a `Lo
 `config` (a `Config`, its JSON dict, or None for "use the heuristic default"), `kind` — where the
 answer came from (``exact``: tuned for this workload; ``transferred``: from the nearest tuned
 workload; ``default``: nothing usable) — and `detail` (a note for the build report, e.g. that the
-schedules were tuned for another thread count). `target` is the canonical target string
+schedules were tuned for another thread count). A transferred answer may also carry
+`donor_workload`, the donor's description: a config tuned at another batch is refused where its
+template's batch knobs disagree with this workload's defaults (`Template.carries_across_batch`).
+`target` is the canonical target string
 (`str(Target)`), the name the log files measurements under. `tuning_db`'s `ScheduleSource` is one
 such source; `autorelay.primitive.choose_schedule` is the one caller.
 

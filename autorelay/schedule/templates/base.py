@@ -21,6 +21,11 @@ class Template:
     name = "template"
     tags: tuple[str, ...] = ()
     kind = "cpu"  # the target kind the template schedules for
+    # knobs whose best value follows the batch rather than the register tile: how much of the
+    # layer one parallel unit covers, against the caches (a weight pass's rows, Winograd's fused
+    # unit). A config tuned at another batch must agree with the defaults on them
+    # (`carries_across_batch`).
+    batch_knobs: tuple[str, ...] = ()
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         raise NotImplementedError
@@ -39,6 +44,19 @@ class Template:
     def check(self, config: Config) -> None:
         if config.template != self.name:
             raise ScheduleError(f"config for template {config.template!r} given to {self.name!r}")
+
+    def carries_across_batch(self, config: Config, cdef: ComputeDef, target: Target) -> bool:
+        """Whether `config`, tuned on a workload of another batch, suits `cdef`: its `batch_knobs`
+        are what `cdef`'s default chooses. Where they differ, the rest of the config was tuned
+        around a unit of another size too (a weight pass's register tile may be one that would
+        spill without it), and the default serves better. ResNet-18 at batch 8 from batch-1 logs
+        (2-core Zen 5, nchwc16): donor configs as they were ran 1.075x and 1.017x the default
+        schedules (plan and per-model logs); with only the batch knobs reset, 1.017x and 0.930x;
+        with such configs refused, 0.923x and 0.934x."""
+        if not self.batch_knobs:
+            return True
+        default = self.default(cdef, target)
+        return all(config[k] == default[k] for k in self.batch_knobs)
 
 
 _TEMPLATES: dict[str, Template] = {}

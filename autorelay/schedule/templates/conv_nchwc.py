@@ -97,6 +97,7 @@ class Conv2dNCHWcTemplate(Template):
 
     name = "conv2d_nchwc"
     tags = ("conv2d_nchwc",)
+    batch_knobs = ("pass_rows",)
 
     def claims(self, cdef: ComputeDef) -> bool:
         """Not a kernel that also computes a depthwise band (`conv2d_nchwc_dwpw` schedules those)."""

@@ -137,6 +137,7 @@ def default_gemm(m: Tensor, pad: Tensor | None, target: Target) -> tuple[tuple[s
 class Conv2dWinogradNCHWcTemplate(Template):
     name = "conv2d_winograd_nchwc"
     tags = ("conv2d_winograd_nchwc",)
+    batch_knobs = ("unit",)
 
     def space(self, cdef: ComputeDef, target: Target) -> Space:
         _, m, pad, _ = _stages(cdef)

@@ -76,6 +76,7 @@ class Conv2dWinogradNCHWcPoolTemplate(Template):
 
     name = "conv2d_winograd_nchwc_pool"
     tags = (POOL_TAG,)
+    batch_knobs = ("unit",)
 
     def claims(self, cdef: ComputeDef) -> bool:
         return winograd_pool_stages(cdef) is not None
