@@ -181,11 +181,17 @@ def tune_model(
             relayout_tasks = transform_tasks(model, prepared.target)
             relayout_trials = logged_transform_trials(relayout_tasks, handle)
             finished = _finished_plan(model, handle, target, threads, every_form, trials - relayout_trials)
+        stale = handle.close_dead_runs()  # runs killed outright (kill -9) never closed themselves
+        if stale:
+            log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
         if pipeline == PLAN and finished is None:
             choice = PipelineChoice(PLAN, "a channel block per conv layer, chosen after tuning")
             progress.stage("tuning the re-layouts a plan may put between layers")
             measurer = make_measurer(executor, build_workers, timing)
-            relayouts = tune_transforms(model, relayout_tasks, handle, measurer, trials, seed=seed)
+            # the run opens before its first measurement, so the re-layouts' rows carry its id too
+            run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
+                                   info=_run_info(prepared, PLAN, choice, seed))
+            relayouts = tune_transforms(model, relayout_tasks, handle, measurer, trials, run=run, seed=seed)
             relayout_trials = relayouts.trials
             progress.stage(f"{len(relayouts.seconds)} re-layouts weighed, {relayouts.trials} trials "
                            f"({relayouts.new} new; {relayouts.elapsed:.0f} s)")
@@ -226,15 +232,11 @@ def tune_model(
         rounds = round_trials or max(batch, min(16, per_task // batch * batch))
         if measurer is None:  # a bad executor fails before the run
             measurer = make_measurer(executor, build_workers, timing)
-        stale = handle.close_dead_runs()  # runs killed outright (kill -9) never closed themselves
-        if stale:
-            log.info("marked %d killed tuning run(s) interrupted: %s", len(stale), stale)
-        run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials,
-                               info={"target": str(prepared.target), "model_key": prepared.key,
-                                     "pipeline": pipeline,
-                                     "pipeline_choice": choice.how,
-                                     "pipeline_ms": {k: v * 1e3 for k, v in choice.latencies.items()},
-                                     "tasks": len(ex.tasks), "seed": seed})
+        if run is None:
+            info = {**_run_info(prepared, pipeline, choice, seed), "tasks": len(ex.tasks)}
+            run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials, info=info)
+        else:
+            handle.update_run(run, info={"tasks": len(ex.tasks)})
         st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         # a plan tune keeps part of the budget for the kernels of the build its layout search picks
@@ -300,6 +302,14 @@ def tune_model(
             measurer.close()
         if own:
             handle.close()
+
+
+def _run_info(prepared: PreparedModel, pipeline: str, choice: PipelineChoice, seed: int) -> dict[str, Any]:
+    """What a tuning run records about itself: its target, the model's key, the pipeline it tuned
+    with and how that was chosen (with the pipelines' latencies, when they were timed)."""
+    return {"target": str(prepared.target), "model_key": prepared.key, "pipeline": pipeline,
+            "pipeline_choice": choice.how, "pipeline_ms": {k: v * 1e3 for k, v in choice.latencies.items()},
+            "seed": seed}
 
 
 def _finished_plan(model: Model, db: Any, target: str, threads: int | None, every_form: list[ModelTask],

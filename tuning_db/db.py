@@ -179,6 +179,17 @@ class TuningDB:
         """Close a run as "finished" (or "interrupted", e.g. on Ctrl-C)."""
         self._set_run_status(run, "interrupted" if interrupted else "finished", time.time())
 
+    def update_run(self, run: int, *, info: dict[str, Any]) -> None:
+        """Add `info`'s entries to a run's info (replacing those of the same name): what a run learns
+        after its first measurements, e.g. how many tasks a plan tune's screening kept."""
+        r = schema.runs
+        with write_tx(self.engine) as conn:
+            row = conn.execute(select(r.c.info).where(r.c.id == run)).first()
+            if row is None:
+                raise TuningDBError(f"no tuning run with id {run} in {self.url}")
+            merged = {**(json.loads(row.info) if row.info else {}), **info}
+            conn.execute(update(r).where(r.c.id == run).values(info=schema.canonical_json(merged)))
+
     def resume_run(self, run: int) -> RunInfo:
         """Mark an interrupted run running again; skip configs `has_measured()` already knows."""
         self._set_run_status(run, "running", None)

@@ -16,6 +16,7 @@ import pytest
 
 import autorelay
 import tuning_db
+from autorelay.codegen import resolve_target
 from autorelay.ir.expr import Call, Function
 from autorelay.ir.visitor import post_order
 from autorelay.lower import model_key, workload_key
@@ -36,6 +37,7 @@ from search.models import compile_model, load_model, prepare_model, run_inputs, 
 from search.pipeline_choice import PLAN, candidates, prepare_plan
 from search.plan_screen import screen_plan_tasks
 from search.scheduler import TaskScheduler
+from search.transform_tuning import transform_tasks
 
 pytestmark = pytest.mark.cpu
 
@@ -248,7 +250,10 @@ def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan
     assert result.layout is not None and "layout search" in result.table()
     with tuning_db.open(url) as db:
         (run,) = db.runs()
-        assert run.info["pipeline"] == PLAN
+        assert run.info["pipeline"] == PLAN and run.info["tasks"] == len(result.rows)
+        relayouts = transform_tasks(model, resolve_target("llvm", 1)).values()  # tuned before the screening
+        rows = [r for t in relayouts for r in db.history(t.key, str(t.target))]
+        assert rows and {r.run for r in rows} == {run.id}
         rec = db.layout_plan(model_key(model.mod), tuning_target("llvm", 1))
         assert rec is not None and rec.winner == result.layout.winner
         res = compile_model(model, db, "llvm", threads=1, pipeline="auto")

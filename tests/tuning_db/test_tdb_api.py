@@ -97,6 +97,10 @@ def test_runs_lifecycle(db: tuning_db.TuningDB) -> None:
         3,
     )
     assert info.info["seed"] == 1 and info.info["pid"] == os.getpid()
+    db.update_run(run, info={"tasks": 7, "seed": 2})  # added and replaced; the rest kept
+    assert db.runs(ids=[run])[0].info == {"seed": 2, "pid": os.getpid(), "tasks": 7}
+    with pytest.raises(TuningDBError, match="no tuning run with id 12345"):
+        db.update_run(12345, info={"tasks": 1})
     db.finish_run(run, interrupted=True)
     assert [r.id for r in db.runs(status="interrupted")] == [run]
     assert db.resume_run(run).status == "running"
