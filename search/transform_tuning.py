@@ -9,7 +9,8 @@ anything end to end).
 
 A plan tune weighs them all before any build is profiled (`tune_transforms`): each re-layout a
 layout graph of the model may put on an edge (`layout_costs.relayouts`) is tuned with a small share
-of the model's trial budget (`TRANSFORM_SHARE`, at most `MAX_TRANSFORM_TRIALS` each), every
+of the model's trial budget (`TRANSFORM_SHARE`, at most `MAX_TRANSFORM_TRIALS` each, none below
+`MIN_TRANSFORM_TRIALS`), every
 measurement logged under the kernel's workload key, and the layout program is given the pick's
 re-measured time: the best config against the default, timed interleaved (`tune.tune_task`'s
 final pick; with no trial to spare, the default alone). The screening and the layout search both
@@ -41,6 +42,12 @@ from search.tuners.base import RandomTuner
 
 TRANSFORM_SHARE = 0.05  # of a plan tune's trial budget, for the re-layouts its layout program weighs
 MAX_TRANSFORM_TRIALS = 8  # per re-layout: a third of the injective space
+# Fewer trials than this each and the share goes to the kernels instead, each re-layout's default
+# timed once. One random trial each is a lottery ticket: in 800-trial ResNet-18 plan tunes (2-core
+# Zen 5) all 32 re-layouts kept their defaults, and the stage took 16 s where timing the defaults
+# takes about 4; in a 1000-trial one of the zoo's Inception, 6 of 42 picks beat their defaults by
+# 0.5-2.7 us (blocks 8 <-> 16 re-layouts, 5-13 us each).
+MIN_TRANSFORM_TRIALS = 2
 
 
 def transform_tasks(model: Model, target: Target) -> dict[Relayout, ModelTask]:
@@ -51,8 +58,10 @@ def transform_tasks(model: Model, target: Target) -> dict[Relayout, ModelTask]:
 
 def trials_per_transform(trials: int, transforms: int) -> int:
     """Each re-layout's share of a plan tune's `trials`: `TRANSFORM_SHARE` of them spread evenly, at
-    most `MAX_TRANSFORM_TRIALS`; 0 (the default measured alone) when the share is below one each."""
-    return min(MAX_TRANSFORM_TRIALS, int(trials * TRANSFORM_SHARE) // max(1, transforms))
+    most `MAX_TRANSFORM_TRIALS`; 0 (the default measured alone) when the share is below
+    `MIN_TRANSFORM_TRIALS` each."""
+    each = min(MAX_TRANSFORM_TRIALS, int(trials * TRANSFORM_SHARE) // max(1, transforms))
+    return each if each >= MIN_TRANSFORM_TRIALS else 0
 
 
 @dataclass
@@ -91,5 +100,5 @@ def logged_transform_trials(tasks: dict[Relayout, ModelTask], db: Any) -> int:
     return sum(logged_trials(db, t) for t in tasks.values())
 
 
-__all__ = ["MAX_TRANSFORM_TRIALS", "TRANSFORM_SHARE", "TransformTuning", "logged_transform_trials",
-           "transform_tasks", "trials_per_transform", "tune_transforms"]
+__all__ = ["MAX_TRANSFORM_TRIALS", "MIN_TRANSFORM_TRIALS", "TRANSFORM_SHARE", "TransformTuning",
+           "logged_transform_trials", "transform_tasks", "trials_per_transform", "tune_transforms"]

@@ -25,6 +25,7 @@ from search.pipeline_choice import prepare_plan
 from search.relayout_kernels import transform_key, transform_module, transform_task
 from search.transform_tuning import (
     MAX_TRANSFORM_TRIALS,
+    MIN_TRANSFORM_TRIALS,
     TRANSFORM_SHARE,
     logged_transform_trials,
     transform_tasks,
@@ -82,6 +83,20 @@ def test_a_plan_build_runs_the_relayout_kernels_tuned_for_it(cpu):
            if [op_name(c) for c in post_order(fn.body) if isinstance(c, Call)] == ["layout_transform"]}
     tasks = {t.key for t in transform_tasks(model, tgt).values()}
     assert ran and ran <= tasks
+
+
+def test_a_share_below_the_minimum_each_tunes_no_relayout():
+    """The share is spread evenly, capped per re-layout, and spent on the kernels instead where it
+    would give each fewer than `MIN_TRANSFORM_TRIALS`."""
+    def share(trials: int) -> int:
+        return int(trials * TRANSFORM_SHARE)
+
+    n = 32
+    below = (MIN_TRANSFORM_TRIALS * n) // TRANSFORM_SHARE - 1  # one trial short of the minimum each
+    assert share(int(below)) // n == MIN_TRANSFORM_TRIALS - 1 and trials_per_transform(int(below), n) == 0
+    at = math.ceil(MIN_TRANSFORM_TRIALS * n / TRANSFORM_SHARE)
+    assert trials_per_transform(at, n) == MIN_TRANSFORM_TRIALS
+    assert trials_per_transform(100 * at, n) == MAX_TRANSFORM_TRIALS
 
 
 def test_relayouts_are_tuned_into_the_log_and_read_back_without_timing(tmp_path, monkeypatch):
