@@ -176,7 +176,7 @@ def choose_schedule(fn: Function, source: ScheduleSource | None, target: Target,
     return ScheduleChoice(key, lowered, config, kind, f"{note}; " if note else "")
 
 
-def output_batch(workload: dict | None) -> int | None:
+def _output_batch(workload: dict | None) -> int | None:
     """The batch of a workload description: the leading extent of its last shape (an output, see
     `describe_workload`); None when it has none."""
     shapes = (workload or {}).get("shapes")
@@ -188,7 +188,7 @@ def _batch_mismatch(config: Config, cdef: ComputeDef, target: Target, workload: 
                     donor: dict | None) -> str:
     """Why a transferred `config` does not suit this workload's batch, or "" when it does: always
     when its donor ran at the same batch, else as `Template.carries_across_batch` judges."""
-    ours, theirs = output_batch(workload), output_batch(donor)
+    ours, theirs = _output_batch(workload), _output_batch(donor)
     template = template_for(cdef, config.template)
     if ours is None or theirs is None or ours == theirs:
         return ""
