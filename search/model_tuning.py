@@ -13,8 +13,9 @@ top candidates against the default (`tune_task`'s final pick), not the luckiest 
 `pipeline="plan"` first tunes the re-layouts a plan may put between layers, with a small share of
 the budget (`search.transform_tuning`), then the kernels of every form a conv layer may take
 (screened first: `search.plan_screen`), then lets the layout search choose the build, and spends
-the budget's last `PLAN_RESERVE` on that build's kernels alone (`_tune_chosen`). Run again once
-the log holds the budget's trials over every form and re-layout, and a layout plan, it neither
+the budget's last `PLAN_RESERVE` on that build's kernels alone, its fusion variant's new kernels
+among them (`_tune_chosen`). Run again once the log holds the budget's trials over every form, the
+chosen build's kernels and re-layouts, and a layout plan, it neither
 screens nor searches: the log's plan (or the per-model pipeline that beat it) is the build, as for
 `compile` (`_finished_plan`).
 """
@@ -29,7 +30,7 @@ from typing import Any
 from autorelay.codegen import resolve_target
 from autorelay.codegen.llvm.host import require_host_supports
 from autorelay.primitive import KernelMemo
-from search.extract import BoundSource, Extraction, ModelTask
+from search.extract import BoundSource, ModelTask
 from search.in_place import PinnedSource, confirm_in_place
 from search.layout_search import plan_tasks, search_layout
 from search.measure import Measurer, TimingSettings
@@ -49,10 +50,10 @@ from search.models import (
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline, stored_plan
 from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
 from search.scheduler import TaskScheduler
-from search.sharing import SharedLog, lease_seconds
 from search.transform_tuning import logged_transform_trials, transform_tasks, tune_transforms
-from search.tune import TuneResult, logged_trials, resume, transfer_from_log, tune_task
+from search.tune import logged_trials
 from search.tune_report import ModelTuneResult, Progress, TaskRow
+from search.tuning_state import TuningState
 
 log = logging.getLogger(__name__)
 
@@ -66,65 +67,6 @@ TUNER_CHOICES = ("xgb", "random", "grid", "ga", "optuna-tpe", "optuna-cmaes")  #
 # per-model pick (two benchmark runs). At 0.5: 400 trials, 18 of 19 tuned kernels kept, 1.17x in
 # both runs; ResNet-18 at 0.5 still ran 1.21x the per-model pick.
 PLAN_RESERVE = 0.5
-
-
-class _Tuning:
-    """The state of one `tune_model` call (kept together so Ctrl-C can report what was done)."""
-
-    def __init__(self, ex: Extraction, tuner: str, db: Any, measurer: Measurer, progress: Progress,
-                 seed: int, run: int | None, batch: int) -> None:
-        from search.tuners import make_tuner
-
-        self.tasks, self.db, self.measurer, self.progress = ex.tasks, db, measurer, progress
-        self.run, self.batch = run, batch
-        self.tuners = [make_tuner(tuner, t, seed) for t in ex.tasks]
-        self.shared = [SharedLog(db, t, lease_seconds(measurer, batch)) for t in ex.tasks]
-        self.logged = [resume(db, t, tu, sh)[0] for t, tu, sh in zip(ex.tasks, self.tuners, self.shared)]
-        for t, tu in zip(ex.tasks, self.tuners):
-            if getattr(tu, "transferred", None) == 0:  # a model-based tuner learns from similar workloads
-                transfer_from_log(db, t, tu)
-        self.new = [0] * len(ex.tasks)
-        self.errors: list[dict[str, int]] = [{} for _ in ex.tasks]
-        self.finals: list[TuneResult | None] = [None] * len(ex.tasks)
-
-    def one_round(self, i: int, n: int) -> tuple[int, float]:
-        tu = self.tuners[i]
-        base, before = len(tu.costs), self.new[i]
-
-        def on_batch(done: int, best: float) -> None:  # counts stay right if Ctrl-C lands in here
-            self.new[i] = before + done - base
-            self.progress.trials(i, done, best, sum(self.new))
-
-        r = tune_task(self.tasks[i], tu, base + n, self.db, self.measurer, batch=self.batch, run=self.run,
-                      from_log=False, final=False, transfer=False, on_batch=on_batch, shared=self.shared[i])
-        self.new[i] = before + r.trials
-        for k, v in r.errors.items():
-            self.errors[i][k] = self.errors[i].get(k, 0) + v
-        # configs the round added to the task, measured here or by other runs sharing the log:
-        # the model's budget is one budget for all of them
-        return len(tu.costs) - base, tu.best_cost
-
-    def settle(self, i: int) -> None:
-        """The interleaved re-measurement of task i's top candidates against its default (or, when
-        nothing new was measured, the last one in the log)."""
-        self.finals[i] = tune_task(self.tasks[i], self.tuners[i], 0, self.db, self.measurer, run=self.run,
-                                   from_log=False, transfer=False, reuse_pick=self.new[i] == 0,
-                                   shared=self.shared[i])
-        self.progress.final(i, self.finals[i])
-
-    def rows(self) -> list[TaskRow]:
-        rows = []
-        for i, t in enumerate(self.tasks):
-            tu, f = self.tuners[i], self.finals[i]
-            trials = self.logged[i] + self.new[i]
-            if f is not None:
-                rows.append(TaskRow(t, trials, self.new[i], f.default_cost, f.best_cost, f.best_cost_search,
-                                    f.best_config, self.errors[i]))
-            else:  # interrupted before the final pick: search figures only
-                cfg = t.config(tu.best_index) if tu.best_index >= 0 else None
-                rows.append(TaskRow(t, trials, self.new[i], math.nan, tu.best_cost, tu.best_cost, cfg,
-                                    self.errors[i]))
-        return rows
 
 
 def tune_model(
@@ -237,7 +179,7 @@ def tune_model(
             run = handle.start_run(model=model.name, tuner=tuner, trial_budget=trials, info=info)
         else:
             handle.update_run(run, info={"tasks": len(ex.tasks)})
-        st = _Tuning(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
+        st = TuningState(ex, TUNER_NAMES[tuner], handle, measurer, progress, seed, run, batch)
         progress.tasks(ex.tasks, ex.skipped, trials, st.logged)
         # a plan tune keeps part of the budget for the kernels of the build its layout search picks
         searching = pipeline == PLAN and finished is None
@@ -272,7 +214,7 @@ def tune_model(
                                    workers=build_workers)
             prepared = layout.prepared
             try:
-                _tune_chosen(st, sched, {t.key for t in prepared.extraction.tasks},
+                _tune_chosen(st, sched, prepared.extraction.tasks,
                              trials - sum(st.logged) - sum(st.new) - relayout_trials, rounds, seed)
             except KeyboardInterrupt:
                 interrupted = True
@@ -315,34 +257,48 @@ def _run_info(prepared: PreparedModel, pipeline: str, choice: PipelineChoice, se
 def _finished_plan(model: Model, db: Any, target: str, threads: int | None, every_form: list[ModelTask],
                    trials: int) -> tuple[PipelineChoice, int] | None:
     """A plan tune that already ran: the log's layout plan for the model (or the per-model pipeline
-    that beat it), when the log also holds at least `trials` trials over `every_form`, with that
-    count; else None. Searching again would spend minutes timing builds for no new trial, and the
-    host's speed of the moment could choose another plan than the one the tune's last trials went to."""
-    spent = sum(logged_trials(db, t) for t in every_form)
-    if spent < trials:
-        return None
+    that beat it), when the log also holds at least `trials` trials over `every_form` and the chosen
+    build's kernels no form covers (`_tune_chosen` tunes those), with that count; else None.
+    Searching again would spend minutes timing builds for no new trial, and the host's speed of the
+    moment could choose another plan than the one the tune's last trials went to."""
     got = stored_plan(model, db, target, threads)
-    return (got, spent) if isinstance(got, PipelineChoice) else None
+    if not isinstance(got, PipelineChoice):
+        return None
+    forms = {(t.key, t.template) for t in every_form}
+    chosen = got.prepared.extraction.tasks if got.prepared else []
+    fresh = [t for t in chosen if (t.key, t.template) not in forms]
+    spent = sum(logged_trials(db, t) for t in [*every_form, *fresh])
+    return (got, spent) if spent >= trials else None
 
 
-def _tune_chosen(st: _Tuning, sched: TaskScheduler, keys: set[str], budget: int, rounds: int,
+def _tune_chosen(st: TuningState, sched: TaskScheduler, chosen: list[ModelTask], budget: int, rounds: int,
                  seed: int) -> None:
     """Spend what is left of a plan tune's budget (`PLAN_RESERVE` of it, and any trials the first
-    scheduler could not place) on the tasks whose kernels the chosen build runs (`keys`), each
+    scheduler could not place) on the kernels the chosen build runs (`chosen`: its tasks), each
     starting from its progress in `sched`, then re-measure the picks of those that gained trials.
+    A chosen kernel no task covered (a fusion variant's: a producer copied into each consumer, a
+    prologue fused in a layout no uniform build has) becomes a task here.
 
     The first scheduler tunes every form a layer may take before the layout search knows which it
     will run, and the search may choose a form the budget never reached: in a 1000-trial plan tune
     of the zoo's Inception (Zen 3) it ran conv2d_9 as F(4x4) in blocks of 8 with a transferred
-    config (104 us), where the per-model tune had tuned the same kernel to 78 us."""
-    picked = [i for i, t in enumerate(st.tasks) if t.key in keys]
-    if not picked or budget <= 0:
+    config (104 us), where the per-model tune had tuned the same kernel to 78 us. In an 800-trial
+    ResNet-18 plan tune (Zen 5) the search chose the fusion variant that copies each block's ReLU
+    into its readers, and 9 of the build's 24 kernels had no task: they ran transferred configs."""
+    known = {(t.key, t.template): i for i, t in enumerate(st.tasks)}
+    picked = [known[t.key, t.template] for t in chosen if (t.key, t.template) in known]
+    fresh = [t for t in chosen if (t.key, t.template) not in known]
+    if budget <= 0 or not (picked or fresh):
         return
+    picked += st.add(fresh) if fresh else []
     st.progress.stage(f"tuning the chosen build's {len(picked)} kernels with the last {budget} trials "
-                      f"({sum(1 for i in picked if not sched.tasks[i].trials)} never tuned)")
+                      f"({sum(1 for i in picked if i >= len(sched.tasks) or not sched.tasks[i].trials)} "
+                      f"never tuned{f', {len(fresh)} of them new' if fresh else ''})")
     before = list(st.new)
     finish = TaskScheduler([st.tasks[i].count for i in picked], budget, rounds, seed=seed)
     for k, i in enumerate(picked):
+        if i >= len(sched.tasks):  # a new task: no progress yet
+            continue
         finish.tasks[k].trials[:], finish.tasks[k].best[:] = sched.tasks[i].trials, sched.tasks[i].best
         if i in sched.finished:
             finish.finished.add(k)

@@ -21,7 +21,8 @@ TEMPLATES = ("conv2d_nchwc", "conv2d_winograd_nchwc")
 
 @pytest.fixture(scope="module")
 def batches():
-    """ResNet-18 (112 pixels: its 28-pixel layers run as Winograd) at batch 1 and batch 2, prepared in blocks of 8 for one thread."""
+    """ResNet-18 at 112 pixels (its 28-pixel layers run as Winograd) at batch 1 and batch 2, in
+    blocks of 8, for one thread."""
     out = {}
     for batch in (1, 2):
         model = load_model("resnet-18", image_size=112, batch_size=batch)

@@ -293,21 +293,35 @@ class _Rounds:
     def settle(self, i: int) -> None:
         self.settled.append(i)
 
+    def add(self, tasks: list) -> list[int]:
+        self.tasks.extend(tasks)
+        self.new.extend(0 for _ in tasks)
+        return list(range(len(self.tasks) - len(tasks), len(self.tasks)))
+
+
+def _task(key: str, template: str = "t") -> SimpleNamespace:
+    return SimpleNamespace(key=key, template=template, count=1)
+
 
 def test_the_reserve_tunes_the_chosen_builds_kernels_never_tuned_first():
     """After the layout search, the rest of the budget goes to the chosen build's kernels only,
     each from its progress so far: the chosen form the first scheduler never reached warms up
-    first, a kernel the build does not run gets nothing, and every task that gained trials has
-    its pick re-measured."""
-    tasks = [SimpleNamespace(key=k, count=1) for k in ("tuned", "never", "unused")]
+    first, a kernel the build does not run gets nothing, a chosen kernel no task covered (a fusion
+    variant's) becomes a task and is tuned too, and every task that gained trials has its pick
+    re-measured."""
+    tasks = [_task(k) for k in ("tuned", "never", "unused")]
     sched = TaskScheduler([1, 1, 1], 0, 16)
     for i in (0, 2):
         sched.tasks[i].trials.append(16)
         sched.tasks[i].best.append(2e-3)
-    st = _Rounds(tasks)
-    model_tuning._tune_chosen(st, sched, {"tuned", "never"}, 48, 16, seed=0)
+    st = _Rounds(list(tasks))
+    model_tuning._tune_chosen(st, sched, [_task("tuned"), _task("never")], 48, 16, seed=0)
     assert st.rounds[0] == 1 and 2 not in st.rounds and sum(st.new) == 48
     assert sorted(st.settled) == sorted(set(st.rounds))
-    st = _Rounds(tasks)
-    model_tuning._tune_chosen(st, sched, {"tuned", "never"}, 0, 16, seed=0)
+    st = _Rounds(list(tasks))
+    model_tuning._tune_chosen(st, sched, [_task("tuned"), _task("never"), _task("copied")], 64, 16, seed=0)
+    assert [t.key for t in st.tasks] == ["tuned", "never", "unused", "copied"]
+    assert {1, 3} <= set(st.rounds[:2]) and 2 not in st.rounds and st.new[3] > 0 and 3 in st.settled
+    st = _Rounds(list(tasks))
+    model_tuning._tune_chosen(st, sched, [_task("tuned"), _task("never")], 0, 16, seed=0)
     assert not st.rounds and not st.settled
