@@ -189,9 +189,9 @@ def _batch_mismatch(config: Config, cdef: ComputeDef, target: Target, workload: 
     """Why a transferred `config` does not suit this workload's batch, or "" when it does: always
     when its donor ran at the same batch, else as `Template.carries_across_batch` judges."""
     ours, theirs = _output_batch(workload), _output_batch(donor)
-    template = template_for(cdef, config.template)
     if ours is None or theirs is None or ours == theirs:
         return ""
+    template = template_for(cdef, config.template)
     if template.carries_across_batch(config, cdef, target):
         return ""
     knobs = ", ".join(template.batch_knobs)

@@ -69,8 +69,9 @@ class LookupResult:
     mean_cost: float | None = None  # the donor's measured cost (on its own shape for transfers)
     target: str | None = None  # the log target that answered
     detail: str = ""  # e.g. that the schedules were tuned for another thread count
-    # a transfer's donor description (`{"family", "shapes", ...}`): the compiler resets the knobs
-    # that follow the batch when the donor's differs (`Template.for_batch`)
+    # a transfer's donor description (`{"family", "shapes", ...}`): the compiler refuses a config
+    # tuned at another batch whose batch knobs this workload would not choose
+    # (`autorelay.schedule.templates.base.Template.carries_across_batch`)
     donor_workload: dict[str, Any] | None = None
 
 
