@@ -197,3 +197,27 @@ def _pool_attrs(size, strides, padding=(0, 0, 0, 0), dilation=(1, 1)) -> dict:
 ])
 def test_windows_inside(attrs, in_hw, out_hw, inside):
     assert windows_inside(attrs, in_hw, out_hw) is inside
+
+
+@pytest.mark.parametrize("channels, size", [(256, 28), (64, 56), (32, 14)])
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_pooled_winograd_default_is_a_point_of_its_space(channels, size, tile, target):
+    """A log's best config is rejected by the build unless it is a point of the space, so a
+    default outside it (VGG-16's 256- and 512-channel pooled layers, whose stages run apart in
+    units of one block) would be measured, logged best, and then never built as tuned."""
+    src = f"""#[version = "0.0.5"]
+def @main(%x: Tensor[(1, {channels}, {size}, {size}), float32],
+          %w: Tensor[({channels}, {channels}, 3, 3), float32]) {{
+  %0 = nn.conv2d(%x, %w, padding=[1, 1], channels={channels}, kernel_size=[3, 3]);
+  nn.max_pool2d(nn.relu(%0), pool_size=[2, 2], strides=[2, 2])
+}}"""
+    w = np.zeros((channels, channels, 3, 3), "float32")
+    _, prepared = _prepared(src, {"w": w}, 16, winograd=tile)
+    fn = next(n for n in post_order(prepared["main"]) if isinstance(n, Function) and n.is_primitive
+              and "max_pool2d" in str(n.body))
+    cdef = lower_primitive(fn)
+    tmpl = template_for(cdef)
+    assert tmpl.name == "conv2d_winograd_nchwc_pool"
+    tgt = resolve_target(target, 2)
+    tmpl.space(cdef, tgt).index(tmpl.default(cdef, tgt))  # raises naming the knob if outside

@@ -62,10 +62,11 @@ def winograd_pool_stages(cdef: ComputeDef) -> Stages | None:
 
 def _units(m: Tensor, target: Target) -> list[tuple[int, int, int]]:
     """(tile rows, output blocks, stages in the unit): every row count and block group with the
-    stages apart, and the `fused_units` whose buffers fit with them in the unit."""
+    stages apart, and the `fused_units` whose buffers fit with them in the unit. The groups apart
+    include a single block, the default's unit when the stages run apart (`default`)."""
     kb, th = m.shape[1], m.op.attrs["tiles_h"]  # type: ignore[union-attr]
     rows = sorted({r for r in FUSED_ROWS if r < th} | {th})
-    blocks = sorted({kb // d for d in (1, 2, 4, 8) if kb % d == 0}, reverse=True)
+    blocks = sorted({kb // d for d in (1, 2, 4, 8) if kb % d == 0} | {1}, reverse=True)
     apart = [(r, g, 0) for r in rows for g in blocks]
     return apart + [(r, g, 1) for r, g in fused_units(m, target)]
 
