@@ -134,6 +134,7 @@ class LayoutSearchResult:
     # and the fastest per-model pipeline timed again on their own (seconds per call); that timing
     # decides between them
     confirmed: dict[str, float] = field(default_factory=dict)
+    left_out: tuple[int, ...] = ()  # channel blocks not searched: the run tuned none of their conv kernels
 
     @property
     def plan_latency(self) -> float:
@@ -177,6 +178,9 @@ class LayoutSearchResult:
             won = ", ".join(f"{a}->{c} {t * 1e6:.0f} us against {pair * 1e6:.0f}"
                             for (a, c), (t, pair) in self.expansion_kernels.items())
             lines.append(f"expanded kernels faster than their pairs: {won or 'none'}")
+        if self.left_out:
+            lines.append(f"left out: blocks of {', '.join(map(str, self.left_out))} (the run tuned none of "
+                         "their conv kernels: each was pruned by the screening, or deferred and never drawn)")
         lines.append(f"the plan's best fusion: {self.fusion}")
         again = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.confirmed.items())
         again = f"the finalists again: {again}; " if again else ""
@@ -242,16 +246,19 @@ class _Builds:
 
 def search_layout(model: Model, db: Any, target: str, threads: int | None, *, repeat: int = 10,
                   rounds: int = 9, store: bool = True, memo: KernelMemo | None = None,
-                  tasks: list[ModelTask] | None = None, workers: int = 1) -> LayoutSearchResult:
+                  tasks: list[ModelTask] | None = None, workers: int = 1,
+                  leave_out: frozenset[int] = frozenset()) -> LayoutSearchResult:
     """Choose, build, time and (with `store`) log the per-layer layout plan of `model`; see the
     module docstring. `db` None: default schedules, nothing stored.
 
     Its builds share `memo` (a fresh one when None), and, given `tasks` (those of every form
     a layer may take: `plan_tasks`' extraction, before any screening), one schedule source bound
     to them; without, each build binds the log to its own extraction (about 6 s on ResNet-18).
-    `workers` > 1: the builds' kernels are compiled ahead on that many processes."""
+    `workers` > 1: the builds' kernels are compiled ahead on that many processes. `leave_out`:
+    channel blocks neither the layout program nor the per-model pipelines take (a plan tune's
+    blocks with no tuned conv kernel: `plan_screen.untuned_blocks`)."""
     tgt = resolve_target(target, threads)
-    blocks = candidate_blocks(tgt)
+    blocks = tuple(b for b in candidate_blocks(tgt) if b not in leave_out)
     shared = BoundSource(db, tgt, tasks) if db is not None and tasks is not None else None
     builds = _Builds(model, db, tgt, workers, memo if memo is not None else KernelMemo(), shared)
     # 1. the layout program over the measured layer and re-layout costs
@@ -263,7 +270,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     found = fusion_candidates(model, plan)
     variants = {PLAN: plan, **{name: replace(plan, fusion=f) for name, f in found.variants().items()}}
     per_model = {p: prepare_model(model, target, threads=threads, pipeline=p)
-                 for p in candidates(target, threads)}
+                 for p in candidates(target, threads) if pipeline_layout(p)[0] not in leave_out}
     builds.add({name: prepare_plan(model, target, threads, p) for name, p in variants.items()} | per_model)
     args = run_inputs(builds.exes[PLAN], model)
     reference = builds.exes["default"](*args)
@@ -289,7 +296,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     prepared = builds.prepared[fusion] if winner == PLAN else builds.prepared[winner]
     # 4. the report: modelled costs and, per layer, its choice against the per-model pick's
     named = model.optimized(Pipeline(graph_passes()))
-    forms = {p: per_model_forms(named, builds.prepared[p]) for p in candidates(target, threads)}
+    forms = {p: per_model_forms(named, builds.prepared[p]) for p in per_model}
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared,
                                 _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
@@ -297,7 +304,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
                                 prologue_edges=found.prologues, shared_producers=found.shared,
                                 pool_edges=found.pools, band_edges=found.bands,
                                 expansion_edges=found.expansions, expansion_kernels=expansion_kernels,
-                                confirmed=confirmed)
+                                confirmed=confirmed, left_out=tuple(sorted(leave_out)))
     if store and db is not None:
         result.record_id = _store(db, model, str(tgt), result, builds.prepared[fusion].key)
     return result
@@ -360,7 +367,8 @@ def _store(db: Any, model: Model, target: str, r: LayoutSearchResult, key: str) 
             "modeled_ms": ms(r.solution.cost), "exact": r.solution.exact,
             "per_model_modeled_ms": {k: ms(v) for k, v in r.modeled.items() if k != PLAN},
             "max_abs_diff": r.max_abs_diff if math.isfinite(r.max_abs_diff) else None, "layers": layers,
-            "fusion": r.fusion, "confirmed_ms": {k: ms(v) for k, v in r.confirmed.items()},
+            "fusion": r.fusion, "left_out_blocks": list(r.left_out),
+            "confirmed_ms": {k: ms(v) for k, v in r.confirmed.items()},
             "prologue_edges": {f"{a}->{c}": name for (a, c), name in r.prologue_edges.items()},
             "pool_edges": {f"{a}->{c}": name for (a, c), name in r.pool_edges.items()},
             "band_edges": {f"{a}->{c}": rows for (a, c), rows in r.band_edges.items()},

@@ -48,7 +48,7 @@ from search.models import (
     time_interleaved,
 )
 from search.pipeline_choice import AUTO, PLAN, PipelineChoice, choose_pipeline, stored_plan
-from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms
+from search.plan_screen import DEFER_RATIO, PRUNE_RATIO, screen_plan_tasks, trailing_forms, untuned_blocks
 from search.scheduler import TaskScheduler
 from search.transform_tuning import logged_transform_trials, transform_tasks, tune_transforms
 from search.tune import logged_trials
@@ -210,8 +210,9 @@ def tune_model(
         if searching and not interrupted:
             progress.stage("choosing a channel block per conv layer (measured costs, dynamic program), then "
                            "timing the plan against the per-model pipelines")
+            tuned = {t.key for t, old, new in zip(ex.tasks, st.logged, st.new) if old or new}
             layout = search_layout(model, handle, target, threads, memo=memo, tasks=every_form,
-                                   workers=build_workers)
+                                   workers=build_workers, leave_out=untuned_blocks(screen, tuned))
             prepared = layout.prepared
             try:
                 _tune_chosen(st, sched, prepared.extraction.tasks,

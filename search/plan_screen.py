@@ -48,7 +48,11 @@ found. These measures spend the budget where it can change the model's latency:
   with configs 1.2-1.4x slower than that tune's, which spent the same budget on 17 tasks.
 
 After tuning, the same groups spare the final re-measurement (`trailing_forms`) of forms whose
-best config is still far behind their layers' best form.
+best config is still far behind their layers' best form, and the layout search leaves out a
+channel block whose conv kernels were all pruned, or deferred and never drawn (`untuned_blocks`):
+its layers would run there with configs transferred from other workloads. In an 800-trial ResNet-18 plan tune (AVX-512) that was every form in blocks of 8 (25
+pruned, 6 deferred): the search still compiled, profiled and timed three uniform builds and the
+`nchwc` pipeline in them, 8 of its 36 s, and chose none of them.
 """
 
 from __future__ import annotations
@@ -198,6 +202,19 @@ def decide(costs: dict[str, LayerCost], forms: dict[str, dict[str, Form]],
     return screen
 
 
+def untuned_blocks(screen: PlanScreen, tuned: set[str]) -> frozenset[int]:
+    """The channel blocks (NCHW, block 0, excepted: the model's own layout) each of whose conv
+    kernels in the uniform builds the screening found behind (pruned or deferred) and the run
+    then did not tune (none of the `tuned` workload keys). A block whose forms merely went
+    untuned, the budget spent before their turn, stays: its default schedules may still win."""
+    keys: dict[int, set[str]] = {}
+    for key, served in layer_forms(screen.costs).items():
+        for block, _ in served.values():
+            keys.setdefault(block, set()).add(key)
+    behind = set(screen.pruned) | set(screen.deferred)
+    return frozenset(b for b, ks in keys.items() if b > 0 and ks <= behind and not ks & tuned)
+
+
 def _consistent_groups(tasks: list, groups: dict[str, Hashable]) -> list[Hashable]:
     """Each task's group: its layer set when every task of that set has the same weight (the
     scheduler's rule for alternatives), else its own workload key."""
@@ -235,4 +252,4 @@ def trailing_forms(groups: list[Hashable], best: list[float]) -> dict[int, float
 
 __all__ = ["DEFER_RATIO", "PRUNE_RATIO", "TRAILING_RATIO", "PlanScreen", "decide", "default_plan",
            "default_plan_forms", "form_seconds", "layer_forms", "plan_forms", "plan_kernels",
-           "screen_plan_tasks", "trailing_forms"]
+           "screen_plan_tasks", "trailing_forms", "untuned_blocks"]

@@ -188,6 +188,9 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
         if "modeled_ms" in info:
             print(f"modeled cost {info['modeled_ms']:.4g} ms (kernels + transforms); "
                   f"{'exact' if info.get('exact', True) else 'beam (approximate)'} dynamic program")
+        if info.get("left_out_blocks"):
+            print(f"not searched: blocks of {', '.join(map(str, info['left_out_blocks']))} "
+                  "(the tune tuned none of their conv kernels)")
         fusion = _fusion_line(r.plan, info)
         if fusion:
             print(fusion)

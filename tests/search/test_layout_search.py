@@ -24,12 +24,13 @@ from autorelay.transform.convert_layout import channel_block
 from autorelay.transform.fusion_plan import FusionPlan
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
-from autorelay.transform.pipelines import graph_passes
+from autorelay.transform.pipelines import graph_passes, pipeline_layout
 from autorelay.transform.prepare import prepare
 from autorelay.transform.quantize.layers import layer_calls
 from search import model_tuning, tune_model
 from search.cli import main
 from search.fusion_choice import fusion_variants, prologue_edges, without_halos
+from search.layout_costs import candidate_blocks
 from search.layout_dp import assign, breakdown, plan_cost
 from search.layout_search import plan_tasks, search_layout
 from search.measure import TimingSettings
@@ -211,6 +212,23 @@ def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_p
     decided = next(line for line in out.splitlines() if line.startswith("layout plan #"))
     decided = decided.split("the finalists again (this timing decided): ")[1]
     assert all(f"{name} " in decided for name in r.confirmed), decided
+
+
+def test_a_left_out_block_is_neither_in_the_plan_nor_in_a_per_model_build(tmp_path, capsys):
+    """Blocks of 8 (the only block on an AVX2 host) left out: the layout program and the per-model
+    pipelines run without them, and the report and the log say so."""
+    model = load_model("nature-dqn")
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    block = candidate_blocks(resolve_target("llvm", 1))[0]
+    with tuning_db.open(url) as db:
+        r = search_layout(model, db, "llvm", 1, repeat=2, rounds=2, leave_out=frozenset({block}))
+    kept = {p for p in candidates("llvm", 1) if pipeline_layout(p)[0] != block}
+    assert kept and {p for p in r.latencies if p in candidates("llvm", 1)} == kept
+    assert set(r.modeled) == {PLAN, *kept}
+    assert block not in r.plan.blocks.values() and all(block not in row.kernel_s for row in r.rows)
+    assert r.left_out == (block,) and f"left out: blocks of {block} " in r.table()
+    assert main(["db", "plan", "--db", url, "--model", model.name]) == 0
+    assert f"not searched: blocks of {block} " in capsys.readouterr().out
 
 
 def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path, monkeypatch):

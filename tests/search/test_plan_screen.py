@@ -29,6 +29,7 @@ from search.plan_screen import (
     layer_forms,
     plan_kernels,
     trailing_forms,
+    untuned_blocks,
 )
 
 
@@ -144,6 +145,22 @@ def test_layer_forms_inverts_the_keys_the_cost_profile_recorded():
              "b": LayerCost(keys={(0, 2): "f2_b", (16, 0): "c16"})}
     assert layer_forms(costs) == {"direct_a": {"a": (0, 0)}, "c16": {"a": (16, 0), "b": (16, 0)},
                                   "f4_a": {"a": (0, 4)}, "f2_b": {"b": (0, 2)}}
+
+
+def test_a_block_whose_kernels_were_all_behind_and_untuned_is_left_out_of_the_layout_search():
+    """Blocks of 8 trail on both layers (1.2x deferred on `a`, 2x pruned on `b`); blocks of 16
+    lead on `a`. A deferred form the run drew and tuned keeps its block; a leading form the budget
+    never reached keeps its block; NCHW, the model's own layout, always stays."""
+    costs = _costs()
+    costs["a"].keys = {(0, 0): "direct_a", (8, 0): "c8_a", (16, 0): "c16_both"}
+    costs["b"].keys = {(0, 0): "direct_b", (0, 2): "f2_b", (8, 0): "c8_b", (16, 0): "c16_both"}
+    screen = decide(costs, layer_forms(costs), defer=1.1)
+    assert screen.deferred == {"c8_a": pytest.approx(1.2)} and "c8_b" in screen.pruned
+    assert untuned_blocks(screen, {"c16_both", "f2_b"}) == {8}
+    assert untuned_blocks(screen, set()) == {8}  # 16's leader untuned for want of budget: kept
+    assert untuned_blocks(screen, {"c16_both", "c8_a"}) == frozenset()  # drawn after all
+    everything = replace(screen, pruned=dict.fromkeys(layer_forms(costs), "slow"), deferred={})
+    assert untuned_blocks(everything, set()) == {8, 16}
 
 
 def test_only_forms_far_behind_their_layers_best_skip_the_final_remeasurement():
