@@ -10,7 +10,8 @@ or Winograd) per conv layer.
    with the log's schedules, times them interleaved and keeps the fastest. The modelled cost only
    ranks layouts; the end-to-end timing decides, so a plan that the model overrates (a transform
    that fusion hides, a pool that is slower packed) cannot make the model slower than the
-   per-model pick.
+   per-model pick. A channel block whose every conv kernel a plan tune left untuned, judged behind
+   by its screening, is left out of both (`plan_screen.untuned_blocks`).
    The plan's fusion is chosen in the same timing: its prologue edges (injective producers, such as
    the layout transforms its blocks imply, that `FusionPlan.prologues` fuses into the kernel they
    feed) give fusion variants of the plan (`search.fusion_choice`), timed with it; the fastest
