@@ -11,23 +11,24 @@ import numpy as np
 
 from autorelay.te.expr import Bin, Call, Cast, Cmp, Const, Expr, Load, Not, Read, Reduce, Select, Var, is_int
 
+# a node's children by its exact type (the node classes are never subclassed): every walk asks,
+# and one dict lookup beats a chain of isinstance tests
+_CHILDREN = {
+    Bin: lambda e: (e.a, e.b),
+    Cmp: lambda e: (e.a, e.b),
+    Not: lambda e: (e.a,),
+    Cast: lambda e: (e.a,),
+    Select: lambda e: (e.cond, e.t, e.f),
+    Call: lambda e: e.args,
+    Read: lambda e: e.indices,
+    Reduce: lambda e: (e.body,),
+    Load: lambda e: (e.index,),
+}
+
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, (Bin, Cmp)):
-        return (e.a, e.b)
-    if isinstance(e, (Not, Cast)):
-        return (e.a,)
-    if isinstance(e, Select):
-        return (e.cond, e.t, e.f)
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, Read):
-        return e.indices
-    if isinstance(e, Reduce):
-        return (e.body,)
-    if isinstance(e, Load):
-        return (e.index,)
-    return ()
+    get = _CHILDREN.get(type(e))
+    return get(e) if get is not None else ()
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -177,7 +178,9 @@ def distinct_nodes(*roots: Expr) -> list[Expr]:
             continue
         seen.add(id(n))
         out.append(n)
-        stack.extend(reversed(children(n)))
+        get = _CHILDREN.get(type(n))  # `children`, inlined: this loop runs over every node
+        if get is not None:
+            stack.extend(reversed(get(n)))
     return out
 
 
@@ -188,9 +191,20 @@ def reads_var(e: Expr, v: Var, memo: dict[int, tuple[Expr, bool]]) -> bool:
     hit = memo.get(id(e))
     if hit is not None and hit[0] is e:
         return hit[1]
-    out = e is v or any(reads_var(k, v, memo) for k in children(e))
+    out = e is v
+    if not out:
+        for k in children(e):  # a loop, not any() over a generator: this is the emitter's hottest walk
+            if reads_var(k, v, memo):
+                out = True
+                break
     memo[id(e)] = (e, out)
     return out
+
+
+def uses_var(e: Expr, v: Var) -> bool:
+    """Whether `e` reads `v`: `v in free_vars(e)`, but stopping at the first occurrence and
+    building no set (lane analysis asks it of every atom of every index it emits)."""
+    return reads_var(e, v, {})
 
 
 def free_vars(e: Expr) -> set[Var]:

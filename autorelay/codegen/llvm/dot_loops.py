@@ -16,7 +16,7 @@ from autorelay.codegen.llvm.lanes import lane_coef as _lane_coef
 from autorelay.codegen.llvm.values import Val, mem_type
 from autorelay.target import Target
 from autorelay.te.expr import Bin, Call, Cast, Const, Expr, Load, Select, Var
-from autorelay.te.traverse import free_vars, substitute
+from autorelay.te.traverse import substitute, uses_var
 from autorelay.tir.linear_form import linear
 from autorelay.tir.nodes import For, Store
 from autorelay.tir.simplify import simplify
@@ -70,7 +70,7 @@ class DotLoopEmitter(ExprEmitter):
         does not depend on it (an inlined padding border) selects between whole vectors, so the
         loaded bytes stay one contiguous load (the clamped index keeps it in bounds)."""
         v = self.vector_var
-        if isinstance(e, Select) and v not in free_vars(e.cond):
+        if isinstance(e, Select) and not uses_var(e.cond, v):
             c = self.scalar(e.cond)
             t, f = self._group(e.t), self._group(e.f)
             ty = self.ty(e.dtype, self.lanes)
@@ -111,9 +111,9 @@ def _dot_pattern(s: For) -> tuple[For, Store, Cast | Call, Cast | Call] | None:
         return None
     if kind[0] is Call and not all(o.name == "bf16_to_f32" for o in ops):  # type: ignore[union-attr]
         return None
-    if k in free_vars(st.index) or _lane_coef(st.index, v) != 1:
+    if uses_var(st.index, k) or _lane_coef(st.index, v) != 1:
         return None
-    inv = [o for o in ops if v not in free_vars(o)]
+    inv = [o for o in ops if not uses_var(o, v)]
     if not inv:
         return None
     a = inv[0]

@@ -35,7 +35,7 @@ from autorelay.codegen.llvm.values import Val, mem_align, mem_bytes, mem_type
 from autorelay.errors import ScheduleError
 from autorelay.target import Target
 from autorelay.te.expr import Bin, Const, Expr, Load, Var
-from autorelay.te.traverse import free_vars
+from autorelay.te.traverse import free_vars, uses_var
 from autorelay.tir.nodes import DOT_KINDS, Allocate, Buffer, For, If, PrimFunc, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import simplify, simplify_stmt
 
@@ -255,7 +255,7 @@ class SegmentEmitter(DotLoopEmitter):
         if not vectorizable(s):
             self._loop(s)
             return
-        lane_conds = [c for c in guard_conds(s.body) if s.var in free_vars(c)]
+        lane_conds = [c for c in guard_conds(s.body) if uses_var(c, s.var)]
         if lane_conds and not all(monotone(c, s.var) for c in lane_conds):
             self._loop(s)
             return

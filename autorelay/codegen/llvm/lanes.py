@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autorelay.te.expr import Bin, Cmp, Const, Expr, Var
-from autorelay.te.traverse import free_vars
+from autorelay.te.traverse import uses_var
 from autorelay.tir.linear_form import linear
 from autorelay.tir.simplify import simplify
 
@@ -15,7 +15,7 @@ def lane_coef(e: Expr, v: Var) -> int | None:
     for atom, k in terms.items():
         if atom is v:
             coef = k
-        elif v in free_vars(atom):
+        elif uses_var(atom, v):
             return None
     return coef
 
@@ -27,9 +27,9 @@ def clamp_of(a: Expr, v: Var) -> tuple[Expr, Expr, Expr] | None:
         return None
     outer_op, inner_op = a.op, "min" if a.op == "max" else "max"
     for x, bound in ((a.a, a.b), (a.b, a.a)):
-        if isinstance(x, Bin) and x.op == inner_op and v not in free_vars(bound):
+        if isinstance(x, Bin) and x.op == inner_op and not uses_var(bound, v):
             for inner, b2 in ((x.a, x.b), (x.b, x.a)):
-                if v not in free_vars(b2) and lane_coef(inner, v) == 1:
+                if not uses_var(b2, v) and lane_coef(inner, v) == 1:
                     lo, hi = (bound, b2) if outer_op == "max" else (b2, bound)
                     return inner, lo, hi
     return None
@@ -86,7 +86,7 @@ def lane_offsets(index: Expr, v: Var, lanes: int) -> tuple[Expr, list[int]] | No
     for atom, k in terms.items():
         if atom is v:
             per_lane = list(range(lanes))
-        elif v in free_vars(atom):
+        elif uses_var(atom, v):
             first = at_lane(atom, v, 0)
             per_lane = []
             for lane in range(lanes):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from autorelay.codegen.llvm.lanes import lane_coef
 from autorelay.te.expr import Bin, Cmp, Const, Expr, Load, Var, all_of
-from autorelay.te.traverse import distinct_nodes, free_vars
+from autorelay.te.traverse import distinct_nodes, uses_var
 from autorelay.tir.nodes import Allocate, For, If, Seq, Stmt, Store, walk_stmts
 from autorelay.tir.simplify import Invariant, simplify_stmt
 
@@ -88,11 +88,11 @@ def vectorizable(s: For) -> bool:
     for t in walk_stmts(s.body):
         if isinstance(t, (For, Allocate)):
             return False
-        if isinstance(t, If) and t.orelse is not None and v in free_vars(t.cond):
+        if isinstance(t, If) and t.orelse is not None and uses_var(t.cond, v):
             return False
         if isinstance(t, Store):
             coef = lane_coef(t.index, v)
-            if coef == 0 and v in free_vars(t.value):
+            if coef == 0 and uses_var(t.value, v):
                 return False
             stores.setdefault(id(t.buffer), []).append(t.index)
     values = [t.value for t in walk_stmts(s.body) if isinstance(t, Store)]
