@@ -23,7 +23,7 @@ from typing import Any
 
 from autorelay.te.expr import Bin, Expr, IterVar, Read, Reduce, Var
 from autorelay.te.tensor import ComputeOp, Tensor
-from autorelay.te.traverse import free_vars, substitute
+from autorelay.te.traverse import substitute, uses_var
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ def conv_operands(body: Expr, attrs: dict[str, Any], axes: list[IterVar] | tuple
         if isinstance(w, Read) and w.tensor.name == weight:
             if w.tensor.op is not None or w.indices != want:
                 return f"the weight {weight} is not an input read at [f, rc, rh, rw]"
-            if f in free_vars(d):
+            if uses_var(d, f):
                 return "the data factor depends on the output channel"
             return w, d
     return f"the summand does not read the weight {weight} directly"
