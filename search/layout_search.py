@@ -258,6 +258,9 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     `workers` > 1: the builds' kernels are compiled ahead on that many processes. `leave_out`:
     channel blocks neither the layout program nor the per-model pipelines take (a plan tune's
     blocks with no tuned conv kernel: `plan_screen.untuned_blocks`)."""
+    if 0 in leave_out:
+        raise ValueError("search_layout: NCHW (block 0) cannot be left out: it is the model's own layout, "
+                         "and the `default` build is the search's reference")
     tgt = resolve_target(target, threads)
     blocks = tuple(b for b in candidate_blocks(tgt) if b not in leave_out)
     shared = BoundSource(db, tgt, tasks) if db is not None and tasks is not None else None

@@ -229,6 +229,8 @@ def test_a_left_out_block_is_neither_in_the_plan_nor_in_a_per_model_build(tmp_pa
     assert r.left_out == (block,) and f"left out: blocks of {block} " in r.table()
     assert main(["db", "plan", "--db", url, "--model", model.name]) == 0
     assert f"not searched: blocks of {block} " in capsys.readouterr().out
+    with pytest.raises(ValueError, match="NCHW"):
+        search_layout(model, None, "llvm", 1, leave_out=frozenset({0}))
 
 
 def test_tune_with_pipeline_plan_tunes_or_screens_every_layout_and_stores_a_plan(tmp_path, monkeypatch):
