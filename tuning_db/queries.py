@@ -123,7 +123,12 @@ def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
     alone or in place (`latest_batch`: the fastest median among the configs timed in it), the fastest of those
     winners when alternative templates were re-measured separately; or — when it was never
     re-measured — its fastest measurement. A single fastest figure can be a lucky quiet moment
-    on a shared machine; rivals timed in alternation under the same conditions cannot."""
+    on a shared machine; rivals timed in alternation under the same conditions cannot.
+
+    An in-place batch (`search.in_place`) with no alone re-measurement after it is the verdict by
+    itself: it timed the build's pick against its rivals in the model, and figures from another
+    template's alone re-measurement, taken in another setting, must not overturn it (the build
+    that was confirmed would then differ from the log's pick)."""
     wid, tid = ids_of(conn, workload_key, target)
     if wid is None or tid is None:
         return None
@@ -134,9 +139,12 @@ def pick(conn: Connection, workload_key: str, target: str) -> Record | None:
                m.c.mean_cost.is_not(None))
         .order_by(m.c.recorded_at, m.c.id)
     )
+    retimed = [to_record(row) for row in rows]
+    in_place = latest_batch([rec for rec in retimed if rec.runner_version == IN_PLACE])
+    if in_place and retimed[-1].recorded_at <= in_place[-1].recorded_at:  # oldest first
+        return min(in_place, key=_median)
     by_template: dict[Any, list[Record]] = {}
-    for row in rows:
-        rec = to_record(row)
+    for rec in retimed:
         by_template.setdefault(rec.config.get("template"), []).append(rec)
     if by_template:
         winners = [min(latest_batch(recs), key=_median) for recs in by_template.values()]

@@ -251,3 +251,26 @@ def test_alternative_templates_each_keep_their_latest_winner(tmp_path):
         db.record("wk", "llvm", direct, [0.5e-3] * 3, runner_version=again, recorded_at=100.0)
         db.record("wk", "llvm", igemm, [0.9e-3] * 3, runner_version=again, recorded_at=200.0)
         assert db.pick("wk", "llvm").config == direct
+
+
+def test_an_in_place_verdict_is_not_overturned_by_another_templates_alone_figure(tmp_path):
+    """The build ran the direct pick, and timing it in place against its own rivals kept it. The
+    in-place figures are slower than igemm's alone figure (a kernel in a model runs colder), yet
+    igemm never ran in place: the log's pick stays the confirmed one until a later alone
+    re-measurement outdates the verdict."""
+    alone, in_place = tuning_db.INTERLEAVED, tuning_db.IN_PLACE
+    with tuning_db.open(f"sqlite:///{tmp_path / 'pick.db'}") as db:
+        direct, default = {"template": "direct", "tile": 4}, {"template": "direct"}
+        igemm = {"template": "igemm", "tile": 2}
+        for cfg, cost, at in ((direct, 0.5e-3, 100.0), (default, 0.6e-3, 100.0), (igemm, 0.55e-3, 200.0)):
+            db.record("wk", "llvm", cfg, [cost] * 3, runner_version=alone, recorded_at=at)
+        assert db.pick("wk", "llvm").config == direct
+        for cfg, cost in ((direct, 0.70e-3), (default, 0.75e-3)):
+            db.record("wk", "llvm", cfg, [cost] * 3, runner_version=in_place, recorded_at=300.0)
+        assert db.pick("wk", "llvm").config == direct
+        for cfg, cost in ((direct, 0.80e-3), (default, 0.72e-3)):  # a later in-place run: the default won
+            db.record("wk", "llvm", cfg, [cost] * 3, runner_version=in_place, recorded_at=400.0)
+        assert db.pick("wk", "llvm").config == default
+        # igemm tuned further and re-measured alone: the verdict is outdated, the templates' winners compete
+        db.record("wk", "llvm", igemm, [0.40e-3] * 3, runner_version=alone, recorded_at=500.0)
+        assert db.pick("wk", "llvm").config == igemm
