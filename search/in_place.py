@@ -15,7 +15,8 @@ interleaved), where it has one; the alone ranking of configs within a few percen
 the one most likely to turn over in place. Per workload the log tuned, every contender's figures
 are logged as one interleaved re-measurement batch (`tune.record_remeasurement`, tagged
 `tuning_db.IN_PLACE`). The log's pick is the fastest of its latest batch (`tuning_db.latest_batch`),
-so `compile` and `run` then build whichever ran fastest in place. A rerun of the tune with nothing
+so `compile` and `run` then build whichever ran fastest in place; an alternative template's older
+alone figures do not compete with it (`TuningDB.pick`). A rerun of the tune with nothing
 new to measure reuses its alone re-measurement as before (in-place rows are neither trials nor its
 contenders' rivals) and leaves the in-place verdict standing; one that tunes the workload further
 re-measures it alone, which outdates the verdict until its own end confirms in place again.
