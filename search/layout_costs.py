@@ -22,6 +22,13 @@ The graph itself is read off the model after the graph optimisations (before any
 layout-agnostic ops (elementwise, bias_add, pooling, binary ops with a constant) carry their input's
 layout and vanish into the edge; convs, joins of two values, channel concatenations and every other
 op become nodes, with the kinds and rules `search.layout_dp` states.
+
+One approximation: a grouped or dilated conv left in NCHW (a layer that takes NCHW, or a grouped
+one the program cannot model in blocks: `_convertible`) runs packed, as `default` runs it
+(`layout_plan.plan_passes`). Its NCHW cost is that packed kernel's, but the program does not charge
+the packing's own re-layouts where they do not replace one it charges (an NCHW neighbour's): such a
+layer's NCHW neighbours look up to a re-layout each cheaper than they are. The end-to-end timing of
+the plan against the per-model pipelines decides.
 """
 
 from __future__ import annotations
@@ -139,9 +146,11 @@ def kernel_costs(model: Model, db: Any, target: Target, blocks: tuple[int, ...],
             sources.setdefault(row.workload_key, row.source)
         for name, (got, fn) in built_layers(graph, prepared.module).items():
             key, tile, cost = workload_key(fn), winograd_tile(fn), out[name]
-            form = (block if got else 0, tile)  # by the block asked for (built shrunk to a divisor)
+            # by the block asked for (built shrunk to a divisor); in the NCHW plan a grouped or dilated
+            # conv is built packed, as `default` builds it (`plan_passes`): that is its NCHW form
+            form = (block if got else 0, tile)
             cost.keys[form] = key
-            if (block > 0) != (got > 0) or key not in by_key:
+            if (block > 0 and not got) or key not in by_key:
                 continue  # a conv ConvertLayout leaves alone: no candidate
             cost.add(form, by_key[key], sources[key])
     return out

@@ -15,6 +15,8 @@ template:
 
 This pass moves just those convolutions into blocks (`ConvertLayout` with `conv_blocks`), with a
 layout transform at each end of a run of them; every other layer stays as `default` builds it.
+A layout plan's pipeline runs it too, on the convolutions the plan leaves in NCHW
+(`layout_plan.plan_passes`).
 """
 
 from __future__ import annotations

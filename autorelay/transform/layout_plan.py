@@ -6,7 +6,11 @@ the quantizer names layers (`conv2d_0`, `conv2d_1`, … in post order of `@main`
 `autorelay.transform.quantize.layers`: the names depend only on the graph's structure, so they
 survive the inference rewrites that run before the layout is chosen). Block 0 keeps a layer in
 plain NCHW; a block b packs it as NCHW{b}c (shrunk to a divisor of its channel counts, as
-`ConvertLayout` does). Layers the plan does not name stay in NCHW.
+`ConvertLayout` does). Layers the plan does not name stay in NCHW. NCHW is `default`'s: a grouped
+or dilated convolution left there is packed in blocks as `default` packs it (`BlockGroupedConvs`:
+NCHW has no grouped template, and the layout program does not model a packing of several narrow
+groups to a block, so it names no such layer; left to the generic schedule, a 4-group layer of a
+small CNN ran 190 us against 45 packed).
 
 A layer may run as Winograd: `winograd[layer]` is its output tile (2: F(2x2, 3x3), 4: F(4x4,
 3x3), 0: direct), in the layer's layout: plain NCHW, or the blocked Winograd kernel in NCHW{b}c. A
@@ -28,7 +32,8 @@ graph the plan's layouts produce, so the fusion plan belongs to the layout plan.
 `plan_passes(plan)` is the pipeline that realises a plan: the graph optimisations, Winograd with the
 plan's tiles (every conv it does not name in NCHW by `default`'s rule, the blocked ones direct),
 `ConvertLayout` with one block per conv, Winograd or direct (so layout transforms appear only where
-neighbouring layers disagree), then fusion.
+neighbouring layers disagree), `BlockGroupedConvs` on the grouped and dilated ones it left in NCHW,
+then fusion.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fuse_ops import FuseOps
 from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.grouped_blocks import BlockGroupedConvs
 from autorelay.transform.pass_base import Pass, Pipeline
 from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.quantize.layers import layer_calls
@@ -183,7 +189,8 @@ def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks(), qnn_block=plan.int8_block)
     return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
-            SimplifyExpr(), SplitConvBands(), FuseOps(plan=plan.fusion or FusionPlan.default())]
+            BlockGroupedConvs(), FoldConstant(), SimplifyExpr(), SplitConvBands(),
+            FuseOps(plan=plan.fusion or FusionPlan.default())]
 
 
 def plan_pipeline(plan: LayoutPlan, **options: Any) -> Pipeline:
