@@ -23,12 +23,14 @@ layout-agnostic ops (elementwise, bias_add, pooling, binary ops with a constant)
 layout and vanish into the edge; convs, joins of two values, channel concatenations and every other
 op become nodes, with the kinds and rules `search.layout_dp` states.
 
-One approximation: a grouped or dilated conv left in NCHW (a layer that takes NCHW, or a grouped
-one the program cannot model in blocks: `_convertible`) runs packed, as `default` runs it
-(`layout_plan.plan_passes`). Its NCHW cost is that packed kernel's, but the program does not charge
-the packing's own re-layouts where they do not replace one it charges (an NCHW neighbour's): such a
-layer's NCHW neighbours look up to a re-layout each cheaper than they are. The end-to-end timing of
-the plan against the per-model pipelines decides.
+A grouped or dilated conv has no NCHW form of its own: a plan leaves none in NCHW, but runs it
+packed in blocks of 8, as `default` runs it (`layout_plan.plan_passes`). So a conv node of that kind
+offers only blocks; NCHW would be the same kernel with re-layouts around it. One approximation
+remains: a grouped conv the program cannot model in blocks (`_convertible`) is an opaque node, read
+and written in NCHW, though it runs packed, and the program does not charge that packing's
+re-layouts where they do not replace one it charges (an NCHW neighbour's): its NCHW neighbours look
+up to a re-layout each cheaper than they are. The end-to-end timing of the plan against the
+per-model pipelines decides.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from autorelay.te.winograd import transforms_for_positions
 from autorelay.transform.convert_layout import POOLS, channel_block
+from autorelay.transform.grouped_blocks import needs_blocks
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers, plan_pipeline
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes
@@ -251,9 +254,13 @@ class _GraphReader:
         values = [a for a in c.args if self.value.get(id(a)) is not None]
         if name == "nn.conv2d" and id(c) in self.layers and _convertible(c, self.blocks):
             layer = self.layers[id(c)]
-            kernel = self.costs[layer].kernel
-            if 0 in kernel and len(kernel) > 1:
-                return self.node(layer, CONV, [c.args[0]], dict(kernel))
+            kernel = dict(self.costs[layer].kernel)
+            if needs_blocks(c):  # its NCHW is `default`'s packing: block 8 with re-layouts around it
+                kernel.pop(0, None)
+                if kernel:
+                    return self.node(layer, CONV, [c.args[0]], kernel)
+            elif 0 in kernel and len(kernel) > 1:
+                return self.node(layer, CONV, [c.args[0]], kernel)
         if _agnostic(c) and values and values[0] is c.args[0]:
             return self.value[id(c.args[0])]
         pattern = registry.get(name).pattern if registry.exists(name) else None

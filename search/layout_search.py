@@ -41,6 +41,7 @@ from autorelay.ir.module import IRModule
 from autorelay.primitive import KernelMemo
 from autorelay.target import Target
 from autorelay.transform.fusion_plan import FusionPlan
+from autorelay.transform.grouped_blocks import BlockGroupedConvs
 from autorelay.transform.layout_plan import LayoutPlan, built_layers, conv_layers
 from autorelay.transform.pass_base import Pipeline
 from autorelay.transform.pipelines import graph_passes, pipeline_layout
@@ -160,7 +161,7 @@ class LayoutSearchResult:
             lines.append(f"{r.layer:<10} {lay:>7} {ks} {r.transform_s * 1e6:9.1f} {ref:>9} "
                          f"{r.source:<11}")
         lines.append("modelled (kernels + transforms): " + ", ".join(
-            f"{k} {v * 1e3:.3f} ms" for k, v in self.modeled.items())
+            f"{k} {v * 1e3:.3f} ms" for k, v in self.modeled.items() if math.isfinite(v))
             + ("" if self.solution.exact else " (beam: approximate)"))
         measured = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in self.latencies.items())
         if self.prologue_edges:
@@ -202,13 +203,19 @@ def per_model_forms(graph: IRModule, prepared: PreparedModel) -> dict[str, Form]
     divisor of it)."""
     asked, _ = pipeline_layout(prepared.pipeline)
     built = built_layers(graph, prepared.module)
-    return {name: (asked if block else 0, winograd_tile(fn)) for name, (block, fn) in built.items()}
+    # `default` (asking NCHW) packs its grouped and dilated convs, in blocks of `BlockGroupedConvs.block`
+    return {name: ((asked or BlockGroupedConvs.block) if block else 0, winograd_tile(fn))
+            for name, (block, fn) in built.items()}
 
 
 def modeled_cost(graph: LayoutGraph, costs: dict[str, LayerCost], forms: dict[str, Form]) -> float:
     """The layout program's cost of a build whose layers take `forms`: the cost of their layouts,
-    each conv node's kernel then moved from its layout's fastest form to the form it takes."""
-    total = plan_cost(graph, assign(graph, {name: block for name, (block, _) in forms.items()}))
+    each conv node's kernel then moved from its layout's fastest form to the form it takes; NaN
+    when the build takes a layout the program does not offer (a block left out of the search)."""
+    try:
+        total = plan_cost(graph, assign(graph, {name: block for name, (block, _) in forms.items()}))
+    except ValueError:
+        return math.nan
     for node in graph.nodes:
         cost, form = costs.get(node.name), forms.get(node.name)
         if node.kind == CONV and cost is not None and form in cost.forms and form[0] in cost.kernel:

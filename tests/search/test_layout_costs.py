@@ -3,12 +3,16 @@ model has, wired as the model wires them) and the measured costs it carries."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autorelay.codegen import resolve_target
 from autorelay.ir.expr import Call, Function
 from autorelay.ir.visitor import post_order
 from autorelay.transform.layout_plan import LayoutPlan, conv_layers, plan_pipeline
+from autorelay.transform.pass_base import Pipeline
+from autorelay.transform.pipelines import graph_passes
 from autorelay.transform.prepare import prepare
 from autorelay.transform.util import op_name, tensor_type
 from search.layout_costs import LayerCost, candidate_blocks, kernel_costs, layout_graph
@@ -172,6 +176,68 @@ def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(mo
         built = prepare_plan(model, "llvm", 1, LayoutPlan(blocks)).module
         assert charged + uncharged == _layout_transforms(built)
         assert _grouped_layers_run_packed(built)
+
+
+PACKED_CONVS = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 10, 10), float32], %wa: Tensor[(64, 16, 1, 1), float32],
+          %wg: Tensor[(64, 4, 3, 3), float32], %wd: Tensor[(64, 64, 3, 3), float32],
+          %wb: Tensor[(64, 16, 1, 1), float32], %wc: Tensor[(32, 64, 1, 1), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %wa, channels=64, kernel_size=[1, 1]));
+  %1 = nn.relu(nn.conv2d(%0, %wg, padding=[1, 1], groups=16, channels=64, kernel_size=[3, 3]));
+  %2 = nn.conv2d(%1, %wd, padding=[2, 2], dilation=[2, 2], channels=64, kernel_size=[3, 3]);
+  nn.conv2d(add(%2, nn.conv2d(%x, %wb, channels=64, kernel_size=[1, 1])), %wc, channels=32,
+            kernel_size=[1, 1])
+}"""
+
+
+def test_grouped_and_dilated_layers_offer_only_blocks_and_are_charged_exactly(monkeypatch):
+    """A grouped or a dilated conv has no NCHW form of its own (a plan runs it packed, as `default`
+    does), so its node offers only blocks; for every choice the program can make on a graph of
+    both, a residual join and plain 1x1 layers, it charges exactly the re-layouts the plan's build
+    runs (brute force, each re-layout costing one second)."""
+    import itertools
+
+    import numpy as np
+    from test_layout_search import _layout_transforms
+
+    import autorelay
+    import search.layout_costs as layout_costs
+    from search.layout_dp import breakdown
+    from search.models import Model
+    from search.pipeline_choice import prepare_plan
+
+    mod = autorelay.parse(PACKED_CONVS)
+    rng = np.random.default_rng(0)
+    params = {p.name_hint: rng.standard_normal(p.type_annotation.concrete_shape).astype("float32")
+              for p in mod["main"].params[1:]}
+    model = Model("packed", mod, params, {"x": rng.standard_normal((1, 16, 10, 10)).astype("float32")})
+    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: 1.0)
+    layers = conv_layers(mod)
+    g = layout_graph(model, {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}, (8, 16),
+                     resolve_target("llvm", 1))
+    convs = {n.name: sorted(n.kernel) for n in g.nodes if n.kind == CONV}
+    assert convs == {"conv2d_0": [0, 8, 16], "conv2d_1": [8, 16], "conv2d_2": [8, 16],
+                     "conv2d_3": [0, 8, 16], "conv2d_4": [0, 8, 16]}
+    for choice in itertools.product(*convs.values()):
+        blocks = dict(zip(convs, choice))
+        charged = sum(t for _, t in breakdown(g, assign(g, blocks)))
+        built = prepare_plan(model, "llvm", 1, LayoutPlan(blocks)).module
+        assert charged == _layout_transforms(built), blocks
+    # `default` packs both in blocks of 8; with that block left out of a search, the program has no
+    # cost for its build (the report leaves it out) rather than a wrong one
+    from search.layout_search import modeled_cost, per_model_forms
+    from search.models import prepare_model
+
+    graph = model.optimized(Pipeline(graph_passes()))
+    default = prepare_model(model, "llvm", threads=1, pipeline="default")
+    forms = per_model_forms(graph, default)
+    assert {name: block for name, (block, _) in forms.items()} == {
+        "conv2d_0": 0, "conv2d_1": 8, "conv2d_2": 8, "conv2d_3": 0, "conv2d_4": 0}
+    costs = {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}, forms={(b, 0): 1.0 for b in (0, 8, 16)}) for n in layers}
+    assert modeled_cost(g, costs, forms) == len(layers) + _layout_transforms(default.module)
+    costs16 = {n: LayerCost({0: 1.0, 16: 1.0}, forms={(b, 0): 1.0 for b in (0, 16)}) for n in layers}
+    g16 = layout_graph(model, costs16, (16,), resolve_target("llvm", 1))
+    assert math.isnan(modeled_cost(g16, costs16, forms))
 
 
 def _grouped_layers_run_packed(mod) -> bool:
