@@ -143,6 +143,26 @@ def @main(%x: Tensor[(1, 16, 10, 10), float32], %w0: Tensor[(32, 16, 1, 1), floa
 }"""
 
 
+def _unit_cost_graph(text: str, name: str, monkeypatch):
+    """The model of `text` (random weights, input `x` of 1x16x10x10) and its layout graph over
+    blocks of 8 and 16 with every kernel and every re-layout costing one second."""
+    import numpy as np
+
+    import autorelay
+    import search.layout_costs as layout_costs
+    from search.models import Model
+
+    mod = autorelay.parse(text)
+    rng = np.random.default_rng(0)
+    params = {p.name_hint: rng.standard_normal(p.type_annotation.concrete_shape).astype("float32")
+              for p in mod["main"].params[1:]}
+    model = Model(name, mod, params, {"x": rng.standard_normal((1, 16, 10, 10)).astype("float32")})
+    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: 1.0)
+    layers = conv_layers(mod)
+    costs = {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}
+    return model, layers, layout_graph(model, costs, (8, 16), resolve_target("llvm", 1))
+
+
 def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(monkeypatch):
     """A grouped conv whose groups' channels every candidate block divides, or whose groups every
     candidate block packs whole (4 channels in and out per group, in blocks of 8 or 16), is a conv
@@ -151,24 +171,12 @@ def test_grouped_layers_join_the_program_where_their_groups_hold_whole_blocks(mo
     leaves it to `default`'s packing. With each transform costing one second, the program charges
     what the plan's build runs, but for that packing's re-layout back to NCHW when its consumer
     reads NCHW (`layout_costs`' one approximation)."""
-    import numpy as np
     from test_layout_search import _layout_transforms
 
-    import autorelay
-    import search.layout_costs as layout_costs
     from search.layout_dp import breakdown
-    from search.models import Model
     from search.pipeline_choice import prepare_plan
 
-    mod = autorelay.parse(GROUPED_BLOCK)
-    rng = np.random.default_rng(0)
-    params = {p.name_hint: rng.standard_normal(p.type_annotation.concrete_shape).astype("float32")
-              for p in mod["main"].params[1:]}
-    model = Model("grouped", mod, params, {"x": rng.standard_normal((1, 16, 10, 10)).astype("float32")})
-    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: 1.0)
-    layers = conv_layers(mod)
-    g = layout_graph(model, {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}, (8, 16),
-                     resolve_target("llvm", 1))
+    model, _, g = _unit_cost_graph(GROUPED_BLOCK, "grouped", monkeypatch)
     assert [n.name for n in g.nodes if n.kind == CONV] == ["conv2d_0", "conv2d_1", "conv2d_2", "conv2d_4"]
     for blocks, uncharged in (({"conv2d_0": 16, "conv2d_1": 8, "conv2d_2": 16, "conv2d_4": 16}, 0),
                               ({"conv2d_0": 0, "conv2d_1": 16, "conv2d_2": 8, "conv2d_4": 0}, 1)):
@@ -197,24 +205,12 @@ def test_grouped_and_dilated_layers_offer_only_blocks_and_are_charged_exactly(mo
     runs (brute force, each re-layout costing one second)."""
     import itertools
 
-    import numpy as np
     from test_layout_search import _layout_transforms
 
-    import autorelay
-    import search.layout_costs as layout_costs
     from search.layout_dp import breakdown
-    from search.models import Model
     from search.pipeline_choice import prepare_plan
 
-    mod = autorelay.parse(PACKED_CONVS)
-    rng = np.random.default_rng(0)
-    params = {p.name_hint: rng.standard_normal(p.type_annotation.concrete_shape).astype("float32")
-              for p in mod["main"].params[1:]}
-    model = Model("packed", mod, params, {"x": rng.standard_normal((1, 16, 10, 10)).astype("float32")})
-    monkeypatch.setattr(layout_costs, "transform_seconds", lambda *a, **k: 1.0)
-    layers = conv_layers(mod)
-    g = layout_graph(model, {n: LayerCost({0: 1.0, 8: 1.0, 16: 1.0}) for n in layers}, (8, 16),
-                     resolve_target("llvm", 1))
+    model, layers, g = _unit_cost_graph(PACKED_CONVS, "packed", monkeypatch)
     convs = {n.name: sorted(n.kernel) for n in g.nodes if n.kind == CONV}
     assert convs == {"conv2d_0": [0, 8, 16], "conv2d_1": [8, 16], "conv2d_2": [8, 16],
                      "conv2d_3": [0, 8, 16], "conv2d_4": [0, 8, 16]}

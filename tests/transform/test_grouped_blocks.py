@@ -20,13 +20,18 @@ def @main(%x: Tensor[(1, 32, 12, 12), float32], %g: Tensor[(32, 8, 3, 3), float3
 """
 
 
-def test_grouped_convolutions_take_the_blocked_template_in_default():
+def _net_and_answer(seed: int):
+    """NET parsed, random weights and input, and the reference interpreter's output."""
     mod = autorelay.parse(NET)
-    gen = np.random.default_rng(0)
+    gen = np.random.default_rng(seed)
     params = {p.name_hint: gen.standard_normal(p.type_annotation.concrete_shape).astype("float32")
               for p in mod["main"].params[1:]}
     x = gen.standard_normal((1, 32, 12, 12)).astype("float32")
-    want = np.asarray(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
+    return mod, params, x, np.asarray(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
+
+
+def test_grouped_convolutions_take_the_blocked_template_in_default():
+    mod, params, x, want = _net_and_answer(0)
     exe = autorelay.build(mod, params=params, pipeline="default")
     np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-4, atol=1e-4)
     templates = [row.detail.split()[0] for row in exe.report.rows]
@@ -42,12 +47,7 @@ def test_a_layout_plan_runs_its_nchw_grouped_convolutions_as_default_does(blocks
     `default`'s, grouped convolutions packed in blocks."""
     from autorelay.transform.layout_plan import LayoutPlan, plan_pipeline
 
-    mod = autorelay.parse(NET)
-    gen = np.random.default_rng(1)
-    params = {p.name_hint: gen.standard_normal(p.type_annotation.concrete_shape).astype("float32")
-              for p in mod["main"].params[1:]}
-    x = gen.standard_normal((1, 32, 12, 12)).astype("float32")
-    want = np.asarray(autorelay.evaluate(autorelay.infer_types(mod), x, *params.values()))
+    mod, params, x, want = _net_and_answer(1)
     exe = autorelay.build(mod, params=params, pipeline=plan_pipeline(LayoutPlan(blocks)))
     np.testing.assert_allclose(np.asarray(exe(x)), want, rtol=1e-4, atol=1e-4)
     templates = [row.detail.split()[0] for row in exe.report.rows]
