@@ -257,9 +257,10 @@ class _GraphReader:
             kernel = dict(self.costs[layer].kernel)
             if needs_blocks(c):  # its NCHW is `default`'s packing: block 8 with re-layouts around it
                 kernel.pop(0, None)
-                if kernel:
-                    return self.node(layer, CONV, [c.args[0]], kernel)
-            elif 0 in kernel and len(kernel) > 1:
+                offered = bool(kernel)
+            else:  # a choice between NCHW and at least one block
+                offered = 0 in kernel and len(kernel) > 1
+            if offered:
                 return self.node(layer, CONV, [c.args[0]], kernel)
         if _agnostic(c) and values and values[0] is c.args[0]:
             return self.value[id(c.args[0])]

@@ -213,9 +213,10 @@ def modeled_cost(graph: LayoutGraph, costs: dict[str, LayerCost], forms: dict[st
     each conv node's kernel then moved from its layout's fastest form to the form it takes; NaN
     when the build takes a layout the program does not offer (a block left out of the search)."""
     try:
-        total = plan_cost(graph, assign(graph, {name: block for name, (block, _) in forms.items()}))
+        layouts = assign(graph, {name: block for name, (block, _) in forms.items()})
     except ValueError:
         return math.nan
+    total = plan_cost(graph, layouts)
     for node in graph.nodes:
         cost, form = costs.get(node.name), forms.get(node.name)
         if node.kind == CONV and cost is not None and form in cost.forms and form[0] in cost.kernel:
