@@ -67,6 +67,13 @@ def channel_block(channels: int, block: int) -> int:
     return _divisor(channels, block) if block > 0 else 0
 
 
+def _channels(shape: tuple | None, rank: int, ch: int) -> int | None:
+    """The channel extent of an operand of `shape` broadcast to `rank` dimensions (None: unknown)."""
+    if shape is None or len(shape) > rank:
+        return None
+    return ((1,) * (rank - len(shape)) + tuple(shape))[ch]
+
+
 def _const(arr: np.ndarray) -> Constant:
     c = Constant(arr)
     c.set_checked_type(c.type)
@@ -263,24 +270,46 @@ class _Converter(ExprMutator):
         return Tuple(tuple(x for x, _ in tracked)), lay, axis
 
     def _binary(self, c: Call) -> tuple[Expr, str | None] | None:
+        """A broadcasting binary op computes in the layout of an operand with the output's channels;
+        the other operand comes to that layout, or broadcasts in it: a scalar, a per-channel
+        constant, or a value with one channel (a spatial attention map)."""
         pairs = [self.track(a) for a in c.args]
-        lay = next((lay for _, lay in pairs if lay is not None), None)
         out_shape = static_shape(c)
-        if lay is None or out_shape is None or len(out_shape) != len(self.src):
+        if out_shape is None or len(out_shape) != len(self.src):
+            return None
+        ch, rank = self.src.index("C"), len(out_shape)
+        lay = next((lay for orig, (_, lay) in zip(c.args, pairs)
+                    if lay is not None and _channels(static_shape(orig), rank, ch) == out_shape[ch]), None)
+        if lay is None:
             return None
         args = []
         for orig, (new, arg_lay) in zip(c.args, pairs):
             shape = static_shape(orig)
-            if arg_lay is not None or shape == out_shape:
+            channels = _channels(shape, rank, ch)
+            if shape == out_shape:
                 args.append(self.ensure(new, arg_lay, lay))
             elif shape is not None and int(np.prod(shape)) == 1 and len(shape) <= len(out_shape):
                 args.append(new if len(shape) == 0 else registry.call("reshape", new, newshape=()))
-            else:
-                packed = self._pack_constant(new.data, out_shape, lay) if isinstance(new, Constant) else None
+            elif isinstance(new, Constant):
+                packed = self._pack_constant(new.data, out_shape, lay)
                 if packed is None:
                     return None
                 args.append(packed)
+            elif channels == out_shape[ch] and len(shape) == rank:  # e.g. a squeeze-excite gate
+                args.append(self.ensure(new, arg_lay, lay))
+            elif channels == 1:
+                args.append(self._one_channel(new, arg_lay, shape, out_shape, lay))
+            else:
+                return None
         return Call(c.op, tuple(args), c.attrs), lay
+
+    def _one_channel(self, new: Expr, arg_lay: str | None, shape: tuple, out_shape: tuple, lay: str) -> Expr:
+        """A one-channel value reshaped (in the source layout, where its data order does not depend
+        on the layout) to broadcast against values in layout `lay`: every inner axis extent 1."""
+        aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+        layout = parse_layout("ConvertLayout", lay, self.src)
+        target = [aligned[self.src.index(ax)] if ax.isupper() else 1 for ax in layout.axes]
+        return registry.call("reshape", self.ensure(new, arg_lay, None), newshape=tuple(target))
 
     def _pack_constant(self, data: np.ndarray, out_shape: tuple, lay: str) -> Constant | None:
         """A per-channel (or channel-independent) constant rearranged to broadcast in layout `lay`."""

@@ -95,6 +95,33 @@ def test_channel_concatenation_stays_in_the_converted_layout(dst):
     assert_same_outputs(mod, out)
 
 
+def _gated_mod():
+    """Attention gates multiplied into a conv's output: a one-channel spatial map from a conv, one
+    from a channel mean (not converted), and a per-channel gate from a global pooling."""
+    x = Var("x", TensorType((1, 16, 6, 7)))
+    y = call("nn.conv2d", x, _w(16, 16, 3, 3), padding=[1, 1], channels=16, kernel_size=[3, 3])
+    spatial = call("sigmoid", call("nn.conv2d", y, _w(1, 16, 1, 1), channels=1, kernel_size=[1, 1]))
+    channel = call("sigmoid", call("nn.conv2d", call("nn.global_avg_pool2d", y), _w(16, 16, 1, 1),
+                                   channels=16, kernel_size=[1, 1]))
+    z = call("multiply", call("multiply", spatial, y), channel)
+    z = call("add", z, call("mean", z, axis=[1], keepdims=True))
+    z = call("nn.conv2d", z, _w(8, 16, 3, 3), padding=[1, 1], channels=8, kernel_size=[3, 3])
+    return IRModule.from_expr(Function((x,), z))
+
+
+@pytest.mark.parametrize("dst,block", [("NCHWc", 8), ("NCHWc", 16), ("NHWC", 0)])
+def test_one_channel_and_per_channel_gates_broadcast_in_the_converted_layout(dst, block):
+    mod = _gated_mod()
+    out = typed(ConvertLayout(dst=dst, block=block or 16)(typed(mod)))
+    products = [n for n in post_order(out["main"]) if isinstance(n, Call)
+                and getattr(n.op, "name", "") in ("multiply", "add")]
+    rank = 5 if dst == "NCHWc" else 4
+    assert len(products) == 3 and all(len(n.checked_type.shape) == rank for n in products)
+    if dst == "NHWC":
+        assert all(n.checked_type.shape[-1] == 16 for n in products)
+    assert_same_outputs(mod, out)
+
+
 def test_depthwise_conv_is_packed_with_one_block():
     x = Var("x", TensorType((1, 8, 5, 5)))
     y = call("nn.conv2d", x, _w(8, 1, 3, 3), padding=[1, 1], groups=8, channels=8, kernel_size=[3, 3])
