@@ -64,7 +64,7 @@ class PipelineChoice:
     exe: Any = None  # the measured winner's default-schedule build, when asked to keep it
     prepared: PreparedModel | None = None  # the measured winner's prepared module (reused by tune)
     plan: LayoutPlan | None = None  # pipeline "plan": the per-layer layout plan it builds
-    note: str = ""  # why a stored layout plan was not used (a warning for the user), else ""
+    note: str = ""  # a warning for the user: why a stored plan was not used, which candidates failed
 
     def describe(self) -> str:
         note = f"; {self.note}" if self.note else ""
@@ -88,7 +88,9 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
                       pipelines: tuple[str, ...] | None = None, keep_build: bool = False) -> PipelineChoice:
     """Build `model` with each candidate pipeline and default schedules; the fastest, timed
     interleaved (candidates that build the same kernels still cost one build each). A candidate
-    that does not build for this model drops out; when none builds, the first one's error is raised.
+    that does not build for this model drops out, named with its error in the choice's `note` (a
+    pipeline failing on a model is a compiler defect the user should see, not a silent narrowing);
+    when none builds, the first one's error is raised.
     `keep_build`: the choice keeps the winner's build, for a caller that wants exactly that build."""
     from autorelay.errors import AutoRelayError
 
@@ -100,9 +102,10 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
             built.append((p, build_model(model, None, target, threads=threads, pipeline=p,
                                          prepared=prepared[p])))
         except AutoRelayError as e:
-            errors.append(e)
+            errors.append((p, e))
     if not built:
-        raise errors[0]
+        raise errors[0][1]
+    dropped = "; ".join(f"pipeline {p} did not build: {str(e).splitlines()[0]}" for p, e in errors)
     if len(asked) == 1:  # nothing to compare (a GPU target's one pipeline)
         only, exe = built[0]
         return PipelineChoice(only, "the only candidate", {}, exe if keep_build else None, prepared[only])
@@ -110,7 +113,7 @@ def measure_pipelines(model: Model, target: str, threads: int | None,
     latencies = {p: t for (p, _), t in zip(built, times)}
     best = min(latencies, key=latencies.__getitem__)
     return PipelineChoice(best, "measured", latencies, dict(built)[best] if keep_build else None,
-                          prepared[best])
+                          prepared[best], note=dropped)
 
 
 def prepare_plan(model: Model, target: str, threads: int | None, plan: LayoutPlan) -> PreparedModel:
@@ -154,7 +157,8 @@ def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: 
         if isinstance(got, PipelineChoice):
             return got
         fallback = measure_pipelines(model, target, threads, keep_build=keep_build)
-        fallback.note = f"{got}; fell back to the per-model pipeline {fallback.pipeline}"
+        fallback.note = "; ".join(filter(None, (f"{got}; fell back to the per-model pipeline "
+                                                f"{fallback.pipeline}", fallback.note)))
         return fallback
     if pipeline != AUTO:
         return PipelineChoice(pipeline, "given")

@@ -65,6 +65,14 @@ class SpecializingExecutable:
                                  f"(expected {', '.join(self.input_names)})")
         return self(*[named[n] for n in self.input_names])
 
+    def save(self, path: Any) -> None:
+        """Refused with the way out: a saved executable is one static build, and this one compiles
+        a build per input shape on demand."""
+        raise AutoRelayError(f"cannot save to {path}: the model has dynamic input(s) "
+                             f"({', '.join(self.dynamic)}), compiled per input shape on first call; "
+                             f"build it for fixed shapes (autorelay.build(..., shapes={{name: shape}}) or "
+                             f"`autorelay compile --batch N`) and save that")
+
     def profile(self, *inputs: Any, repeat: int = 10) -> Any:
         return self.executable_for(*inputs).profile(*inputs, repeat=repeat)
 

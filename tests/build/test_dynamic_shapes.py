@@ -34,6 +34,13 @@ def test_one_build_per_shape_cached_and_bounded():
     np.testing.assert_allclose(exe.run(x=x, y=y), _ref(x, y, w), rtol=1e-5, atol=1e-6)
 
 
+def test_saving_a_per_shape_executable_is_refused_with_the_way_out(tmp_path):
+    exe = autorelay.build(autorelay.parse(TEXT), params={"w": np.ones((4, 8), "float32")})
+    with pytest.raises(autorelay.AutoRelayError, match=r"dynamic input\(s\) \(x, y\).*shapes="):
+        exe.save(tmp_path / "net.arx")
+    assert not (tmp_path / "net.arx").exists()
+
+
 def test_explicit_shapes_give_a_static_build():
     mod = autorelay.parse(TEXT)
     w = np.ones((4, 8), "float32")

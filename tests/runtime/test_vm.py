@@ -165,6 +165,8 @@ def test_bad_inputs_name_the_input_and_both_shapes() -> None:
         exe(np.zeros((3, 128), "float32"))
     with pytest.raises(vm.VMError, match=r"expects 1 input"):
         exe()
+    with pytest.raises(vm.VMError, match=r"runs on the VM .* only graph executables"):
+        exe.save("rnn.arx")
 
 
 def test_bytecode_turns_self_tail_calls_into_jumps() -> None:

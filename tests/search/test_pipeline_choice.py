@@ -80,6 +80,7 @@ def test_a_candidate_that_does_not_build_drops_out(monkeypatch):
     monkeypatch.setattr(pc, "build_model", build)
     choice = pc.measure_pipelines(load_model("mlp"), "llvm", 1)
     assert choice.pipeline == "default" and set(choice.latencies) == {"default"}
+    assert "pipeline nchwc did not build: no NCHWc compute for this op" in choice.note  # the user is told
     with pytest.raises(BuildError, match="no NCHWc compute"):
         pc.measure_pipelines(load_model("mlp"), "llvm", 1, pipelines=("nchwc",))
 

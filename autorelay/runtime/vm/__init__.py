@@ -99,6 +99,11 @@ class VMExecutable:
                           f"(expected {', '.join(self.input_names)})")
         return self(*[named[n] for n in self.input_names])
 
+    def save(self, path: Any) -> None:
+        """Refused, with the reason: only graph executables (static dataflow) are saved today."""
+        raise VMError(f"cannot save to {path}: this program runs on the VM (control flow, closures or "
+                      f"run-time shapes), and only graph executables, with static dataflow, are saved")
+
     def call(self, name: str, *args: Any) -> Any:
         """Call any global function of the compiled module (arguments checked like the entry's)."""
         if name not in self.global_index:
