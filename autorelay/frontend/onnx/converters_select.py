@@ -69,8 +69,12 @@ def _gather_elements(g: GraphBuilder, node: NodeView) -> Expr:
 @_reg("GatherND")
 def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
     x, ind = _x(node, 0), _x(node, 1)
-    shape, ishape = g.static_shape(x), g.shape(ind)
+    shape, ishape = g.shape(x), g.shape(ind)
     b = int(node.attr("batch_dims", 0))
+    dynamic = not all(isinstance(d, int) for d in shape)  # a dynamic first axis: a batch
+    if dynamic and (b or not all(isinstance(d, int) for d in shape[1:])):
+        raise node.fail(f"data of shape {tuple(map(str, shape))} (batch_dims={b}) needs static extents "
+                        "after its first axis, and no batch axes")
     if ishape and not all(isinstance(d, int) for d in (*ishape[:b], ishape[-1])):
         # the tuples' count may be dynamic (the coordinates NonZero found: x[mask])
         raise node.fail(f"indices of shape {tuple(map(str, ishape))} need a static tuple length and "
@@ -79,6 +83,10 @@ def _gather_nd(g: GraphBuilder, node: NodeView) -> Expr:
     if not ishape or b < 0 or b >= len(ishape) or b + k > len(shape) or tuple(ishape[:b]) != tuple(shape[:b]):
         raise node.fail(f"indices of shape {ishape} (batch_dims={b}) do not index data of shape {shape}")
     indexed = shape[b : b + k]
+    if dynamic:  # negative indices wrap by the run-time extents
+        wrap_by = g.call("strided_slice", g.call("shape_of", x), begin=(0,), end=(k,))
+        offset = tuple_offsets(g, ind, indexed, wrap_by)
+        return g.call("take", g.call("reshape", x, newshape=(-1, *shape[k:])), offset, axis=0)
     offset = tuple_offsets(g, ind, indexed)
     span = int(np.prod(indexed))
     if b:  # each batch's slices start after those of the batches before it

@@ -157,6 +157,32 @@ def test_boolean_mask_selection_gathers_a_dynamic_count():
     assert all(r.source not in ("reference", "fallback") for r in exe.provider.report()), exe.report
 
 
+def test_gather_nd_over_a_dynamic_batch_selects_at_every_batch_size():
+    """GatherND into data whose first axis is a symbolic batch: `x[x > 0]` exported with a dynamic
+    batch, and constant index tuples with negative entries, wrapped by the run-time batch."""
+    mask = [helper.make_node("Greater", ["x", "zero"], ["m"]), helper.make_node("NonZero", ["m"], ["i"]),
+            helper.make_node("Transpose", ["i"], ["t"]), helper.make_node("GatherND", ["x", "t"], ["v"])]
+    rows = [helper.make_node("GatherND", ["x", "pairs"], ["r"])]
+    consts = [numpy_helper.from_array(np.array(0, "float32"), "zero"),
+              numpy_helper.from_array(np.array([[0, 1], [-1, 0], [0, -1]], "int64"), "pairs")]
+    x_info = _vi("x", ("b", 5, 3))
+    for nodes, out in ((mask, "v"), (rows, "r")):
+        model = _model(nodes, [x_info], [_vi(out, None)], consts)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        mod, params = autorelay.frontend.from_onnx(model)
+        exe = autorelay.build(mod, params=params)
+        for batch in (1, 4, 2):
+            x = np.random.default_rng(batch).standard_normal((batch, 5, 3)).astype("float32")
+            np.testing.assert_array_equal(np.asarray(exe(x)), sess.run(None, {"x": x})[0])
+
+
+def test_gather_nd_with_batch_axes_over_dynamic_data_is_refused_clearly():
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)
+    model = _model([node], [_vi("x", ("b", 4)), _vi("i", ("b", 1), TensorProto.INT64)], [_vi("y", None)])
+    with pytest.raises(OnnxImportError, match=r"\(GatherND\): data of shape \('b', '4'\) \(batch_dims=1\)"):
+        autorelay.frontend.from_onnx(model)
+
+
 def test_nonzero_of_a_scalar_is_refused_clearly():
     model = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", 1, [])],
                    [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
