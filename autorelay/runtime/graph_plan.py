@@ -12,8 +12,8 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
   input, constant or temp; never another alias) starting `offset` elements in, with no storage of
   its own. A piece's alias is written by its producer's step and views a temp that comes later.
 * ``padded`` — a temp with a zero border around a value (`autorelay.te.halo`): its storage block
-  is zero-filled once and shared only with padded slots of the same shape and border (whose
-  writers write the same interior), so the border stays zero; the convolutions that would pad the
+  is zero-filled once and shared only with padded slots of the same shape, border and interior
+  (whose writers write the same elements), so the border stays zero; the convolutions that would pad the
   value read this slot whole;
 * ``interior`` — the value itself: the part of padded slot `index` past `halo` elements of
   border in each dimension (a strided view; kernels address it with the padded slot's strides).
@@ -115,8 +115,8 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     A temp is placed at the first step that writes it or one of its aliases (a concatenation's
     pieces are written before the result exists as a value) and lives until the last step that
     reads or writes it or an alias of it. A padded slot's block is zero-filled once and shared
-    only with padded slots of the same shape and border (their writers write the same interior,
-    so its border stays zero); sharing at all matters: a block of its own per layer would make
+    only with padded slots of the same shape, border and interior (their writers write the same
+    elements, so its border stays zero); sharing at all matters: a block of its own per layer would make
     every layer write to memory no recent layer touched, out of the cores' caches."""
 
     def root(k: int) -> int:
@@ -131,10 +131,14 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     blocks: list[int] = []
     free: list[int] = []
     zeroed: list[int] = []
-    bordered: dict[tuple, list[int]] = {}  # (shape, dtype, border) -> its free zero-filled blocks
+    bordered: dict[tuple, list[int]] = {}  # (shape, dtype, border, interior) -> free zero-filled blocks
+    interior = {s.index: s.shape for s in slots if s.kind == "interior"}
 
-    def kind_of(s: Slot) -> tuple:
-        return (s.shape, s.dtype, s.halo)
+    def kind_of(k: int) -> tuple:
+        """What a padded slot's writers write: the same padded shape and border before the
+        interior can still differ in the border after it (a Winograd reader pads its tiles' overhang)."""
+        s = slots[k]
+        return (s.shape, s.dtype, s.halo, interior.get(k))
 
     for i, st in enumerate(steps):
         for o in map(root, st.outputs):
@@ -143,7 +147,7 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
                 continue
             need = _round_up(max(s.nbytes, 1))
             if s.kind == "padded":
-                pool = bordered.setdefault(kind_of(s), [])
+                pool = bordered.setdefault(kind_of(o), [])
                 if pool:
                     s.index = pool.pop()
                 else:
@@ -166,7 +170,7 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
         for a in {root(x) for x in (*st.args, *st.outputs)}:
             s = slots[a]
             if s.kind == "padded" and last_use.get(a) == i and s.index >= 0:
-                bordered[kind_of(s)].append(s.index)
+                bordered[kind_of(a)].append(s.index)
             elif s.kind == "temp" and last_use.get(a) == i and s.index >= 0 and s.index not in free:
                 free.append(s.index)  # one live slot per block at a time, so the block is now free
     unwritten = [s for s in slots if s.kind == "temp" and s.index < 0]

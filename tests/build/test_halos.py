@@ -205,3 +205,37 @@ def test_bordered_blocks_are_shared_only_by_alike_values():
         s.index = -1
     mem2 = plan_memory(slots, steps2, [1], 0)
     assert a.index == b.index and mem2.zeroed == [a.index]  # a is dead when b is written
+
+
+def test_bordered_blocks_with_another_interior_are_not_shared():
+    """Two bordered values of one padded shape and leading border, but different interiors (a
+    Winograd reader pads its tiles' overhang after a smaller map): sharing a block would leave the
+    larger value's last rows in the smaller one's border."""
+    big = Slot((1, 4, 10, 10), "float32", "padded", halo=(0, 0, 1, 1))
+    small = Slot((1, 4, 10, 10), "float32", "padded", halo=(0, 0, 1, 1))
+    slots = [big, Slot((1, 4, 8, 8), "float32", "interior", 0, halo=(0, 0, 1, 1)),
+             small, Slot((1, 4, 7, 7), "float32", "interior", 2, halo=(0, 0, 1, 1)),
+             Slot((1,), "float32", "temp")]
+    steps = [Step("kernel", "a", [], [1]), Step("kernel", "b", [1], [4]), Step("kernel", "c", [4], [3])]
+    plan_memory(slots, steps, [3], 0)
+    assert big.index != small.index
+
+
+def test_a_winograd_layer_after_an_odd_pooled_map_reads_a_zero_border():
+    """A map of 22 pixels whose convolution's border a later, 21-pixel map (after a 2x2 stride-1
+    pooling) could inherit: both are stored 24 wide with one leading zero, F(2x2)'s overhanging
+    tile making the smaller one's trailing border two wide. Checked against the interpreter."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 22, 22), float32], %v: Tensor[(32, 32, 3, 3), float32],
+          %w: Tensor[(32, 32, 3, 3), float32]) {
+  %0 = nn.relu(nn.conv2d(nn.relu(%x), %v, padding=[1, 1], channels=32, kernel_size=[3, 3]));
+  nn.conv2d(nn.max_pool2d(%0, pool_size=[2, 2]), %w, padding=[1, 1], channels=32, kernel_size=[3, 3])
+}"""
+    mod = autorelay.parse(text)
+    v, w = ((RNG.standard_normal((32, 32, 3, 3)) * 0.2).astype("float32") for _ in range(2))
+    exe = autorelay.build(mod, params={"v": v, "w": w}, pipeline="default")
+    assert sum(s.kind == "padded" for s in exe.plan.slots) == 2
+    for _ in range(2):
+        x = RNG.standard_normal((1, 32, 22, 22)).astype("float32")
+        want = np.asarray(autorelay.evaluate(mod, x, v, w))
+        np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
