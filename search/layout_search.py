@@ -65,7 +65,9 @@ from search.models import (
     Model,
     PreparedModel,
     build_model,
+    disagreement,
     max_difference,
+    output_scale,
     prepare_model,
     run_inputs,
     schedule_source,
@@ -122,6 +124,7 @@ class LayoutSearchResult:
     prepared: PreparedModel  # the winner's
     rows: list[LayerRow]
     max_abs_diff: float  # plan build vs default build, same inputs
+    output_scale: float  # the default build's largest output magnitude (`models.output_scale`)
     record_id: int | None = None
     source: BoundSource | None = None  # the log as the winner's build read it (None: no log)
     fusion: str = PLAN  # the plan's fusion variant that `plan` is (a key of `latencies`)
@@ -188,7 +191,9 @@ class LayoutSearchResult:
         again = f"the finalists again: {again}; " if again else ""
         lines.append(f"measured end to end: {measured}; {again}kept {self.winner}; "
                      f"max |plan - default| = {self.max_abs_diff:.2g}")
-        return "\n".join(lines)
+        warning = disagreement("the plan's and the default build's outputs", self.max_abs_diff,
+                               self.output_scale)
+        return "\n".join([*lines, *filter(None, [warning])])
 
 
 def layout_label(block: int, tile: int) -> str:
@@ -312,6 +317,7 @@ def search_layout(model: Model, db: Any, target: str, threads: int | None, *, re
     modeled = {PLAN: sol.cost, **{p: modeled_cost(graph, costs, f) for p, f in forms.items()}}
     result = LayoutSearchResult(plan, sol, graph, times, modeled, winner, prepared,
                                 _layer_rows(graph, sol, costs, plan, forms[best_model]), diff,
+                                output_scale(reference),
                                 source=builds.sources[fusion if winner == PLAN else winner], fusion=fusion,
                                 prologue_edges=found.prologues, shared_producers=found.shared,
                                 pool_edges=found.pools, band_edges=found.bands,

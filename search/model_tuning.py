@@ -42,6 +42,7 @@ from search.models import (
     build_model,
     max_difference,
     open_db,
+    output_scale,
     prepare_model,
     run_inputs,
     schedule_source,
@@ -330,7 +331,9 @@ def _compare(result: ModelTuneResult, prepared: PreparedModel, db: Any, memo: Ke
                                        build_pinned=build_pinned)
     if not all(c.kept for c in result.in_place):
         after = build_model(model, source, prepared=prepared, memo=memo)  # the log's picks changed
-    result.max_abs_diff = max_difference(before(*args), after(*args))
+    reference = before(*args)
+    result.max_abs_diff = max_difference(reference, after(*args))
+    result.output_scale = output_scale(reference)
     result.latency_before_s, result.latency_after_s = time_interleaved([before, after], args)
     result.source_counts = dict(after.report.sources)
     result.report = after.report

@@ -227,6 +227,27 @@ def max_difference(a: Any, b: Any) -> float:
                 for x, y in zip(xs, ys)), default=0.0)
 
 
+# two builds of one model whose outputs differ by more than this share of the outputs' magnitude
+# disagree beyond rounding (F(4x4) Winograd through a deep network loses about three digits)
+DISAGREEMENT = 1e-2
+
+
+def output_scale(out: Any) -> float:
+    """The largest finite magnitude among a model's outputs (1 when they hold none)."""
+    xs = list(out) if isinstance(out, list | tuple) else [out]
+    mags = [np.abs(a[np.isfinite(a)]).max(initial=0.0) for a in (np.asarray(x, np.float64) for x in xs)]
+    return float(max(mags, default=0.0)) or 1.0
+
+
+def disagreement(what: str, diff: float, scale: float) -> str | None:
+    """A warning when two builds' outputs differ beyond rounding (`max_difference` against the
+    reference build's `output_scale`): one of them computes wrongly, a compiler defect to report."""
+    if not diff > DISAGREEMENT * scale:  # NaN (outputs that hold NaN in both) is no evidence
+        return None
+    return (f"warning: {what} differ by {diff:.3g}, {diff / scale:.1%} of the outputs' magnitude: one of the "
+            "builds computes wrongly (a compiler defect; please report it with the model)")
+
+
 @dataclass
 class CompileResult:
     exe: Any
@@ -313,10 +334,12 @@ __all__ = [
     "build_model",
     "compile_model",
     "default_threads",
+    "disagreement",
     "interleaved_samples",
     "load_model",
     "max_difference",
     "open_db",
+    "output_scale",
     "prepare_model",
     "run_inputs",
     "run_model",

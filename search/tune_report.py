@@ -9,6 +9,7 @@ from typing import Any
 
 from search.extract import ModelTask, Skipped
 from search.in_place import describe_checks
+from search.models import disagreement
 from search.plan_screen import DEFER_RATIO, TRAILING_RATIO
 from search.tune import TuneResult
 
@@ -64,6 +65,7 @@ class ModelTuneResult:
     latency_before_s: float = math.nan
     latency_after_s: float = math.nan
     max_abs_diff: float = math.nan  # tuned vs default outputs, same inputs
+    output_scale: float = math.nan  # the default build's largest output magnitude
     source_counts: dict[str, int] = field(default_factory=dict)
     report: Any = None  # the tuned executable's BuildReport
     pipeline: str = ""  # how the pass pipeline was chosen (`PipelineChoice.describe`)
@@ -123,6 +125,9 @@ class ModelTuneResult:
                          f"{self.latency_after_s * 1e3:.3f} ms tuned ({self.speedup:.2f}x); "
                          f"max |tuned - default| = {self.max_abs_diff:.2g}; kernels by source: "
                          + ", ".join(f"{k} {v}" for k, v in sorted(self.source_counts.items())))
+            warning = disagreement("the tuned and the default build's outputs", self.max_abs_diff,
+                                   self.output_scale)
+            lines.extend(filter(None, [warning]))
         if self.interrupted:
             lines.append("interrupted: every finished measurement is in the log; rerun the same command "
                          "to resume")

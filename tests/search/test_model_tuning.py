@@ -4,6 +4,8 @@ interpreter, a rerun resumes without re-measuring, and Ctrl-C keeps what was mea
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,21 @@ def test_compile_applies_tuned_schedules_and_matches_interpreter(tuned):
     # the end-to-end comparison ran on the same inputs and agreed with the default build
     assert result.max_abs_diff < 1e-4 and result.latency_before_s > 0 and result.latency_after_s > 0
     assert result.source_counts.get("tuned", 0) >= 1
+    assert result.output_scale == pytest.approx(np.abs(want).max(), rel=1e-4)
+    assert "computes wrongly" not in result.table()
+    wrong = replace(result, max_abs_diff=0.5 * result.output_scale)  # as a miscompiled kernel leaves it
+    assert "differ by" in wrong.table() and "50.0% of the outputs' magnitude" in wrong.table()
+
+
+def test_builds_disagree_beyond_rounding_only():
+    from search.models import disagreement, output_scale
+
+    assert output_scale((np.array([1.0, -4.0, np.inf]), np.array([[2.0]]))) == 4.0
+    assert output_scale(np.zeros(3)) == 1.0  # no magnitude: differences count absolutely
+    assert disagreement("a and b", 0.03, 4.0) is None  # under 1%: rounding (Winograd, sum orders)
+    assert "a and b differ by 0.05, 1.2%" in disagreement("a and b", 0.05, 4.0)
+    assert disagreement("a and b", float("nan"), 4.0) is None  # NaN in both outputs says nothing
+    assert "differ by inf" in disagreement("a and b", float("inf"), 4.0)  # not even the same count
 
 
 def test_build_uses_the_remeasured_pick(tuned):
