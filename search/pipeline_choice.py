@@ -150,12 +150,17 @@ def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: 
     (`db` may be None: no log), else the log's layout plan for it when one won its search (a
     quantized model's, stored by `autorelay quantize`), else the measured fastest candidate (with
     its default-schedule build when `keep_build`); `plan` (given, or the log's pick) is the log's
-    layout plan (`stored_plan`), else — with a `note` saying why — the measured per-model choice."""
+    layout plan (`stored_plan`), else — with a `note` saying why — the per-model pipeline the log
+    tuned the model with, or failing that the measured per-model choice."""
     logged = logged_pipeline(db, model, target, threads) if db is not None and pipeline == AUTO else None
     if pipeline == PLAN or logged == PLAN:
         got = stored_plan(model, db, target, threads)
         if isinstance(got, PipelineChoice):
             return got
+        tuned_with = logged_pipeline(db, model, target, threads) if db is not None else None
+        if tuned_with not in (None, PLAN):  # its kernels were tuned for that pipeline's layouts
+            return PipelineChoice(tuned_with, "logged", note=f"{got}; fell back to the pipeline the log "
+                                                              f"tuned it with, {tuned_with}")
         fallback = measure_pipelines(model, target, threads, keep_build=keep_build)
         fallback.note = "; ".join(filter(None, (f"{got}; fell back to the per-model pipeline "
                                                 f"{fallback.pipeline}", fallback.note)))

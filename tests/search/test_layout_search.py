@@ -169,6 +169,13 @@ def test_no_plan_and_a_lost_plan_use_the_per_model_pipeline(tmp_path, model):
         lost = compile_model(model, db, "llvm", threads=1, pipeline="plan")
     assert "no layout plan" in none.note and none.pipeline in candidates("llvm", 1)
     assert lost.pipeline == "nchwc" and lost.note == ""
+    other = f"sqlite:///{tmp_path / 'other.db'}"  # tuned with a per-model pipeline: no plan, that one
+    with tuning_db.open(other) as db:
+        db.start_run(model=model.name, info={"target": tuning_target("llvm", 1), "pipeline": "nchwc-direct",
+                                             "model_key": model_key(model.mod)})
+        logged = compile_model(model, db, "llvm", threads=1, pipeline="plan")
+    assert logged.pipeline == "nchwc-direct"
+    assert "no layout plan" in logged.note and "the log tuned it with, nchwc-direct" in logged.note
 
 
 def test_search_stores_the_fastest_and_the_plan_is_optimal_under_its_model(tmp_path, model, capsys):
