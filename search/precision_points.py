@@ -60,8 +60,15 @@ def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
 
 
 def top1(outputs: Sequence[np.ndarray], labels: np.ndarray) -> float:
-    """Share of samples whose largest output is the label's class."""
-    pred = np.concatenate([o.reshape(o.shape[0], -1).argmax(axis=1) for o in outputs])
+    """Share of samples whose largest output is the label's class (a label the outputs have no
+    class for is refused: it would make every plan score zero, and the search meaningless)."""
+    rows = [o.reshape(o.shape[0], -1) for o in outputs]
+    classes = min(r.shape[1] for r in rows)
+    stray = labels[(labels < 0) | (labels >= classes)]
+    if stray.size:
+        raise ValueError(f"labels.npy holds class {int(stray[0])}, but the model's output has {classes} "
+                         f"classes (0 to {classes - 1})")
+    pred = np.concatenate([r.argmax(axis=1) for r in rows])
     return float(np.mean(pred == labels))
 
 

@@ -50,6 +50,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from autorelay.errors import TypeCheckError
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr, Op
@@ -112,7 +114,7 @@ class OpDef:
         full: dict[str, Any] = {}
         for k, default in self.attrs.items():
             if k in given:
-                full[k] = given[k]
+                full[k] = _checked_kind(self.name, k, default, given[k])
             elif default is REQUIRED:
                 raise TypeCheckError(f"{self.name}: missing required attribute {k!r}")
             else:
@@ -120,6 +122,18 @@ class OpDef:
         if self.normalize_attrs is not None:
             full = self.normalize_attrs(full)
         return Attrs(full)
+
+
+def _checked_kind(op: str, name: str, default: Any, value: Any) -> Any:
+    """`value` for an attribute whose default says its kind: a flag takes a bool (or 0/1), a number
+    takes no string. Only these two kinds are certain from a default (an int default may stand for
+    a list, a None default for anything), so other values pass to the op's own normalisation."""
+    if isinstance(default, bool) and not (isinstance(value, bool | np.bool_)
+                                          or (isinstance(value, int | np.integer) and value in (0, 1))):
+        raise TypeCheckError(f"{op}: attribute {name} must be a bool, got {value!r}")
+    if isinstance(default, int | float) and not isinstance(default, bool) and isinstance(value, str):
+        raise TypeCheckError(f"{op}: attribute {name} must be a number, got {value!r}")
+    return value
 
 
 _REGISTRY: dict[str, OpDef] = {}

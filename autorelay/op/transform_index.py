@@ -182,11 +182,18 @@ def _take_rel(arg_types: list[Type], attrs: Attrs) -> Type:
 
 
 def _take_ref(attrs: Attrs, x: np.ndarray, ind: np.ndarray) -> np.ndarray:
+    """The oracle: `fast` promises indices in [0, n), which the kernels clamp to stay in bounds
+    rather than check; a program that breaks the promise is refused here, not given an answer the
+    kernels would not give (NumPy's `raise` mode would wrap a negative index)."""
     x, ind = np.asarray(x), np.asarray(ind)
     mode = {"clip": "clip", "wrap": "wrap", "fast": "raise"}[attrs["mode"]]
-    if attrs["axis"] is None:
+    axis = None if attrs["axis"] is None else normalize_axis("take", attrs["axis"], x.ndim)
+    extent = x.size if axis is None else x.shape[axis]
+    if mode == "raise" and ind.size and (ind.min() < 0 or ind.max() >= extent):
+        bad = int(ind.min()) if ind.min() < 0 else int(ind.max())
+        raise IndexError(f"take: mode 'fast' needs indices in [0, {extent}), got {bad}")
+    if axis is None:
         return np.take(x.reshape(-1), ind, mode=mode)
-    axis = normalize_axis("take", attrs["axis"], x.ndim)
     if x.shape[axis] == 0 and ind.size:
         raise IndexError(f"take: cannot index axis {axis} of extent 0 (data shape {x.shape})")
     return np.take(x, ind, axis=axis, mode=mode)

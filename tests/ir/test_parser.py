@@ -100,6 +100,18 @@ def test_op_call_attrs_are_validated_and_defaulted():
     assert call.attrs["groups"] == 1  # a default filled in by the op's schema
 
 
+@pytest.mark.parametrize("attrs, message", [
+    ('keepdims="no"', "attribute keepdims must be a bool, got 'no'"),  # a truthy string is no flag
+    ("keepdims=[1]", r"attribute keepdims must be a bool, got \(1,\)"),
+    ('exclude=2', "attribute exclude must be a bool, got 2"),
+])
+def test_an_attribute_of_the_wrong_kind_is_refused_where_it_is_written(attrs, message):
+    with pytest.raises(ParseError, match=rf"1:\d+: bad attributes for sum: sum: {message}"):
+        parse(f"def @main(%x: Tensor[(2, 3), float32]) {{ sum(%x, axis=[1], {attrs}) }}")
+    flag = main_body("def @main(%x: Tensor[(2, 3), float32]) { sum(%x, axis=[1], keepdims=1) }")
+    assert flag.attrs["keepdims"]  # 0 and 1 stay flags (importers pass ONNX's integer flags)
+
+
 def test_attribute_value_kinds():
     f = parse_expr('fn (%x, A=1, B=-2.5f, C="s\\"q", D=True, E=[1, [2, 3]], F=None, G=()) { %x }')
     assert isinstance(f, Function)

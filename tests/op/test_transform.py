@@ -333,6 +333,15 @@ def test_take(mode):
     check_gradient("take", [x, ind], {"mode": mode}, wrt=[0])
 
 
+def test_take_fast_refuses_indices_it_does_not_promise_to_handle():
+    """`fast` assumes indices in range (the kernels clamp rather than check): the oracle refuses a
+    negative or too large one instead of answering as NumPy would (a negative index wraps there)."""
+    x = rng.standard_normal((5, 3))
+    for bad, shown in (([-1, 2], -1), ([7, 2], 7)):
+        with pytest.raises(IndexError, match=rf"mode 'fast' needs indices in \[0, 5\), got {shown}"):
+            run_op("take", x, np.array(bad), axis=0, mode="fast")
+
+
 def test_take_errors():
     with pytest.raises(
         TypeCheckError, match=r"take: argument indices must have an integer dtype, got float32"

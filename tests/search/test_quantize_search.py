@@ -204,6 +204,11 @@ def test_bad_arguments() -> None:
         search_precisions(model, data, data, max_drop=-0.1)
     with pytest.raises(ValueError, match="trials must be >= 1"):
         search_precisions(model, data, data, max_drop=0.1, trials=0)
+    classes = _reference_outputs(model, data.batches)[0].shape[1]
+    labelled = DataSet(data.batches, np.full(data.batches[0]["x"].shape[0], classes), "labelled")
+    with pytest.raises(ValueError, match=f"labels.npy holds class {classes}, but the model's output has "
+                                         f"{classes} classes"):
+        search_precisions(model, data, labelled, max_drop=0.1)
 
 
 def test_bf16_is_a_searched_precision_where_a_layer_has_a_kernel() -> None:
