@@ -24,6 +24,12 @@ class PlanPoint:
     stage: str  # "sensitivity", "seed" or "search": who proposed it first
 
     @property
+    def relative(self) -> float:
+        """Its latency over fp32's in the same interleaved rounds: plans are ranked by this, not by
+        their own medians, which come from different rounds and drift with the host's load."""
+        return self.latency_ms / self.fp32_latency_ms
+
+    @property
     def int8_layers(self) -> list[str]:
         return [n for n, p in self.plan.items() if p == "int8"]
 
@@ -49,14 +55,15 @@ def plan_key(plan: Mapping[str, str]) -> str:
 
 
 def pareto_front(points: Sequence[PlanPoint]) -> list[PlanPoint]:
-    """The points no other point beats on both latency and drop (ties kept once), fastest first."""
+    """The points no other point beats on both latency (`PlanPoint.relative`) and drop (ties kept
+    once), fastest first."""
     front = []
     for p in points:
-        dominated = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop
-                        and (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in points)
+        dominated = any(q.relative <= p.relative and q.drop <= p.drop
+                        and (q.relative < p.relative or q.drop < p.drop) for q in points)
         if not dominated and all(plan_key(p.plan) != plan_key(f.plan) for f in front):
             front.append(p)
-    return sorted(front, key=lambda p: (p.latency_ms, p.drop))
+    return sorted(front, key=lambda p: (p.relative, p.drop))
 
 
 def top1(outputs: Sequence[np.ndarray], labels: np.ndarray) -> float:

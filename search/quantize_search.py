@@ -15,8 +15,10 @@ the last) lose far more than others. The search answers "the fastest plan that l
 Every point is a real build (`quantize_model`, then the compiler with the tuning log's schedules —
 logged or transferred — through the quantized model's own schedule source), run on the validation
 set and timed interleaved with the fp32 build, so a noisy moment hits both and each point carries
-its own baseline. Accuracy is top-1 against labels when the validation set has them, else the
-relative error of the outputs against the fp32 model's (`drop` is then that error).
+its own baseline: points are ranked by their latency over that baseline's (`PlanPoint.relative`),
+never by medians taken in different rounds. Accuracy is top-1 against labels when the validation
+set has them, else the relative error of the outputs against the fp32 model's (`drop` is then that
+error).
 
 Precision is the last of the graph-level choices: given the float model's per-layer layout plan
 (`layout`, what `autorelay tune --pipeline plan` stored), every point keeps it — each float layer in
@@ -109,7 +111,7 @@ class SearchResult:
     sensitivity: dict[str, float]  # layer -> drop when quantized alone, least sensitive first
     points: list[PlanPoint]  # every measured point, in measurement order
     front: list[PlanPoint]
-    chosen: PlanPoint | None  # the fastest front point with drop <= max_drop
+    chosen: PlanPoint | None  # the fastest front point (against fp32 in its rounds) with drop <= max_drop
     stored: list[int] = field(default_factory=list)  # ids in the log's quantization_plans
     layout: LayoutPlan | None = None  # the float model's layout plan every build kept, if any
     # plan_key -> the quantized model's key and the layout plan it was built with (None: a named pipeline)
@@ -308,12 +310,12 @@ def search_precisions(model: Model, calibration_data: DataSet, validation: DataS
         stage = "seed" if attempts <= len(seeds) else "search"
         point = evaluate(plan, stage)
         searched.add(plan_key(plan))
-        study.tell(trial, [point.latency_ms, point.drop])
+        study.tell(trial, [point.relative, point.drop])
 
     points = list(evaluate.points.values())
     front = pareto_front(points)
     within = [p for p in front if p.drop <= max_drop]
-    chosen = min(within, key=lambda p: (p.latency_ms, p.drop)) if within else None
+    chosen = min(within, key=lambda p: (p.relative, p.drop)) if within else None
     result = SearchResult(model.name, tuning_target(target, threads), evaluate.metric, max_drop,
                           evaluate.fp32_accuracy, {n: sensitivity[n] for n in order}, points, front, chosen,
                           layout=layout, quantized=evaluate.quantized)

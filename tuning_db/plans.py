@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, func, select
 
 from . import schema
 from .errors import TuningDBError
@@ -159,14 +159,16 @@ def list_plans(conn: Connection, model_key: str | None = None, target: str | Non
 def best_plan(conn: Connection, model_key: str, target: str,
               max_drop: float | None = None) -> PlanRecord | None:
     """With `max_drop`: the fastest stored plan of the model on the target whose accuracy drop is at
-    most `max_drop`. Without: the plan the latest search of that model and target picked. None when
-    no stored plan qualifies."""
+    most `max_drop`, fastest against the fp32 build timed in its own rounds (a row without that
+    figure counts as fp32's speed). Without: the plan the latest search of that model and target
+    picked. None when no stored plan qualifies."""
     query = select(q).where(q.c.model_key == model_key, q.c.target == schema.canonical_target(target))
     if max_drop is None:
         query = query.where(q.c.chosen == 1).order_by(q.c.recorded_at.desc(), q.c.id.desc())
     else:
         bound = _finite("max_drop", max_drop)
-        query = query.where(q.c.accuracy_drop <= bound).order_by(q.c.latency_ms, q.c.id)
+        relative = q.c.latency_ms / func.coalesce(func.nullif(q.c.fp32_latency_ms, 0.0), q.c.latency_ms)
+        query = query.where(q.c.accuracy_drop <= bound).order_by(relative, q.c.id)
     row = conn.execute(query.limit(1)).first()
     return _to_record(row) if row is not None else None
 

@@ -89,8 +89,8 @@ def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
         assert 0 < p.spread_ms[0] <= p.latency_ms <= p.spread_ms[1] and p.fp32_latency_ms > 0
     # the front: brute-force non-domination over all measured points
     for p in result.points:
-        dominated = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop and
-                        (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in result.points)
+        dominated = any(q.relative <= p.relative and q.drop <= p.drop and
+                        (q.relative < p.relative or q.drop < p.drop) for q in result.points)
         assert (p in result.front) == (not dominated)
     fp32 = next(p for p in result.points if set(p.plan.values()) == {"fp32"})
     assert fp32.drop == 0.0
@@ -103,7 +103,7 @@ def test_search_front_is_measured_stored_and_consistent(tmp_path) -> None:
     assert int8.accuracy == pytest.approx(want, rel=1e-3, abs=1e-6)
     # the pick: the fastest front point within the bound
     within = [p for p in result.front if p.drop <= bound]
-    assert result.chosen is min(within, key=lambda p: p.latency_ms)
+    assert result.chosen is min(within, key=lambda p: p.relative)
     # the log holds exactly the front, the pick marked
     with tuning_db.open(url) as db:
         rows = db.plans(model_key(model.mod))
@@ -187,14 +187,20 @@ def test_top1_with_labels_and_a_tight_bound(tmp_path) -> None:
 
 def test_pareto_front_against_brute_force() -> None:
     rng = np.random.default_rng(0)
-    pts = [PlanPoint({"a": "int8" if i % 2 else "fp32", "b": str(i)}, float(lat), (lat, lat), 1.0, 0.0,
-                     float(d), "search") for i, (lat, d) in enumerate(rng.integers(1, 6, (40, 2)))]
+    pts = [PlanPoint({"a": "int8" if i % 2 else "fp32", "b": str(i)}, float(lat), (lat, lat), float(base),
+                     0.0, float(d), "search")
+           for i, (lat, base, d) in enumerate(rng.integers(1, 6, (40, 3)))]
     front = pareto_front(pts)
-    for p in pts:
-        beaten = any(q.latency_ms <= p.latency_ms and q.drop <= p.drop and
-                     (q.latency_ms < p.latency_ms or q.drop < p.drop) for q in pts)
+    for p in pts:  # latency counts against fp32 in the point's own rounds
+        ratio = p.latency_ms / p.fp32_latency_ms
+        beaten = any(q.latency_ms / q.fp32_latency_ms <= ratio and q.drop <= p.drop and
+                     (q.latency_ms / q.fp32_latency_ms < ratio or q.drop < p.drop) for q in pts)
         assert (p in front) == (not beaten)
-    assert [p.latency_ms for p in front] == sorted(p.latency_ms for p in front)
+    assert [p.relative for p in front] == sorted(p.relative for p in front)
+    # a plan whose own median is lower but which ran slower than fp32 beside it loses to fp32
+    fp32 = PlanPoint({"a": "fp32"}, 1.0, (1.0, 1.0), 1.0, 0.0, 0.0, "seed")
+    slower = PlanPoint({"a": "int8"}, 0.9, (0.9, 0.9), 0.8, 0.0, 0.01, "seed")
+    assert pareto_front([slower, fp32]) == [fp32]
 
 
 def test_bad_arguments() -> None:

@@ -43,6 +43,10 @@ def test_store_and_query_plans(db: tuning_db.TuningDB) -> None:
     for bound in (0.0, 0.01, 0.02, 0.1):
         assert db.best_plan("model-a", TARGET, max_drop=bound).latency_ms == fastest_within(bound)
     assert db.best_plan("model-a", TARGET, max_drop=-1.0) is None
+    # fastest against its own rounds' fp32: a lower median from a quieter moment is not faster
+    _store(db, {"default": "int8", "precisions": {"conv2d_1": "fp32"}}, 3.0, 0.0, fp32_latency_ms=2.0)
+    assert db.best_plan("model-a", TARGET, max_drop=0.0).latency_ms == 10.0  # 1.0x beats 1.5x
+    assert db.best_plan("model-a", TARGET, max_drop=0.1).latency_ms == 4.0  # 0.4x
     assert db.best_plan("model-a", TARGET).latency_ms == 5.0  # no bound: the search's pick
     # a later search's pick replaces the earlier one
     _store(db, {"default": "int8", "precisions": {"dense_0": "fp32"}}, 6.0, 0.0, chosen=True)
