@@ -57,6 +57,7 @@ from autorelay.runtime.values import (
     OpValue,
     format_value,
     from_list,
+    input_array,
     to_list,
 )
 
@@ -265,12 +266,17 @@ def type_text(t: TensorType) -> str:
 
 
 def _coerce_args(fn: Function, args: tuple[Any, ...]) -> list[Any]:
-    """Turn Python scalars/lists given for tensor parameters into arrays of the annotated dtype."""
+    """Inputs for tensor parameters converted as the compiled executors convert them (`input_array`:
+    a Python scalar or list, a float64 array for a float32 input); what that rule refuses is left
+    for the call's own check to name."""
     out = []
     for i, a in enumerate(args):
         ann = fn.params[i].type_annotation if i < len(fn.params) else None
-        if isinstance(a, int | float | bool | list | np.generic):
-            a = np.asarray(a, dtype=ann.dtype if isinstance(ann, TensorType) else None)
+        if isinstance(ann, TensorType) and isinstance(a, np.ndarray | int | float | bool | list | np.generic):
+            arr, problem = input_array(a, ann.dtype)
+            a = arr if problem is None else a
+        elif isinstance(a, int | float | bool | list | np.generic):
+            a = np.asarray(a)
         out.append(a)
     return out
 
