@@ -13,8 +13,8 @@ loaded without recompiling the graph. Slots are the tensors that flow between st
   its own. A piece's alias is written by its producer's step and views a temp that comes later.
 * ``padded`` — a temp with a zero border around a value (`autorelay.te.halo`): its storage block
   is zero-filled once and shared only with padded slots of the same shape, border and interior
-  (whose writers write the same elements), so the border stays zero; the convolutions that would pad the
-  value read this slot whole;
+  (whose writers write the same elements), so the border stays zero; the convolutions that would
+  pad the value read this slot whole;
 * ``interior`` — the value itself: the part of padded slot `index` past `halo` elements of
   border in each dimension (a strided view; kernels address it with the padded slot's strides).
 
@@ -116,8 +116,8 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     pieces are written before the result exists as a value) and lives until the last step that
     reads or writes it or an alias of it. A padded slot's block is zero-filled once and shared
     only with padded slots of the same shape, border and interior (their writers write the same
-    elements, so its border stays zero); sharing at all matters: a block of its own per layer would make
-    every layer write to memory no recent layer touched, out of the cores' caches."""
+    elements, so its border stays zero); sharing at all matters: a block of its own per layer
+    would make every layer write to memory no recent layer touched, out of the cores' caches."""
 
     def root(k: int) -> int:
         return storage_of(slots, k)
@@ -135,8 +135,8 @@ def plan_memory(slots: list[Slot], steps: list[Step], outputs: list[int], worksp
     interior = {s.index: s.shape for s in slots if s.kind == "interior"}
 
     def kind_of(k: int) -> tuple:
-        """What a padded slot's writers write: the same padded shape and border before the
-        interior can still differ in the border after it (a Winograd reader pads its tiles' overhang)."""
+        """What a padded slot's writers write. Two values of one padded shape and leading border
+        can still differ in the border after them (a Winograd reader pads its tiles' overhang)."""
         s = slots[k]
         return (s.shape, s.dtype, s.halo, interior.get(k))
 
