@@ -13,11 +13,12 @@ convolutions (`qnn.conv2d`, see `convert_layout_qnn`) are not addressed: they ta
 (default `block`; 0 keeps them in NCHW). Dilated convolutions stay.
 
 The new layout then *propagates*: layout-agnostic ops (unary elementwise ops, broadcasting binary
-ops whose other operand is a scalar, a same-shaped tensor or a per-channel constant, `bias_add`,
-2-d and global pooling, channel concatenation of values in one layout) compute directly in the
-converted layout. A `layout_transform` is inserted only where a value enters or leaves such a
-region (function inputs and outputs, `reshape`,
-`batch_flatten`, …); weights are transformed here with NumPy; and a transform that would undo the
+ops whose other operand is a scalar, a same-shaped tensor, a per-channel constant or value — a
+squeeze-excite gate — or a one-channel value — a spatial attention map, reshaped to broadcast
+inside the blocks), `bias_add`, 2-d and global pooling, channel concatenation of values in one
+layout) compute directly in the converted layout. A `layout_transform` is inserted only where a
+value enters or leaves such a region (function inputs and outputs, `reshape`, `batch_flatten`,
+…); weights are transformed here with NumPy; and a transform that would undo the
 one just before it cancels instead of being emitted. A Winograd convolution (`WinogradConv` ran
 first) is blocked like a direct one, its transformed weight re-laid out with NumPy.
 """
