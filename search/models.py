@@ -217,10 +217,14 @@ def interleaved_samples(exes: Sequence[Any], inputs: Sequence[np.ndarray], *, ro
     return samples
 
 
+def _fields(out: Any) -> list[Any]:
+    """A model's outputs as a list: a tuple's fields, or the one output."""
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
 def max_difference(a: Any, b: Any) -> float:
     """Largest absolute difference between two outputs (tuples compared field by field)."""
-    xs = list(a) if isinstance(a, list | tuple) else [a]
-    ys = list(b) if isinstance(b, list | tuple) else [b]
+    xs, ys = _fields(a), _fields(b)
     if len(xs) != len(ys):
         return float("inf")
     return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
@@ -234,8 +238,8 @@ DISAGREEMENT = 1e-2
 
 def output_scale(out: Any) -> float:
     """The largest finite magnitude among a model's outputs (1 when they hold none)."""
-    xs = list(out) if isinstance(out, list | tuple) else [out]
-    mags = [np.abs(a[np.isfinite(a)]).max(initial=0.0) for a in (np.asarray(x, np.float64) for x in xs)]
+    arrays = [np.asarray(x, np.float64) for x in _fields(out)]
+    mags = [np.abs(a[np.isfinite(a)]).max(initial=0.0) for a in arrays]
     return float(max(mags, default=0.0)) or 1.0
 
 

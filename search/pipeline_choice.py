@@ -157,7 +157,7 @@ def choose_pipeline(pipeline: str, model: Model, db: Any, target: str, threads: 
         got = stored_plan(model, db, target, threads)
         if isinstance(got, PipelineChoice):
             return got
-        tuned_with = logged_pipeline(db, model, target, threads) if db is not None else None
+        tuned_with = logged if pipeline == AUTO or db is None else logged_pipeline(db, model, target, threads)
         if tuned_with not in (None, PLAN):  # its kernels were tuned for that pipeline's layouts
             return PipelineChoice(tuned_with, "logged", note=f"{got}; fell back to the pipeline the log "
                                                               f"tuned it with, {tuned_with}")

@@ -189,7 +189,7 @@ def _take_ref(attrs: Attrs, x: np.ndarray, ind: np.ndarray) -> np.ndarray:
     mode = {"clip": "clip", "wrap": "wrap", "fast": "raise"}[attrs["mode"]]
     axis = None if attrs["axis"] is None else normalize_axis("take", attrs["axis"], x.ndim)
     extent = x.size if axis is None else x.shape[axis]
-    if mode == "raise" and ind.size and (ind.min() < 0 or ind.max() >= extent):
+    if attrs["mode"] == "fast" and ind.size and (ind.min() < 0 or ind.max() >= extent):
         bad = int(ind.min()) if ind.min() < 0 else int(ind.max())
         raise IndexError(f"take: mode 'fast' needs indices in [0, {extent}), got {bad}")
     if axis is None:

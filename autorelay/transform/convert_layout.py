@@ -68,11 +68,16 @@ def channel_block(channels: int, block: int) -> int:
     return _divisor(channels, block) if block > 0 else 0
 
 
+def _aligned(shape: tuple, rank: int) -> tuple:
+    """`shape` with leading 1s up to `rank` dimensions, as broadcasting reads it."""
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
 def _channels(shape: tuple | None, rank: int, ch: int) -> int | None:
     """The channel extent of an operand of `shape` broadcast to `rank` dimensions (None: unknown)."""
     if shape is None or len(shape) > rank:
         return None
-    return ((1,) * (rank - len(shape)) + tuple(shape))[ch]
+    return _aligned(shape, rank)[ch]
 
 
 def _const(arr: np.ndarray) -> Constant:
@@ -279,13 +284,13 @@ class _Converter(ExprMutator):
         if out_shape is None or len(out_shape) != len(self.src):
             return None
         ch, rank = self.src.index("C"), len(out_shape)
-        lay = next((lay for orig, (_, lay) in zip(c.args, pairs)
-                    if lay is not None and _channels(static_shape(orig), rank, ch) == out_shape[ch]), None)
+        shapes = [static_shape(a) for a in c.args]
+        lay = next((lay for shape, (_, lay) in zip(shapes, pairs)
+                    if lay is not None and _channels(shape, rank, ch) == out_shape[ch]), None)
         if lay is None:
             return None
         args = []
-        for orig, (new, arg_lay) in zip(c.args, pairs):
-            shape = static_shape(orig)
+        for shape, (new, arg_lay) in zip(shapes, pairs):
             channels = _channels(shape, rank, ch)
             if shape == out_shape:
                 args.append(self.ensure(new, arg_lay, lay))
@@ -298,34 +303,31 @@ class _Converter(ExprMutator):
                 args.append(packed)
             elif channels == out_shape[ch] and len(shape) == rank:  # e.g. a squeeze-excite gate
                 args.append(self.ensure(new, arg_lay, lay))
-            elif channels == 1:
-                args.append(self._one_channel(new, arg_lay, shape, out_shape, lay))
+            elif channels == 1:  # in the source layout, then reshaped to broadcast in the blocks
+                target = self._one_channel_shape(_aligned(shape, rank), lay)
+                args.append(registry.call("reshape", self.ensure(new, arg_lay, None), newshape=target))
             else:
                 return None
         return Call(c.op, tuple(args), c.attrs), lay
 
-    def _one_channel(self, new: Expr, arg_lay: str | None, shape: tuple, out_shape: tuple, lay: str) -> Expr:
-        """A one-channel value reshaped (in the source layout, where its data order does not depend
-        on the layout) to broadcast against values in layout `lay`: every inner axis extent 1."""
-        aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    def _one_channel_shape(self, aligned: tuple, lay: str) -> tuple[int, ...]:
+        """The shape in layout `lay` of a one-channel value of source shape `aligned`: its data order
+        does not depend on the layout, so a reshape lays it out, every inner (block) axis of extent 1."""
         layout = parse_layout("ConvertLayout", lay, self.src)
-        target = [aligned[self.src.index(ax)] if ax.isupper() else 1 for ax in layout.axes]
-        return registry.call("reshape", self.ensure(new, arg_lay, None), newshape=tuple(target))
+        return tuple(aligned[self.src.index(ax)] if ax.isupper() else 1 for ax in layout.axes)
 
     def _pack_constant(self, data: np.ndarray, out_shape: tuple, lay: str) -> Constant | None:
         """A per-channel (or channel-independent) constant rearranged to broadcast in layout `lay`."""
         if data.ndim > len(out_shape):
             return None
-        aligned = (1,) * (len(out_shape) - data.ndim) + data.shape
+        aligned = _aligned(data.shape, len(out_shape))
         ch = self.src.index("C")
         if any(d != 1 for i, d in enumerate(aligned) if i != ch):
             return None
-        layout = parse_layout("ConvertLayout", lay, self.src)
         arr = data.reshape(aligned)
         if aligned[ch] == 1:
-            shape = [aligned[self.src.index(ax)] if ax.isupper() else 1 for ax in layout.axes]
-            return _const(arr.reshape(shape))
-        return _const(from_canonical_array(arr, layout, self.src))
+            return _const(arr.reshape(self._one_channel_shape(aligned, lay)))
+        return _const(from_canonical_array(arr, parse_layout("ConvertLayout", lay, self.src), self.src))
 
 
 @dataclass(frozen=True)
