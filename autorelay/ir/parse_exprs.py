@@ -242,7 +242,15 @@ class ExprParser(PatternParser):
         if self.ops(t.text) is not None:
             return Op(t.text).with_span(self.span(t))
         kind = "constructor" if t.text[:1].isupper() else "operator"
-        self.fail(f"unknown {kind} {t.text}", t)
+        self.fail(f"unknown {kind} {t.text}{self.sigil_hint(t.text)}", t)
+
+    def sigil_hint(self, name: str) -> str:
+        """Why a bare name may have been meant as a variable: `%x` is in scope, or no call follows."""
+        if any(f"%{name}" in scope for scope in (*self.scopes, self.free_scope)):
+            return f" (did you mean the variable %{name}?)"
+        if not self.at("("):
+            return f" (a local variable is written %{name}, a global @{name})"
+        return ""
 
     def keyword_expr(self, t: Token) -> Expr:
         w = t.text
@@ -325,7 +333,8 @@ class ExprParser(PatternParser):
         try:
             attrs = opdef.make_attrs(kwargs)
         except (AutoRelayError, ValueError, TypeError) as e:
-            self.fail(f"bad attributes for {name}: {getattr(e, 'message', e)}", start)
+            said = str(getattr(e, "message", e)).removeprefix(f"{name}: ")  # the op's errors name it too
+            self.fail(f"bad attributes for {name}: {said}", start)
         return Call(Op(name), tuple(args), attrs)
 
     def if_(self) -> Expr:

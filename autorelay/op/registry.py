@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from autorelay.errors import TypeCheckError
+from autorelay.errors import TypeCheckError, clip
 from autorelay.ir.attrs import Attrs
 from autorelay.ir.expr import Call, Expr, Op
 from autorelay.ir.types import Type
@@ -120,7 +120,11 @@ class OpDef:
             else:
                 full[k] = default
         if self.normalize_attrs is not None:
-            full = self.normalize_attrs(full)
+            try:
+                full = self.normalize_attrs(full)
+            except (TypeError, ValueError) as e:  # in Python's words, which name no attribute: show them
+                shown = clip(", ".join(f"{k}={v!r}" for k, v in given.items()))
+                raise TypeCheckError(f"{self.name}: cannot take {shown}: {e}") from e
         return Attrs(full)
 
 

@@ -106,7 +106,7 @@ def test_op_call_attrs_are_validated_and_defaulted():
     ('exclude=2', "attribute exclude must be a bool, got 2"),
 ])
 def test_an_attribute_of_the_wrong_kind_is_refused_where_it_is_written(attrs, message):
-    with pytest.raises(ParseError, match=rf"1:\d+: bad attributes for sum: sum: {message}"):
+    with pytest.raises(ParseError, match=rf"1:\d+: bad attributes for sum: {message}"):
         parse(f"def @main(%x: Tensor[(2, 3), float32]) {{ sum(%x, axis=[1], {attrs}) }}")
     flag = main_body("def @main(%x: Tensor[(2, 3), float32]) { sum(%x, axis=[1], keepdims=1) }")
     assert flag.attrs["keepdims"]  # 0 and 1 stay flags (importers pass ONNX's integer flags)
@@ -258,6 +258,10 @@ ERRORS = [
     ("type L { C(float32) }\ndef @main() { C(1f, 2f) }", 2, 15, "takes 1 argument(s)"),
     ("def @main(%x) { add(%x, %x, axis=1) }", 1, 29, "no attribute 'axis'"),
     ("def @main(%x: float32, %x: float32) { %x }", 1, 24, "parameter %x is declared twice"),
+    ("def @main(%x) { x }", 1, 17, "unknown operator x (did you mean the variable %x?)"),
+    ("def @main(%x) { let %y = foo; %y }", 1, 26, "unknown operator foo (a local variable is written %foo"),
+    ("def @main(%x) { reshape(%x, newshape=3.5) }", 1, 17,
+     "bad attributes for reshape: cannot take newshape=3.5: "),  # the op's own check, in Python's words
 ]
 
 

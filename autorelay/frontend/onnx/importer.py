@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autorelay.errors import TypeCheckError
 from autorelay.frontend.onnx import qdq
 from autorelay.frontend.onnx.context import GraphBuilder, NodeView
 from autorelay.frontend.onnx.converters import CONVERTERS, SUPPORTED_OPS
@@ -235,6 +236,8 @@ def _convert_node(
         result = CONVERTERS[converter_key(node)](g, view)
     except OnnxImportError:
         raise
+    except TypeCheckError as err:  # an op refused the converter's attributes or operands: say at which node
+        raise OnnxNodeError(where, err.message) from None
     except (ValueError, TypeError, IndexError, KeyError) as err:
         raise OnnxNodeError(where, f"{type(err).__name__}: {err}") from None
     finally:
