@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from search.cli_checks import check_output_file, kernel_cache_folder, pipeline_name
 from search.textfile import read_program_text
 from tuning_db.cli_args import nonneg_int, positive_float, positive_int
 
@@ -134,6 +135,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
             exe, acc, seconds = vta_cli.build(args, model, threads)
             print(f"{acc.note}\n{acc.report}\n{exe.report}\ncompiled {model.name} for vta in {seconds:.1f} s")
             return 0
+        if args.output:
+            check_output_file(args.output)
         db, _ = open_db(args.db)  # no --db: the default log ($AUTORELAY_DB or the user's data directory)
         with db:
             model, pipeline, note = apply_precision(args, model, db, threads)
@@ -196,7 +199,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _kernel_cache_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel-cache", metavar="DIR", default=os.environ.get("AUTORELAY_KERNEL_CACHE") or None,
+    p.add_argument("--kernel-cache", metavar="DIR", type=kernel_cache_folder,
+                   default=os.environ.get("AUTORELAY_KERNEL_CACHE") or None,
                    help="keep the emitted and compiled kernels in this folder, so the next build (in any "
                         "process) reads them instead of compiling them again (default: "
                         "$AUTORELAY_KERNEL_CACHE, else none)")
@@ -223,7 +227,7 @@ def _model_args(p: argparse.ArgumentParser, db_help: str) -> None:
                         "(default 1); its kernels are other workloads in the log")
     p.add_argument("--threads", type=positive_int, default=None, metavar="T",
                    help="kernel threads (default: every core); part of the tuning target")
-    p.add_argument("--pipeline", default="auto",
+    p.add_argument("--pipeline", default="auto", type=pipeline_name,
                    help="pass pipeline: default, nchwc, nchwc16, nchwc-direct, nchwc16-direct, O0, or auto "
                         "(default): the one this model was tuned with in the log, else the fastest of those "
                         "the target suits (autorelay.transform.pipelines), measured; plan: "
@@ -238,7 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autorelay", description="AutoRelay: an autotuning DL compiler")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    check = sub.add_parser("check", help="parse, type-check and print a Relay text program")
+    check = sub.add_parser("check", help="parse, type-check and print a Relay text program",
+                           description="Parse and type-check a Relay text program and print it with its "
+                                       "types. Exit status: 0 when it is well typed, 1 for a parse or type "
+                                       "error (shown with its line:column), 2 when the file cannot be read.")
     check.add_argument("file", help="a .relay / .rly text file")
     check.set_defaults(func=_cmd_check)
 

@@ -182,8 +182,8 @@ def describe_checks(checks: Sequence[InPlaceCheck]) -> str:
         those = [c for c in lost if c.winner == winner]
         if those:
             text += f"; the {winner} replaces " + ", ".join(
-                f"{c.kernel} ({c.tuned_s * 1e6:.0f} us against "
-                f"{(c.default_s if winner == 'default' else c.runner_up_s) * 1e6:.0f})" for c in those)
+                f"{c.kernel} (tuned {c.tuned_s * 1e6:.0f} us, {winner} "
+                f"{(c.default_s if winner == 'default' else c.runner_up_s) * 1e6:.0f} us)" for c in those)
     return text
 
 

@@ -97,6 +97,31 @@ def test_bad_model_and_tuner_are_reported(capsys, tmp_path):
     assert "mlp" in err and "image size" in err
 
 
+def test_paths_and_pipeline_names_are_refused_before_the_build(tmp_path, capsys, monkeypatch):
+    """An output path that cannot be written, a kernel cache that is a file and a pipeline that does
+    not exist are each refused with a line that names them, and no model is built first."""
+    import search.models
+
+    def no_build(*a, **k):
+        raise AssertionError("built before checking the command line")
+
+    monkeypatch.setattr(search.models, "compile_model", no_build)
+    common = ["compile", "--model", "mlp", "--db", f"sqlite:///{tmp_path / 'log.db'}"]
+    assert main([*common, "-o", str(tmp_path)]) == 1
+    assert f"--output: {tmp_path} is a folder" in capsys.readouterr().err
+    assert main([*common, "-o", str(tmp_path / "missing" / "mlp.exe")]) == 1
+    assert f"the folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for bad, said in ((["--kernel-cache", str(a_file)], f"{a_file} is a file, not a folder"),
+                      (["--pipeline", "bogus"], "unknown pipeline 'bogus'; choose auto or plan")):
+        with pytest.raises(SystemExit) as e:
+            main([*common, *bad])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and said in err
+    assert "tune" not in err.split("pass pipeline:")[1]  # the old name is accepted, not offered
+
+
 def test_console_script_runs_a_model():
     exe = shutil.which("autorelay")
     if exe is None:

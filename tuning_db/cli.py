@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -175,7 +176,8 @@ def _plans(db: TuningDB, args: argparse.Namespace) -> int:
 def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
     recs = db.layout_plans(args.model, args.target)
     if not recs:
-        print(f"no layout plan stored for model {args.model!r}", file=sys.stderr)
+        print(f"autorelay db plan: no layout plan stored for model {args.model!r}"
+              f"{_stored_models(db, args.model, args.target)}", file=sys.stderr)
         return 1
     latest = {r.target: r for r in reversed(recs)}  # newest first in recs: the last write wins
     for r in latest.values():
@@ -218,6 +220,20 @@ def _layout_plan(db: TuningDB, args: argparse.Namespace) -> int:
 # `OpPattern.OUT_ELEMWISE_FUSABLE` as a stored FusionPlan's rules write it: a rule with this consumer
 # fuses a producer into a convolution or dense layer, a prologue (Relay's own rules have none)
 ANCHOR_PATTERN = 4
+
+
+def _stored_models(db: TuningDB, asked: str, target: str | None) -> str:
+    """What to ask for instead: the models with plans whose name differs from `asked` only by an
+    image size or batch (`resnet-18@32`, `resnet-18:b8`, as `tune` names them), else every model with
+    a plan."""
+    def base(name: str) -> str:
+        return re.split(r"[@:]", name)[0].lower().replace("_", "-")
+
+    stored = sorted({r.model for r in db.layout_plans(None, target) if r.model})
+    near = [m for m in stored if base(m) == base(asked)]
+    if near:
+        return f"; stored for {', '.join(near)} (give --model {near[0]})"
+    return f"; plans are stored for {', '.join(stored[:10])}" if stored else ""
 
 
 def _fusion_line(plan: dict[str, Any], info: dict[str, Any]) -> str:

@@ -50,6 +50,21 @@ def test_db_plan_command_prints_per_layer_rows(tmp_path: Path, capsys: pytest.Ca
     row = next(line.split() for line in out if line.startswith("conv2d_0"))
     assert row == ["conv2d_0", "8", "1.5000", "1.2500", "0.1250", "tuned"]
     assert main(["db", "plan", "--db", url, "--model", "missing"]) == 1
+    assert "autorelay db plan: no layout plan stored for model 'missing'; plans are stored for net" \
+        in capsys.readouterr().err
+
+
+def test_db_plan_names_the_sized_model_a_bare_name_missed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`tune --image-size 32` stores its plan as `resnet-18@32`: asking for `resnet-18` says so."""
+    url = str(tmp_path / "log.sqlite")
+    with tuning_db.open(url) as db:
+        for name in ("resnet-18@32", "resnet-18@32:b8", "vgg-16"):
+            db.store_layout_plan(f"key-{name}", TARGET, {"blocks": {"conv2d_0": 8}}, latency_ms=2.0,
+                                 model=name, chosen=True, info=INFO)
+    assert main(["db", "plan", "--db", url, "--model", "resnet-18"]) == 1
+    err = capsys.readouterr().err
+    assert "stored for resnet-18@32, resnet-18@32:b8 (give --model resnet-18@32)" in err and "vgg" not in err
+    assert main(["db", "plan", "--db", url, "--model", "resnet-18@32"]) == 0
 
 
 def test_db_plan_shows_the_precision_picked_on_the_layout_plan(tmp_path: Path,
