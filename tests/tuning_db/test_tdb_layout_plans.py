@@ -54,7 +54,8 @@ def test_db_plan_command_prints_per_layer_rows(tmp_path: Path, capsys: pytest.Ca
         in capsys.readouterr().err
 
 
-def test_db_plan_names_the_sized_model_a_bare_name_missed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_db_plan_names_the_sized_model_a_bare_name_missed(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
     """`tune --image-size 32` stores its plan as `resnet-18@32`: asking for `resnet-18` says so."""
     url = str(tmp_path / "log.sqlite")
     with tuning_db.open(url) as db:
@@ -105,7 +106,7 @@ def test_the_fusion_line_says_what_the_stored_fusion_plan_fuses() -> None:
 
     from autorelay.op.registry import OpPattern
     from autorelay.transform.fusion_plan import FusionPlan
-    from tuning_db.cli import ANCHOR_PATTERN, _fusion_line
+    from tuning_db.cli_plans import ANCHOR_PATTERN, _fusion_line
 
     assert int(OpPattern.OUT_ELEMWISE_FUSABLE) == ANCHOR_PATTERN
     info = {"prologue_edges": {"0->1": "layout_transform -> nn.conv2d", "7->8": "reshape -> nn.dense"},
