@@ -59,14 +59,15 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-def parse_time(value: Any) -> float:
+def parse_time(value: Any, field: str = "recorded_at") -> float:
+    """Seconds since the epoch from an ISO 8601 time or a number; `field` names it in the error."""
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         except ValueError:
-            raise TuningDBError(f"'recorded_at' is not an ISO 8601 time: {value!r}") from None
+            raise TuningDBError(f"'{field}' is not an ISO 8601 time: {value!r}") from None
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TuningDBError(f"'recorded_at' must be an ISO 8601 time or seconds, got {value!r}")
+        raise TuningDBError(f"'{field}' must be an ISO 8601 time or seconds, got {value!r}")
     return float(value)
 
 
@@ -372,16 +373,25 @@ def _run_id(conn: Connection, run: Any, cache: dict[str, int]) -> int | None:
         "uid": uid,
         "model": _opt_str(run, "model"),
         "tuner": _opt_str(run, "tuner"),
-        "trial_budget": run.get("trial_budget") if isinstance(run.get("trial_budget"), int) else None,
+        "trial_budget": _trial_budget(run.get("trial_budget")),
         "status": status,
         "host": _opt_str(run, "host") or socket.gethostname(),
-        "started_at": parse_time(run.get("started_at") or 0.0),
-        "finished_at": parse_time(run["finished_at"]) if run.get("finished_at") else None,
+        "started_at": parse_time(run.get("started_at") or 0.0, "run.started_at"),
+        "finished_at": parse_time(run["finished_at"], "run.finished_at") if run.get("finished_at") else None,
         "info": schema.canonical_json(info) if isinstance(info, dict) else None,
     }
     conn.execute(insert_ignore(conn, r), [values])
     cache[uid] = conn.scalar(select(r.c.id).where(r.c.uid == values["uid"]))
     return cache[uid]
+
+
+def _trial_budget(value: Any) -> int | None:
+    """A run's trial budget: an integer the column holds (32-bit), or None when absent or not one."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not 0 <= value < 2**31:
+        raise TuningDBError(f"'run.trial_budget' must be in [0, 2**31), got {value}")
+    return value
 
 
 def _opt_str(d: dict[str, Any], key: str) -> str | None:

@@ -140,6 +140,8 @@ def normalize(
         fp_json = _json("target_fingerprint", dict(target_fingerprint))
     if space_index is not None and (isinstance(space_index, bool) or not isinstance(space_index, int)):
         raise TuningDBError(f"'space_index' must be an integer, got {space_index!r}")
+    if space_index is not None and not 0 <= space_index < 2**63:  # a config's position; the column is 64-bit
+        raise TuningDBError(f"'space_index' must be in [0, 2**63), got {space_index}")
     if recorded_at is None:
         recorded_at = time.time()
     elif isinstance(recorded_at, bool) or not isinstance(recorded_at, (int, float)):

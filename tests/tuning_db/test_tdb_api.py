@@ -149,6 +149,8 @@ def test_extra_fields_round_trip(db: tuning_db.TuningDB) -> None:
         (("w", T, {}, []), {}, "'costs' is empty for a successful measurement"),
         (("w", T, {}, [1.0]), {"workload": [1]}, "'workload' must be a JSON object"),
         ((3, T, {}, [1.0]), {}, "'workload_key' must be a string"),
+        (("w", T, {}, [1.0]), {"space_index": 10**20}, r"'space_index' must be in \[0, 2\*\*63\)"),
+        (("w", T, {}, [1.0]), {"space_index": -1}, r"'space_index' must be in \[0, 2\*\*63\), got -1"),
     ],
 )
 def test_bad_record_input_names_the_field(sqlite_url: str, args: tuple, kwargs: dict, message: str) -> None:

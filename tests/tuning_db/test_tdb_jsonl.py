@@ -95,6 +95,25 @@ def test_corrupt_lines_are_reported_by_number_and_the_rest_imports(
     assert report.imported == 8 and db.stats()["measurements"] == 18
 
 
+def test_numbers_the_columns_cannot_hold_are_refused_by_line(sqlite_url: str, tmp_path: Path) -> None:
+    """Integers beyond a column's range and a run's unreadable times are reported at their line and
+    field, as any other bad value is, instead of failing the database write."""
+    db = tuning_db.open(sqlite_url)
+    row = {"workload_key": "w", "target": T, "config": {"k": 1}, "costs": [1.0]}
+    lines = [dict(row, space_index=10**20), dict(row, space_index=-3),
+             dict(row, run={"uid": "r1", "trial_budget": 10**12}),
+             dict(row, run={"uid": "r2", "started_at": "yesterday"}), dict(row, space_index=7)]
+    f = tmp_path / "big.jsonl"
+    f.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = db.import_jsonl(f)
+    assert [n for n, _ in report.errors] == [1, 2, 3, 4]
+    said = [text for _, text in report.errors]
+    assert "'space_index' must be in [0, 2**63)" in said[0] and "got -3" in said[1]
+    assert "'run.trial_budget' must be in [0, 2**31)" in said[2]
+    assert "'run.started_at' is not an ISO 8601 time: 'yesterday'" in said[3]
+    assert report.imported == 1 and db.stats()["measurements"] == 1
+
+
 def test_missing_file_and_missing_field(sqlite_url: str, tmp_path: Path) -> None:
     db = tuning_db.open(sqlite_url)
     with pytest.raises(TuningDBError, match=r"cannot read .*nope.jsonl"):
