@@ -4,6 +4,7 @@ The gradient transform lives in `autorelay.transform.gradient` and is imported f
 """
 
 from autorelay.transform.bind import bind_params
+from autorelay.transform.conv_transpose_phases import ConvTransposePhases
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.cse import EliminateCommonSubexpr
 from autorelay.transform.dce import DeadCodeElimination
@@ -32,6 +33,7 @@ from autorelay.transform.util import count_ops, op_histogram, primitive_function
 
 __all__ = [
     "PIPELINES",
+    "ConvTransposePhases",
     "ConvertLayout",
     "DeadCodeElimination",
     "DynamicToStatic",

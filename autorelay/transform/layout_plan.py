@@ -50,6 +50,7 @@ from autorelay.ir.visitor import post_order
 from autorelay.op.winograd import CONV as WINOGRAD_CONV
 from autorelay.op.winograd import TILE_SIZES
 from autorelay.transform.conv_bands import SplitConvBands
+from autorelay.transform.conv_transpose_phases import ConvTransposePhases
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.fold_constant import FoldConstant
 from autorelay.transform.fuse_ops import FuseOps
@@ -188,7 +189,8 @@ class LayoutPlan:
 def plan_passes(plan: LayoutPlan) -> list[Pass]:
     """The pass list that builds `plan` (see the module docstring)."""
     convert = ConvertLayout(dst="NCHWc", block=0, conv_blocks=plan.conv_blocks(), qnn_block=plan.int8_block)
-    return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert, FoldConstant(),
+    return [*graph_passes(), WinogradConv(tiles=plan.conv_tiles()), FoldConstant(), convert,
+            ConvTransposePhases(), FoldConstant(),  # after the plan's convs are placed: it adds convs
             BlockGroupedConvs(), FoldConstant(), SimplifyExpr(), SplitConvBands(),
             FuseOps(plan=plan.fusion or FusionPlan.default())]
 

@@ -17,6 +17,8 @@ passes listed below, in order.
 
 Every pipeline that blocks convolutions then computes a dilated one whose taps read padding over
 much of its output in bands of outputs, each over its live taps (`SplitConvBands`).
+Every CPU pipeline but `O0` runs a transposed convolution as one stride-1 convolution per output
+phase, interleaved (`ConvTransposePhases`), so it takes the conv templates and their blocking.
 * `nchwc16`: the same with blocks of 16, one AVX-512 float32 vector (`--pipeline auto` measures it
   on targets with 16 lanes).
 * `nchwc-direct`, `nchwc16-direct`: every convolution in channel blocks of 8/16, none as Winograd.
@@ -33,6 +35,7 @@ much of its output in bands of outputs, each over its live taps (`SplitConvBands
 from __future__ import annotations
 
 from autorelay.transform.conv_bands import SplitConvBands
+from autorelay.transform.conv_transpose_phases import ConvTransposePhases
 from autorelay.transform.convert_layout import ConvertLayout
 from autorelay.transform.cse import EliminateCommonSubexpr
 from autorelay.transform.dce import DeadCodeElimination
@@ -76,12 +79,12 @@ def pipeline_passes(name: str) -> list[Pass]:
         return [ToGraphNormalForm(), WidenFloat16(), SimplifyInference(), FuseOps(plan=FusionPlan.none())]
     if name == "default":
         grouped = [BlockGroupedConvs(), FoldConstant(), SimplifyExpr(), SplitConvBands()]
-        return [*_graph_opts(), WinogradConv(), FoldConstant(), *grouped, FuseOps()]
+        return [*_graph_opts(), ConvTransposePhases(), WinogradConv(), FoldConstant(), *grouped, FuseOps()]
     if name in BLOCKED_PIPELINES:
         block, winograd = pipeline_layout(name)
         packing = [ConvertLayout(dst="NCHWc", block=block), FoldConstant(), SimplifyExpr(), SplitConvBands()]
-        first = [WinogradConv(tile=4, min_size=BLOCKED_WINOGRAD_MIN_SIZE), FoldConstant()] if winograd else []
-        return [*_graph_opts(), *first, *packing, FuseOps()]
+        first = [WinogradConv(tile=4, min_size=BLOCKED_WINOGRAD_MIN_SIZE)] if winograd else []
+        return [*_graph_opts(), ConvTransposePhases(), *first, FoldConstant(), *packing, FuseOps()]
     if name == "gpu":
         return [*_graph_opts(), FuseOps()]
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
